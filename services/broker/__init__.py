@@ -1,0 +1,1 @@
+"""The broker: stores partition logs and serves produce and fetch (tidelog.broker)."""

@@ -1,0 +1,70 @@
+"""Small checkpoint files, written atomically: temp file, fsync, rename, fsync of the folder.
+
+Text format, as Kafka's checkpoint files:
+
+    <version>
+    <number of entries>
+    <entry fields separated by spaces>   (one line per entry)
+
+A reader never sees a half-written file: the rename is the commit point. A file that does not
+parse raises CorruptCheckpointError so the caller can fall back to recovering from the log.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["CorruptCheckpointError", "read_checkpoint", "write_atomically", "write_checkpoint"]
+
+VERSION = 0
+
+
+class CorruptCheckpointError(Exception):
+    pass
+
+
+def fsync_directory(directory: Path) -> None:
+    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
+    fsync_directory(path.parent)
+
+
+def write_checkpoint(path: Path, entries: Sequence[Sequence[int]]) -> None:
+    lines = [str(VERSION), str(len(entries))]
+    lines.extend(" ".join(str(field) for field in entry) for entry in entries)
+    write_atomically(path, ("\n".join(lines) + "\n").encode())
+
+
+def read_checkpoint(path: Path, fields: int) -> list[tuple[int, ...]] | None:
+    """Entries of the checkpoint at `path`, or None when there is none."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    lines = text.splitlines()
+    try:
+        if len(lines) < 2 or int(lines[0]) != VERSION:
+            raise ValueError("bad version line")
+        count = int(lines[1])
+        if count != len(lines) - 2:
+            raise ValueError(f"says {count} entries, holds {len(lines) - 2}")
+        entries = [tuple(int(field) for field in line.split()) for line in lines[2:]]
+        if any(len(entry) != fields for entry in entries):
+            raise ValueError(f"an entry does not have {fields} fields")
+    except ValueError as error:
+        raise CorruptCheckpointError(f"{path}: {error}") from error
+    return entries

@@ -1,0 +1,1 @@
+"""The controller: elects itself through etcd and manages partition leadership (tidelog.controller)."""

@@ -1,0 +1,1 @@
+"""The group coordinator: consumer group membership and offset commits (tidelog.coordinator)."""

@@ -1,0 +1,1 @@
+"""The REST gateway: produce and consume over HTTP (tidelog.gateway)."""

@@ -1,0 +1,207 @@
+"""Every configurable limit and policy of Tidelog, defined once.
+
+Names, meanings and defaults follow Apache Kafka's configs (`segment.bytes`, `retention.ms`, ...)
+so a Kafka user already knows them. Each definition carries its bounds; parsing rejects anything
+outside them with INVALID_CONFIG instead of letting a bad value reach the data path. The table in
+docs/configuration.md is generated from `ALL_CONFIGS` (`python -m tidelog.common.config`) and a
+test fails when it is stale.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+from tidelog.common.errors import InvalidConfigError
+
+__all__ = [
+    "ALL_CONFIGS",
+    "LOG_CONFIGS",
+    "ConfigDef",
+    "ConfigScope",
+    "ConfigType",
+    "parse_configs",
+    "render_markdown",
+]
+
+LONG_MAX: Final = 2**63 - 1
+INT_MAX: Final = 2**31 - 1
+KIB: Final = 1024
+MIB: Final = 1024 * KIB
+GIB: Final = 1024 * MIB
+HOUR_MS: Final = 3_600_000
+DAY_MS: Final = 24 * HOUR_MS
+
+
+class ConfigType(enum.Enum):
+    INT = "int"
+    LONG = "long"
+    DOUBLE = "double"
+    STRING = "string"
+    LIST = "list"
+    BOOLEAN = "boolean"
+
+
+class ConfigScope(enum.Enum):
+    TOPIC = "topic"
+    BROKER = "broker"
+
+
+ConfigValue = int | float | str | bool | tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConfigDef:
+    name: str
+    type: ConfigType
+    default: ConfigValue
+    doc: str
+    scope: ConfigScope = ConfigScope.TOPIC
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] | None = None
+
+    def parse(self, raw: object) -> ConfigValue:
+        """Turn a raw value (string from a CLI/CRD, or an already typed value) into a checked one."""
+        value = self._convert(raw)
+        self._check(value)
+        return value
+
+    def _convert(self, raw: object) -> ConfigValue:
+        try:
+            match self.type:
+                case ConfigType.INT | ConfigType.LONG:
+                    if isinstance(raw, bool) or not isinstance(raw, int | str):
+                        raise ValueError
+                    return int(raw)
+                case ConfigType.DOUBLE:
+                    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+                        raise ValueError
+                    return float(raw)
+                case ConfigType.BOOLEAN:
+                    if isinstance(raw, bool):
+                        return raw
+                    if isinstance(raw, str) and raw.lower() in ("true", "false"):
+                        return raw.lower() == "true"
+                    raise ValueError
+                case ConfigType.LIST:
+                    items = raw.split(",") if isinstance(raw, str) else list(raw)  # type: ignore[call-overload]
+                    return tuple(str(item).strip() for item in items if str(item).strip())
+                case ConfigType.STRING:
+                    if not isinstance(raw, str):
+                        raise ValueError
+                    return raw
+        except (ValueError, TypeError):
+            pass
+        raise InvalidConfigError(f"{self.name}: {raw!r} is not a valid {self.type.value}")
+
+    def _check(self, value: ConfigValue) -> None:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if self.minimum is not None and value < self.minimum:
+                raise InvalidConfigError(f"{self.name}: {value} is below the minimum {self.minimum:g}")
+            if self.maximum is not None and value > self.maximum:
+                raise InvalidConfigError(f"{self.name}: {value} is above the maximum {self.maximum:g}")
+        if self.choices is not None:
+            values = value if isinstance(value, tuple) else (value,)
+            for item in values:
+                if item not in self.choices:
+                    raise InvalidConfigError(
+                        f"{self.name}: {item!r} is not one of {', '.join(self.choices)}"
+                    )
+            if isinstance(value, tuple) and not value:
+                raise InvalidConfigError(f"{self.name}: needs at least one of {', '.join(self.choices)}")
+
+
+def _long(name: str, default: int, doc: str, minimum: int = 0, maximum: int = LONG_MAX) -> ConfigDef:
+    return ConfigDef(name, ConfigType.LONG, default, doc, minimum=minimum, maximum=maximum)
+
+
+def _int(name: str, default: int, doc: str, minimum: int = 0, maximum: int = INT_MAX) -> ConfigDef:
+    return ConfigDef(name, ConfigType.INT, default, doc, minimum=minimum, maximum=maximum)
+
+
+# Topic-level log configs: what a partition log obeys. Brokers take the same names as defaults.
+LOG_CONFIGS: Final[tuple[ConfigDef, ...]] = (
+    _int("segment.bytes", GIB, "Roll a new segment once the active one would exceed this many bytes.",
+         minimum=4 * KIB),
+    _long("segment.ms", 7 * DAY_MS, "Roll a new segment once the active one's first batch is this old.",
+          minimum=1),
+    _int("segment.index.bytes", 10 * MIB,
+         "Largest size of a segment's offset index (8 bytes an entry); a full index rolls the segment.",
+         minimum=64),
+    _int("index.interval.bytes", 4 * KIB,
+         "Add an offset-index entry after at least this many log bytes since the last one."),
+    _long("flush.messages", LONG_MAX, "fsync the log after this many records since the last flush.",
+          minimum=1),
+    _long("flush.ms", LONG_MAX, "fsync the log when its oldest unflushed data is this old.", minimum=0),
+    _long("retention.ms", 7 * DAY_MS,
+          "Delete a segment once its newest record is this old; -1 keeps forever.", minimum=-1),
+    _long("retention.bytes", -1,
+          "Delete the oldest segments while the partition is larger than this; -1 means no limit.",
+          minimum=-1),
+    ConfigDef("cleanup.policy", ConfigType.LIST, ("delete",),
+              "delete: retention removes old segments; compact: keep the last record of each key.",
+              choices=("delete", "compact")),
+    _long("delete.retention.ms", DAY_MS,
+          "How long compaction keeps a tombstone (null value) after the segment holding it was cleaned."),
+    _long("min.compaction.lag.ms", 0, "A record is not compacted before it is this old."),
+    ConfigDef("min.cleanable.dirty.ratio", ConfigType.DOUBLE, 0.5,
+              "Compact once this fraction of the log (by bytes) has not been cleaned yet.",
+              minimum=0.0, maximum=1.0),
+    _int("max.message.bytes", MIB + 12,
+         "Largest record batch (after compression) a partition accepts.", minimum=64),
+    ConfigDef("message.timestamp.type", ConfigType.STRING, "CreateTime",
+              "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches on append.",
+              choices=("CreateTime", "LogAppendTime")),
+)
+
+ALL_CONFIGS: Final[tuple[ConfigDef, ...]] = LOG_CONFIGS
+
+_BY_NAME: Final[dict[str, ConfigDef]] = {definition.name: definition for definition in ALL_CONFIGS}
+
+
+def parse_configs(
+    raw: Mapping[str, object], definitions: Iterable[ConfigDef] = ALL_CONFIGS
+) -> dict[str, ConfigValue]:
+    """Check and convert `raw`; unknown names are an error, missing ones take their defaults."""
+    known = {definition.name: definition for definition in definitions}
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise InvalidConfigError(f"unknown config(s): {', '.join(unknown)}")
+    return {
+        name: definition.parse(raw[name]) if name in raw else definition.default
+        for name, definition in known.items()
+    }
+
+
+def render_markdown() -> str:
+    lines = [
+        "# Configuration reference",
+        "",
+        "Generated from `src/tidelog/common/config.py` by `python -m tidelog.common.config`;",
+        "a test fails when this file is stale. Names and meanings follow Apache Kafka's configs.",
+        "",
+        "| name | scope | type | default | bounds | meaning |",
+        "|---|---|---|---|---|---|",
+    ]
+    for definition in ALL_CONFIGS:
+        bounds = []
+        if definition.minimum is not None:
+            bounds.append(f"≥ {definition.minimum:g}")
+        if definition.maximum is not None and definition.maximum not in (LONG_MAX, INT_MAX):
+            bounds.append(f"≤ {definition.maximum:g}")
+        if definition.choices is not None:
+            bounds.append(" / ".join(definition.choices))
+        default = definition.default
+        shown = ",".join(default) if isinstance(default, tuple) else str(default)
+        lines.append(
+            f"| `{definition.name}` | {definition.scope.value} | {definition.type.value} | `{shown}` "
+            f"| {', '.join(bounds)} | {definition.doc} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(render_markdown(), end="")

@@ -1,0 +1,107 @@
+"""Error codes shared by every Tidelog component.
+
+Codes and names follow Apache Kafka's protocol error codes so that people who know Kafka read them
+without a table; docs/errors.md lists them. A component raises a `TidelogError` subclass; the RPC
+layer turns `error.code` into a gRPC status plus this code, the REST gateway into its own codes.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = [
+    "CorruptRecordError",
+    "ErrorCode",
+    "InvalidConfigError",
+    "InvalidRecordError",
+    "KafkaStorageError",
+    "OffsetOutOfRangeError",
+    "RecordTooLargeError",
+    "TidelogError",
+    "UnsupportedCompressionTypeError",
+]
+
+
+class ErrorCode(enum.IntEnum):
+    """Kafka's protocol error codes, by the same names and numbers."""
+
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    INVALID_FETCH_SIZE = 4
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    MESSAGE_TOO_LARGE = 10
+    STALE_CONTROLLER_EPOCH = 11
+    INVALID_TOPIC_EXCEPTION = 17
+    RECORD_LIST_TOO_LARGE = 18
+    NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+    INVALID_REQUIRED_ACKS = 21
+    INVALID_TIMESTAMP = 32
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_CONFIG = 40
+    POLICY_VIOLATION = 44
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    KAFKA_STORAGE_ERROR = 56
+    UNSUPPORTED_COMPRESSION_TYPE = 76
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    INVALID_RECORD = 87
+
+
+class TidelogError(Exception):
+    """Base of every error Tidelog reports to a caller; `code` says which one."""
+
+    code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
+    retriable: bool = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.code.name}: {self.message}"
+
+
+class CorruptRecordError(TidelogError):
+    """A batch failed its CRC, or its framing is inconsistent (lengths, counts)."""
+
+    code = ErrorCode.CORRUPT_MESSAGE
+
+
+class InvalidRecordError(TidelogError):
+    """A batch is well framed but breaks a rule: wrong magic, bad offsets, unknown attributes."""
+
+    code = ErrorCode.INVALID_RECORD
+
+
+class RecordTooLargeError(TidelogError):
+    """A batch is larger than `max.message.bytes` (or the segment could ever hold)."""
+
+    code = ErrorCode.MESSAGE_TOO_LARGE
+
+
+class UnsupportedCompressionTypeError(TidelogError):
+    code = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+
+
+class OffsetOutOfRangeError(TidelogError):
+    """The offset asked for is below the log start offset or above the log end offset."""
+
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+class InvalidConfigError(TidelogError):
+    code = ErrorCode.INVALID_CONFIG
+
+
+class KafkaStorageError(TidelogError):
+    """The storage under a partition failed (I/O error, corrupt data found while serving)."""
+
+    code = ErrorCode.KAFKA_STORAGE_ERROR
+    retriable = True
