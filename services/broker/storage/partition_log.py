@@ -26,7 +26,6 @@ import os
 import re
 import shutil
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
@@ -38,6 +37,7 @@ from tidelog.broker.storage.leader_epoch_cache import LeaderEpochCache
 from tidelog.broker.storage.log_config import LogConfig
 from tidelog.broker.storage.retention import segments_past_retention
 from tidelog.broker.storage.segment import LOG_SUFFIX, BadBatchError, LogSegment
+from tidelog.common.clock import wall_clock_ms
 from tidelog.common.errors import InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError
 from tidelog.common.record.batch import (
     BATCH_OVERHEAD,
@@ -48,7 +48,7 @@ from tidelog.common.record.batch import (
     validate_batch,
 )
 
-__all__ = ["AppendInfo", "PartitionLog", "parse_log_directory_name", "wall_clock_ms"]
+__all__ = ["AppendInfo", "PartitionLog", "parse_log_directory_name"]
 
 log = structlog.get_logger(__name__)
 
@@ -63,10 +63,6 @@ CLEANED_SUFFIX: Final = ".cleaned"
 MAX_RELATIVE_OFFSET: Final = 2**32 - 1
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
 _DIRECTORY_NAME = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]{1,249})-(?P<partition>\d+)$")
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def parse_log_directory_name(name: str) -> tuple[str, int]:

@@ -69,7 +69,8 @@ class LogSegment:
             base_offset,
             max_index_entries,
         )
-        self._descriptor = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        # O_APPEND: every write lands at the end whatever the file offset (after reopen or truncate).
+        self._descriptor = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self._descriptor).st_size
         self.next_offset = base_offset
         self.max_timestamp = NO_TIMESTAMP
@@ -210,7 +211,8 @@ class LogSegment:
 
         With `min_one_batch`, the first batch is returned even when it is larger than `max_bytes`
         (so a consumer always progresses, as in Kafka's KIP-74). Every batch returned passed its
-        CRC check just now; a corrupt one raises KafkaStorageError and nothing is served.
+        CRC check just now; the good batches before a corrupt one are served, and a read starting
+        at a corrupt one raises KafkaStorageError.
         """
         found = self.translate_offset(offset)
         if found is None:
@@ -228,6 +230,8 @@ class LogSegment:
             try:
                 validate_batch(data, end)
             except (CorruptRecordError, InvalidRecordError) as error:
+                if end:
+                    break  # serve the good batches before it; the next read reports it
                 raise KafkaStorageError(
                     f"{self.log_path.name}: batch at position {start + end} fails validation: {error}"
                 ) from error

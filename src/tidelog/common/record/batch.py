@@ -7,7 +7,7 @@ Byte layout (all integers little-endian; docs/record-format.md is the full speci
          8    4 batch_length             int32   bytes after this field (whole batch = 12 + this)
         12    4 partition_leader_epoch   int32   set by the leader on append
         16    1 magic                    int8    = 1
-        17    4 crc                      uint32  CRC32C of bytes [21, end)
+        17    4 crc                      uint32  CRC32C of bytes [0, 17) then [21, end)
         21    2 attributes               int16   bits 0-2 codec, 3 timestamp type,
                                                  4 transactional, 5 control
         23    4 last_offset_delta        int32
@@ -27,9 +27,10 @@ per-field loop per record:
     | int32 value_length[N] (-1 = null) | int32 headers_length[N]
     | keys blob | values blob | headers blob
 
-base_offset and partition_leader_epoch lie outside the CRC, as in Kafka, so the leader stamps
-them on append without re-checksumming. Everything here is pure functions over bytes; safe from
-any thread.
+Unlike Kafka's, the CRC covers base_offset and partition_leader_epoch too: a flipped bit there
+would otherwise move a batch to another offset unnoticed. The leader re-checksums after stamping
+them (CRC32C runs at tens of GB/s; a 1 MiB batch costs ~40 µs). Everything here is pure functions
+over bytes; safe from any thread.
 """
 
 from __future__ import annotations
@@ -183,8 +184,12 @@ def read_header(buffer: bytes | memoryview, position: int = 0) -> BatchHeader:
     return BatchHeader._make(HEADER.unpack_from(buffer, position))
 
 
-def batch_crc(batch: bytes | memoryview) -> int:
-    return int(crc32c.crc32c(memoryview(batch)[CRC_START:]))
+def batch_crc(batch: bytes | bytearray | memoryview, position: int = 0, size: int | None = None) -> int:
+    """CRC32C of the batch at `position` over every byte but the CRC field itself."""
+    view = memoryview(batch)
+    end = len(view) if size is None else position + size
+    head = crc32c.crc32c(view[position : position + CRC_POSITION])
+    return int(crc32c.crc32c(view[position + CRC_START : end], head))
 
 
 def _lengths(items: Sequence[bytes | None]) -> tuple[npt.NDArray[np.int32], bytes]:
@@ -294,7 +299,7 @@ def encode_batch(
         attributes, last_delta, first_timestamp, max_timestamp, producer_id, producer_epoch,
         base_sequence, count,
     ))
-    crc = crc32c.crc32c(section, crc32c.crc32c(memoryview(header)[CRC_START:]))
+    crc = crc32c.crc32c(section, batch_crc(header))
     CRC_FIELD.pack_into(header, CRC_POSITION, crc)
     return bytes(header) + section
 
@@ -319,8 +324,7 @@ def validate_batch(
         raise RecordTooLargeError(f"batch of {header.size} bytes exceeds the limit of {max_bytes}")
     if header.magic != MAGIC:
         raise InvalidRecordError(f"magic {header.magic} is not the supported magic {MAGIC}")
-    view = memoryview(buffer)[position + CRC_START : position + header.size]
-    actual = crc32c.crc32c(view)
+    actual = batch_crc(buffer, position, header.size)
     if actual != header.crc:
         raise CorruptRecordError(f"CRC32C mismatch: stored {header.crc:#010x}, computed {actual:#010x}")
     if header.attributes & ~KNOWN_ATTRIBUTE_BITS or header.attributes & COMPRESSION_MASK > 4:
@@ -488,7 +492,7 @@ def decode_batch(
         )
     return RecordBatch(
         header=header,
-        offsets=(columns.offset_deltas + header.base_offset).tolist(),
+        offsets=(columns.offset_deltas.astype(np.int64) + header.base_offset).tolist(),
         timestamps=timestamps,
         keys=keys,
         values=values,
@@ -499,11 +503,11 @@ def decode_batch(
 def restamp(
     batch: bytearray | memoryview, *, base_offset: int, partition_leader_epoch: int, log_append_time: int | None = None
 ) -> None:
-    """Set the fields the leader owns, in place. Only LogAppendTime touches CRC-covered bytes."""
+    """Set the fields the leader owns, in place, and re-checksum the batch."""
     BASE_OFFSET_FIELD.pack_into(batch, 0, base_offset)
     EPOCH_FIELD.pack_into(batch, PARTITION_LEADER_EPOCH_POSITION, partition_leader_epoch)
     if log_append_time is not None:
         header = read_header(batch)
         struct.pack_into("<h", batch, 21, header.attributes | TIMESTAMP_TYPE_BIT)
         struct.pack_into("<q", batch, 35, log_append_time)
-        CRC_FIELD.pack_into(batch, CRC_POSITION, batch_crc(batch))
+    CRC_FIELD.pack_into(batch, CRC_POSITION, batch_crc(batch))

@@ -1,0 +1,34 @@
+"""Entry point of the `tidelog` command."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from tidelog.cli.dev import add_dev_commands
+from tidelog.cli.log_tools import add_log_commands
+
+__all__ = ["main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tidelog", description="Tidelog, a distributed commit log")
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_dev_commands(commands)
+    add_log_commands(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        status: int = args.handler(args)
+    except BrokenPipeError:  # `tidelog log dump ... | head`: the reader left; logs were closed
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

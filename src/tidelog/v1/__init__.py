@@ -1,0 +1,1 @@
+"""Generated gRPC stubs (scripts/gen_proto.py); do not edit."""

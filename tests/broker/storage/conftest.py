@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tidelog.broker.storage import LogConfig, PartitionLog
+from tidelog.common.record.batch import RecordBatch, decode_batch
+
+
+class FakeClock:
+    """Milliseconds that move only when a test says so."""
+
+    def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+    def advance(self, ms: int) -> None:
+        self.now_ms += ms
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+OpenLog = Callable[..., PartitionLog]
+
+
+@pytest.fixture
+def open_log(tmp_path: Path, clock: FakeClock) -> Iterator[OpenLog]:
+    opened: list[PartitionLog] = []
+
+    def _open(folder: str = "topic-0", **configs: object) -> PartitionLog:
+        config = LogConfig.from_configs({name.replace("_", "."): value for name, value in configs.items()})
+        partition_log = PartitionLog.open(tmp_path / folder, config, clock=clock)
+        opened.append(partition_log)
+        return partition_log
+
+    yield _open
+    for partition_log in opened:
+        partition_log.close_without_flush()
+
+
+def read_all(partition_log: PartitionLog, start: int | None = None) -> list[RecordBatch]:
+    """Every batch from `start` (default: log start) to the log end, through `read`."""
+    offset = partition_log.log_start_offset if start is None else start
+    batches = []
+    while offset < partition_log.log_end_offset:
+        data = partition_log.read(offset, 1 << 20)
+        if not data:
+            break
+        position = 0
+        while position < len(data):
+            batch = decode_batch(data, position)
+            position += batch.header.size
+            offset = batch.header.next_offset
+            batches.append(batch)
+    return batches
+
+
+def records_of(batches: list[RecordBatch]) -> list[tuple[int, bytes | None, bytes | None]]:
+    return [
+        (offset, key, value)
+        for batch in batches
+        for offset, key, value in zip(batch.offsets, batch.keys, batch.values, strict=True)
+    ]

@@ -1,0 +1,232 @@
+"""Crash recovery: a torn or corrupt tail is cut, indexes are rebuilt, opening never crashes."""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidelog.broker.storage import LogConfig, PartitionLog
+from tidelog.broker.storage.partition_log import CLEAN_SHUTDOWN_FILE
+from tidelog.common.record.batch import encode_batch, read_header
+
+from .conftest import FakeClock, OpenLog, read_all, records_of
+
+
+def _values(start: int, count: int) -> list[bytes]:
+    return [b"value-%08d" % (start + index) for index in range(count)]
+
+
+def _fill(partition_log: PartitionLog, batches: int, per_batch: int = 4) -> None:
+    for number in range(batches):
+        partition_log.append_as_leader(
+            encode_batch(_values(number * per_batch, per_batch), timestamps=1000 + number), leader_epoch=0
+        )
+
+
+def _crash(partition_log: PartitionLog) -> None:
+    partition_log.close_without_flush()
+
+
+def _segment_file(directory: Path, base: int, suffix: str = ".log") -> Path:
+    return directory / f"{base:020d}{suffix}"
+
+
+def test_torn_tail_is_truncated_to_the_last_whole_batch(open_log: OpenLog, tmp_path: Path) -> None:
+    partition_log = open_log()
+    _fill(partition_log, 10)
+    size = partition_log.size_bytes
+    _crash(partition_log)
+    os.truncate(_segment_file(tmp_path / "topic-0", 0), size - 7)
+    recovered = open_log()
+    assert recovered.log_end_offset == 36
+    assert [value for _, _, value in records_of(read_all(recovered))] == _values(0, 36)
+    assert os.path.getsize(_segment_file(tmp_path / "topic-0", 0)) < size - 7
+
+
+def test_corrupt_byte_in_the_tail_truncates_from_that_batch(open_log: OpenLog, tmp_path: Path) -> None:
+    partition_log = open_log()
+    _fill(partition_log, 10)
+    batch_size = read_header(partition_log.read(0, 100)).size
+    _crash(partition_log)
+    path = _segment_file(tmp_path / "topic-0", 0)
+    data = bytearray(path.read_bytes())
+    data[batch_size * 6 + 40] ^= 0x01  # inside batch 7 (offsets 24..27)
+    path.write_bytes(data)
+    recovered = open_log()
+    assert recovered.log_end_offset == 24
+    assert len(records_of(read_all(recovered))) == 24
+
+
+def test_segments_after_a_torn_one_are_dropped(open_log: OpenLog, tmp_path: Path) -> None:
+    partition_log = open_log(segment_bytes=4096)
+    _fill(partition_log, 200)
+    segments = partition_log.segments()
+    assert len(segments) >= 3
+    _crash(partition_log)
+    middle = segments[1]
+    os.truncate(middle.log_path, middle.size - 5)
+    recovered = open_log(segment_bytes=4096)
+    assert len(recovered.segments()) == 2
+    assert recovered.log_end_offset < segments[2].base_offset
+    values = [value for _, _, value in records_of(read_all(recovered))]
+    assert values == _values(0, len(values))
+
+
+def test_clean_shutdown_skips_recovery_but_a_crash_does_not(open_log: OpenLog, tmp_path: Path) -> None:
+    partition_log = open_log()
+    _fill(partition_log, 5)
+    partition_log.close()
+    assert (tmp_path / "topic-0" / CLEAN_SHUTDOWN_FILE).exists()
+    reopened = open_log()
+    assert not (tmp_path / "topic-0" / CLEAN_SHUTDOWN_FILE).exists()  # until the next clean close
+    assert reopened.log_end_offset == 20
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbage", "not-growing", "past-the-end", "partial-entry"])
+def test_damaged_indexes_are_rebuilt(open_log: OpenLog, tmp_path: Path, damage: str) -> None:
+    partition_log = open_log(index_interval_bytes=64)
+    _fill(partition_log, 50)
+    partition_log.close()
+    index = _segment_file(tmp_path / "topic-0", 0, ".index")
+    entries = index.read_bytes()
+    assert len(entries) >= 16
+    if damage == "missing":
+        index.unlink()
+    elif damage == "garbage":
+        index.write_bytes(os.urandom(len(entries)))
+    elif damage == "not-growing":
+        index.write_bytes(entries[8:16] + entries[0:8] + entries[16:])
+    elif damage == "past-the-end":
+        index.write_bytes(entries + (10_000).to_bytes(4, "little") + (10**8).to_bytes(4, "little"))
+    else:
+        index.write_bytes(entries[:-3])
+    _segment_file(tmp_path / "topic-0", 0, ".timeindex").write_bytes(b"\x01\x02\x03")
+    reopened = open_log(index_interval_bytes=64)
+    assert index.read_bytes() == entries  # rebuilt identical to the original
+    for offset in range(0, 200, 3):
+        header = read_header(reopened.read(offset, 10))
+        assert header.base_offset <= offset <= header.last_offset
+    assert reopened.offset_for_timestamp(1020) == (80, 1020)
+
+
+def test_garbage_segment_file_does_not_crash_open(open_log: OpenLog, tmp_path: Path) -> None:
+    folder = tmp_path / "topic-0"
+    folder.mkdir()
+    _segment_file(folder, 0).write_bytes(os.urandom(5000))
+    _segment_file(folder, 0, ".index").write_bytes(os.urandom(77))
+    partition_log = open_log()
+    assert partition_log.log_end_offset == 0
+    assert partition_log.append_as_leader(encode_batch([b"a"]), leader_epoch=0).first_offset == 0
+
+
+def test_crash_during_compaction_swap_completes_or_discards(open_log: OpenLog, tmp_path: Path) -> None:
+    folder = tmp_path / "topic-0"
+    partition_log = open_log()
+    _fill(partition_log, 3)
+    partition_log.close()
+    # A cleaned copy that was renamed to .swap (committed) replaces the original on open ...
+    replacement = encode_batch([b"kept"], offset_deltas=[11], last_offset_delta=11)
+    Path(str(_segment_file(folder, 0)) + ".swap").write_bytes(replacement)
+    # ... while a .cleaned copy (not yet committed) is thrown away.
+    Path(str(_segment_file(folder, 0)) + ".cleaned").write_bytes(b"half-written")
+    reopened = open_log()
+    assert records_of(read_all(reopened)) == [(11, None, b"kept")]
+    assert sorted(name for name in os.listdir(folder) if "swap" in name or "cleaned" in name) == []
+
+
+# ---- the property: whatever a crash leaves, the recovered log is a prefix --------------------
+
+
+@st.composite
+def crash_scenarios(draw: st.DrawFn) -> dict[str, object]:
+    operations = draw(
+        st.lists(
+            st.one_of(
+                st.tuples(st.just("append"), st.integers(1, 20), st.integers(0, 300)),
+                st.just(("roll",)),
+                st.just(("flush",)),
+            ),
+            min_size=1,
+            max_size=40,
+        )
+    )
+    return {
+        "operations": operations,
+        "damage": draw(st.sampled_from(["truncate", "flip", "zero-tail", "none"])),
+        "damage_at": draw(st.floats(0, 1)),
+        "index_damage": draw(st.sampled_from(["none", "delete", "garbage"])),
+        "segment_bytes": draw(st.sampled_from([4096, 16384, 1 << 20])),
+        "seed": draw(st.integers(0, 2**32)),
+    }
+
+
+@given(crash_scenarios())
+def test_recovered_log_is_a_prefix_of_what_was_written(scenario: dict[str, object]) -> None:
+    rng = random.Random(scenario["seed"])  # type: ignore[arg-type]
+    config = LogConfig.from_configs(
+        {"segment.bytes": scenario["segment_bytes"], "index.interval.bytes": 256}
+    )
+    with tempfile.TemporaryDirectory() as temporary:
+        folder = Path(temporary) / "topic-0"
+        clock = FakeClock()
+        partition_log = PartitionLog.open(folder, config, clock=clock)
+        written: list[tuple[int, bytes]] = []
+        flushed_size: dict[int, int] = {}  # segment base → bytes fsynced by an explicit flush
+        for operation in scenario["operations"]:  # type: ignore[attr-defined]
+            if operation[0] == "append":
+                _, count, size = operation
+                values = [rng.randbytes(size) for _ in range(count)]
+                info = partition_log.append_as_leader(encode_batch(values, timestamps=clock()), leader_epoch=0)
+                written.extend(zip(range(info.first_offset, info.last_offset + 1), values, strict=True))
+                clock.advance(1)
+            elif operation[0] == "roll":
+                partition_log.roll()
+            else:
+                partition_log.flush()
+                flushed_size = {segment.base_offset: segment.size for segment in partition_log.segments()}
+            for sealed in partition_log.segments()[:-1]:  # a roll fsyncs the segment it seals
+                flushed_size[sealed.base_offset] = sealed.size
+        segments = partition_log.segments()
+        durable = max(partition_log.recovery_point, segments[-1].base_offset)
+        partition_log.close_without_flush()
+
+        # Damage only what a crash can: bytes past the last fsync of their segment.
+        victims = [segment for segment in segments if segment.size > flushed_size.get(segment.base_offset, 0)]
+        if victims and scenario["damage"] != "none":
+            victim = victims[int(scenario["damage_at"] * (len(victims) - 1))]  # type: ignore[operator]
+            floor = flushed_size.get(victim.base_offset, 0)
+            position = floor + int(scenario["damage_at"] * (victim.size - floor - 1))  # type: ignore[operator]
+            data = bytearray(victim.log_path.read_bytes())
+            if scenario["damage"] == "truncate":
+                del data[position:]
+            elif scenario["damage"] == "flip":
+                data[position] ^= 1 << rng.randrange(8)
+            else:
+                data[position:] = bytes(len(data) - position)
+            victim.log_path.write_bytes(data)
+        for segment in segments:  # indexes are never trusted blindly: any of them may be lost
+            if scenario["index_damage"] == "delete":
+                segment.offset_index.path.unlink(missing_ok=True)
+            elif scenario["index_damage"] == "garbage" and segment.offset_index.path.exists():
+                segment.offset_index.path.write_bytes(rng.randbytes(24))
+
+        recovered = PartitionLog.open(folder, config, clock=clock)
+        try:
+            got = [(offset, value) for offset, _, value in records_of(read_all(recovered))]
+            assert got == written[: len(got)], "recovered log is not a prefix of what was written"
+            assert len(got) >= sum(1 for offset, _ in written if offset < durable), "lost fsynced records"
+            assert recovered.log_end_offset == (got[-1][0] + 1 if got else 0)
+            for offset, value in got[:: max(1, len(got) // 20)]:
+                header = read_header(recovered.read(offset, 1))
+                assert header.base_offset <= offset <= header.last_offset
+            # and it accepts appends right after the recovered end
+            info = recovered.append_as_leader(encode_batch([b"after"]), leader_epoch=1)
+            assert info.first_offset == recovered.log_end_offset - 1
+        finally:
+            recovered.close_without_flush()
