@@ -23,7 +23,7 @@ import dataclasses
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Final
+from typing import Final, TypeVar
 
 import numpy as np
 import structlog
@@ -31,13 +31,21 @@ import structlog
 from tidelog.broker.storage.checkpoint import CorruptCheckpointError, read_checkpoint, write_checkpoint
 from tidelog.broker.storage.partition_log import CLEANED_SUFFIX, CLEANER_OFFSET_FILE, PartitionLog
 from tidelog.broker.storage.segment import LogSegment
-from tidelog.common.record.batch import BATCH_OVERHEAD, BatchHeader, decode_batch, encode_batch, read_header, validate_batch
+from tidelog.common.record.batch import (
+    BATCH_OVERHEAD,
+    BatchHeader,
+    decode_batch,
+    encode_batch,
+    read_header,
+    validate_batch,
+)
 
 __all__ = ["CleanResult", "LogCleaner", "compact", "dirty_ratio"]
 
 log = structlog.get_logger(__name__)
 
 READ_CHUNK_BYTES: Final = 1 << 20
+T = TypeVar("T")
 
 
 class CleaningAbortedError(Exception):
@@ -108,7 +116,9 @@ def _batches(partition_log: PartitionLog, segment: LogSegment) -> Iterator[tuple
         position += local
 
 
-def _build_offset_map(partition_log: PartitionLog, dirty: list[LogSegment], first_dirty: int) -> dict[bytes | None, int]:
+def _build_offset_map(
+    partition_log: PartitionLog, dirty: list[LogSegment], first_dirty: int
+) -> dict[bytes | None, int]:
     offset_map: dict[bytes | None, int] = {}
     for segment in dirty:
         for header, raw in _batches(partition_log, segment):
@@ -139,7 +149,10 @@ def _clean_batch(
     if not kept:
         return None, removed
     header = batch.header
-    pick = lambda column: [column[index] for index in kept]  # noqa: E731
+
+    def pick(column: list[T]) -> list[T]:
+        return [column[index] for index in kept]
+
     cleaned = encode_batch(
         pick(batch.values),
         keys=pick(batch.keys),

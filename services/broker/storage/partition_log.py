@@ -369,7 +369,7 @@ class PartitionLog:
 
     def read(
         self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True
-    ) -> bytes:
+    ) -> bytearray:
         """Stored batches from the one holding `offset`, up to `max_bytes`, below `max_offset`.
 
         Batches are returned as they are stored (ready to send without re-encoding), so the
@@ -392,7 +392,7 @@ class PartitionLog:
                 data = segment.read(offset, max_bytes, max_offset=end, min_one_batch=min_one_batch)
                 if data:
                     return data
-            return b""
+            return bytearray()
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after `timestamp` (ListOffsets)."""

@@ -6,6 +6,7 @@ of the log is ever deleted, and never the active (last) segment.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from tidelog.broker.storage.log_config import LogConfig
@@ -30,7 +31,7 @@ def segments_past_retention(
     by_policy = config.delete and not start_offset_only
     remaining_bytes = sum(segment.size for segment in segments)
     count = 0
-    for segment, following in zip(segments, segments[1:], strict=False):  # the last is active
+    for segment, following in itertools.pairwise(segments):  # the last one is active: kept
         below_start = following.base_offset <= log_start_offset
         expired = (
             by_policy

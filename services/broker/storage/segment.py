@@ -25,7 +25,8 @@ from tidelog.common.record.batch import BATCH_OVERHEAD, BatchHeader, decode_batc
 
 __all__ = ["BadBatchError", "LogSegment", "segment_file_name"]
 
-SCAN_CHUNK_BYTES: Final = 1 << 20
+SCAN_CHUNK_BYTES: Final = 1 << 20  # validating scans (recovery) read whole batches
+HEADER_SCAN_CHUNK_BYTES: Final = 16 << 10  # header-only scans: covers a 4 KiB index gap in one read
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
 TIME_INDEX_SUFFIX: Final = ".timeindex"
@@ -175,10 +176,11 @@ class LogSegment:
         position = start_position
         buffer = b""
         buffer_start = position
+        chunk_bytes = SCAN_CHUNK_BYTES if validate else HEADER_SCAN_CHUNK_BYTES
         while position < self.size:
             local = position - buffer_start
             if len(buffer) - local < BATCH_OVERHEAD:
-                buffer = self.read_at(SCAN_CHUNK_BYTES, position)
+                buffer = self.read_at(chunk_bytes, position)
                 buffer_start, local = position, 0
             if len(buffer) < BATCH_OVERHEAD:
                 raise BadBatchError("torn batch header", position)
@@ -206,7 +208,7 @@ class LogSegment:
                 return position, header
         return None
 
-    def read(self, offset: int, max_bytes: int, *, max_offset: int, min_one_batch: bool) -> bytes:
+    def read(self, offset: int, max_bytes: int, *, max_offset: int, min_one_batch: bool) -> bytearray:
         """Whole batches from the one holding `offset`, up to `max_bytes` and below `max_offset`.
 
         With `min_one_batch`, the first batch is returned even when it is larger than `max_bytes`
@@ -216,12 +218,15 @@ class LogSegment:
         """
         found = self.translate_offset(offset)
         if found is None:
-            return b""
+            return bytearray()
         start, first = found
         if first.base_offset >= max_offset:
-            return b""
+            return bytearray()
         span = min(self.size - start, max(max_bytes, first.size if min_one_batch else 0))
-        data = self.read_at(span, start)
+        # Read into a bytearray so trimming a partial last batch is an in-place resize, not a copy.
+        assert not self.closed
+        data = bytearray(span)
+        del data[os.preadv(self._descriptor, [data], start) :]
         end = 0
         while end + BATCH_OVERHEAD <= len(data):
             header = read_header(data, end)
@@ -236,7 +241,8 @@ class LogSegment:
                     f"{self.log_path.name}: batch at position {start + end} fails validation: {error}"
                 ) from error
             end += header.size
-        return data[:end]
+        del data[end:]
+        return data
 
     def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record whose timestamp is ≥ `timestamp`, if any."""

@@ -52,6 +52,7 @@ __all__ = [
     "HEADER",
     "MAGIC",
     "BatchHeader",
+    "Buffer",
     "Header",
     "Record",
     "RecordBatch",
@@ -97,6 +98,7 @@ UNCOMPRESSED_BYTES_MAX: Final = 1 << 28
 _I4: Final = np.dtype("<i4")
 _I8: Final = np.dtype("<i8")
 
+Buffer = bytes | bytearray | memoryview
 Header = tuple[str, bytes | None]
 Headers = tuple[Header, ...]
 _NO_HEADERS: Final[Headers] = ()
@@ -179,12 +181,12 @@ class RecordBatch:
         return map(Record, self.offsets, self.timestamps, self.keys, self.values, self.headers)
 
 
-def read_header(buffer: bytes | memoryview, position: int = 0) -> BatchHeader:
+def read_header(buffer: Buffer, position: int = 0) -> BatchHeader:
     """Unpack the batch header at `position`; the caller checks there are 61 bytes."""
     return BatchHeader._make(HEADER.unpack_from(buffer, position))
 
 
-def batch_crc(batch: bytes | bytearray | memoryview, position: int = 0, size: int | None = None) -> int:
+def batch_crc(batch: Buffer, position: int = 0, size: int | None = None) -> int:
     """CRC32C of the batch at `position` over every byte but the CRC field itself."""
     view = memoryview(batch)
     end = len(view) if size is None else position + size
@@ -305,7 +307,7 @@ def encode_batch(
 
 
 def validate_batch(
-    buffer: bytes | memoryview, position: int = 0, *, max_bytes: int | None = None
+    buffer: Buffer, position: int = 0, *, max_bytes: int | None = None
 ) -> BatchHeader:
     """Check the framing, magic and CRC of the batch at `position`, cheaply (no decoding).
 
@@ -338,7 +340,7 @@ def validate_batch(
     return header
 
 
-def _records_section(buffer: bytes | memoryview, position: int, header: BatchHeader) -> bytes:
+def _records_section(buffer: Buffer, position: int, header: BatchHeader) -> bytes:
     start = position + BATCH_OVERHEAD
     end = position + header.size
     codec = header.compression
@@ -411,7 +413,7 @@ class _Columns(NamedTuple):
     payload: int
 
 
-def _columns(buffer: bytes | memoryview, position: int, header: BatchHeader) -> _Columns:
+def _columns(buffer: Buffer, position: int, header: BatchHeader) -> _Columns:
     """Inflate the records section and check that its columns agree with each other."""
     section = _records_section(buffer, position, header)
     count = header.record_count
@@ -445,7 +447,7 @@ def _columns(buffer: bytes | memoryview, position: int, header: BatchHeader) -> 
 
 
 def check_records(
-    buffer: bytes | memoryview,
+    buffer: Buffer,
     position: int,
     header: BatchHeader,
     *,
@@ -471,7 +473,7 @@ def check_records(
 
 
 def decode_batch(
-    buffer: bytes | memoryview, position: int = 0, *, verify_crc: bool = True
+    buffer: Buffer, position: int = 0, *, verify_crc: bool = True
 ) -> RecordBatch:
     """Decode the batch at `position` into columns of Python objects."""
     header = validate_batch(buffer, position) if verify_crc else read_header(buffer, position)

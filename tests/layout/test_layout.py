@@ -1,0 +1,62 @@
+"""The repository keeps its designed shape: folders, import names, generated files, layers."""
+
+from __future__ import annotations
+
+import filecmp
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tidelog.v1 import broker_pb2, broker_pb2_grpc
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "services/broker", "services/controller", "services/coordinator", "services/gateway",
+        "operator", "helm", "spark_jobs", "proto/tidelog/v1", "tests", "skaffold.yaml", "README.md",
+        "pyproject.toml", "docs/adr", "bench", ".ci/run",
+    ],
+)
+def test_top_level_is_as_designed(path: str) -> None:
+    assert (ROOT / path).exists()
+
+
+@pytest.mark.parametrize(
+    ("package", "folder"),
+    [("tidelog.broker", "services/broker"), ("tidelog.broker.storage", "services/broker/storage")],
+)
+def test_service_folders_are_tidelog_packages(package: str, folder: str) -> None:
+    module = __import__(package, fromlist=["_"])
+    assert module.__file__ is not None
+    assert Path(module.__file__).resolve().parent == (ROOT / folder).resolve()
+
+
+def test_import_operator_is_still_the_standard_library() -> None:
+    # -S: no site, so nothing has imported `operator` before the repo root (sys.path[0]) is searched.
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", "import operator; print(operator.__file__, operator.itemgetter)"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )
+    assert str(ROOT) not in result.stdout
+    assert "itemgetter" in result.stdout
+
+
+def test_generated_grpc_stubs_are_fresh(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_proto.py"), str(tmp_path)], check=True)
+    generated = tmp_path / "tidelog" / "v1"
+    committed = ROOT / "src" / "tidelog" / "v1"
+    names = sorted(path.name for path in generated.iterdir() if path.is_file())
+    assert names == sorted(path.name for path in committed.iterdir() if path.is_file())
+    _, mismatch, errors = filecmp.cmpfiles(generated, committed, names, shallow=False)
+    assert not mismatch and not errors, f"stale stubs {mismatch}: run python scripts/gen_proto.py"
+
+
+def test_stubs_import_and_build_messages() -> None:
+    request = broker_pb2.ProduceRequest(acks=-1, partitions=[broker_pb2.ProducePartition(topic="t")])
+    assert broker_pb2.ProduceRequest.FromString(request.SerializeToString()) == request
+    assert hasattr(broker_pb2_grpc, "BrokerStub")
