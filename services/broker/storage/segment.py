@@ -119,11 +119,16 @@ class LogSegment:
         assert not self.closed
         assert header.size == len(batch)
         position = self.size
-        self._track(header, position)
         view = memoryview(batch)
-        while view:
-            written = os.write(self._descriptor, view)
-            view = view[written:]
+        try:
+            while view:
+                written = os.write(self._descriptor, view)
+                view = view[written:]
+        except OSError as error:
+            # Disk full or failing: cut what was written so no half batch stays behind.
+            os.ftruncate(self._descriptor, position)
+            raise KafkaStorageError(f"{self.log_path.name}: append failed: {error}") from error
+        self._track(header, position)
         self.size += header.size
         return position
 

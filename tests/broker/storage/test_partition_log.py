@@ -321,3 +321,26 @@ def test_corruption_in_flushed_data_is_never_served(open_log: OpenLog, tmp_path:
     assert len(served) == read_header(served).size  # the good first batch, not the bad second
     with pytest.raises(KafkaStorageError, match="fails validation"):
         partition_log.read(10, 1 << 20)
+
+
+def test_failed_disk_write_leaves_no_half_batch(open_log: OpenLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    partition_log = open_log()
+    partition_log.append_as_leader(batch_of(3), leader_epoch=0)
+    size_before = partition_log.size_bytes
+    real_write = os.write
+
+    def write_half_then_fail(descriptor: int, data: memoryview) -> int:
+        monkeypatch.setattr(os, "write", fail)
+        return real_write(descriptor, data[: len(data) // 2])
+
+    def fail(descriptor: int, data: memoryview) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", write_half_then_fail)
+    with pytest.raises(KafkaStorageError, match="No space left"):
+        partition_log.append_as_leader(batch_of(3, start=3), leader_epoch=0)
+    monkeypatch.setattr(os, "write", real_write)
+    assert partition_log.size_bytes == size_before
+    assert partition_log.log_end_offset == 3
+    assert partition_log.append_as_leader(batch_of(2, start=3), leader_epoch=0).first_offset == 3
+    assert [offset for offset, _, _ in records_of(read_all(partition_log))] == [0, 1, 2, 3, 4]
