@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tidelog.broker.storage import LogConfig, PartitionLog
-from tidelog.common.record.batch import decode_batch, encode_batch, read_header
+from tidelog.common.record.batch import decode_batch, encode_batch, iter_headers
 from tidelog.common.record.compression import CompressionType
 
 MIB = 1 << 20
@@ -144,13 +144,8 @@ def bench_read(log_dir: Path, rounds: int) -> tuple[float, float]:
 
 def _next_offset_after(data: bytes | bytearray) -> int:
     """The offset after the last batch in `data` (walking headers only, as a consumer would)."""
-    position = 0
-    next_offset = -1
-    while position < len(data):
-        header = read_header(data, position)
-        next_offset = header.next_offset
-        position += header.size
-    return next_offset
+    *_, (_, last) = iter_headers(data)
+    return last.next_offset
 
 
 def main() -> None:

@@ -17,7 +17,9 @@ from tidelog.common.record.batch import (
     batch_crc,
     check_records,
     decode_batch,
+    decode_batches,
     encode_batch,
+    iter_headers,
     read_header,
     restamp,
     validate_batch,
@@ -239,3 +241,13 @@ def test_fixed_overhead_per_record_is_documented_size() -> None:
     one = len(encode_batch([b""]))
     two = len(encode_batch([b"", b""]))
     assert two - one == RECORD_COLUMNS_BYTES
+
+
+def test_a_buffer_of_batches_splits_into_batches() -> None:
+    buffer = encode_batch([b"a"], base_offset=0) + encode_batch([b"b", b"c"], base_offset=1)
+    assert [position for position, _ in iter_headers(buffer)] == [0, len(encode_batch([b"a"]))]
+    assert [batch.offsets for batch in decode_batches(buffer)] == [[0], [1, 2]]
+    with pytest.raises(CorruptRecordError, match="overruns"):
+        list(iter_headers(buffer[:-1]))
+    with pytest.raises(CorruptRecordError, match="stray"):
+        list(iter_headers(buffer + b"xyz"))

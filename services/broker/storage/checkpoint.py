@@ -52,9 +52,11 @@ def write_checkpoint(path: Path, entries: Sequence[Sequence[int]]) -> None:
 def read_checkpoint(path: Path, fields: int) -> list[tuple[int, ...]] | None:
     """Entries of the checkpoint at `path`, or None when there is none."""
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("ascii")
     except FileNotFoundError:
         return None
+    except UnicodeDecodeError as error:
+        raise CorruptCheckpointError(f"{path}: not a text checkpoint") from error
     lines = text.splitlines()
     try:
         if len(lines) < 2 or int(lines[0]) != VERSION:

@@ -221,7 +221,10 @@ class LogSegment:
         CRC check just now; the good batches before a corrupt one are served, and a read starting
         at a corrupt one raises KafkaStorageError.
         """
-        found = self.translate_offset(offset)
+        try:
+            found = self.translate_offset(offset)
+        except BadBatchError as error:
+            raise KafkaStorageError(f"{self.log_path.name}: cannot locate offset {offset}: {error}") from error
         if found is None:
             return bytearray()
         start, first = found
@@ -251,6 +254,12 @@ class LogSegment:
 
     def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record whose timestamp is ≥ `timestamp`, if any."""
+        try:
+            return self._find_offset_by_timestamp(timestamp)
+        except BadBatchError as error:
+            raise KafkaStorageError(f"{self.log_path.name}: timestamp lookup failed: {error}") from error
+
+    def _find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         if self.max_timestamp < timestamp:
             return None
         candidate = self.time_index.lookup(timestamp)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tidelog.broker.storage import LogConfig, PartitionLog
 from tidelog.common.clock import wall_clock_ms
-from tidelog.common.record.batch import RecordBatch, decode_batch, encode_batch
+from tidelog.common.record.batch import RecordBatch, decode_batches, encode_batch
 
 __all__ = ["add_log_commands", "iter_batches"]
 
@@ -21,17 +21,14 @@ READ_BYTES = 1 << 20
 
 
 def iter_batches(partition_log: PartitionLog, start: int) -> Iterator[RecordBatch]:
+    """Every batch from the one holding `start` to the log end, read as a consumer would."""
     offset = start
     while offset < partition_log.log_end_offset:
-        data = partition_log.read(offset, READ_BYTES)
-        if not data:
+        batches = decode_batches(partition_log.read(offset, READ_BYTES))
+        if not batches:
             return
-        position = 0
-        while position < len(data):
-            batch = decode_batch(data, position)
-            position += batch.header.size
-            offset = batch.header.next_offset
-            yield batch
+        offset = batches[-1].header.next_offset
+        yield from batches
 
 
 def _open(folder: str) -> PartitionLog:

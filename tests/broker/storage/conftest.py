@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from tidelog.broker.storage import LogConfig, PartitionLog
-from tidelog.common.record.batch import RecordBatch, decode_batch
+from tidelog.common.record.batch import RecordBatch, decode_batches
 
 
 class FakeClock:
@@ -48,17 +48,13 @@ def open_log(tmp_path: Path, clock: FakeClock) -> Iterator[OpenLog]:
 def read_all(partition_log: PartitionLog, start: int | None = None) -> list[RecordBatch]:
     """Every batch from `start` (default: log start) to the log end, through `read`."""
     offset = partition_log.log_start_offset if start is None else start
-    batches = []
+    batches: list[RecordBatch] = []
     while offset < partition_log.log_end_offset:
-        data = partition_log.read(offset, 1 << 20)
-        if not data:
+        fetched = decode_batches(partition_log.read(offset, 1 << 20))
+        if not fetched:
             break
-        position = 0
-        while position < len(data):
-            batch = decode_batch(data, position)
-            position += batch.header.size
-            offset = batch.header.next_offset
-            batches.append(batch)
+        offset = fetched[-1].header.next_offset
+        batches.extend(fetched)
     return batches
 
 

@@ -60,7 +60,9 @@ __all__ = [
     "batch_crc",
     "check_records",
     "decode_batch",
+    "decode_batches",
     "encode_batch",
+    "iter_headers",
     "read_header",
     "restamp",
     "validate_batch",
@@ -500,6 +502,24 @@ def decode_batch(
         values=values,
         headers=record_headers,
     )
+
+
+def iter_headers(buffer: Buffer) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of each whole batch in a buffer of batches back to back (a fetch)."""
+    position = 0
+    while len(buffer) - position >= BATCH_OVERHEAD:
+        header = read_header(buffer, position)
+        if header.size < BATCH_OVERHEAD or position + header.size > len(buffer):
+            raise CorruptRecordError(f"batch at position {position} overruns its buffer")
+        yield position, header
+        position += header.size
+    if position != len(buffer):
+        raise CorruptRecordError(f"{len(buffer) - position} stray bytes after the last batch")
+
+
+def decode_batches(buffer: Buffer) -> list[RecordBatch]:
+    """Decode every batch in a buffer of batches back to back (CRC-checked)."""
+    return [decode_batch(buffer, position) for position, _ in iter_headers(buffer)]
 
 
 def restamp(
