@@ -13,3 +13,21 @@ settings.register_profile(
     "thorough", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+# ---- a real etcd server, shared by the tests of one session ------------------------------------
+
+from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from tidelog.common.etcd.server import EtcdServer  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    server = EtcdServer(Path(tmp_path_factory.mktemp("etcd")) / "data")
+    server.start()
+    yield server
+    server.stop()

