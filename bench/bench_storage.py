@@ -159,19 +159,24 @@ def main() -> None:
         raw_mib_s, log_mib_s, log_dir = bench_append(workdir, args.megabytes * MIB, args.rounds)
         print(f"append, 1 MiB batches, {args.megabytes} MiB, median of {args.rounds}:")
         print(f"  raw sequential write + 1 fsync   {raw_mib_s:10.1f} MiB/s   (reference)")
-        print(f"  PartitionLog.append_as_leader     {log_mib_s:10.1f} MiB/s   "
-              f"ratio {log_mib_s / raw_mib_s:6.1%}   (target >= 60%)")
+        print(
+            f"  PartitionLog.append_as_leader     {log_mib_s:10.1f} MiB/s   "
+            f"ratio {log_mib_s / raw_mib_s:6.1%}   (target >= 60%)"
+        )
         raw_read_mib_s, log_read_mib_s = bench_read(log_dir, args.rounds)
         print("read, 1 MiB fetches, page cache warm, every batch CRC-checked:")
         print(f"  raw pread of the segment files     {raw_read_mib_s:10.1f} MiB/s   (reference)")
-        print(f"  PartitionLog.read                  {log_read_mib_s:10.1f} MiB/s   "
-              f"ratio {log_read_mib_s / raw_read_mib_s:6.1%}")
+        print(
+            f"  PartitionLog.read                  {log_read_mib_s:10.1f} MiB/s   "
+            f"ratio {log_read_mib_s / raw_read_mib_s:6.1%}"
+        )
     print(f"codec, batches of {CODEC_BATCH_RECORDS} records with {VALUE_BYTES}-byte values:")
     for codec in CompressionType:
         encode_rate, decode_rate = bench_codec(args.rounds, codec)
         target = "   (target >= 2,000,000 each)" if codec == CompressionType.NONE else ""
-        print(f"  {codec.name:<6} encode {encode_rate:12,.0f} records/s   "
-              f"decode {decode_rate:12,.0f} records/s{target}")
+        print(
+            f"  {codec.name:<6} encode {encode_rate:12,.0f} records/s   decode {decode_rate:12,.0f} records/s{target}"
+        )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Generate the Python gRPC stubs from proto/ into src/tidelog/v1 (or another output root).
 
-    python scripts/gen_proto.py            # regenerate the committed stubs
-    python scripts/gen_proto.py OUT_DIR    # generate elsewhere (the staleness test does this)
+python scripts/gen_proto.py            # regenerate the committed stubs
+python scripts/gen_proto.py OUT_DIR    # generate elsewhere (the staleness test does this)
 """
 
 from __future__ import annotations
@@ -18,14 +18,16 @@ PROTO_ROOT = ROOT / "proto"
 def generate(output_root: Path) -> list[Path]:
     sources = sorted(PROTO_ROOT.glob("tidelog/v1/*.proto"))
     output_root.mkdir(parents=True, exist_ok=True)
-    status = protoc.main([
-        "grpc_tools.protoc",
-        f"-I{PROTO_ROOT}",
-        f"--python_out={output_root}",
-        f"--pyi_out={output_root}",
-        f"--grpc_python_out={output_root}",
-        *(str(source) for source in sources),
-    ])
+    status = protoc.main(
+        [
+            "grpc_tools.protoc",
+            f"-I{PROTO_ROOT}",
+            f"--python_out={output_root}",
+            f"--pyi_out={output_root}",
+            f"--grpc_python_out={output_root}",
+            *(str(source) for source in sources),
+        ]
+    )
     if status != 0:
         raise SystemExit(f"protoc failed with status {status}")
     package = output_root / "tidelog" / "v1"

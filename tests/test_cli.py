@@ -9,8 +9,12 @@ from pathlib import Path
 
 def tidelog(*args: str, stdin: str = "") -> str:
     result = subprocess.run(
-        [sys.executable, "-m", "tidelog.cli.main", *args], input=stdin, capture_output=True, text=True,
-        check=True, timeout=120,
+        [sys.executable, "-m", "tidelog.cli.main", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
     return result.stdout
 

@@ -27,9 +27,9 @@ from tidelog.common.record.batch import (
 from tidelog.common.record.compression import CompressionType
 
 optional_bytes = st.one_of(st.none(), st.binary(max_size=64))
-header_lists = st.lists(
-    st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=16))), max_size=3
-).map(tuple)
+header_lists = st.lists(st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=16))), max_size=3).map(
+    tuple
+)
 
 
 def _fix_crc(batch: bytearray) -> bytearray:
@@ -43,13 +43,10 @@ def batches(draw: st.DrawFn) -> dict[str, object]:
     count = draw(st.integers(min_value=1, max_value=40))
     values = draw(st.lists(optional_bytes, min_size=count, max_size=count))
     keys = draw(st.one_of(st.none(), st.lists(optional_bytes, min_size=count, max_size=count)))
-    timestamps = draw(
-        st.lists(st.integers(min_value=0, max_value=2**50), min_size=count, max_size=count)
-    )
+    timestamps = draw(st.lists(st.integers(min_value=0, max_value=2**50), min_size=count, max_size=count))
     headers = draw(st.one_of(st.none(), st.lists(header_lists, min_size=count, max_size=count)))
     compression = draw(st.sampled_from(list(CompressionType)))
-    return {"values": values, "keys": keys, "timestamps": timestamps, "headers": headers,
-            "compression": compression}
+    return {"values": values, "keys": keys, "timestamps": timestamps, "headers": headers, "compression": compression}
 
 
 @given(batches(), st.integers(min_value=0, max_value=2**40))
@@ -97,9 +94,7 @@ def test_restamping_offsets_re_checksums_the_batch() -> None:
     assert decode_batch(encoded).offsets == [1000, 1001, 1002]
 
 
-@pytest.mark.parametrize(
-    "position", [0, 7, 12, 15], ids=["offset-low", "offset-high", "epoch-low", "epoch-high"]
-)
+@pytest.mark.parametrize("position", [0, 7, 12, 15], ids=["offset-low", "offset-high", "epoch-low", "epoch-high"])
 def test_crc_covers_base_offset_and_leader_epoch(position: int) -> None:
     encoded = bytearray(encode_batch([b"x"] * 3, base_offset=10))
     encoded[position] ^= 0x40
@@ -161,7 +156,7 @@ def test_batch_length_shorter_than_a_header_is_rejected() -> None:
 
 def test_truncated_header_is_rejected() -> None:
     with pytest.raises(CorruptRecordError, match="cannot hold"):
-        validate_batch(encode_batch([b"hello"])[:BATCH_OVERHEAD - 1])
+        validate_batch(encode_batch([b"hello"])[: BATCH_OVERHEAD - 1])
 
 
 def test_column_lengths_that_disagree_with_the_section_are_rejected() -> None:

@@ -17,9 +17,21 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize(
     "path",
     [
-        "services/broker", "services/controller", "services/coordinator", "services/gateway",
-        "operator", "helm", "spark_jobs", "proto/tidelog/v1", "tests", "skaffold.yaml", "README.md",
-        "pyproject.toml", "docs/adr", "bench", ".ci/run",
+        "services/broker",
+        "services/controller",
+        "services/coordinator",
+        "services/gateway",
+        "operator",
+        "helm",
+        "spark_jobs",
+        "proto/tidelog/v1",
+        "tests",
+        "skaffold.yaml",
+        "README.md",
+        "pyproject.toml",
+        "docs/adr",
+        "bench",
+        ".ci/run",
     ],
 )
 def test_top_level_is_as_designed(path: str) -> None:
@@ -40,7 +52,10 @@ def test_import_operator_is_still_the_standard_library() -> None:
     # -S: no site, so nothing has imported `operator` before the repo root (sys.path[0]) is searched.
     result = subprocess.run(
         [sys.executable, "-S", "-c", "import operator; print(operator.__file__, operator.itemgetter)"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert str(ROOT) not in result.stdout
     assert "itemgetter" in result.stdout

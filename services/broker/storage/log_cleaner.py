@@ -130,15 +130,11 @@ def _build_offset_map(
     return offset_map
 
 
-def _clean_batch(
-    raw: bytes, offset_map: dict[bytes | None, int], drop_tombstones: bool
-) -> tuple[bytes | None, int]:
+def _clean_batch(raw: bytes, offset_map: dict[bytes | None, int], drop_tombstones: bool) -> tuple[bytes | None, int]:
     """The batch with superseded records removed (None if none survive); and how many went."""
     batch = decode_batch(raw, verify_crc=False)
     offsets = np.fromiter(batch.offsets, dtype=np.int64, count=len(batch))
-    latest = np.fromiter(
-        map(offset_map.get, batch.keys, itertools.repeat(-1)), dtype=np.int64, count=len(batch)
-    )
+    latest = np.fromiter(map(offset_map.get, batch.keys, itertools.repeat(-1)), dtype=np.int64, count=len(batch))
     keep = latest <= offsets
     if drop_tombstones:
         keep &= np.fromiter((value is not None for value in batch.values), dtype=bool, count=len(batch))
@@ -185,10 +181,12 @@ def _rewrite_segment(
             if removed and cleaned_segment is None:
                 # First loss in this segment: only now start the copy, with the untouched prefix.
                 cleaned_segment = LogSegment(
-                    segment.directory, segment.base_offset,
+                    segment.directory,
+                    segment.base_offset,
                     index_interval_bytes=segment.index_interval_bytes,
                     max_index_entries=segment.offset_index.max_entries,
-                    rolling_base_ms=segment.rolling_base_ms, file_suffix=CLEANED_SUFFIX,
+                    rolling_base_ms=segment.rolling_base_ms,
+                    file_suffix=CLEANED_SUFFIX,
                 )
                 for prefix_header, prefix_raw in _batches(partition_log, segment):
                     if prefix_header.base_offset >= header.base_offset:
@@ -242,9 +240,7 @@ def compact(partition_log: PartitionLog, *, now_ms: int | None = None) -> CleanR
 class LogCleaner:
     """Background thread compacting, on each pass, every log whose dirty ratio is high enough."""
 
-    def __init__(
-        self, logs: Callable[[], Iterable[PartitionLog]], *, backoff_ms: int = 15_000
-    ) -> None:
+    def __init__(self, logs: Callable[[], Iterable[PartitionLog]], *, backoff_ms: int = 15_000) -> None:
         assert backoff_ms > 0
         self._logs = logs
         self._backoff_ms = backoff_ms

@@ -112,9 +112,7 @@ class PartitionLog:
     # ---- opening ---------------------------------------------------------------------------
 
     @classmethod
-    def open(
-        cls, directory: Path, config: LogConfig, *, clock: Callable[[], int] = wall_clock_ms
-    ) -> PartitionLog:
+    def open(cls, directory: Path, config: LogConfig, *, clock: Callable[[], int] = wall_clock_ms) -> PartitionLog:
         """Open (creating if needed) and recover the log in `directory`."""
         directory.mkdir(parents=True, exist_ok=True)
         partition_log = cls(directory, config, clock)
@@ -247,6 +245,11 @@ class PartitionLog:
         with self._lock:
             return list(self._segments)
 
+    def update_config(self, config: LogConfig) -> None:
+        """Apply changed topic configs; they take effect from the next append, roll or pass."""
+        with self._lock:
+            self.config = config
+
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark, clamped to [log start, log end]; returns the value set."""
         with self._lock:
@@ -292,12 +295,14 @@ class PartitionLog:
             stamped: list[BatchHeader] = []
             for header in headers:
                 view = memoryview(data)[position : position + header.size]
-                restamp(view, base_offset=next_offset, partition_leader_epoch=leader_epoch,
-                        log_append_time=append_time)
-                stamped.append(header._replace(
-                    base_offset=next_offset, partition_leader_epoch=leader_epoch,
-                    max_timestamp=header.max_timestamp if append_time is None else append_time,
-                ))
+                restamp(view, base_offset=next_offset, partition_leader_epoch=leader_epoch, log_append_time=append_time)
+                stamped.append(
+                    header._replace(
+                        base_offset=next_offset,
+                        partition_leader_epoch=leader_epoch,
+                        max_timestamp=header.max_timestamp if append_time is None else append_time,
+                    )
+                )
                 next_offset += header.last_offset_delta + 1
                 position += header.size
             return self._append_locked(data, stamped, -1 if append_time is None else append_time)
@@ -460,10 +465,15 @@ class PartitionLog:
             if offset > self._log_start_offset:
                 self._log_start_offset = offset
                 self.leader_epochs.truncate_from_start(offset)
-                self._delete_oldest(segments_past_retention(
-                    self._segments, self.config, now_ms=self.clock(), log_start_offset=offset,
-                    start_offset_only=True,
-                ))
+                self._delete_oldest(
+                    segments_past_retention(
+                        self._segments,
+                        self.config,
+                        now_ms=self.clock(),
+                        log_start_offset=offset,
+                        start_offset_only=True,
+                    )
+                )
                 self._write_checkpoints()
             return self._log_start_offset
 

@@ -33,16 +33,8 @@ def segments_past_retention(
     count = 0
     for segment, following in itertools.pairwise(segments):  # the last one is active: kept
         below_start = following.base_offset <= log_start_offset
-        expired = (
-            by_policy
-            and config.retention_ms >= 0
-            and segment.max_timestamp < now_ms - config.retention_ms
-        )
-        too_big = (
-            by_policy
-            and config.retention_bytes >= 0
-            and remaining_bytes - segment.size >= config.retention_bytes
-        )
+        expired = by_policy and config.retention_ms >= 0 and segment.max_timestamp < now_ms - config.retention_ms
+        too_big = by_policy and config.retention_bytes >= 0 and remaining_bytes - segment.size >= config.retention_bytes
         if not (below_start or expired or too_big):
             break
         remaining_bytes -= segment.size

@@ -361,12 +361,8 @@ class LogSegment:
         new_log = self.directory / (segment_file_name(self.base_offset, LOG_SUFFIX) + file_suffix)
         os.replace(self.log_path, new_log)
         self.log_path = new_log
-        self.offset_index.rename(
-            self.directory / (segment_file_name(self.base_offset, INDEX_SUFFIX) + file_suffix)
-        )
-        self.time_index.rename(
-            self.directory / (segment_file_name(self.base_offset, TIME_INDEX_SUFFIX) + file_suffix)
-        )
+        self.offset_index.rename(self.directory / (segment_file_name(self.base_offset, INDEX_SUFFIX) + file_suffix))
+        self.time_index.rename(self.directory / (segment_file_name(self.base_offset, TIME_INDEX_SUFFIX) + file_suffix))
         self.file_suffix = file_suffix
 
     def close(self) -> None:

@@ -38,19 +38,25 @@ def _open(folder: str) -> PartitionLog:
 def _dump(args: argparse.Namespace) -> int:
     partition_log = _open(args.folder)
     try:
-        print(f"log {partition_log.directory.name}: start {partition_log.log_start_offset}, "
-              f"end {partition_log.log_end_offset}, high watermark {partition_log.high_watermark}")
+        print(
+            f"log {partition_log.directory.name}: start {partition_log.log_start_offset}, "
+            f"end {partition_log.log_end_offset}, high watermark {partition_log.high_watermark}"
+        )
         print(f"{'segment':>22} {'next offset':>12} {'bytes':>12}")
         for segment in partition_log.segments():
             print(f"{segment.base_offset:>22} {segment.next_offset:>12} {segment.size:>12}")
         for batch in iter_batches(partition_log, max(args.offset, partition_log.log_start_offset)):
             header = batch.header
-            print(f"batch base {header.base_offset} last {header.last_offset} records {header.record_count} "
-                  f"epoch {header.partition_leader_epoch} codec {header.compression.name} crc {header.crc:#010x}")
+            print(
+                f"batch base {header.base_offset} last {header.last_offset} records {header.record_count} "
+                f"epoch {header.partition_leader_epoch} codec {header.compression.name} crc {header.crc:#010x}"
+            )
             if args.records:
                 for record in batch.records():
-                    print(f"  offset {record.offset} timestamp {record.timestamp} key {record.key!r} "
-                          f"value {record.value!r}")
+                    print(
+                        f"  offset {record.offset} timestamp {record.timestamp} key {record.key!r} "
+                        f"value {record.value!r}"
+                    )
     finally:
         partition_log.close()
     return 0
@@ -61,9 +67,7 @@ def _produce(args: argparse.Namespace) -> int:
     try:
         lines = [line.rstrip("\n").encode() for line in sys.stdin]
         if lines:
-            info = partition_log.append_as_leader(
-                encode_batch(lines, timestamps=wall_clock_ms()), leader_epoch=0
-            )
+            info = partition_log.append_as_leader(encode_batch(lines, timestamps=wall_clock_ms()), leader_epoch=0)
             partition_log.update_high_watermark(partition_log.log_end_offset)
             print(f"appended {len(lines)} records at offsets {info.first_offset}..{info.last_offset}")
     finally:

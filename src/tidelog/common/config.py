@@ -107,9 +107,7 @@ class ConfigDef:
             values = value if isinstance(value, tuple) else (value,)
             for item in values:
                 if item not in self.choices:
-                    raise InvalidConfigError(
-                        f"{self.name}: {item!r} is not one of {', '.join(self.choices)}"
-                    )
+                    raise InvalidConfigError(f"{self.name}: {item!r} is not one of {', '.join(self.choices)}")
             if isinstance(value, tuple) and not value:
                 raise InvalidConfigError(f"{self.name}: needs at least one of {', '.join(self.choices)}")
 
@@ -124,37 +122,59 @@ def _int(name: str, default: int, doc: str, minimum: int = 0, maximum: int = INT
 
 # Topic-level log configs: what a partition log obeys. Brokers take the same names as defaults.
 LOG_CONFIGS: Final[tuple[ConfigDef, ...]] = (
-    _int("segment.bytes", GIB, "Roll a new segment once the active one would exceed this many bytes.",
-         minimum=4 * KIB),
-    _long("segment.ms", 7 * DAY_MS, "Roll a new segment once the active one's first batch is this old.",
-          minimum=1),
-    _int("segment.index.bytes", 10 * MIB,
-         "Largest size of a segment's offset index (8 bytes an entry); a full index rolls the segment.",
-         minimum=64),
-    _int("index.interval.bytes", 4 * KIB,
-         "Add an offset-index entry after at least this many log bytes since the last one."),
-    _long("flush.messages", LONG_MAX, "fsync the log after this many records since the last flush.",
-          minimum=1),
+    _int("segment.bytes", GIB, "Roll a new segment once the active one would exceed this many bytes.", minimum=4 * KIB),
+    _long("segment.ms", 7 * DAY_MS, "Roll a new segment once the active one's first batch is this old.", minimum=1),
+    _int(
+        "segment.index.bytes",
+        10 * MIB,
+        "Largest size of a segment's offset index (8 bytes an entry); a full index rolls the segment.",
+        minimum=64,
+    ),
+    _int(
+        "index.interval.bytes",
+        4 * KIB,
+        "Add an offset-index entry after at least this many log bytes since the last one.",
+    ),
+    _long("flush.messages", LONG_MAX, "fsync the log after this many records since the last flush.", minimum=1),
     _long("flush.ms", LONG_MAX, "fsync the log when its oldest unflushed data is this old.", minimum=0),
-    _long("retention.ms", 7 * DAY_MS,
-          "Delete a segment once its newest record is this old; -1 keeps forever.", minimum=-1),
-    _long("retention.bytes", -1,
-          "Delete the oldest segments while the partition is larger than this; -1 means no limit.",
-          minimum=-1),
-    ConfigDef("cleanup.policy", ConfigType.LIST, ("delete",),
-              "delete: retention removes old segments; compact: keep the last record of each key.",
-              choices=("delete", "compact")),
-    _long("delete.retention.ms", DAY_MS,
-          "How long compaction keeps a tombstone (null value) after the segment holding it was cleaned."),
+    _long(
+        "retention.ms", 7 * DAY_MS, "Delete a segment once its newest record is this old; -1 keeps forever.", minimum=-1
+    ),
+    _long(
+        "retention.bytes",
+        -1,
+        "Delete the oldest segments while the partition is larger than this; -1 means no limit.",
+        minimum=-1,
+    ),
+    ConfigDef(
+        "cleanup.policy",
+        ConfigType.LIST,
+        ("delete",),
+        "delete: retention removes old segments; compact: keep the last record of each key.",
+        choices=("delete", "compact"),
+    ),
+    _long(
+        "delete.retention.ms",
+        DAY_MS,
+        "How long compaction keeps a tombstone (null value) after the segment holding it was cleaned.",
+    ),
     _long("min.compaction.lag.ms", 0, "A record is not compacted before it is this old."),
-    ConfigDef("min.cleanable.dirty.ratio", ConfigType.DOUBLE, 0.5,
-              "Compact once this fraction of the log (by bytes) has not been cleaned yet.",
-              minimum=0.0, maximum=1.0),
-    _int("max.message.bytes", MIB + 12,
-         "Largest record batch (after compression) a partition accepts.", minimum=64),
-    ConfigDef("message.timestamp.type", ConfigType.STRING, "CreateTime",
-              "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches on append.",
-              choices=("CreateTime", "LogAppendTime")),
+    ConfigDef(
+        "min.cleanable.dirty.ratio",
+        ConfigType.DOUBLE,
+        0.5,
+        "Compact once this fraction of the log (by bytes) has not been cleaned yet.",
+        minimum=0.0,
+        maximum=1.0,
+    ),
+    _int("max.message.bytes", MIB + 12, "Largest record batch (after compression) a partition accepts.", minimum=64),
+    ConfigDef(
+        "message.timestamp.type",
+        ConfigType.STRING,
+        "CreateTime",
+        "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches on append.",
+        choices=("CreateTime", "LogAppendTime"),
+    ),
 )
 
 ALL_CONFIGS: Final[tuple[ConfigDef, ...]] = LOG_CONFIGS
@@ -162,17 +182,14 @@ ALL_CONFIGS: Final[tuple[ConfigDef, ...]] = LOG_CONFIGS
 _BY_NAME: Final[dict[str, ConfigDef]] = {definition.name: definition for definition in ALL_CONFIGS}
 
 
-def parse_configs(
-    raw: Mapping[str, object], definitions: Iterable[ConfigDef] = ALL_CONFIGS
-) -> dict[str, ConfigValue]:
+def parse_configs(raw: Mapping[str, object], definitions: Iterable[ConfigDef] = ALL_CONFIGS) -> dict[str, ConfigValue]:
     """Check and convert `raw`; unknown names are an error, missing ones take their defaults."""
     known = {definition.name: definition for definition in definitions}
     unknown = sorted(set(raw) - set(known))
     if unknown:
         raise InvalidConfigError(f"unknown config(s): {', '.join(unknown)}")
     return {
-        name: definition.parse(raw[name]) if name in raw else definition.default
-        for name, definition in known.items()
+        name: definition.parse(raw[name]) if name in raw else definition.default for name, definition in known.items()
     }
 
 

@@ -10,15 +10,30 @@ from __future__ import annotations
 import enum
 
 __all__ = [
+    "RETRIABLE_CODES",
     "CorruptRecordError",
     "ErrorCode",
     "InvalidConfigError",
+    "InvalidPartitionsError",
     "InvalidRecordError",
+    "InvalidReplicationFactorError",
+    "InvalidRequestError",
+    "InvalidTopicError",
     "KafkaStorageError",
+    "LeaderNotAvailableError",
+    "NotControllerError",
+    "NotLeaderOrFollowerError",
     "OffsetOutOfRangeError",
     "RecordTooLargeError",
+    "RemoteError",
+    "RequestTimedOutError",
+    "StaleControllerEpochError",
     "TidelogError",
+    "TopicAlreadyExistsError",
+    "TopicDeletionDisabledError",
+    "UnknownTopicOrPartitionError",
     "UnsupportedCompressionTypeError",
+    "error_for",
 ]
 
 
@@ -34,6 +49,8 @@ class ErrorCode(enum.IntEnum):
     LEADER_NOT_AVAILABLE = 5
     NOT_LEADER_OR_FOLLOWER = 6
     REQUEST_TIMED_OUT = 7
+    BROKER_NOT_AVAILABLE = 8
+    REPLICA_NOT_AVAILABLE = 9
     MESSAGE_TOO_LARGE = 10
     STALE_CONTROLLER_EPOCH = 11
     INVALID_TOPIC_EXCEPTION = 17
@@ -42,12 +59,17 @@ class ErrorCode(enum.IntEnum):
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
     INVALID_REQUIRED_ACKS = 21
     INVALID_TIMESTAMP = 32
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
     INVALID_REPLICATION_FACTOR = 38
     INVALID_CONFIG = 40
+    NOT_CONTROLLER = 41
+    INVALID_REQUEST = 42
     POLICY_VIOLATION = 44
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     KAFKA_STORAGE_ERROR = 56
+    TOPIC_DELETION_DISABLED = 73
     UNSUPPORTED_COMPRESSION_TYPE = 76
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
@@ -105,3 +127,65 @@ class KafkaStorageError(TidelogError):
 
     code = ErrorCode.KAFKA_STORAGE_ERROR
     retriable = True
+
+
+class RemoteError(TidelogError):
+    """An error carrying any code: for answers relayed from another component."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.retriable = code in RETRIABLE_CODES
+
+
+def error_for(code: ErrorCode | int, message: str) -> TidelogError:
+    """The exception for a code received in a response."""
+    return RemoteError(ErrorCode(code), message)
+
+
+RETRIABLE_CODES = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.NOT_CONTROLLER,
+        ErrorCode.BROKER_NOT_AVAILABLE,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+    }
+)
+
+
+def _simple(name: str, code: ErrorCode, doc: str) -> type[TidelogError]:
+    return type(name, (TidelogError,), {"code": code, "retriable": code in RETRIABLE_CODES, "__doc__": doc})
+
+
+InvalidTopicError = _simple("InvalidTopicError", ErrorCode.INVALID_TOPIC_EXCEPTION, "A topic name breaks the rules.")
+TopicAlreadyExistsError = _simple("TopicAlreadyExistsError", ErrorCode.TOPIC_ALREADY_EXISTS, "The topic exists.")
+InvalidPartitionsError = _simple("InvalidPartitionsError", ErrorCode.INVALID_PARTITIONS, "Bad partition count.")
+InvalidReplicationFactorError = _simple(
+    "InvalidReplicationFactorError", ErrorCode.INVALID_REPLICATION_FACTOR, "Bad replication factor."
+)
+UnknownTopicOrPartitionError = _simple(
+    "UnknownTopicOrPartitionError", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "No such topic or partition."
+)
+NotLeaderOrFollowerError = _simple(
+    "NotLeaderOrFollowerError", ErrorCode.NOT_LEADER_OR_FOLLOWER, "This broker does not lead the partition."
+)
+LeaderNotAvailableError = _simple(
+    "LeaderNotAvailableError", ErrorCode.LEADER_NOT_AVAILABLE, "The partition has no live leader."
+)
+NotControllerError = _simple("NotControllerError", ErrorCode.NOT_CONTROLLER, "This is not the active controller.")
+StaleControllerEpochError = _simple(
+    "StaleControllerEpochError", ErrorCode.STALE_CONTROLLER_EPOCH, "A request from an older controller."
+)
+TopicDeletionDisabledError = _simple(
+    "TopicDeletionDisabledError", ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false."
+)
+InvalidRequestError = _simple("InvalidRequestError", ErrorCode.INVALID_REQUEST, "A malformed or oversized request.")
+RequestTimedOutError = _simple("RequestTimedOutError", ErrorCode.REQUEST_TIMED_OUT, "The request timed out.")

@@ -22,39 +22,72 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from tidelog.v1 import common_pb2 as tidelog_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tidelog/v1/broker.proto\x12\ntidelog.v1\"L\n\x10ProducePartition\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x16\n\x0erecord_batches\x18\x03 \x01(\x0c\"d\n\x0eProduceRequest\x12\x0c\n\x04\x61\x63ks\x18\x01 \x01(\x05\x12\x12\n\ntimeout_ms\x18\x02 \x01(\x05\x12\x30\n\npartitions\x18\x03 \x03(\x0b\x32\x1c.tidelog.v1.ProducePartition\"\xb0\x01\n\x16ProducePartitionResult\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x12\n\nerror_code\x18\x03 \x01(\x05\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x13\n\x0b\x62\x61se_offset\x18\x05 \x01(\x03\x12\x1a\n\x12log_append_time_ms\x18\x06 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x07 \x01(\x03\"I\n\x0fProduceResponse\x12\x36\n\npartitions\x18\x01 \x03(\x0b\x32\".tidelog.v1.ProducePartitionResult\"e\n\x0e\x46\x65tchPartition\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x14\n\x0c\x66\x65tch_offset\x18\x03 \x01(\x03\x12\x1b\n\x13partition_max_bytes\x18\x04 \x01(\x05\"\x8d\x01\n\x0c\x46\x65tchRequest\x12\x12\n\nreplica_id\x18\x01 \x01(\x05\x12\x13\n\x0bmax_wait_ms\x18\x02 \x01(\x05\x12\x11\n\tmin_bytes\x18\x03 \x01(\x05\x12\x11\n\tmax_bytes\x18\x04 \x01(\x05\x12.\n\npartitions\x18\x05 \x03(\x0b\x32\x1a.tidelog.v1.FetchPartition\"\xc5\x01\n\x14\x46\x65tchPartitionResult\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x12\n\nerror_code\x18\x03 \x01(\x05\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x16\n\x0ehigh_watermark\x18\x05 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x06 \x01(\x03\x12\x16\n\x0elog_end_offset\x18\x07 \x01(\x03\x12\x16\n\x0erecord_batches\x18\x08 \x01(\x0c\"E\n\rFetchResponse\x12\x34\n\npartitions\x18\x01 \x03(\x0b\x32 .tidelog.v1.FetchPartitionResult\"K\n\x14ListOffsetsPartition\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x11\n\ttimestamp\x18\x03 \x01(\x03\"J\n\x12ListOffsetsRequest\x12\x34\n\npartitions\x18\x01 \x03(\x0b\x32 .tidelog.v1.ListOffsetsPartition\"u\n\x1aListOffsetsPartitionResult\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x12\n\nerror_code\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\x11\n\ttimestamp\x18\x05 \x01(\x03\"Q\n\x13ListOffsetsResponse\x12:\n\npartitions\x18\x01 \x03(\x0b\x32&.tidelog.v1.ListOffsetsPartitionResult2\xda\x01\n\x06\x42roker\x12\x42\n\x07Produce\x12\x1a.tidelog.v1.ProduceRequest\x1a\x1b.tidelog.v1.ProduceResponse\x12<\n\x05\x46\x65tch\x12\x18.tidelog.v1.FetchRequest\x1a\x19.tidelog.v1.FetchResponse\x12N\n\x0bListOffsets\x12\x1e.tidelog.v1.ListOffsetsRequest\x1a\x1f.tidelog.v1.ListOffsetsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tidelog/v1/broker.proto\x12\ntidelog.v1\x1a\x17tidelog/v1/common.proto\"L\n\x10ProducePartition\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x16\n\x0erecord_batches\x18\x03 \x01(\x0c\"d\n\x0eProduceRequest\x12\x0c\n\x04\x61\x63ks\x18\x01 \x01(\x05\x12\x12\n\ntimeout_ms\x18\x02 \x01(\x05\x12\x30\n\npartitions\x18\x03 \x03(\x0b\x32\x1c.tidelog.v1.ProducePartition\"\xc5\x01\n\x16ProducePartitionResult\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x12\n\nerror_code\x18\x03 \x01(\x05\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x13\n\x0b\x62\x61se_offset\x18\x05 \x01(\x03\x12\x1a\n\x12log_append_time_ms\x18\x06 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x07 \x01(\x03\x12\x13\n\x0bleader_hint\x18\x08 \x01(\x05\"I\n\x0fProduceResponse\x12\x36\n\npartitions\x18\x01 \x03(\x0b\x32\".tidelog.v1.ProducePartitionResult\"e\n\x0e\x46\x65tchPartition\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x14\n\x0c\x66\x65tch_offset\x18\x03 \x01(\x03\x12\x1b\n\x13partition_max_bytes\x18\x04 \x01(\x05\"\x8d\x01\n\x0c\x46\x65tchRequest\x12\x12\n\nreplica_id\x18\x01 \x01(\x05\x12\x13\n\x0bmax_wait_ms\x18\x02 \x01(\x05\x12\x11\n\tmin_bytes\x18\x03 \x01(\x05\x12\x11\n\tmax_bytes\x18\x04 \x01(\x05\x12.\n\npartitions\x18\x05 \x03(\x0b\x32\x1a.tidelog.v1.FetchPartition\"\xda\x01\n\x14\x46\x65tchPartitionResult\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x12\n\nerror_code\x18\x03 \x01(\x05\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x16\n\x0ehigh_watermark\x18\x05 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x06 \x01(\x03\x12\x16\n\x0elog_end_offset\x18\x07 \x01(\x03\x12\x16\n\x0erecord_batches\x18\x08 \x01(\x0c\x12\x13\n\x0bleader_hint\x18\t \x01(\x05\"E\n\rFetchResponse\x12\x34\n\npartitions\x18\x01 \x03(\x0b\x32 .tidelog.v1.FetchPartitionResult\"K\n\x14ListOffsetsPartition\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x11\n\ttimestamp\x18\x03 \x01(\x03\"J\n\x12ListOffsetsRequest\x12\x34\n\npartitions\x18\x01 \x03(\x0b\x32 .tidelog.v1.ListOffsetsPartition\"\x8a\x01\n\x1aListOffsetsPartitionResult\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x12\n\nerror_code\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\x11\n\ttimestamp\x18\x05 \x01(\x03\x12\x13\n\x0bleader_hint\x18\x06 \x01(\x05\"Q\n\x13ListOffsetsResponse\x12:\n\npartitions\x18\x01 \x03(\x0b\x32&.tidelog.v1.ListOffsetsPartitionResult\"!\n\x0fMetadataRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"\xca\x01\n\rTopicMetadata\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12.\n\npartitions\x18\x03 \x03(\x0b\x32\x1a.tidelog.v1.PartitionState\x12\x37\n\x07\x63onfigs\x18\x04 \x03(\x0b\x32&.tidelog.v1.TopicMetadata.ConfigsEntry\x1a.\n\x0c\x43onfigsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x9e\x01\n\x10MetadataResponse\x12+\n\x07\x62rokers\x18\x01 \x03(\x0b\x32\x1a.tidelog.v1.BrokerEndpoint\x12\x15\n\rcontroller_id\x18\x02 \x01(\x05\x12\x1b\n\x13\x63ontroller_endpoint\x18\x03 \x01(\t\x12)\n\x06topics\x18\x04 \x03(\x0b\x32\x19.tidelog.v1.TopicMetadata\"\xc2\x02\n\x13LeaderAndIsrRequest\x12\x15\n\rcontroller_id\x18\x01 \x01(\x05\x12\x18\n\x10\x63ontroller_epoch\x18\x02 \x01(\x05\x12.\n\npartitions\x18\x03 \x03(\x0b\x32\x1a.tidelog.v1.PartitionState\x12Q\n\x12topic_configs_json\x18\x04 \x03(\x0b\x32\x35.tidelog.v1.LeaderAndIsrRequest.TopicConfigsJsonEntry\x12\x30\n\x0clive_leaders\x18\x05 \x03(\x0b\x32\x1a.tidelog.v1.BrokerEndpoint\x12\x0c\n\x04\x66ull\x18\x06 \x01(\x08\x1a\x37\n\x15TopicConfigsJsonEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"]\n\x0ePartitionError\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x12\n\nerror_code\x18\x03 \x01(\x05\x12\x15\n\rerror_message\x18\x04 \x01(\t\"Z\n\x14LeaderAndIsrResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12.\n\npartitions\x18\x02 \x03(\x0b\x32\x1a.tidelog.v1.PartitionError\"\x90\x01\n\x12StopReplicaRequest\x12\x15\n\rcontroller_id\x18\x01 \x01(\x05\x12\x18\n\x10\x63ontroller_epoch\x18\x02 \x01(\x05\x12\x19\n\x11\x64\x65lete_partitions\x18\x03 \x01(\x08\x12.\n\npartitions\x18\x04 \x03(\x0b\x32\x1a.tidelog.v1.PartitionState\"Y\n\x13StopReplicaResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12.\n\npartitions\x18\x02 \x03(\x0b\x32\x1a.tidelog.v1.PartitionError\"\xd5\x02\n\x15UpdateMetadataRequest\x12\x15\n\rcontroller_id\x18\x01 \x01(\x05\x12\x18\n\x10\x63ontroller_epoch\x18\x02 \x01(\x05\x12\x1b\n\x13\x63ontroller_endpoint\x18\x03 \x01(\t\x12\x30\n\x0clive_brokers\x18\x04 \x03(\x0b\x32\x1a.tidelog.v1.BrokerEndpoint\x12.\n\npartitions\x18\x05 \x03(\x0b\x32\x1a.tidelog.v1.PartitionState\x12S\n\x12topic_configs_json\x18\x06 \x03(\x0b\x32\x37.tidelog.v1.UpdateMetadataRequest.TopicConfigsJsonEntry\x1a\x37\n\x15TopicConfigsJsonEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\",\n\x16UpdateMetadataResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x32\x9d\x04\n\x06\x42roker\x12\x42\n\x07Produce\x12\x1a.tidelog.v1.ProduceRequest\x1a\x1b.tidelog.v1.ProduceResponse\x12<\n\x05\x46\x65tch\x12\x18.tidelog.v1.FetchRequest\x1a\x19.tidelog.v1.FetchResponse\x12N\n\x0bListOffsets\x12\x1e.tidelog.v1.ListOffsetsRequest\x1a\x1f.tidelog.v1.ListOffsetsResponse\x12\x45\n\x08Metadata\x12\x1b.tidelog.v1.MetadataRequest\x1a\x1c.tidelog.v1.MetadataResponse\x12Q\n\x0cLeaderAndIsr\x12\x1f.tidelog.v1.LeaderAndIsrRequest\x1a .tidelog.v1.LeaderAndIsrResponse\x12N\n\x0bStopReplica\x12\x1e.tidelog.v1.StopReplicaRequest\x1a\x1f.tidelog.v1.StopReplicaResponse\x12W\n\x0eUpdateMetadata\x12!.tidelog.v1.UpdateMetadataRequest\x1a\".tidelog.v1.UpdateMetadataResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tidelog.v1.broker_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PRODUCEPARTITION']._serialized_start=39
-  _globals['_PRODUCEPARTITION']._serialized_end=115
-  _globals['_PRODUCEREQUEST']._serialized_start=117
-  _globals['_PRODUCEREQUEST']._serialized_end=217
-  _globals['_PRODUCEPARTITIONRESULT']._serialized_start=220
-  _globals['_PRODUCEPARTITIONRESULT']._serialized_end=396
-  _globals['_PRODUCERESPONSE']._serialized_start=398
-  _globals['_PRODUCERESPONSE']._serialized_end=471
-  _globals['_FETCHPARTITION']._serialized_start=473
-  _globals['_FETCHPARTITION']._serialized_end=574
-  _globals['_FETCHREQUEST']._serialized_start=577
-  _globals['_FETCHREQUEST']._serialized_end=718
-  _globals['_FETCHPARTITIONRESULT']._serialized_start=721
-  _globals['_FETCHPARTITIONRESULT']._serialized_end=918
-  _globals['_FETCHRESPONSE']._serialized_start=920
-  _globals['_FETCHRESPONSE']._serialized_end=989
-  _globals['_LISTOFFSETSPARTITION']._serialized_start=991
-  _globals['_LISTOFFSETSPARTITION']._serialized_end=1066
-  _globals['_LISTOFFSETSREQUEST']._serialized_start=1068
-  _globals['_LISTOFFSETSREQUEST']._serialized_end=1142
-  _globals['_LISTOFFSETSPARTITIONRESULT']._serialized_start=1144
-  _globals['_LISTOFFSETSPARTITIONRESULT']._serialized_end=1261
-  _globals['_LISTOFFSETSRESPONSE']._serialized_start=1263
-  _globals['_LISTOFFSETSRESPONSE']._serialized_end=1344
-  _globals['_BROKER']._serialized_start=1347
-  _globals['_BROKER']._serialized_end=1565
+  _globals['_TOPICMETADATA_CONFIGSENTRY']._loaded_options = None
+  _globals['_TOPICMETADATA_CONFIGSENTRY']._serialized_options = b'8\001'
+  _globals['_LEADERANDISRREQUEST_TOPICCONFIGSJSONENTRY']._loaded_options = None
+  _globals['_LEADERANDISRREQUEST_TOPICCONFIGSJSONENTRY']._serialized_options = b'8\001'
+  _globals['_UPDATEMETADATAREQUEST_TOPICCONFIGSJSONENTRY']._loaded_options = None
+  _globals['_UPDATEMETADATAREQUEST_TOPICCONFIGSJSONENTRY']._serialized_options = b'8\001'
+  _globals['_PRODUCEPARTITION']._serialized_start=64
+  _globals['_PRODUCEPARTITION']._serialized_end=140
+  _globals['_PRODUCEREQUEST']._serialized_start=142
+  _globals['_PRODUCEREQUEST']._serialized_end=242
+  _globals['_PRODUCEPARTITIONRESULT']._serialized_start=245
+  _globals['_PRODUCEPARTITIONRESULT']._serialized_end=442
+  _globals['_PRODUCERESPONSE']._serialized_start=444
+  _globals['_PRODUCERESPONSE']._serialized_end=517
+  _globals['_FETCHPARTITION']._serialized_start=519
+  _globals['_FETCHPARTITION']._serialized_end=620
+  _globals['_FETCHREQUEST']._serialized_start=623
+  _globals['_FETCHREQUEST']._serialized_end=764
+  _globals['_FETCHPARTITIONRESULT']._serialized_start=767
+  _globals['_FETCHPARTITIONRESULT']._serialized_end=985
+  _globals['_FETCHRESPONSE']._serialized_start=987
+  _globals['_FETCHRESPONSE']._serialized_end=1056
+  _globals['_LISTOFFSETSPARTITION']._serialized_start=1058
+  _globals['_LISTOFFSETSPARTITION']._serialized_end=1133
+  _globals['_LISTOFFSETSREQUEST']._serialized_start=1135
+  _globals['_LISTOFFSETSREQUEST']._serialized_end=1209
+  _globals['_LISTOFFSETSPARTITIONRESULT']._serialized_start=1212
+  _globals['_LISTOFFSETSPARTITIONRESULT']._serialized_end=1350
+  _globals['_LISTOFFSETSRESPONSE']._serialized_start=1352
+  _globals['_LISTOFFSETSRESPONSE']._serialized_end=1433
+  _globals['_METADATAREQUEST']._serialized_start=1435
+  _globals['_METADATAREQUEST']._serialized_end=1468
+  _globals['_TOPICMETADATA']._serialized_start=1471
+  _globals['_TOPICMETADATA']._serialized_end=1673
+  _globals['_TOPICMETADATA_CONFIGSENTRY']._serialized_start=1627
+  _globals['_TOPICMETADATA_CONFIGSENTRY']._serialized_end=1673
+  _globals['_METADATARESPONSE']._serialized_start=1676
+  _globals['_METADATARESPONSE']._serialized_end=1834
+  _globals['_LEADERANDISRREQUEST']._serialized_start=1837
+  _globals['_LEADERANDISRREQUEST']._serialized_end=2159
+  _globals['_LEADERANDISRREQUEST_TOPICCONFIGSJSONENTRY']._serialized_start=2104
+  _globals['_LEADERANDISRREQUEST_TOPICCONFIGSJSONENTRY']._serialized_end=2159
+  _globals['_PARTITIONERROR']._serialized_start=2161
+  _globals['_PARTITIONERROR']._serialized_end=2254
+  _globals['_LEADERANDISRRESPONSE']._serialized_start=2256
+  _globals['_LEADERANDISRRESPONSE']._serialized_end=2346
+  _globals['_STOPREPLICAREQUEST']._serialized_start=2349
+  _globals['_STOPREPLICAREQUEST']._serialized_end=2493
+  _globals['_STOPREPLICARESPONSE']._serialized_start=2495
+  _globals['_STOPREPLICARESPONSE']._serialized_end=2584
+  _globals['_UPDATEMETADATAREQUEST']._serialized_start=2587
+  _globals['_UPDATEMETADATAREQUEST']._serialized_end=2928
+  _globals['_UPDATEMETADATAREQUEST_TOPICCONFIGSJSONENTRY']._serialized_start=2104
+  _globals['_UPDATEMETADATAREQUEST_TOPICCONFIGSJSONENTRY']._serialized_end=2159
+  _globals['_UPDATEMETADATARESPONSE']._serialized_start=2930
+  _globals['_UPDATEMETADATARESPONSE']._serialized_end=2974
+  _globals['_BROKER']._serialized_start=2977
+  _globals['_BROKER']._serialized_end=3518
 # @@protoc_insertion_point(module_scope)

@@ -49,6 +49,26 @@ class BrokerStub:
                 request_serializer=tidelog_dot_v1_dot_broker__pb2.ListOffsetsRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_broker__pb2.ListOffsetsResponse.FromString,
                 _registered_method=True)
+        self.Metadata = channel.unary_unary(
+                '/tidelog.v1.Broker/Metadata',
+                request_serializer=tidelog_dot_v1_dot_broker__pb2.MetadataRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_broker__pb2.MetadataResponse.FromString,
+                _registered_method=True)
+        self.LeaderAndIsr = channel.unary_unary(
+                '/tidelog.v1.Broker/LeaderAndIsr',
+                request_serializer=tidelog_dot_v1_dot_broker__pb2.LeaderAndIsrRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_broker__pb2.LeaderAndIsrResponse.FromString,
+                _registered_method=True)
+        self.StopReplica = channel.unary_unary(
+                '/tidelog.v1.Broker/StopReplica',
+                request_serializer=tidelog_dot_v1_dot_broker__pb2.StopReplicaRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_broker__pb2.StopReplicaResponse.FromString,
+                _registered_method=True)
+        self.UpdateMetadata = channel.unary_unary(
+                '/tidelog.v1.Broker/UpdateMetadata',
+                request_serializer=tidelog_dot_v1_dot_broker__pb2.UpdateMetadataRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_broker__pb2.UpdateMetadataResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -72,6 +92,32 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Metadata(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LeaderAndIsr(self, request, context):
+        """From the controller only; every one carries the controller epoch and is refused
+        (STALE_CONTROLLER_EPOCH) when it is older than the newest the broker has seen.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StopReplica(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateMetadata(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -89,6 +135,26 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ListOffsets,
                     request_deserializer=tidelog_dot_v1_dot_broker__pb2.ListOffsetsRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_broker__pb2.ListOffsetsResponse.SerializeToString,
+            ),
+            'Metadata': grpc.unary_unary_rpc_method_handler(
+                    servicer.Metadata,
+                    request_deserializer=tidelog_dot_v1_dot_broker__pb2.MetadataRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_broker__pb2.MetadataResponse.SerializeToString,
+            ),
+            'LeaderAndIsr': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaderAndIsr,
+                    request_deserializer=tidelog_dot_v1_dot_broker__pb2.LeaderAndIsrRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_broker__pb2.LeaderAndIsrResponse.SerializeToString,
+            ),
+            'StopReplica': grpc.unary_unary_rpc_method_handler(
+                    servicer.StopReplica,
+                    request_deserializer=tidelog_dot_v1_dot_broker__pb2.StopReplicaRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_broker__pb2.StopReplicaResponse.SerializeToString,
+            ),
+            'UpdateMetadata': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateMetadata,
+                    request_deserializer=tidelog_dot_v1_dot_broker__pb2.UpdateMetadataRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_broker__pb2.UpdateMetadataResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -172,6 +238,114 @@ class Broker:
             '/tidelog.v1.Broker/ListOffsets',
             tidelog_dot_v1_dot_broker__pb2.ListOffsetsRequest.SerializeToString,
             tidelog_dot_v1_dot_broker__pb2.ListOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Metadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Broker/Metadata',
+            tidelog_dot_v1_dot_broker__pb2.MetadataRequest.SerializeToString,
+            tidelog_dot_v1_dot_broker__pb2.MetadataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeaderAndIsr(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Broker/LeaderAndIsr',
+            tidelog_dot_v1_dot_broker__pb2.LeaderAndIsrRequest.SerializeToString,
+            tidelog_dot_v1_dot_broker__pb2.LeaderAndIsrResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StopReplica(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Broker/StopReplica',
+            tidelog_dot_v1_dot_broker__pb2.StopReplicaRequest.SerializeToString,
+            tidelog_dot_v1_dot_broker__pb2.StopReplicaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateMetadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Broker/UpdateMetadata',
+            tidelog_dot_v1_dot_broker__pb2.UpdateMetadataRequest.SerializeToString,
+            tidelog_dot_v1_dot_broker__pb2.UpdateMetadataResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -170,9 +170,7 @@ def crash_scenarios(draw: st.DrawFn) -> dict[str, object]:
 @given(crash_scenarios())
 def test_recovered_log_is_a_prefix_of_what_was_written(scenario: dict[str, object]) -> None:
     rng = random.Random(scenario["seed"])  # type: ignore[arg-type]
-    config = LogConfig.from_configs(
-        {"segment.bytes": scenario["segment_bytes"], "index.interval.bytes": 256}
-    )
+    config = LogConfig.from_configs({"segment.bytes": scenario["segment_bytes"], "index.interval.bytes": 256})
     with tempfile.TemporaryDirectory() as temporary:
         folder = Path(temporary) / "topic-0"
         clock = FakeClock()

@@ -138,8 +138,12 @@ def test_compaction_keeps_the_batch_compression(open_log: OpenLog, clock: FakeCl
     partition_log = open_log(segment_bytes=4096, cleanup_policy="compact")
     for number in range(60):
         partition_log.append_as_leader(
-            encode_batch([b"v%d" % number] * 4, keys=[b"a", b"b", b"a", b"c"], timestamps=clock.now_ms,
-                         compression=CompressionType.ZSTD),
+            encode_batch(
+                [b"v%d" % number] * 4,
+                keys=[b"a", b"b", b"a", b"c"],
+                timestamps=clock.now_ms,
+                compression=CompressionType.ZSTD,
+            ),
             leader_epoch=0,
         )
     compact(partition_log)

@@ -75,8 +75,10 @@ class Election:
     async def _predecessor(self) -> tuple[bytes | None, int]:
         """The newest candidate key older than ours, and the revision the answer is valid at."""
         listing = await self._kv.get(
-            self.prefix, prefix_range_end(self.prefix),
-            sort_order=SortOrder.ASCEND, sort_target=SortTarget.CREATE,
+            self.prefix,
+            prefix_range_end(self.prefix),
+            sort_order=SortOrder.ASCEND,
+            sort_target=SortTarget.CREATE,
         )
         older = [kv for kv in listing.kvs if kv.create_revision < self.create_revision]
         if not any(kv.key == self.key for kv in listing.kvs):
@@ -120,8 +122,11 @@ class Election:
 
     async def leader(self) -> Leader | None:
         listing = await self._kv.get(
-            self.prefix, prefix_range_end(self.prefix),
-            sort_order=SortOrder.ASCEND, sort_target=SortTarget.CREATE, limit=1,
+            self.prefix,
+            prefix_range_end(self.prefix),
+            sort_order=SortOrder.ASCEND,
+            sort_target=SortTarget.CREATE,
+            limit=1,
         )
         if not listing.kvs:
             return None

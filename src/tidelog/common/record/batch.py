@@ -202,9 +202,7 @@ def _lengths(items: Sequence[bytes | None]) -> tuple[npt.NDArray[np.int32], byte
         lengths = np.fromiter(map(len, items), dtype=_I4, count=len(items))  # type: ignore[arg-type]
         return lengths, b"".join(items)  # type: ignore[arg-type]
     except TypeError:  # some items are None: the slower path
-        lengths = np.fromiter(
-            (-1 if item is None else len(item) for item in items), dtype=_I4, count=len(items)
-        )
+        lengths = np.fromiter((-1 if item is None else len(item) for item in items), dtype=_I4, count=len(items))
         return lengths, b"".join([item for item in items if item is not None])
 
 
@@ -286,10 +284,18 @@ def encode_batch(
         if len(headers) != count:
             raise InvalidRecordError("headers and values differ in length")
         header_lengths, headers_blob = _encode_headers(headers)
-    section = b"".join((
-        delta_column.tobytes(), timestamp_column.tobytes(), key_lengths.tobytes(),
-        value_lengths.tobytes(), header_lengths.tobytes(), keys_blob, values_blob, headers_blob,
-    ))
+    section = b"".join(
+        (
+            delta_column.tobytes(),
+            timestamp_column.tobytes(),
+            key_lengths.tobytes(),
+            value_lengths.tobytes(),
+            header_lengths.tobytes(),
+            keys_blob,
+            values_blob,
+            headers_blob,
+        )
+    )
     if compression != CompressionType.NONE:
         section = UNCOMPRESSED_LENGTH.pack(len(section)) + compress(compression, section)
     attributes = (
@@ -298,19 +304,29 @@ def encode_batch(
         | (TRANSACTIONAL_BIT if transactional else 0)
         | (CONTROL_BIT if control else 0)
     )
-    header = bytearray(HEADER.pack(
-        base_offset, BATCH_OVERHEAD - LOG_OVERHEAD + len(section), partition_leader_epoch, MAGIC, 0,
-        attributes, last_delta, first_timestamp, max_timestamp, producer_id, producer_epoch,
-        base_sequence, count,
-    ))
+    header = bytearray(
+        HEADER.pack(
+            base_offset,
+            BATCH_OVERHEAD - LOG_OVERHEAD + len(section),
+            partition_leader_epoch,
+            MAGIC,
+            0,
+            attributes,
+            last_delta,
+            first_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            count,
+        )
+    )
     crc = crc32c.crc32c(section, batch_crc(header))
     CRC_FIELD.pack_into(header, CRC_POSITION, crc)
     return bytes(header) + section
 
 
-def validate_batch(
-    buffer: Buffer, position: int = 0, *, max_bytes: int | None = None
-) -> BatchHeader:
+def validate_batch(buffer: Buffer, position: int = 0, *, max_bytes: int | None = None) -> BatchHeader:
     """Check the framing, magic and CRC of the batch at `position`, cheaply (no decoding).
 
     Raises CorruptRecordError for a torn or corrupt batch and InvalidRecordError for a well-formed
@@ -356,9 +372,7 @@ def _records_section(buffer: Buffer, position: int, header: BatchHeader) -> byte
     return decompress(codec, memoryview(buffer)[start + UNCOMPRESSED_LENGTH.size : end], uncompressed_length)
 
 
-def _slice_column(
-    blob: bytes, lengths: npt.NDArray[np.int32], base: int
-) -> tuple[list[bytes | None], int]:
+def _slice_column(blob: bytes, lengths: npt.NDArray[np.int32], base: int) -> tuple[list[bytes | None], int]:
     """Cut `blob[base:]` into items by `lengths` (-1 = None); returns items and bytes used."""
     count = len(lengths)
     if count and int(lengths.max()) < 0:  # the common keyless batch: no bytes at all
@@ -443,8 +457,14 @@ def _columns(buffer: Buffer, position: int, header: BatchHeader) -> _Columns:
     if int(offset_deltas[0]) < 0 or int(offset_deltas[-1]) > header.last_offset_delta:
         raise CorruptRecordError("offset deltas fall outside the batch's offset range")
     return _Columns(
-        section, offset_deltas, timestamp_deltas, key_lengths, value_lengths, header_lengths,
-        columns_end, payload,
+        section,
+        offset_deltas,
+        timestamp_deltas,
+        key_lengths,
+        value_lengths,
+        header_lengths,
+        columns_end,
+        payload,
     )
 
 
@@ -463,9 +483,7 @@ def check_records(
     """
     columns = _columns(buffer, position, header)
     count = header.record_count
-    if contiguous_offsets and (
-        header.last_offset_delta != count - 1 or int(columns.offset_deltas[-1]) != count - 1
-    ):
+    if contiguous_offsets and (header.last_offset_delta != count - 1 or int(columns.offset_deltas[-1]) != count - 1):
         # strictly increasing deltas from 0 that end at N-1 can only be 0..N-1
         raise InvalidRecordError("a producer batch must number its records 0..N-1")
     if contiguous_offsets and int(columns.offset_deltas[0]) != 0:
@@ -474,9 +492,7 @@ def check_records(
         raise InvalidRecordError("compacted topics require a key on every record")
 
 
-def decode_batch(
-    buffer: Buffer, position: int = 0, *, verify_crc: bool = True
-) -> RecordBatch:
+def decode_batch(buffer: Buffer, position: int = 0, *, verify_crc: bool = True) -> RecordBatch:
     """Decode the batch at `position` into columns of Python objects."""
     header = validate_batch(buffer, position) if verify_crc else read_header(buffer, position)
     columns = _columns(buffer, position, header)

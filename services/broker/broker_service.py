@@ -1,0 +1,151 @@
+"""The broker's gRPC service (proto/tidelog/v1/broker.proto).
+
+Produce and Fetch carry stored record batches untouched; Fetch long-polls up to `max_wait_ms`
+until `min_bytes` are available. Per-partition problems come back per partition with Kafka's error
+codes; a partition this broker does not lead answers NOT_LEADER_OR_FOLLOWER with the leader it
+knows (`leader_hint`) so clients can go straight there.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Final, TypeAlias
+
+import grpc
+from prometheus_client import Counter, Histogram
+
+from tidelog.broker.metadata_cache import MetadataCache
+from tidelog.broker.replica_manager import ReplicaManager
+from tidelog.common.errors import ErrorCode, StaleControllerEpochError, TidelogError
+from tidelog.v1 import broker_pb2, broker_pb2_grpc
+
+__all__ = ["BrokerService"]
+
+FETCH_WAIT_MS_MAX: Final = 30_000  # bound on a consumer's max_wait_ms
+FETCH_BYTES_MAX: Final = 55 * 1024 * 1024  # fetch.max.bytes
+EARLIEST: Final = -2
+LATEST: Final = -1
+
+REQUESTS = Counter("tidelog_broker_requests_total", "Requests by API and outcome", ["api", "outcome"])
+LATENCY = Histogram(
+    "tidelog_broker_request_seconds",
+    "Request latency by API",
+    ["api"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+
+
+class BrokerService(broker_pb2_grpc.BrokerServicer):
+    def __init__(self, replicas: ReplicaManager, metadata: MetadataCache) -> None:
+        self.replicas = replicas
+        self.metadata = metadata
+
+    def _leader_hint(self, topic: str, partition: int) -> int:
+        return self.metadata.leader_of(topic, partition)
+
+    async def Produce(self, request: Any, context: Context) -> Any:  # noqa: N802
+        started = time.perf_counter()
+        response = broker_pb2.ProduceResponse()
+        if request.acks not in (-1, 0, 1):
+            for entry in request.partitions:
+                response.partitions.add(
+                    topic=entry.topic,
+                    partition=entry.partition,
+                    error_code=int(ErrorCode.INVALID_REQUIRED_ACKS),
+                    error_message=f"acks must be -1, 0 or 1, not {request.acks}",
+                )
+            REQUESTS.labels("Produce", "error").inc()
+            return response
+        for entry in request.partitions:
+            result = response.partitions.add(topic=entry.topic, partition=entry.partition)
+            try:
+                info = await self.replicas.append(entry.topic, entry.partition, entry.record_batches)
+                result.base_offset = info.first_offset
+                result.log_append_time_ms = info.log_append_time_ms
+                result.log_start_offset = self.replicas.partitions[(entry.topic, entry.partition)].log.log_start_offset
+            except TidelogError as error:
+                result.error_code = int(error.code)
+                result.error_message = error.message
+                result.leader_hint = self._leader_hint(entry.topic, entry.partition)
+                result.base_offset = -1
+        REQUESTS.labels("Produce", "ok").inc()
+        LATENCY.labels("Produce").observe(time.perf_counter() - started)
+        return response
+
+    async def Fetch(self, request: Any, context: Context) -> Any:  # noqa: N802
+        started = time.perf_counter()
+        max_bytes = min(request.max_bytes if request.max_bytes > 0 else FETCH_BYTES_MAX, FETCH_BYTES_MAX)
+        deadline = time.monotonic() + min(max(request.max_wait_ms, 0), FETCH_WAIT_MS_MAX) / 1000
+        keys = [(entry.topic, entry.partition) for entry in request.partitions]
+        while True:
+            results = await self.replicas.run_io(self._read_all, list(request.partitions), max_bytes)
+            total = sum(len(result.record_batches) for result in results)
+            errors = any(result.error_code for result in results)
+            remaining = deadline - time.monotonic()
+            if total >= max(request.min_bytes, 1) or errors or remaining <= 0:
+                break
+            await self.replicas.wait_for_append(keys, remaining)
+        for result in results:
+            if result.error_code:
+                result.leader_hint = self._leader_hint(result.topic, result.partition)
+        REQUESTS.labels("Fetch", "ok").inc()
+        LATENCY.labels("Fetch").observe(time.perf_counter() - started)
+        return broker_pb2.FetchResponse(partitions=results)
+
+    def _read_all(self, partitions: list[Any], max_bytes: int) -> list[Any]:
+        results: list[Any] = []
+        remaining = max_bytes
+        for entry in partitions:
+            result = self.replicas.read(entry, max(remaining, 0), min_one_batch=not results or remaining > 0)
+            remaining -= len(result.record_batches)
+            results.append(result)
+        return results
+
+    async def ListOffsets(self, request: Any, context: Context) -> Any:  # noqa: N802
+        response = broker_pb2.ListOffsetsResponse()
+        for entry in request.partitions:
+            result = response.partitions.add(topic=entry.topic, partition=entry.partition, offset=-1, timestamp=-1)
+            try:
+                partition_log = self.replicas.leader_partition(entry.topic, entry.partition).log
+                if entry.timestamp == EARLIEST:
+                    result.offset = partition_log.log_start_offset
+                elif entry.timestamp == LATEST:
+                    result.offset = partition_log.high_watermark
+                else:
+                    found = await self.replicas.run_io(partition_log.offset_for_timestamp, entry.timestamp)
+                    if found is not None and found[0] < partition_log.high_watermark:
+                        result.offset, result.timestamp = found
+            except TidelogError as error:
+                result.error_code = int(error.code)
+                result.leader_hint = self._leader_hint(entry.topic, entry.partition)
+        REQUESTS.labels("ListOffsets", "ok").inc()
+        return response
+
+    async def Metadata(self, request: Any, context: Context) -> Any:  # noqa: N802
+        REQUESTS.labels("Metadata", "ok").inc()
+        return self.metadata.describe(list(request.topics))
+
+    async def LeaderAndIsr(self, request: Any, context: Context) -> Any:  # noqa: N802
+        try:
+            errors = await self.replicas.leader_and_isr(request)
+        except StaleControllerEpochError:
+            REQUESTS.labels("LeaderAndIsr", "stale").inc()
+            return broker_pb2.LeaderAndIsrResponse(error_code=int(ErrorCode.STALE_CONTROLLER_EPOCH))
+        REQUESTS.labels("LeaderAndIsr", "ok").inc()
+        return broker_pb2.LeaderAndIsrResponse(partitions=errors)
+
+    async def StopReplica(self, request: Any, context: Context) -> Any:  # noqa: N802
+        try:
+            await self.replicas.stop_replicas(request)
+        except StaleControllerEpochError:
+            return broker_pb2.StopReplicaResponse(error_code=int(ErrorCode.STALE_CONTROLLER_EPOCH))
+        return broker_pb2.StopReplicaResponse()
+
+    async def UpdateMetadata(self, request: Any, context: Context) -> Any:  # noqa: N802
+        try:
+            self.replicas.check_controller_epoch(request.controller_epoch)
+        except StaleControllerEpochError:
+            return broker_pb2.UpdateMetadataResponse(error_code=int(ErrorCode.STALE_CONTROLLER_EPOCH))
+        self.metadata.update(request)
+        return broker_pb2.UpdateMetadataResponse()

@@ -1,0 +1,244 @@
+"""The partitions a broker hosts and what it does with them: append, read, obey the controller.
+
+Each hosted replica is a `Partition`: its PartitionLog plus the leadership the controller last
+sent (leader, ISR, leader epoch, partition epoch). LeaderAndIsr requests are applied only when
+they are not older than what the broker has (controller epoch, then partition epoch per partition),
+so a deposed controller cannot move leadership back.
+
+Disk work (append, read, flush, retention) runs on a bounded thread pool (`num.io.threads`): the
+event loop never waits for a write or an fsync. Until replication arrives (issue 4) the leader's
+high watermark follows its log end offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import shutil
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import structlog
+from prometheus_client import Counter, Gauge
+
+from tidelog.broker.storage import LogCleaner, LogConfig, PartitionLog
+from tidelog.broker.storage.partition_log import AppendInfo
+from tidelog.common.errors import (
+    ErrorCode,
+    NotLeaderOrFollowerError,
+    RemoteError,
+    StaleControllerEpochError,
+    TidelogError,
+    UnknownTopicOrPartitionError,
+)
+from tidelog.v1 import broker_pb2, common_pb2
+
+__all__ = ["Partition", "ReplicaManager"]
+
+log = structlog.get_logger(__name__)
+
+PARTITION_METADATA_FILE: Final = "partition.metadata"
+T = TypeVar("T")
+
+BYTES_IN = Counter("tidelog_broker_bytes_in_total", "Record batch bytes appended as leader", ["topic"])
+RECORDS_IN = Counter("tidelog_broker_records_in_total", "Records appended as leader", ["topic"])
+BYTES_OUT = Counter("tidelog_broker_bytes_out_total", "Record batch bytes served by fetch", ["topic"])
+LEADER_PARTITIONS = Gauge("tidelog_broker_leader_partitions", "Partitions this broker leads")
+HOSTED_PARTITIONS = Gauge("tidelog_broker_partitions", "Partition replicas this broker hosts")
+
+
+@dataclasses.dataclass(slots=True)
+class Partition:
+    topic: str
+    partition: int
+    topic_id: str
+    log: PartitionLog
+    state: common_pb2.PartitionState
+    appended: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+
+    @property
+    def leader(self) -> int:
+        return self.state.leader
+
+    def notify_appended(self) -> None:
+        """Wake fetches waiting on this partition (a fresh event for the next waiters)."""
+        self.appended.set()
+        self.appended = asyncio.Event()
+
+
+class ReplicaManager:
+    def __init__(
+        self, broker_id: int, data_dir: Path, *, io_threads: int = 8, log_defaults: dict[str, str] | None = None
+    ) -> None:
+        assert 1 <= io_threads <= 256
+        self.broker_id = broker_id
+        self.data_dir = data_dir
+        self.log_defaults = dict(log_defaults or {})
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.controller_epoch = -1
+        self.io = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="storage-io")
+        self.cleaner = LogCleaner(lambda: [partition.log for partition in list(self.partitions.values())])
+
+    async def run_io(self, function: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.io, function, *args)
+
+    # ---- controller requests ---------------------------------------------------------------
+
+    def check_controller_epoch(self, epoch: int) -> None:
+        if epoch < self.controller_epoch:
+            raise StaleControllerEpochError(
+                f"request from controller epoch {epoch}; this broker has seen epoch {self.controller_epoch}"
+            )
+        self.controller_epoch = epoch
+
+    async def leader_and_isr(self, request: broker_pb2.LeaderAndIsrRequest) -> list[broker_pb2.PartitionError]:
+        self.check_controller_epoch(request.controller_epoch)
+        errors = []
+        wanted = set()
+        for state in request.partitions:
+            key = (state.topic, state.partition)
+            wanted.add(key)
+            try:
+                configs = json.loads(request.topic_configs_json.get(state.topic, "{}"))
+                await self._apply_state(state, configs)
+            except TidelogError as error:
+                errors.append(
+                    broker_pb2.PartitionError(
+                        topic=state.topic,
+                        partition=state.partition,
+                        error_code=int(error.code),
+                        error_message=error.message,
+                    )
+                )
+        if request.full:
+            for key in [key for key in self.partitions if key not in wanted]:
+                log.warning("replica_not_assigned_any_more", topic=key[0], partition=key[1])
+                await self._stop(key, delete=False)
+        self._update_gauges()
+        return errors
+
+    async def _apply_state(self, state: common_pb2.PartitionState, configs: dict[str, str]) -> None:
+        key = (state.topic, state.partition)
+        existing = self.partitions.get(key)
+        if existing is not None and existing.topic_id == state.topic_id:
+            if state.partition_epoch < existing.state.partition_epoch:
+                raise RemoteError(
+                    ErrorCode.FENCED_LEADER_EPOCH,
+                    f"partition epoch {state.partition_epoch} is older than {existing.state.partition_epoch}",
+                )
+            assert state.leader_epoch >= existing.state.leader_epoch, "leader epochs never go back"
+            existing.state = state
+            await self.run_io(existing.log.update_config, LogConfig.from_configs({**self.log_defaults, **configs}))
+        else:
+            if existing is not None:  # the topic was deleted and created again under the same name
+                await self._stop(key, delete=True)
+            partition_log = await self.run_io(self._open_log, state.topic, state.partition, state.topic_id, configs)
+            existing = Partition(state.topic, state.partition, state.topic_id, partition_log, state)
+            self.partitions[key] = existing
+        if existing.leader == self.broker_id:
+            # No followers replicate yet (issue 4): what the leader has is what consumers may read.
+            existing.log.update_high_watermark(existing.log.log_end_offset)
+        existing.notify_appended()
+
+    def _open_log(self, topic: str, partition: int, topic_id: str, configs: dict[str, str]) -> PartitionLog:
+        directory = self.data_dir / f"{topic}-{partition}"
+        marker = directory / PARTITION_METADATA_FILE
+        if directory.exists() and (not marker.exists() or marker.read_text().strip() != f"topic_id: {topic_id}"):
+            log.warning("stale_log_replaced", topic=topic, partition=partition)
+            shutil.rmtree(directory)
+        partition_log = PartitionLog.open(directory, LogConfig.from_configs({**self.log_defaults, **configs}))
+        if not marker.exists():
+            marker.write_text(f"topic_id: {topic_id}\n")
+        return partition_log
+
+    async def stop_replicas(self, request: broker_pb2.StopReplicaRequest) -> None:
+        self.check_controller_epoch(request.controller_epoch)
+        for state in request.partitions:
+            await self._stop((state.topic, state.partition), delete=request.delete_partitions)
+        self._update_gauges()
+
+    async def _stop(self, key: tuple[str, int], *, delete: bool) -> None:
+        partition = self.partitions.pop(key, None)
+        if partition is None:
+            if delete:
+                await self.run_io(shutil.rmtree, self.data_dir / f"{key[0]}-{key[1]}", True)
+            return
+        partition.notify_appended()
+        await self.run_io(partition.log.delete if delete else partition.log.close)
+
+    def _update_gauges(self) -> None:
+        HOSTED_PARTITIONS.set(len(self.partitions))
+        LEADER_PARTITIONS.set(sum(1 for p in self.partitions.values() if p.leader == self.broker_id))
+
+    # ---- data path -------------------------------------------------------------------------
+
+    def leader_partition(self, topic: str, partition: int) -> Partition:
+        hosted = self.partitions.get((topic, partition))
+        if hosted is None:
+            raise UnknownTopicOrPartitionError(f"this broker hosts no replica of {topic}-{partition}")
+        if hosted.leader != self.broker_id:
+            raise NotLeaderOrFollowerError(f"broker {self.broker_id} is not the leader of {topic}-{partition}")
+        return hosted
+
+    async def append(self, topic: str, partition: int, batches: bytes) -> AppendInfo:
+        hosted = self.leader_partition(topic, partition)
+        leader_epoch = hosted.state.leader_epoch
+        info: AppendInfo = await self.run_io(hosted.log.append_as_leader, batches, leader_epoch)
+        if hosted.leader == self.broker_id:
+            hosted.log.update_high_watermark(hosted.log.log_end_offset)
+        hosted.notify_appended()
+        BYTES_IN.labels(topic).inc(info.bytes)
+        RECORDS_IN.labels(topic).inc(info.last_offset - info.first_offset + 1)
+        return info
+
+    def read(
+        self, fetch: broker_pb2.FetchPartition, max_bytes: int, min_one_batch: bool
+    ) -> broker_pb2.FetchPartitionResult:
+        """One partition of a fetch (runs on the I/O pool). Errors come back in the result."""
+        result = broker_pb2.FetchPartitionResult(topic=fetch.topic, partition=fetch.partition)
+        try:
+            hosted = self.leader_partition(fetch.topic, fetch.partition)
+            partition_log = hosted.log
+            limit = min(max_bytes, fetch.partition_max_bytes) if fetch.partition_max_bytes > 0 else max_bytes
+            high_watermark = partition_log.high_watermark
+            data = partition_log.read(fetch.fetch_offset, limit, max_offset=high_watermark, min_one_batch=min_one_batch)
+            result.record_batches = bytes(data)
+            result.high_watermark = high_watermark
+            result.log_start_offset = partition_log.log_start_offset
+            result.log_end_offset = partition_log.log_end_offset
+            BYTES_OUT.labels(fetch.topic).inc(len(data))
+        except TidelogError as error:
+            result.error_code = int(error.code)
+            result.error_message = error.message
+        return result
+
+    async def wait_for_append(self, keys: list[tuple[str, int]], timeout_s: float) -> None:
+        """Return when any of these partitions gets data (or changes), or after `timeout_s`."""
+        events = [self.partitions[key].appended for key in keys if key in self.partitions]
+        if not events or timeout_s <= 0:
+            return
+        waits = [asyncio.ensure_future(event.wait()) for event in events]
+        try:
+            await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+
+    # ---- housekeeping ----------------------------------------------------------------------
+
+    def flush_due(self) -> None:
+        for partition in list(self.partitions.values()):
+            partition.log.maybe_flush()
+
+    def apply_retention(self) -> int:
+        return sum(partition.log.apply_retention() for partition in list(self.partitions.values()))
+
+    async def close(self) -> None:
+        self.cleaner.stop()
+        for key in list(self.partitions):
+            partition = self.partitions.pop(key)
+            await self.run_io(partition.log.close)
+        self.io.shutdown(wait=True)

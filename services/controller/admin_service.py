@@ -1,0 +1,95 @@
+"""The controller's gRPC admin API (proto/tidelog/v1/controller.proto).
+
+Only the active controller acts; any other instance answers NOT_CONTROLLER with the active one's
+endpoint. Per-topic problems come back per topic, with Kafka's error codes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from prometheus_client import Counter
+
+from tidelog.common.errors import ErrorCode, NotControllerError, TidelogError
+from tidelog.controller.controller import Controller
+from tidelog.v1 import controller_pb2, controller_pb2_grpc
+
+__all__ = ["AdminService"]
+
+ADMIN_REQUESTS = Counter("tidelog_controller_admin_requests_total", "Admin requests handled", ["method", "outcome"])
+
+
+class AdminService(controller_pb2_grpc.ControllerServicer):
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+
+    async def _topics(self, method: str, handler: Any, request: Any, response_type: Any, names: list[str]) -> Any:
+        try:
+            results = await handler(request)
+            ADMIN_REQUESTS.labels(method, "ok").inc()
+            return response_type(topics=results)
+        except NotControllerError as error:
+            ADMIN_REQUESTS.labels(method, "not_controller").inc()
+            endpoint = await self.controller.active_endpoint()
+            return response_type(
+                topics=[_result(name, error) for name in names],
+                controller_endpoint="" if endpoint == self.controller.config.endpoint else endpoint,
+            )
+        except TidelogError as error:
+            ADMIN_REQUESTS.labels(method, "error").inc()
+            return response_type(topics=[_result(name, error) for name in names])
+
+    async def CreateTopics(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:  # noqa: N802
+        return await self._topics(
+            "CreateTopics",
+            self.controller.create_topics,
+            request,
+            controller_pb2.CreateTopicsResponse,
+            [topic.name for topic in request.topics],
+        )
+
+    async def DeleteTopics(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:  # noqa: N802
+        return await self._topics(
+            "DeleteTopics",
+            self.controller.delete_topics,
+            request,
+            controller_pb2.DeleteTopicsResponse,
+            list(request.names),
+        )
+
+    async def CreatePartitions(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:  # noqa: N802
+        return await self._topics(
+            "CreatePartitions",
+            self.controller.create_partitions,
+            request,
+            controller_pb2.CreatePartitionsResponse,
+            [change.topic for change in request.topics],
+        )
+
+    async def AlterConfigs(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:  # noqa: N802
+        return await self._topics(
+            "AlterConfigs",
+            self.controller.alter_configs,
+            request,
+            controller_pb2.AlterConfigsResponse,
+            [change.topic for change in request.changes],
+        )
+
+    async def DescribeCluster(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:  # noqa: N802
+        controller = self.controller
+        if not controller.active.is_set():
+            return controller_pb2.DescribeClusterResponse(
+                error_code=int(ErrorCode.NOT_CONTROLLER), controller_endpoint=await controller.active_endpoint()
+            )
+        return controller_pb2.DescribeClusterResponse(
+            controller_id=controller.config.controller_id,
+            controller_epoch=controller.epoch,
+            controller_endpoint=controller.config.endpoint,
+            brokers=controller.state.broker_protos(),
+            controllers=await controller.controllers(),
+        )
+
+
+def _result(name: str, error: TidelogError) -> controller_pb2.TopicResult:
+    return controller_pb2.TopicResult(name=name, error_code=int(error.code), error_message=error.message)

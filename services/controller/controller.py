@@ -1,0 +1,552 @@
+"""The controller: one active instance, elected through etcd, owns all partition leadership.
+
+Every controller process runs `Controller.run()`: it opens an etcd session, campaigns, and while
+elected (until its session ends or a fenced write fails) it
+1. bumps the controller epoch (a fenced transaction),
+2. loads brokers, topics and partition states at one etcd revision (the seeds' controller
+   failover: rebuild everything from the store),
+3. elects leaders for partitions whose leader is gone and sends every live broker its full
+   LeaderAndIsr and an UpdateMetadata ("resend leadership"),
+4. then serves admin requests and broker changes one at a time under `self._mutex`.
+
+Every etcd write is a transaction fenced by the election key's create revision and compares the
+mod revision of each record it replaces: two controllers can never both win, and a deposed one
+steps down at its first write. Brokers refuse requests carrying an older controller epoch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import random
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+import structlog
+from etcd3aio import Etcd3Client, prefix_range_end
+from etcd3aio.kv import KVService
+
+from tidelog.common.config import LOG_CONFIGS, parse_configs
+from tidelog.common.errors import (
+    InvalidPartitionsError,
+    InvalidRequestError,
+    NotControllerError,
+    TidelogError,
+    TopicAlreadyExistsError,
+    TopicDeletionDisabledError,
+    UnknownTopicOrPartitionError,
+)
+from tidelog.common.etcd.election import Election, NotLeaderError
+from tidelog.common.etcd.session import Session
+from tidelog.common.metadata import (
+    BROKERS_PREFIX,
+    CONTROLLER_ELECTION_PREFIX,
+    CONTROLLER_EPOCH_KEY,
+    TOPICS_PREFIX,
+    BrokerRegistration,
+    ControllerRecord,
+    PartitionStateRecord,
+    TopicRecord,
+    parse_topics_key,
+    partition_state_key,
+    topic_key,
+    validate_topic_name,
+)
+from tidelog.controller.assignment import assign_replicas, rack_alternated
+from tidelog.controller.broker_requests import BrokerRequests
+from tidelog.controller.cluster_state import ClusterState, Versioned
+from tidelog.controller.controller_config import ControllerConfig
+from tidelog.v1 import common_pb2, controller_pb2
+
+__all__ = ["Controller"]
+
+log = structlog.get_logger(__name__)
+
+EVENT_PUT: Final = 0
+STATES_PER_TXN: Final = 100  # etcd's default --max-txn-ops is 128
+TOPICS_PER_REQUEST_MAX: Final = 1000
+PARTITIONS_PER_TOPIC_MAX: Final = 10_000
+CAMPAIGN_RETRY_S: Final = 0.5
+
+
+class FencedError(Exception):
+    """A fenced write failed: this controller is no longer the active one."""
+
+
+class ConflictError(NotControllerError):  # type: ignore[misc, valid-type]
+    """A fenced write did not apply; callers see NOT_CONTROLLER and retry at the next controller."""
+
+
+class Controller:
+    def __init__(
+        self,
+        config: ControllerConfig,
+        etcd: Etcd3Client,
+        *,
+        broker_requests: BrokerRequests | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.etcd = etcd
+        self.broker_requests = broker_requests or BrokerRequests()
+        self.rng = rng or random.Random()
+        self.state = ClusterState()
+        self.epoch = -1
+        self.active = asyncio.Event()
+        self._election: Election | None = None
+        self._mutex = asyncio.Lock()
+        self._stopping = asyncio.Event()
+        self._deposed = asyncio.Event()
+
+    @property
+    def kv(self) -> KVService:
+        assert self.etcd.kv is not None
+        return self.etcd.kv
+
+    # ---- election loop ---------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Campaign, lead while elected, campaign again; until `stop()`."""
+        while not self._stopping.is_set():
+            session = await Session(self.etcd, ttl_s=self.config.session_ttl_s).start()
+            election = Election(session, CONTROLLER_ELECTION_PREFIX)
+            try:
+                record = ControllerRecord(self.config.controller_id, -1, self.config.endpoint)
+                await self._until_stopping(election.campaign(record.to_json()))
+                if self._stopping.is_set():
+                    break
+                self._election = election
+                await self._lead(election, session)
+            except (NotLeaderError, FencedError, ConflictError) as error:
+                log.warning("controller_deposed", controller=self.config.controller_id, reason=str(error))
+            finally:
+                self.active.clear()
+                self._election = None
+                with contextlib.suppress(Exception):
+                    await election.resign()
+                await session.close()
+            if not self._stopping.is_set():
+                await asyncio.sleep(CAMPAIGN_RETRY_S)
+
+    async def _until_stopping(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        done, _ = await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        for pending in (task, stopping):
+            if pending not in done:
+                pending.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pending
+        if task in done:
+            task.result()
+
+    async def stop(self) -> None:
+        self._stopping.set()
+
+    async def _lead(self, election: Election, session: Session) -> None:
+        self._deposed.clear()
+        async with self._mutex:
+            self.epoch = await self._bump_epoch(election)
+            revision = await self._load()
+            log.info(
+                "controller_elected",
+                controller=self.config.controller_id,
+                epoch=self.epoch,
+                brokers=sorted(self.state.brokers),
+                topics=len(self.state.topics),
+            )
+            await self._initialise_missing_states()
+            await self._elect_leaders(lambda state: state.leader not in self.state.brokers)
+            self.active.set()
+        await self.propagate(self.state.brokers)
+        watcher = asyncio.create_task(self._watch_brokers(revision + 1))
+        try:
+            await self._until_stopping(self._first_of(session.done.wait(), self._deposed.wait(), watcher))
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
+
+    @staticmethod
+    async def _first_of(*waits: Any) -> None:
+        tasks = [asyncio.ensure_future(wait) for wait in waits]
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        for task in done:
+            task.result()
+
+    # ---- loading ---------------------------------------------------------------------------
+
+    async def _bump_epoch(self, election: Election) -> int:
+        current = await self.kv.get(CONTROLLER_EPOCH_KEY)
+        if current.kvs:
+            previous = ControllerRecord.from_json(current.kvs[0].value).epoch
+            unchanged = KVService.txn_compare_version(CONTROLLER_EPOCH_KEY, int(current.kvs[0].version))
+        else:
+            previous = 0
+            unchanged = KVService.txn_compare_create_revision(CONTROLLER_EPOCH_KEY, 0)
+        record = ControllerRecord(self.config.controller_id, previous + 1, self.config.endpoint)
+        response = await self.kv.txn(
+            compare=[election.fence(), unchanged],
+            success=[KVService.txn_op_put(CONTROLLER_EPOCH_KEY, record.to_json())],
+        )
+        if not response.succeeded:
+            raise FencedError("could not claim the next controller epoch")
+        await election.proclaim(record.to_json())
+        return record.epoch
+
+    async def _load(self) -> int:
+        response = await self.kv.txn(
+            compare=[],
+            success=[
+                KVService.txn_op_get(BROKERS_PREFIX, range_end=prefix_range_end(BROKERS_PREFIX.encode())),
+                KVService.txn_op_get(TOPICS_PREFIX, range_end=prefix_range_end(TOPICS_PREFIX.encode())),
+            ],
+        )
+        state = ClusterState()
+        for kv in response.responses[0].response_range.kvs:
+            broker = BrokerRegistration.from_json(kv.value)
+            state.brokers[broker.broker_id] = broker
+        for kv in response.responses[1].response_range.kvs:
+            topic, partition = parse_topics_key(kv.key.decode())
+            if partition is None:
+                state.topics[topic] = Versioned(TopicRecord.from_json(kv.value), int(kv.mod_revision))
+            else:
+                state.partitions[(topic, partition)] = Versioned(
+                    PartitionStateRecord.from_json(kv.value), int(kv.mod_revision)
+                )
+        self.state = state
+        return int(response.header.revision)
+
+    # ---- committing ------------------------------------------------------------------------
+
+    async def _commit(self, compares: list[Any], puts: dict[str, bytes], deletes: Iterable[str] = ()) -> int:
+        """One fenced etcd transaction; returns its revision. FencedError when it did not apply."""
+        assert self._election is not None
+        operations = [KVService.txn_op_put(key, value) for key, value in puts.items()]
+        for key in deletes:
+            if key.endswith("/"):
+                operations.append(KVService.txn_op_delete(key, range_end=prefix_range_end(key.encode())))
+            else:
+                operations.append(KVService.txn_op_delete(key))
+        response = await self.kv.txn(compare=[self._election.fence(), *compares], success=operations)
+        if not response.succeeded:
+            # Fenced out, or etcd holds something our copy does not: either way this term is over;
+            # the next one (here or elsewhere) reloads everything from etcd.
+            self.active.clear()
+            self._deposed.set()
+            raise ConflictError("a fenced metadata write did not apply; the controller steps down")
+        return int(response.header.revision)
+
+    async def _write_states(self, states: dict[tuple[str, int], PartitionStateRecord]) -> None:
+        """Write partition states (chunked), each compared against the version we hold."""
+        items = sorted(states.items())
+        for start in range(0, len(items), STATES_PER_TXN):
+            chunk = items[start : start + STATES_PER_TXN]
+            compares = []
+            for (topic, partition), _ in chunk:
+                held = self.state.partitions.get((topic, partition))
+                key = partition_state_key(topic, partition)
+                if held is None:
+                    compares.append(KVService.txn_compare_create_revision(key, 0))
+                else:
+                    compares.append(_compare_mod_revision(key, held.mod_revision))
+            puts = {partition_state_key(topic, partition): state.to_json() for (topic, partition), state in chunk}
+            revision = await self._commit(compares, puts)
+            for topic_partition, state in chunk:
+                self.state.partitions[topic_partition] = Versioned(state, revision)
+
+    # ---- leadership ------------------------------------------------------------------------
+
+    def _initial_state(self, replicas: list[int]) -> PartitionStateRecord:
+        live = [broker for broker in replicas if broker in self.state.brokers]
+        return PartitionStateRecord(
+            leader=live[0] if live else -1,
+            isr=list(replicas),
+            leader_epoch=0,
+            partition_epoch=0,
+            controller_epoch=self.epoch,
+        )
+
+    async def _initialise_missing_states(self) -> None:
+        """Partition states a crashed controller did not write yet (the topic record is the commit)."""
+        missing = {
+            (topic, partition): self._initial_state(versioned.value.replicas(partition))
+            for topic, versioned in self.state.topics.items()
+            for partition in self.state.topic_partitions(topic)
+            if (topic, partition) not in self.state.partitions
+        }
+        if missing:
+            await self._write_states(missing)
+
+    def _next_state(self, topic: str, partition: int, state: PartitionStateRecord) -> PartitionStateRecord | None:
+        """The state after electing from the live ISR (the preferred replica first), or None if unchanged."""
+        live = self.state.brokers
+        replicas = self.state.topics[topic].value.replicas(partition)
+        live_isr = [broker for broker in state.isr if broker in live]
+        candidates = [broker for broker in replicas if broker in live_isr]
+        if state.leader in live and state.leader in live_isr:
+            leader = state.leader
+        else:
+            leader = candidates[0] if candidates else -1
+        # The dead leave the ISR, except the last member: it must stay to be elected on return.
+        isr = live_isr if live_isr else list(state.isr[:1] if state.leader == -1 else [state.leader])
+        if leader == state.leader and isr == state.isr:
+            return None
+        return dataclasses.replace(
+            state,
+            leader=leader,
+            isr=isr,
+            leader_epoch=state.leader_epoch + (leader != state.leader),
+            partition_epoch=state.partition_epoch + 1,
+            controller_epoch=self.epoch,
+        )
+
+    async def _elect_leaders(self, needs: Callable[[PartitionStateRecord], bool]) -> set[int]:
+        """Re-elect where `needs(state)`; returns the brokers whose replicas changed."""
+        changes: dict[tuple[str, int], PartitionStateRecord] = {}
+        for (topic, partition), versioned in self.state.partitions.items():
+            state = versioned.value
+            if topic not in self.state.topics or not needs(state):
+                continue
+            next_state = self._next_state(topic, partition, state)
+            if next_state is not None:
+                changes[(topic, partition)] = next_state
+        if changes:
+            offline = sum(1 for state in changes.values() if state.leader == -1)
+            log.info("leaders_elected", partitions=len(changes), offline=offline)
+            await self._write_states(changes)
+        return {broker for topic, partition in changes for broker in self.state.topics[topic].value.replicas(partition)}
+
+    # ---- broker changes --------------------------------------------------------------------
+
+    async def _watch_brokers(self, start_revision: int) -> None:
+        assert self.etcd.watch is not None
+        range_end = prefix_range_end(BROKERS_PREFIX.encode())
+        async for response in self.etcd.watch.watch(BROKERS_PREFIX, range_end, start_revision=start_revision):
+            if not response.events:
+                continue  # the watch's creation or progress notice
+            added: set[int] = set()
+            removed: set[int] = set()
+            async with self._mutex:
+                for event in response.events:
+                    broker_id = int(event.kv.key.decode().rsplit("/", 1)[1])
+                    if event.type == EVENT_PUT:
+                        self.state.brokers[broker_id] = BrokerRegistration.from_json(event.kv.value)
+                        added.add(broker_id)
+                        removed.discard(broker_id)
+                    else:
+                        self.state.brokers.pop(broker_id, None)
+                        removed.add(broker_id)
+                        added.discard(broker_id)
+                log.info(
+                    "brokers_changed", added=sorted(added), removed=sorted(removed), live=sorted(self.state.brokers)
+                )
+                await self._elect_leaders(_affected_by(frozenset(removed)))
+            await self.propagate(self.state.brokers)
+
+    # ---- propagation -----------------------------------------------------------------------
+
+    async def propagate(self, brokers: Iterable[int]) -> None:
+        """Send full LeaderAndIsr and UpdateMetadata to `brokers` (idempotent, newest wins)."""
+        await self.broker_requests.send_state(
+            self.state, self.config.controller_id, self.epoch, self.config.endpoint, list(brokers)
+        )
+
+    # ---- admin requests (called by the admin service) --------------------------------------
+
+    def _require_active(self) -> None:
+        if not self.active.is_set():
+            raise NotControllerError(f"controller {self.config.controller_id} is not the active controller")
+
+    async def active_endpoint(self) -> str:
+        """host:port of the active controller, or "" when none is elected."""
+        if self.active.is_set():
+            return self.config.endpoint
+        response = await self.kv.get(
+            CONTROLLER_ELECTION_PREFIX + "/",
+            prefix_range_end((CONTROLLER_ELECTION_PREFIX + "/").encode()),
+        )
+        if not response.kvs:
+            return ""
+        oldest = min(response.kvs, key=lambda kv: kv.create_revision)
+        return ControllerRecord.from_json(oldest.value).endpoint
+
+    async def create_topics(self, request: controller_pb2.CreateTopicsRequest) -> list[controller_pb2.TopicResult]:
+        if len(request.topics) > TOPICS_PER_REQUEST_MAX:
+            raise InvalidRequestError(f"at most {TOPICS_PER_REQUEST_MAX} topics per request")
+        results = []
+        created: list[str] = []
+        async with self._mutex:
+            self._require_active()
+            for new_topic in request.topics:
+                try:
+                    await self._create_topic(new_topic, request.validate_only)
+                    results.append(controller_pb2.TopicResult(name=new_topic.name))
+                    created.append(new_topic.name)
+                except TidelogError as error:
+                    results.append(_error_result(new_topic.name, error))
+        if created and not request.validate_only:
+            await self.propagate(self.state.brokers)
+        return results
+
+    async def _create_topic(self, new_topic: controller_pb2.NewTopic, validate_only: bool) -> None:
+        validate_topic_name(new_topic.name)
+        partitions = new_topic.num_partitions if new_topic.num_partitions != -1 else self.config.num_partitions
+        factor = (
+            new_topic.replication_factor
+            if new_topic.replication_factor != -1
+            else self.config.default_replication_factor
+        )
+        if partitions > PARTITIONS_PER_TOPIC_MAX:
+            raise InvalidPartitionsError(f"at most {PARTITIONS_PER_TOPIC_MAX} partitions per topic")
+        parse_configs(dict(new_topic.configs), LOG_CONFIGS)
+        if new_topic.name in self.state.topics:
+            raise TopicAlreadyExistsError(f"topic {new_topic.name!r} already exists")
+        racks = {broker_id: broker.rack for broker_id, broker in self.state.brokers.items()}
+        assignment = assign_replicas(racks, partitions, factor, start=self.rng.randrange(max(len(racks), 1)))
+        if validate_only:
+            return
+        record = TopicRecord(
+            topic_id=uuid.uuid4().hex,
+            assignment={str(partition): replicas for partition, replicas in assignment.items()},
+            configs=dict(new_topic.configs),
+        )
+        key = topic_key(new_topic.name)
+        if await self._topic_exists_in_store(key):  # e.g. written by a controller we replaced mid-way
+            raise TopicAlreadyExistsError(f"topic {new_topic.name!r} already exists")
+        revision = await self._commit([KVService.txn_compare_create_revision(key, 0)], {key: record.to_json()})
+        self.state.topics[new_topic.name] = Versioned(record, revision)
+        await self._write_states(
+            {(new_topic.name, partition): self._initial_state(replicas) for partition, replicas in assignment.items()}
+        )
+        log.info("topic_created", topic=new_topic.name, partitions=partitions, replication_factor=factor)
+
+    async def _topic_exists_in_store(self, key: str) -> bool:
+        return bool((await self.kv.get(key)).kvs)
+
+    async def delete_topics(self, request: controller_pb2.DeleteTopicsRequest) -> list[controller_pb2.TopicResult]:
+        results = []
+        stopped: list[common_pb2.PartitionState] = []
+        async with self._mutex:
+            self._require_active()
+            for name in request.names:
+                try:
+                    if not self.config.delete_topic_enable:
+                        raise TopicDeletionDisabledError("topic deletion is disabled (delete.topic.enable=false)")
+                    if name not in self.state.topics:
+                        raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+                    held = self.state.topics[name]
+                    stopped.extend(self.state.partition_proto(name, p) for p in self.state.topic_partitions(name))
+                    await self._commit(
+                        [_compare_mod_revision(topic_key(name), held.mod_revision)],
+                        {},
+                        [topic_key(name), f"{topic_key(name)}/"],
+                    )
+                    del self.state.topics[name]
+                    for key in [key for key in self.state.partitions if key[0] == name]:
+                        del self.state.partitions[key]
+                    results.append(controller_pb2.TopicResult(name=name))
+                    log.info("topic_deleted", topic=name)
+                except TidelogError as error:
+                    results.append(_error_result(name, error))
+        if stopped:
+            await self.broker_requests.stop_replicas(
+                stopped, self.config.controller_id, self.epoch, self.state.brokers, delete=True
+            )
+            await self.propagate(self.state.brokers)
+        return results
+
+    async def create_partitions(
+        self, request: controller_pb2.CreatePartitionsRequest
+    ) -> list[controller_pb2.TopicResult]:
+        results = []
+        async with self._mutex:
+            self._require_active()
+            for increase in request.topics:
+                try:
+                    await self._add_partitions(increase.topic, increase.total_count)
+                    results.append(controller_pb2.TopicResult(name=increase.topic))
+                except TidelogError as error:
+                    results.append(_error_result(increase.topic, error))
+        await self.propagate(self.state.brokers)
+        return results
+
+    async def _add_partitions(self, topic: str, total: int) -> None:
+        if topic not in self.state.topics:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+        held = self.state.topics[topic]
+        current = held.value.partition_count
+        if total <= current:
+            raise InvalidPartitionsError(f"topic {topic!r} has {current} partitions; the new count must be larger")
+        if total > PARTITIONS_PER_TOPIC_MAX:
+            raise InvalidPartitionsError(f"at most {PARTITIONS_PER_TOPIC_MAX} partitions per topic")
+        racks = {broker_id: broker.rack for broker_id, broker in self.state.brokers.items()}
+        ordered = rack_alternated(racks) if any(racks.values()) else sorted(racks)
+        first = held.value.replicas(0)[0]
+        start = ordered.index(first) if first in ordered else self.rng.randrange(max(len(ordered), 1))
+        factor = len(held.value.replicas(0))
+        added = assign_replicas(racks, total - current, factor, start=start, first_partition=current)
+        record = dataclasses.replace(
+            held.value,
+            assignment={**held.value.assignment, **{str(p): replicas for p, replicas in added.items()}},
+        )
+        revision = await self._commit(
+            [_compare_mod_revision(topic_key(topic), held.mod_revision)], {topic_key(topic): record.to_json()}
+        )
+        self.state.topics[topic] = Versioned(record, revision)
+        await self._write_states({(topic, p): self._initial_state(replicas) for p, replicas in added.items()})
+
+    async def alter_configs(self, request: controller_pb2.AlterConfigsRequest) -> list[controller_pb2.TopicResult]:
+        results = []
+        async with self._mutex:
+            self._require_active()
+            for change in request.changes:
+                try:
+                    if change.topic not in self.state.topics:
+                        raise UnknownTopicOrPartitionError(f"topic {change.topic!r} does not exist")
+                    held = self.state.topics[change.topic]
+                    configs = {**held.value.configs, **dict(change.set)}
+                    for name in change.delete:
+                        configs.pop(name, None)
+                    parse_configs(configs, LOG_CONFIGS)
+                    record = dataclasses.replace(held.value, configs=configs)
+                    revision = await self._commit(
+                        [_compare_mod_revision(topic_key(change.topic), held.mod_revision)],
+                        {topic_key(change.topic): record.to_json()},
+                    )
+                    self.state.topics[change.topic] = Versioned(record, revision)
+                    results.append(controller_pb2.TopicResult(name=change.topic))
+                except TidelogError as error:
+                    results.append(_error_result(change.topic, error))
+        await self.propagate(self.state.brokers)
+        return results
+
+    async def controllers(self) -> list[str]:
+        prefix = (CONTROLLER_ELECTION_PREFIX + "/").encode()
+        response = await self.kv.get(prefix, prefix_range_end(prefix))
+        ordered = sorted(response.kvs, key=lambda kv: kv.create_revision)
+        return [ControllerRecord.from_json(kv.value).endpoint for kv in ordered]
+
+
+def _affected_by(removed: frozenset[int]) -> Callable[[PartitionStateRecord], bool]:
+    """Partitions to re-elect after broker changes: led by or replicated on a removed broker, or offline."""
+
+    def affected(state: PartitionStateRecord) -> bool:
+        return state.leader in removed or state.leader == -1 or any(broker in removed for broker in state.isr)
+
+    return affected
+
+
+def _compare_mod_revision(key: str, mod_revision: int) -> Any:
+    compare = KVService.txn_compare_version(key, 0)  # a Compare to re-aim at MOD
+    compare.target = type(compare).MOD
+    compare.mod_revision = mod_revision
+    return compare
+
+
+def _error_result(name: str, error: TidelogError) -> controller_pb2.TopicResult:
+    return controller_pb2.TopicResult(name=name, error_code=int(error.code), error_message=error.message)

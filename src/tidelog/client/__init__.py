@@ -1,0 +1,20 @@
+"""The Tidelog client: admin, producer and consumer (asyncio), with synchronous facades (sync.py)."""
+
+from tidelog.client.admin import AdminClient, NewTopic, TopicDescription
+from tidelog.client.cluster_metadata import TopicPartition
+from tidelog.client.consumer import Consumer, ConsumerRecord, FetchedPartition
+from tidelog.client.producer import BulkDelivery, Producer, RecordDelivery, RecordMetadata
+
+__all__ = [
+    "AdminClient",
+    "BulkDelivery",
+    "Consumer",
+    "ConsumerRecord",
+    "FetchedPartition",
+    "NewTopic",
+    "Producer",
+    "RecordDelivery",
+    "RecordMetadata",
+    "TopicDescription",
+    "TopicPartition",
+]

@@ -1,0 +1,203 @@
+"""Admin client: topics, configs, partitions and the cluster, through the active controller.
+
+The controller's endpoint comes from broker metadata (or is given); an instance that is not active
+answers NOT_CONTROLLER with the active one's endpoint, and the client follows it, retrying with
+backoff until `request_timeout_ms` runs out (a controller election is in progress).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final
+
+import grpc
+
+from tidelog.client.cluster_metadata import ClusterMetadata
+from tidelog.client.connections import Connections
+from tidelog.common.errors import ErrorCode, RequestTimedOutError, TidelogError, error_for
+from tidelog.v1 import common_pb2, controller_pb2
+
+__all__ = ["AdminClient", "NewTopic", "TopicDescription"]
+
+RETRY_BACKOFF_S: Final = 0.1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NewTopic:
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    partitions: list[common_pb2.PartitionState]
+    configs: dict[str, str]
+
+
+class AdminClient:
+    def __init__(
+        self,
+        bootstrap: Sequence[str],
+        *,
+        controllers: Sequence[str] = (),
+        request_timeout_ms: int = 30_000,
+        connections: Connections | None = None,
+    ) -> None:
+        self.connections = connections or Connections()
+        self._owns_connections = connections is None
+        self.metadata = ClusterMetadata(bootstrap, self.connections, request_timeout_s=request_timeout_ms / 1000)
+        self.controllers = list(controllers)
+        self.request_timeout_s = request_timeout_ms / 1000
+
+    async def close(self) -> None:
+        if self._owns_connections:
+            await self.connections.close()
+
+    async def __aenter__(self) -> AdminClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    # ---- reaching the controller -----------------------------------------------------------
+
+    async def _candidates(self) -> list[str]:
+        endpoints = []
+        try:
+            await self.metadata.refresh(["__no_topic__"])
+            if self.metadata.controller_endpoint:
+                endpoints.append(self.metadata.controller_endpoint)
+        except ConnectionError:
+            pass
+        return [*endpoints, *(endpoint for endpoint in self.controllers if endpoint not in endpoints)]
+
+    async def _call(self, invoke: Callable[[str], Awaitable[Any]]) -> Any:
+        """Call the active controller: follow NOT_CONTROLLER hints, retry until the timeout."""
+        deadline = time.monotonic() + self.request_timeout_s
+        hint = ""
+        last = "no controller endpoint known"
+        while time.monotonic() < deadline:
+            for endpoint in [hint] if hint else await self._candidates():
+                try:
+                    response = await invoke(endpoint)
+                except grpc.aio.AioRpcError as error:
+                    last = f"{endpoint}: {error.code().name}"
+                    hint = ""
+                    continue
+                not_controller = _not_controller(response)
+                if not not_controller:
+                    return response
+                last = f"{endpoint}: NOT_CONTROLLER"
+                hint = response.controller_endpoint
+                if hint:
+                    break
+            if not hint:
+                await asyncio.sleep(RETRY_BACKOFF_S)
+        raise RequestTimedOutError(f"no active controller answered within {self.request_timeout_s} s ({last})")
+
+    # ---- topics ----------------------------------------------------------------------------
+
+    async def create_topics(
+        self, topics: Sequence[NewTopic], *, validate_only: bool = False
+    ) -> dict[str, TidelogError | None]:
+        request = controller_pb2.CreateTopicsRequest(
+            topics=[
+                controller_pb2.NewTopic(
+                    name=topic.name,
+                    num_partitions=topic.num_partitions,
+                    replication_factor=topic.replication_factor,
+                    configs=dict(topic.configs),
+                )
+                for topic in topics
+            ],
+            validate_only=validate_only,
+        )
+        response = await self._call(
+            lambda endpoint: self.connections.controller(endpoint).CreateTopics(request, timeout=self.request_timeout_s)
+        )
+        return _results(response.topics)
+
+    async def create_topic(
+        self,
+        name: str,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        configs: Mapping[str, str] | None = None,
+    ) -> None:
+        """Create one topic; raises its error (TopicAlreadyExistsError, ...) if it fails."""
+        result = await self.create_topics([NewTopic(name, num_partitions, replication_factor, dict(configs or {}))])
+        error = result[name]
+        if error is not None:
+            raise error
+
+    async def delete_topics(self, names: Sequence[str]) -> dict[str, TidelogError | None]:
+        request = controller_pb2.DeleteTopicsRequest(names=list(names))
+        response = await self._call(
+            lambda endpoint: self.connections.controller(endpoint).DeleteTopics(request, timeout=self.request_timeout_s)
+        )
+        return _results(response.topics)
+
+    async def create_partitions(self, increases: Mapping[str, int]) -> dict[str, TidelogError | None]:
+        request = controller_pb2.CreatePartitionsRequest(
+            topics=[
+                controller_pb2.PartitionIncrease(topic=topic, total_count=count) for topic, count in increases.items()
+            ]
+        )
+        response = await self._call(
+            lambda endpoint: self.connections.controller(endpoint).CreatePartitions(
+                request, timeout=self.request_timeout_s
+            )
+        )
+        return _results(response.topics)
+
+    async def alter_configs(
+        self, topic: str, set_configs: Mapping[str, str], delete: Sequence[str] = ()
+    ) -> dict[str, TidelogError | None]:
+        request = controller_pb2.AlterConfigsRequest(
+            changes=[controller_pb2.ConfigChange(topic=topic, set=dict(set_configs), delete=list(delete))]
+        )
+        response = await self._call(
+            lambda endpoint: self.connections.controller(endpoint).AlterConfigs(request, timeout=self.request_timeout_s)
+        )
+        return _results(response.topics)
+
+    async def list_topics(self) -> list[str]:
+        await self.metadata.refresh()
+        return sorted(self.metadata.partitions)
+
+    async def describe_topics(self, names: Sequence[str] = ()) -> dict[str, TopicDescription | TidelogError]:
+        response = await self.metadata.refresh(list(names))
+        described: dict[str, TopicDescription | TidelogError] = {}
+        for topic in response.topics:
+            if topic.error_code:
+                described[topic.name] = error_for(topic.error_code, f"topic {topic.name!r} does not exist")
+            else:
+                described[topic.name] = TopicDescription(topic.name, list(topic.partitions), dict(topic.configs))
+        return described
+
+    async def describe_cluster(self) -> controller_pb2.DescribeClusterResponse:
+        request = controller_pb2.DescribeClusterRequest()
+        response: controller_pb2.DescribeClusterResponse = await self._call(
+            lambda endpoint: self.connections.controller(endpoint).DescribeCluster(
+                request, timeout=self.request_timeout_s
+            )
+        )
+        return response
+
+
+def _not_controller(response: Any) -> bool:
+    if hasattr(response, "topics") and not isinstance(response, controller_pb2.DescribeClusterResponse):
+        return any(topic.error_code == ErrorCode.NOT_CONTROLLER for topic in response.topics)
+    return bool(response.error_code == ErrorCode.NOT_CONTROLLER)
+
+
+def _results(topics: Any) -> dict[str, TidelogError | None]:
+    return {
+        topic.name: error_for(topic.error_code, topic.error_message) if topic.error_code else None for topic in topics
+    }

@@ -1,0 +1,97 @@
+"""The client's view of the cluster: brokers, partition leaders, the controller's endpoint.
+
+Refreshed from any reachable broker (bootstrap list first, then known brokers) with a Metadata
+request; refreshed again whenever a request meets NOT_LEADER_OR_FOLLOWER or an unknown partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Sequence
+
+import grpc
+
+from tidelog.client.connections import Connections
+from tidelog.common.errors import ErrorCode, LeaderNotAvailableError, UnknownTopicOrPartitionError
+from tidelog.v1 import broker_pb2, common_pb2
+
+__all__ = ["ClusterMetadata", "TopicPartition"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, order=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+class ClusterMetadata:
+    def __init__(self, bootstrap: Sequence[str], connections: Connections, *, request_timeout_s: float = 30.0) -> None:
+        if not bootstrap:
+            raise ValueError("at least one bootstrap broker endpoint is needed")
+        self.bootstrap = list(bootstrap)
+        self.connections = connections
+        self.request_timeout_s = request_timeout_s
+        self.brokers: dict[int, str] = {}
+        self.partitions: dict[str, list[common_pb2.PartitionState]] = {}
+        self.topic_errors: dict[str, int] = {}
+        self.configs: dict[str, dict[str, str]] = {}
+        self.controller_endpoint = ""
+        self.updated_at = 0.0
+        self._refreshing: asyncio.Lock | None = None
+
+    async def refresh(self, topics: Sequence[str] = ()) -> broker_pb2.MetadataResponse:
+        """Ask brokers in turn until one answers; raises if none does."""
+        if self._refreshing is None:
+            self._refreshing = asyncio.Lock()
+        async with self._refreshing:
+            last_error: Exception | None = None
+            for endpoint in [*self.bootstrap, *self.brokers.values()]:
+                try:
+                    response: broker_pb2.MetadataResponse = await self.connections.broker(endpoint).Metadata(
+                        broker_pb2.MetadataRequest(topics=list(topics)), timeout=self.request_timeout_s
+                    )
+                except grpc.aio.AioRpcError as error:
+                    last_error = error
+                    continue
+                self._apply(response, topics)
+                return response
+            raise ConnectionError(f"no broker answered a metadata request: {last_error}")
+
+    def _apply(self, response: broker_pb2.MetadataResponse, topics: Sequence[str]) -> None:
+        self.brokers = {broker.broker_id: f"{broker.host}:{broker.port}" for broker in response.brokers}
+        self.controller_endpoint = response.controller_endpoint
+        if not topics:
+            self.partitions.clear()
+        for topic in response.topics:
+            if topic.error_code:
+                self.topic_errors[topic.name] = topic.error_code
+                self.partitions.pop(topic.name, None)
+            else:
+                self.topic_errors.pop(topic.name, None)
+                self.partitions[topic.name] = sorted(topic.partitions, key=lambda state: state.partition)
+                self.configs[topic.name] = dict(topic.configs)
+        self.updated_at = time.monotonic()
+
+    async def partitions_of(self, topic: str) -> list[common_pb2.PartitionState]:
+        if topic not in self.partitions:
+            await self.refresh([topic])
+        if topic not in self.partitions:
+            code = self.topic_errors.get(topic, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} is not known to the cluster (error {code})")
+        return self.partitions[topic]
+
+    def leader_endpoint(self, topic: str, partition: int) -> str:
+        """Endpoint of the partition's leader; LeaderNotAvailableError when there is none known."""
+        states = self.partitions.get(topic)
+        if states is None or partition >= len(states):
+            raise UnknownTopicOrPartitionError(f"{topic}-{partition} is not known")
+        leader = states[partition].leader
+        endpoint = self.brokers.get(leader)
+        if endpoint is None:
+            raise LeaderNotAvailableError(f"{topic}-{partition} has no live leader (leader {leader})")
+        return endpoint

@@ -1,0 +1,278 @@
+"""The consumer with manual assignment: assign, seek, poll (consumer groups come with the coordinator).
+
+`poll()` sends one Fetch per leader broker for the assigned partitions, concurrently, and decodes
+the stored batches it gets back with the columnar codec. Records before a partition's position
+(the first batch may start earlier) are skipped. A partition without a position starts where
+`auto.offset.reset` says (earliest, latest, or none: an error). NOT_LEADER_OR_FOLLOWER and
+unknown-partition answers refresh the metadata; OFFSET_OUT_OF_RANGE resets the position.
+`poll_batches()` is the bulk form: decoded batches (columns of offsets, keys, values) per partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+import grpc
+import structlog
+
+from tidelog.client.cluster_metadata import ClusterMetadata, TopicPartition
+from tidelog.client.connections import Connections
+from tidelog.common.errors import ErrorCode, OffsetOutOfRangeError, TidelogError, error_for
+from tidelog.common.record.batch import Headers, RecordBatch, decode_batches
+from tidelog.v1 import broker_pb2
+
+__all__ = ["Consumer", "ConsumerRecord", "FetchedPartition"]
+
+log = structlog.get_logger(__name__)
+
+EARLIEST: Final = -2
+LATEST: Final = -1
+RESET_POLICIES: Final = ("earliest", "latest", "none")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FetchedPartition:
+    """Stored batches fetched for one partition; records below `start_offset` were consumed before."""
+
+    start_offset: int
+    batches: list[RecordBatch]
+
+
+class Consumer:
+    def __init__(
+        self,
+        bootstrap: Sequence[str],
+        *,
+        auto_offset_reset: str = "latest",
+        fetch_min_bytes: int = 1,
+        fetch_max_wait_ms: int = 500,
+        fetch_max_bytes: int = 50 * 1024 * 1024,
+        max_partition_fetch_bytes: int = 1024 * 1024,
+        request_timeout_ms: int = 30_000,
+        connections: Connections | None = None,
+    ) -> None:
+        if auto_offset_reset not in RESET_POLICIES:
+            raise ValueError(f"auto.offset.reset must be one of {RESET_POLICIES}")
+        self.auto_offset_reset = auto_offset_reset
+        self.fetch_min_bytes = fetch_min_bytes
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.fetch_max_bytes = fetch_max_bytes
+        self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self.request_timeout_s = request_timeout_ms / 1000
+        self.connections = connections or Connections()
+        self._owns_connections = connections is None
+        self.metadata = ClusterMetadata(bootstrap, self.connections, request_timeout_s=self.request_timeout_s)
+        self._positions: dict[TopicPartition, int | None] = {}
+        self.high_watermarks: dict[TopicPartition, int] = {}
+
+    async def __aenter__(self) -> Consumer:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._owns_connections:
+            await self.connections.close()
+
+    # ---- assignment and positions ----------------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        wanted = set(partitions)
+        self._positions = {tp: self._positions.get(tp) for tp in sorted(wanted)}
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._positions)
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        if partition not in self._positions:
+            raise ValueError(f"{partition} is not assigned")
+        if offset < 0:
+            raise ValueError("offsets are not negative")
+        self._positions[partition] = offset
+
+    async def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        await self._reset(list(partitions or self._positions), EARLIEST)
+
+    async def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        await self._reset(list(partitions or self._positions), LATEST)
+
+    async def position(self, partition: TopicPartition) -> int:
+        if self._positions.get(partition) is None:
+            await self._reset_missing()
+        position = self._positions[partition]
+        assert position is not None
+        return position
+
+    async def list_offsets(self, partitions: Sequence[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
+        """Offsets by timestamp (EARLIEST = -2, LATEST = -1) from each partition's leader."""
+        found: dict[TopicPartition, int] = {}
+        for attempt in range(5):
+            by_leader: dict[str, list[TopicPartition]] = {}
+            for tp in partitions:
+                if tp in found:
+                    continue
+                await self.metadata.partitions_of(tp.topic)
+                try:
+                    by_leader.setdefault(self.metadata.leader_endpoint(tp.topic, tp.partition), []).append(tp)
+                except TidelogError:
+                    continue
+            for endpoint, tps in by_leader.items():
+                request = broker_pb2.ListOffsetsRequest(
+                    partitions=[
+                        broker_pb2.ListOffsetsPartition(topic=tp.topic, partition=tp.partition, timestamp=timestamp)
+                        for tp in tps
+                    ]
+                )
+                try:
+                    response = await self.connections.broker(endpoint).ListOffsets(
+                        request, timeout=self.request_timeout_s
+                    )
+                except grpc.aio.AioRpcError:
+                    continue
+                for result in response.partitions:
+                    if not result.error_code:
+                        found[TopicPartition(result.topic, result.partition)] = result.offset
+            if len(found) == len(set(partitions)):
+                return found
+            await asyncio.sleep(0.1 * (attempt + 1))
+            await self.metadata.refresh()
+        missing = sorted(set(partitions) - set(found))
+        raise error_for(ErrorCode.LEADER_NOT_AVAILABLE, f"no offsets for {', '.join(map(str, missing))}")
+
+    async def _reset(self, partitions: list[TopicPartition], timestamp: int) -> None:
+        offsets = await self.list_offsets(partitions, timestamp)
+        for tp, offset in offsets.items():
+            self._positions[tp] = offset
+
+    async def _reset_missing(self) -> None:
+        missing = [tp for tp, position in self._positions.items() if position is None]
+        if not missing:
+            return
+        if self.auto_offset_reset == "none":
+            raise OffsetOutOfRangeError(f"no position for {', '.join(map(str, missing))} and auto.offset.reset=none")
+        await self._reset(missing, EARLIEST if self.auto_offset_reset == "earliest" else LATEST)
+
+    # ---- fetching --------------------------------------------------------------------------
+
+    async def poll_batches(self, timeout_ms: int = 1000) -> dict[TopicPartition, FetchedPartition]:
+        """Decoded batches per partition, as stored: the first may hold records below the position."""
+        await self._reset_missing()
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            result = await self._fetch_once(
+                max(0, min(self.fetch_max_wait_ms, int((deadline - time.monotonic()) * 1000)))
+            )
+            if result or time.monotonic() >= deadline:
+                return result
+
+    async def poll(self, timeout_ms: int = 1000) -> list[ConsumerRecord]:
+        records: list[ConsumerRecord] = []
+        for tp, fetched in (await self.poll_batches(timeout_ms)).items():
+            start = fetched.start_offset
+            for batch in fetched.batches:
+                for offset, timestamp, key, value, headers in zip(
+                    batch.offsets, batch.timestamps, batch.keys, batch.values, batch.headers, strict=True
+                ):
+                    if offset >= start:
+                        records.append(ConsumerRecord(tp.topic, tp.partition, offset, timestamp, key, value, headers))
+        return records
+
+    async def _fetch_once(self, max_wait_ms: int) -> dict[TopicPartition, FetchedPartition]:
+        by_leader: dict[str, list[TopicPartition]] = {}
+        for tp in self._positions:
+            try:
+                await self.metadata.partitions_of(tp.topic)
+                by_leader.setdefault(self.metadata.leader_endpoint(tp.topic, tp.partition), []).append(tp)
+            except TidelogError:
+                continue
+        if not by_leader:
+            await asyncio.sleep(min(max_wait_ms, 100) / 1000)
+            await self._refresh_quietly()
+            return {}
+        responses = await asyncio.gather(
+            *(self._fetch_from(endpoint, tps, max_wait_ms) for endpoint, tps in by_leader.items())
+        )
+        batches_by_partition: dict[TopicPartition, FetchedPartition] = {}
+        refresh = False
+        for response in responses:
+            if response is None:
+                refresh = True
+                continue
+            for result in response.partitions:
+                tp = TopicPartition(result.topic, result.partition)
+                refresh |= self._handle_result(tp, result, batches_by_partition)
+        if refresh:
+            await self._refresh_quietly()
+        return batches_by_partition
+
+    def _handle_result(
+        self,
+        tp: TopicPartition,
+        result: broker_pb2.FetchPartitionResult,
+        batches_by_partition: dict[TopicPartition, FetchedPartition],
+    ) -> bool:
+        """Apply one partition's fetch result; True when metadata should be refreshed."""
+        if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            log.info("offset_out_of_range", partition=str(tp), position=self._positions.get(tp))
+            self._positions[tp] = None
+            return False
+        if result.error_code:
+            return True
+        self.high_watermarks[tp] = result.high_watermark
+        position = self._positions.get(tp)
+        if not result.record_batches or position is None:
+            return False
+        batches = decode_batches(result.record_batches)
+        batches_by_partition[tp] = FetchedPartition(position, batches)
+        self._positions[tp] = max(position, batches[-1].header.next_offset)
+        return False
+
+    async def _fetch_from(
+        self, endpoint: str, partitions: list[TopicPartition], max_wait_ms: int
+    ) -> broker_pb2.FetchResponse | None:
+        request = broker_pb2.FetchRequest(
+            replica_id=-1,
+            max_wait_ms=max_wait_ms,
+            min_bytes=self.fetch_min_bytes,
+            max_bytes=self.fetch_max_bytes,
+            partitions=[
+                broker_pb2.FetchPartition(
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    fetch_offset=self._positions[tp] or 0,
+                    partition_max_bytes=self.max_partition_fetch_bytes,
+                )
+                for tp in partitions
+                if self._positions.get(tp) is not None
+            ],
+        )
+        try:
+            response: broker_pb2.FetchResponse = await self.connections.broker(endpoint).Fetch(
+                request, timeout=self.request_timeout_s + max_wait_ms / 1000
+            )
+            return response
+        except grpc.aio.AioRpcError as error:
+            log.info("fetch_failed", endpoint=endpoint, code=error.code().name)
+            return None
+
+    async def _refresh_quietly(self) -> None:
+        try:
+            await self.metadata.refresh()
+        except ConnectionError as error:
+            log.info("metadata_refresh_failed", error=str(error))

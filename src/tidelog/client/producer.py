@@ -1,0 +1,497 @@
+"""The producer: records → per-partition batches → one Produce request per leader broker.
+
+`send()` only appends to the partition's open batch (no encoding, no I/O). A batch closes when it
+reaches `batch.size` bytes or is `linger.ms` old; the sender task encodes closed batches with the
+columnar codec (one bulk encode per batch) and sends everything bound for one broker in one
+request, one request in flight per broker so retries cannot reorder a partition. Retriable errors
+(NOT_LEADER_OR_FOLLOWER, no leader, timeouts, a broker gone) refresh the metadata and retry after
+`retry.backoff.ms` until `delivery.timeout.ms`; other errors fail the records' deliveries.
+
+Partitioning as Kafka's default: an explicit partition wins; a key goes to murmur2(key) mod
+partitions; keyless records stick to one partition until its batch closes (KIP-480).
+`send_batch()` is the bulk path: many records in one call, encoded straight into batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import random
+import time
+from collections.abc import Generator, Sequence
+from typing import Any, Final
+
+import grpc
+import structlog
+
+from tidelog.client.cluster_metadata import ClusterMetadata
+from tidelog.client.connections import Connections
+from tidelog.client.murmur2 import partition_for_key
+from tidelog.common.clock import wall_clock_ms
+from tidelog.common.errors import (
+    RETRIABLE_CODES,
+    ErrorCode,
+    InvalidRequestError,
+    RecordTooLargeError,
+    RequestTimedOutError,
+    TidelogError,
+    error_for,
+)
+from tidelog.common.record.batch import BATCH_OVERHEAD, RECORD_COLUMNS_BYTES, Headers, encode_batch
+from tidelog.common.record.compression import CompressionType
+from tidelog.v1 import broker_pb2
+
+__all__ = ["BulkDelivery", "Producer", "RecordDelivery", "RecordMetadata"]
+
+log = structlog.get_logger(__name__)
+
+ACKS: Final = {"0": 0, "1": 1, "all": -1, "-1": -1}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+class _Batch:
+    __slots__ = (
+        "attempts",
+        "created",
+        "future",
+        "headers",
+        "keys",
+        "next_attempt_at",
+        "partition",
+        "reserved",
+        "size",
+        "timestamp",
+        "timestamps",
+        "topic",
+        "values",
+    )
+
+    def __init__(self, topic: str, partition: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.values: list[bytes | None] = []
+        self.keys: list[bytes | None] | None = None
+        self.timestamps: list[int] | None = None
+        self.headers: list[Headers] | None = None
+        self.size = BATCH_OVERHEAD
+        self.created = time.monotonic()
+        self.timestamp = wall_clock_ms()
+        self.future: asyncio.Future[tuple[int, int]] = loop.create_future()
+        self.attempts = 0
+        self.next_attempt_at = 0.0
+        self.reserved = 0  # bytes of buffer.memory this batch holds
+
+    def encode(self, compression: CompressionType) -> bytes:
+        return encode_batch(
+            self.values,
+            keys=self.keys,
+            headers=self.headers,
+            timestamps=self.timestamp if self.timestamps is None else self.timestamps,
+            compression=compression,
+        )
+
+
+class RecordDelivery:
+    """Awaitable delivery of one record: its RecordMetadata, or the error that failed it."""
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: _Batch, index: int) -> None:
+        self._batch = batch
+        self._index = index
+
+    def done(self) -> bool:
+        return self._batch.future.done()
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        base_offset, timestamp = yield from self._batch.future.__await__()
+        batch = self._batch
+        if batch.timestamps is not None and timestamp == -1:
+            timestamp = batch.timestamps[self._index]
+        return RecordMetadata(
+            batch.topic, batch.partition, base_offset + self._index, batch.timestamp if timestamp == -1 else timestamp
+        )
+
+
+class BulkDelivery:
+    """Awaitable delivery of a `send_batch`: (partition, base offset, record count) per batch."""
+
+    def __init__(self, batches: list[_Batch]) -> None:
+        self._batches = batches
+
+    def __await__(self) -> Generator[Any, None, list[tuple[int, int, int]]]:
+        results = []
+        for batch in self._batches:
+            base_offset, _ = yield from batch.future.__await__()
+            results.append((batch.partition, base_offset, len(batch.values)))
+        return results
+
+
+class Producer:
+    def __init__(
+        self,
+        bootstrap: Sequence[str],
+        *,
+        acks: str | int = 1,
+        batch_size: int = 16_384,
+        linger_ms: int = 5,
+        compression_type: str = "none",
+        buffer_memory: int = 32 * 1024 * 1024,
+        max_request_size: int = 1024 * 1024,
+        retries: int = 2**31 - 1,
+        retry_backoff_ms: int = 100,
+        delivery_timeout_ms: int = 120_000,
+        request_timeout_ms: int = 30_000,
+        connections: Connections | None = None,
+    ) -> None:
+        if str(acks) not in ACKS:
+            raise InvalidRequestError(f"acks must be 0, 1 or all, not {acks!r}")
+        if not 0 < batch_size <= max_request_size:
+            raise InvalidRequestError("batch.size must be positive and at most max.request.size")
+        self.acks = ACKS[str(acks)]
+        self.batch_size = batch_size
+        self.linger_s = linger_ms / 1000
+        self.compression = CompressionType.from_name(compression_type)
+        self.buffer_memory = buffer_memory
+        self.max_request_size = max_request_size
+        self.retries = retries
+        self.retry_backoff_s = retry_backoff_ms / 1000
+        self.delivery_timeout_s = delivery_timeout_ms / 1000
+        self.request_timeout_s = request_timeout_ms / 1000
+        self.connections = connections or Connections()
+        self._owns_connections = connections is None
+        self.metadata = ClusterMetadata(bootstrap, self.connections, request_timeout_s=self.request_timeout_s)
+        self._open: dict[tuple[str, int], _Batch] = {}
+        self._ready: collections.deque[_Batch] = collections.deque()
+        self._sticky: dict[str, int] = {}
+        self._in_flight: dict[str, asyncio.Task[None]] = {}
+        self._buffered = 0
+        self._buffer_freed = asyncio.Event()
+        self._wakeup = asyncio.Event()
+        self._flushing = 0
+        self._closed = False
+        self._sender: asyncio.Task[None] | None = None
+        self._rng = random.Random()
+
+    async def __aenter__(self) -> Producer:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    def _ensure_sender(self) -> None:
+        if self._sender is None:
+            self._sender = asyncio.create_task(self._run_sender(), name="producer-sender")
+
+    # ---- appending -------------------------------------------------------------------------
+
+    async def _partition_count(self, topic: str) -> int:
+        partitions = self.metadata.partitions.get(topic)
+        if partitions is None:
+            partitions = await self.metadata.partitions_of(topic)
+        return len(partitions)
+
+    async def _reserve(self, size: int) -> None:
+        """Wait while buffer.memory is full (bounded by delivery.timeout.ms)."""
+        deadline = time.monotonic() + self.delivery_timeout_s
+        while self._buffered + size > self.buffer_memory and self._buffered:
+            self._buffer_freed.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RequestTimedOutError("buffer.memory stayed full for delivery.timeout.ms")
+            try:
+                await asyncio.wait_for(self._buffer_freed.wait(), remaining)
+            except TimeoutError:
+                continue
+        self._buffered += size
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        partition: int | None = None,
+        headers: Headers | None = None,
+        timestamp: int | None = None,
+    ) -> RecordDelivery:
+        """Queue one record; await the returned delivery for its offset."""
+        if self._closed:
+            raise RuntimeError("producer is closed")
+        count = await self._partition_count(topic)
+        if partition is None:
+            partition = partition_for_key(key, count) if key is not None else self._sticky_partition(topic, count)
+        elif not 0 <= partition < count:
+            raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {partition}")
+        size = RECORD_COLUMNS_BYTES + (len(value) if value else 0) + (len(key) if key else 0)
+        if size + BATCH_OVERHEAD > self.max_request_size:
+            raise RecordTooLargeError(f"a record of {size} bytes exceeds max.request.size={self.max_request_size}")
+        await self._reserve(size)
+        batch = self._open.get((topic, partition))
+        if batch is None:
+            batch = self._open[(topic, partition)] = _Batch(topic, partition, asyncio.get_running_loop())
+            self._ensure_sender()
+            self._wakeup.set()  # the sender must learn this batch's linger deadline
+        index = len(batch.values)
+        batch.values.append(value)
+        if key is not None or batch.keys is not None:
+            if batch.keys is None:
+                batch.keys = [None] * index
+            batch.keys.append(key)
+        if timestamp is not None or batch.timestamps is not None:
+            if batch.timestamps is None:
+                batch.timestamps = [batch.timestamp] * index
+            batch.timestamps.append(batch.timestamp if timestamp is None else timestamp)
+        if headers or batch.headers is not None:
+            if batch.headers is None:
+                batch.headers = [()] * index
+            batch.headers.append(headers or ())
+            size += sum(len(name) + len(header_value or b"") + 6 for name, header_value in headers or ())
+        batch.size += size
+        batch.reserved += size
+        if batch.size >= self.batch_size:
+            self._close_batch(batch)
+        return RecordDelivery(batch, index)
+
+    def _sticky_partition(self, topic: str, count: int) -> int:
+        current = self._sticky.get(topic)
+        if current is None or current >= count:
+            current = self._sticky[topic] = self._rng.randrange(count)
+        return current
+
+    def _close_batch(self, batch: _Batch) -> None:
+        del self._open[(batch.topic, batch.partition)]
+        self._ready.append(batch)
+        if self._sticky.get(batch.topic) == batch.partition:
+            self._sticky.pop(batch.topic)  # the next keyless record picks a new sticky partition
+        self._wakeup.set()
+
+    async def send_batch(
+        self,
+        topic: str,
+        values: Sequence[bytes | None],
+        *,
+        keys: Sequence[bytes | None] | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> BulkDelivery:
+        """Bulk path: queue many records at once as ready batches of about batch.size bytes."""
+        count = await self._partition_count(topic)
+        loop = asyncio.get_running_loop()
+        per_record = RECORD_COLUMNS_BYTES + (len(values[0] or b"") if values else 0)
+        chunk = max(1, self.batch_size // max(per_record, 1))
+        batches: list[_Batch] = []
+        if keys is not None and partition is None:
+            groups: dict[int, list[int]] = {}
+            for index, key in enumerate(keys):
+                target = partition_for_key(key, count) if key is not None else self._rng.randrange(count)
+                groups.setdefault(target, []).append(index)
+            slices = [(target, indexes) for target, indexes in groups.items()]
+        else:
+            slices = [
+                (-1, list(range(start, min(start + chunk, len(values))))) for start in range(0, len(values), chunk)
+            ]
+        for target, indexes in slices:
+            for start in range(0, len(indexes), chunk):
+                picked = indexes[start : start + chunk]
+                chosen = target if target >= 0 else (partition if partition is not None else self._rng.randrange(count))
+                batch = _Batch(topic, chosen, loop)
+                if timestamp is not None:
+                    batch.timestamp = timestamp
+                if len(picked) == len(values):
+                    batch.values = list(values)
+                    batch.keys = list(keys) if keys is not None else None
+                else:
+                    batch.values = [values[index] for index in picked]
+                    batch.keys = [keys[index] for index in picked] if keys is not None else None
+                batch.size = (
+                    BATCH_OVERHEAD + sum(map(len, filter(None, batch.values))) + RECORD_COLUMNS_BYTES * len(picked)
+                )
+                await self._reserve(batch.size)
+                batch.reserved = batch.size
+                batches.append(batch)
+                self._ready.append(batch)
+        self._ensure_sender()
+        self._wakeup.set()
+        return BulkDelivery(batches)
+
+    # ---- sending ---------------------------------------------------------------------------
+
+    def _close_expired(self, now: float) -> float | None:
+        """Close batches past linger.ms (all of them while flushing); the next expiry, if any."""
+        next_expiry: float | None = None
+        for batch in list(self._open.values()):
+            expiry = batch.created + self.linger_s
+            if self._flushing or self._closed or expiry <= now:
+                self._close_batch(batch)
+            elif next_expiry is None or expiry < next_expiry:
+                next_expiry = expiry
+        return next_expiry
+
+    async def _run_sender(self) -> None:
+        while True:
+            self._wakeup.clear()
+            now = time.monotonic()
+            next_expiry = self._close_expired(now)
+            retry_at = await self._dispatch(now)
+            if self._closed and not self._open and not self._ready and not self._in_flight:
+                return
+            waits = [at for at in (next_expiry, retry_at) if at is not None]
+            timeout = max(min(waits) - time.monotonic(), 0) if waits else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), timeout)
+
+    async def _dispatch(self, now: float) -> float | None:
+        """Start one request per idle leader with its ready batches; the next retry time, if any."""
+        by_leader: dict[str, list[_Batch]] = {}
+        waiting: list[_Batch] = []
+        retry_at: float | None = None
+        refresh = False
+        while self._ready:
+            batch = self._ready.popleft()
+            if batch.next_attempt_at > now:
+                waiting.append(batch)
+                retry_at = batch.next_attempt_at if retry_at is None else min(retry_at, batch.next_attempt_at)
+                continue
+            try:
+                endpoint = self.metadata.leader_endpoint(batch.topic, batch.partition)
+            except TidelogError as error:
+                self._retry_later(batch, error)
+                waiting.append(batch)
+                refresh = True
+                retry_at = batch.next_attempt_at if retry_at is None else min(retry_at, batch.next_attempt_at)
+                continue
+            if endpoint in self._in_flight:
+                waiting.append(batch)
+                continue
+            by_leader.setdefault(endpoint, []).append(batch)
+        for endpoint, batches in by_leader.items():
+            request_batches, rest = _fit(batches, self.max_request_size)
+            waiting.extend(rest)
+            task = asyncio.create_task(self._send(endpoint, request_batches))
+            self._in_flight[endpoint] = task
+        self._ready.extend(waiting)
+        if refresh:
+            try:
+                await self.metadata.refresh(sorted({batch.topic for batch in waiting}))
+            except ConnectionError as error:
+                log.info("metadata_refresh_failed", error=str(error))
+        return retry_at
+
+    async def _send(self, endpoint: str, batches: list[_Batch]) -> None:
+        try:
+            encoded = [batch.encode(self.compression) for batch in batches]
+            request = broker_pb2.ProduceRequest(
+                acks=self.acks,
+                timeout_ms=int(self.request_timeout_s * 1000),
+                partitions=[
+                    broker_pb2.ProducePartition(topic=batch.topic, partition=batch.partition, record_batches=data)
+                    for batch, data in zip(batches, encoded, strict=True)
+                ],
+            )
+            try:
+                response = await self.connections.broker(endpoint).Produce(request, timeout=self.request_timeout_s)
+            except grpc.aio.AioRpcError as error:
+                failure = error_for(ErrorCode.REQUEST_TIMED_OUT, f"{endpoint}: {error.code().name}")
+                for batch in batches:
+                    self._retry_later(batch, failure)
+                    self._ready.appendleft(batch)
+                await self._refresh_quietly()
+                return
+            retried = False
+            for batch, result in zip(batches, response.partitions, strict=True):
+                if result.error_code == 0:
+                    self._complete(batch, (result.base_offset, result.log_append_time_ms))
+                elif result.error_code in RETRIABLE_CODES:
+                    self._retry_later(batch, error_for(result.error_code, result.error_message))
+                    self._ready.appendleft(batch)
+                    retried = True
+                else:
+                    self._fail(batch, error_for(result.error_code, result.error_message))
+            if retried:
+                await self._refresh_quietly()
+        except Exception as error:  # never leave deliveries hanging
+            for batch in batches:
+                if not batch.future.done():
+                    self._fail(batch, error)
+            raise
+        finally:
+            self._in_flight.pop(endpoint, None)
+            self._wakeup.set()
+
+    async def _refresh_quietly(self) -> None:
+        try:
+            await self.metadata.refresh()
+        except ConnectionError as error:
+            log.info("metadata_refresh_failed", error=str(error))
+
+    def _retry_later(self, batch: _Batch, error: BaseException) -> None:
+        batch.attempts += 1
+        expired = time.monotonic() - batch.created > self.delivery_timeout_s
+        if batch.attempts > self.retries or expired:
+            self._fail(batch, error)
+            return
+        batch.next_attempt_at = time.monotonic() + self.retry_backoff_s
+
+    def _release(self, batch: _Batch) -> None:
+        self._buffered -= batch.reserved
+        batch.reserved = 0
+        assert self._buffered >= 0
+        self._buffer_freed.set()
+
+    def _complete(self, batch: _Batch, result: tuple[int, int]) -> None:
+        self._release(batch)
+        if not batch.future.done():
+            batch.future.set_result(result)
+
+    def _fail(self, batch: _Batch, error: BaseException) -> None:
+        self._release(batch)
+        if batch in self._ready:
+            self._ready.remove(batch)
+        if not batch.future.done():
+            batch.future.set_exception(error)
+            batch.future.exception()  # retrieved: a failed delivery nobody awaits is not an "unhandled" error
+
+    # ---- flushing and closing --------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Send everything queued so far and wait for every delivery (successful or not)."""
+        self._flushing += 1
+        try:
+            while self._ready or self._in_flight or self._open:
+                futures = [batch.future for batch in [*self._open.values(), *self._ready]]
+                waits: list[asyncio.Future[Any]] = [*futures, *self._in_flight.values()]
+                self._wakeup.set()
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._flushing -= 1
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        await self.flush()
+        self._closed = True
+        self._wakeup.set()
+        if self._sender is not None:
+            await self._sender
+        if self._owns_connections:
+            await self.connections.close()
+
+
+def _fit(batches: list[_Batch], max_request_size: int) -> tuple[list[_Batch], list[_Batch]]:
+    """The leading batches that fit one request (at least one), and the rest."""
+    total = 0
+    for index, batch in enumerate(batches):
+        total += batch.size
+        if index and total > max_request_size:
+            return batches[:index], batches[index:]
+    return batches, []

@@ -1,0 +1,143 @@
+"""Tidelog's metadata in etcd: the key layout and the JSON records under each key.
+
+Defined once here; docs/metadata.md explains it. Writers: brokers write only their own
+registration; everything else is written by the active controller in transactions fenced by its
+election key (tidelog.common.etcd.election). Values are JSON objects, one record type per key kind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import Any, Final, Self
+
+from tidelog.common.errors import InvalidTopicError
+
+__all__ = [
+    "BROKERS_PREFIX",
+    "CONTROLLER_ELECTION_PREFIX",
+    "CONTROLLER_EPOCH_KEY",
+    "TOPICS_PREFIX",
+    "BrokerRegistration",
+    "ControllerRecord",
+    "PartitionStateRecord",
+    "TopicRecord",
+    "broker_key",
+    "parse_topics_key",
+    "partition_state_key",
+    "topic_key",
+    "validate_topic_name",
+]
+
+ROOT: Final = "/tidelog"
+BROKERS_PREFIX: Final = f"{ROOT}/brokers/ids/"
+CONTROLLER_ELECTION_PREFIX: Final = f"{ROOT}/controller/election"
+CONTROLLER_EPOCH_KEY: Final = f"{ROOT}/controller/epoch"
+TOPICS_PREFIX: Final = f"{ROOT}/topics/"
+TOPIC_NAME_LENGTH_MAX: Final = 249
+_TOPIC_NAME: Final = re.compile(r"^[a-zA-Z0-9._-]+$")
+_PARTITION_STATE_KEY: Final = re.compile(r"^(?P<topic>[^/]+)/partitions/(?P<partition>\d+)/state$")
+
+
+def broker_key(broker_id: int) -> str:
+    return f"{BROKERS_PREFIX}{broker_id}"
+
+
+def topic_key(topic: str) -> str:
+    return f"{TOPICS_PREFIX}{topic}"
+
+
+def partition_state_key(topic: str, partition: int) -> str:
+    return f"{TOPICS_PREFIX}{topic}/partitions/{partition}/state"
+
+
+def parse_topics_key(key: str) -> tuple[str, int | None]:
+    """(topic, None) for a topic record key, (topic, partition) for a partition state key."""
+    assert key.startswith(TOPICS_PREFIX), key
+    rest = key[len(TOPICS_PREFIX) :]
+    if "/" not in rest:
+        return rest, None
+    match = _PARTITION_STATE_KEY.match(rest)
+    if match is None:
+        raise ValueError(f"unexpected key {key!r}")
+    return match["topic"], int(match["partition"])
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's rule: 1-249 characters of [a-zA-Z0-9._-], and not "." or ".."."""
+    if not name:
+        raise InvalidTopicError("topic name is empty")
+    if len(name) > TOPIC_NAME_LENGTH_MAX:
+        raise InvalidTopicError(f"topic name is {len(name)} characters; at most {TOPIC_NAME_LENGTH_MAX}")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be {name!r}")
+    if not _TOPIC_NAME.match(name):
+        raise InvalidTopicError(f"topic name {name!r} may only hold ASCII letters, digits, '.', '_' and '-'")
+
+
+class _JsonRecord:
+    def to_json(self) -> bytes:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True).encode()  # type: ignore[call-overload]
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Self:
+        fields: dict[str, Any] = json.loads(data)
+        return cls(**fields)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BrokerRegistration(_JsonRecord):
+    """/tidelog/brokers/ids/{id}, leased: it vanishes when the broker dies."""
+
+    broker_id: int
+    host: str
+    port: int
+    rack: str = ""
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ControllerRecord(_JsonRecord):
+    """/tidelog/controller/epoch: the active controller and its epoch (grows at every election).
+
+    The election key's value (under /tidelog/controller/election/) is the same record.
+    """
+
+    controller_id: int
+    epoch: int
+    endpoint: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicRecord(_JsonRecord):
+    """/tidelog/topics/{t}: replica assignment (partition → broker ids) and configs."""
+
+    topic_id: str
+    assignment: dict[str, list[int]]  # JSON object keys are strings: partition number as text
+    configs: dict[str, str]
+
+    def replicas(self, partition: int) -> list[int]:
+        return self.assignment[str(partition)]
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.assignment)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionStateRecord(_JsonRecord):
+    """/tidelog/topics/{t}/partitions/{p}/state: leadership, written only by the controller."""
+
+    leader: int
+    isr: list[int]
+    leader_epoch: int
+    partition_epoch: int
+    controller_epoch: int
+
+    def __post_init__(self) -> None:
+        assert self.leader == -1 or self.leader in self.isr, "the leader is always in the ISR"
+        assert self.leader_epoch >= 0 and self.partition_epoch >= 0

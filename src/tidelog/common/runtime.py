@@ -1,0 +1,77 @@
+"""What every Tidelog service process shares: structured logs, Prometheus metrics over HTTP, gRPC
+health, bounded gRPC message sizes, and a clean stop on SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from typing import Final
+
+import grpc
+import structlog
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from prometheus_client import start_http_server
+
+__all__ = [
+    "GRPC_MESSAGE_BYTES_MAX",
+    "configure_logging",
+    "grpc_server",
+    "mark_serving",
+    "start_metrics",
+    "stop_on_signals",
+]
+
+# socket.request.max.bytes (Kafka's default): the largest request a service accepts.
+GRPC_MESSAGE_BYTES_MAX: Final = 100 * 1024 * 1024
+GRPC_OPTIONS: Final = [
+    ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
+    ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
+]
+
+
+def configure_logging(service: str, **context: object) -> None:
+    """JSON lines on stderr, one object per event, with the service and its id bound."""
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+    structlog.contextvars.bind_contextvars(service=service, **context)
+
+
+def start_metrics(port: int, host: str = "127.0.0.1") -> None:
+    """Serve /metrics for Prometheus (port 0 turns it off)."""
+    if port:
+        start_http_server(port, addr=host)
+
+
+def grpc_server() -> tuple[grpc.aio.Server, HealthServicer]:
+    server = grpc.aio.server(options=GRPC_OPTIONS)
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    return server, health
+
+
+async def mark_serving(health: HealthServicer, service_names: list[str], serving: bool = True) -> None:
+    status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+    for name in ["", *service_names]:
+        await health.set(name, status)
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT (the process then shuts down cleanly)."""
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signal_number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signal_number, stopping.set)
+    return stopping

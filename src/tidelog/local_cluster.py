@@ -1,0 +1,207 @@
+"""A whole Tidelog cluster on this machine as real child processes: etcd, controllers, brokers.
+
+Used by `tidelog dev up` and by the cluster tests, so both exercise the same processes. Everything
+lives under one data folder: etcd's data, each broker's logs, each process's log file
+(`logs/<name>.log`, JSON lines), and `cluster.json` with the ports chosen on the first start, so a
+restart on the same folder comes back on the same endpoints with the same data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Final
+
+from tidelog.client.admin import AdminClient
+from tidelog.common.etcd.server import EtcdServer, free_port
+
+__all__ = ["LocalCluster"]
+
+READY_TIMEOUT_S: Final = 60.0
+STOP_TIMEOUT_S: Final = 15.0
+
+
+@dataclasses.dataclass
+class _Ports:
+    etcd_client: int
+    etcd_peer: int
+    brokers: dict[int, int]
+    controllers: dict[int, int]
+    metrics: dict[str, int]
+
+
+class LocalCluster:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        brokers: int = 3,
+        controllers: int = 2,
+        session_timeout_ms: int = 6000,
+        metrics: bool = False,
+        broker_log_configs: dict[str, str] | None = None,
+    ) -> None:
+        self.data_dir = data_dir.resolve()
+        self.broker_ids = list(range(1, brokers + 1))
+        self.controller_ids = list(range(1, controllers + 1))
+        self.session_timeout_ms = session_timeout_ms
+        self.metrics = metrics
+        self.broker_log_configs = dict(broker_log_configs or {})
+        self.ports = self._load_ports()
+        self.etcd = EtcdServer(
+            self.data_dir / "etcd", client_port=self.ports.etcd_client, peer_port=self.ports.etcd_peer
+        )
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def _load_ports(self) -> _Ports:
+        path = self.data_dir / "cluster.json"
+        if path.exists():
+            saved = json.loads(path.read_text())
+            ports = _Ports(
+                saved["etcd_client"],
+                saved["etcd_peer"],
+                {int(k): v for k, v in saved["brokers"].items()},
+                {int(k): v for k, v in saved["controllers"].items()},
+                saved.get("metrics", {}),
+            )
+        else:
+            ports = _Ports(free_port(), free_port(), {}, {}, {})
+        for broker_id in self.broker_ids:
+            ports.brokers.setdefault(broker_id, free_port())
+            ports.metrics.setdefault(f"broker-{broker_id}", free_port())
+        for controller_id in self.controller_ids:
+            ports.controllers.setdefault(controller_id, free_port())
+            ports.metrics.setdefault(f"controller-{controller_id}", free_port())
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(dataclasses.asdict(ports), indent=2))
+        return ports
+
+    # ---- endpoints -------------------------------------------------------------------------
+
+    @property
+    def bootstrap(self) -> list[str]:
+        return [f"127.0.0.1:{self.ports.brokers[broker_id]}" for broker_id in self.broker_ids]
+
+    @property
+    def controller_endpoints(self) -> list[str]:
+        return [f"127.0.0.1:{self.ports.controllers[controller_id]}" for controller_id in self.controller_ids]
+
+    def metrics_endpoint(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.ports.metrics[name]}/metrics"
+
+    # ---- processes -------------------------------------------------------------------------
+
+    def _spawn(self, name: str, module: str, arguments: list[str]) -> None:
+        logs = self.data_dir / "logs"
+        logs.mkdir(exist_ok=True)
+        with open(logs / f"{name}.log", "ab") as output:
+            self.processes[name] = subprocess.Popen(
+                [sys.executable, "-m", module, *arguments],
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+
+    def start_broker(self, broker_id: int) -> None:
+        arguments = [
+            "--id",
+            str(broker_id),
+            "--port",
+            str(self.ports.brokers[broker_id]),
+            "--etcd",
+            self.etcd.endpoint,
+            "--data-dir",
+            str(self.data_dir / f"broker-{broker_id}"),
+            "--session-timeout-ms",
+            str(self.session_timeout_ms),
+        ]
+        if self.metrics:
+            arguments += ["--metrics-port", str(self.ports.metrics[f"broker-{broker_id}"])]
+        for name, value in self.broker_log_configs.items():
+            arguments += ["--log-config", f"{name}={value}"]
+        self._spawn(f"broker-{broker_id}", "tidelog.broker.main", arguments)
+
+    def start_controller(self, controller_id: int) -> None:
+        arguments = [
+            "--id",
+            str(controller_id),
+            "--port",
+            str(self.ports.controllers[controller_id]),
+            "--etcd",
+            self.etcd.endpoint,
+            "--session-timeout-ms",
+            str(self.session_timeout_ms),
+        ]
+        if self.metrics:
+            arguments += ["--metrics-port", str(self.ports.metrics[f"controller-{controller_id}"])]
+        self._spawn(f"controller-{controller_id}", "tidelog.controller.main", arguments)
+
+    def start(self) -> None:
+        self.etcd.start()
+        for controller_id in self.controller_ids:
+            self.start_controller(controller_id)
+        for broker_id in self.broker_ids:
+            self.start_broker(broker_id)
+
+    def signal(self, name: str, signal_number: int = signal.SIGKILL) -> None:
+        """Send a signal to one process ("broker-2", "controller-1"); SIGKILL waits for the exit."""
+        process = self.processes[name]
+        process.send_signal(signal_number)
+        if signal_number in (signal.SIGKILL, signal.SIGTERM):
+            process.wait(timeout=STOP_TIMEOUT_S)
+            del self.processes[name]
+
+    def is_running(self, name: str) -> bool:
+        process = self.processes.get(name)
+        return process is not None and process.poll() is None
+
+    def stop(self) -> None:
+        """SIGTERM every process (brokers first: they deregister and flush), then etcd."""
+        names = sorted(self.processes, key=lambda name: (not name.startswith("broker"), name))
+        for name in names:
+            if self.processes[name].poll() is None:
+                self.processes[name].send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for name in names:
+            process = self.processes.pop(name)
+            try:
+                process.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.etcd.stop()
+
+    # ---- readiness -------------------------------------------------------------------------
+
+    async def wait_ready(self, timeout_s: float = READY_TIMEOUT_S, brokers: list[int] | None = None) -> None:
+        """Until a controller is active and sees every wanted broker registered."""
+
+        wanted = set(self.broker_ids if brokers is None else brokers)
+        deadline = time.monotonic() + timeout_s
+        last = "nothing answered"
+        async with AdminClient(self.bootstrap, controllers=self.controller_endpoints, request_timeout_ms=2000) as admin:
+            while time.monotonic() < deadline:
+                self._check_alive()
+                try:
+                    cluster = await admin.describe_cluster()
+                    live = {broker.broker_id for broker in cluster.brokers}
+                    if wanted <= live:
+                        return
+                    last = f"live brokers {sorted(live)}"
+                except Exception as error:  # not up yet: keep waiting until the deadline
+                    last = str(error)
+                await asyncio.sleep(0.1)
+        raise TimeoutError(f"cluster not ready after {timeout_s} s: {last}")
+
+    def _check_alive(self) -> None:
+        for name, process in self.processes.items():
+            if process.poll() is not None:
+                raise RuntimeError(f"{name} exited with {process.returncode}; see {self.data_dir}/logs/{name}.log")
