@@ -1,52 +1,72 @@
-"""`tidelog dev up`: run what exists of the platform on this machine, on real files.
+"""`tidelog dev up`: the whole platform on this machine, as real processes, on a data folder.
 
-Today Tidelog is its storage engine: `dev up` writes a demo topic partition under the data folder
-through the partition log, rolls segments, reads everything back with CRC checks, and prints the
-layout. Run it twice: the second run recovers the same data and appends after it.
+Starts etcd, the controllers and the brokers (tidelog.local_cluster), waits until a controller is
+active and every broker is registered, prints the endpoints, and runs until Ctrl-C or SIGTERM,
+then stops every process cleanly. Run it again on the same folder: same endpoints, same data.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import signal
 from pathlib import Path
 
-from tidelog.broker.storage import LogConfig, PartitionLog
-from tidelog.cli.log_tools import iter_batches
-from tidelog.common.clock import wall_clock_ms
-from tidelog.common.record.batch import encode_batch
+from tidelog.cli.output import table
+from tidelog.local_cluster import LocalCluster
 
 __all__ = ["add_dev_commands"]
 
-DEMO_BATCHES = 200
-DEMO_BATCH_RECORDS = 500
+
+async def _run(cluster: LocalCluster) -> None:
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signal_number in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signal_number, stopping.set)
+    cluster.start()
+    try:
+        await cluster.wait_ready()
+        rows = [["etcd", cluster.etcd.endpoint, ""]]
+        rows += [
+            [f"controller-{i}", endpoint, cluster.metrics_endpoint(f"controller-{i}")]
+            for i, endpoint in zip(cluster.controller_ids, cluster.controller_endpoints, strict=True)
+        ]
+        rows += [
+            [f"broker-{i}", endpoint, cluster.metrics_endpoint(f"broker-{i}")]
+            for i, endpoint in zip(cluster.broker_ids, cluster.bootstrap, strict=True)
+        ]
+        print(table(["process", "endpoint", "metrics"], rows))
+        print(
+            f"\ndata and logs under {cluster.data_dir}; try:\n"
+            f"  tidelog topic create demo --partitions 6\n"
+            f"  seq 1 1000 | tidelog produce demo\n"
+            f"  tidelog consume demo --from-beginning --max-messages 10\n"
+            "Ctrl-C stops everything.",
+            flush=True,
+        )
+        while not stopping.is_set():
+            cluster._check_alive()
+            try:
+                await asyncio.wait_for(stopping.wait(), timeout=1.0)
+            except TimeoutError:
+                continue
+    finally:
+        print("stopping ...", flush=True)
+        cluster.stop()
+        print("stopped.")
 
 
 def _up(args: argparse.Namespace) -> int:
-    folder = Path(args.data_dir) / "demo-0"
-    config = LogConfig.from_configs({"segment.bytes": str(4 << 20)})
-    partition_log = PartitionLog.open(folder, config)
-    try:
-        start = partition_log.log_end_offset
-        print(f"opened {folder} (recovered): offsets {partition_log.log_start_offset}..{start}")
-        for batch_number in range(DEMO_BATCHES):
-            values = [b"record %d of batch %d" % (index, batch_number) for index in range(DEMO_BATCH_RECORDS)]
-            partition_log.append_as_leader(encode_batch(values, timestamps=wall_clock_ms()), leader_epoch=0)
-        partition_log.update_high_watermark(partition_log.log_end_offset)
-        partition_log.flush()
-        records = sum(len(batch) for batch in iter_batches(partition_log, start))
-        print(f"appended and read back {records} records; log end offset {partition_log.log_end_offset}")
-        print(f"{'segment base offset':>20} {'next offset':>12} {'bytes':>10}")
-        for segment in partition_log.segments():
-            print(f"{segment.base_offset:>20} {segment.next_offset:>12} {segment.size:>10}")
-        print("inspect it with: tidelog log dump", folder)
-    finally:
-        partition_log.close()
+    cluster = LocalCluster(Path(args.data_dir), brokers=args.brokers, controllers=args.controllers, metrics=True)
+    asyncio.run(_run(cluster))
     return 0
 
 
 def add_dev_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dev = commands.add_parser("dev", help="run Tidelog locally")
     dev_commands = dev.add_subparsers(dest="dev_command", required=True)
-    up = dev_commands.add_parser("up", help="run the local platform (today: the storage engine)")
+    up = dev_commands.add_parser("up", help="start etcd, controllers and brokers until Ctrl-C")
     up.add_argument("--data-dir", default="data", help="folder for all local data (default: ./data)")
+    up.add_argument("--brokers", type=int, default=3)
+    up.add_argument("--controllers", type=int, default=2)
     up.set_defaults(handler=_up)

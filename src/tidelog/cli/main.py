@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from tidelog.cli.cluster_commands import add_cluster_commands
 from tidelog.cli.dev import add_dev_commands
 from tidelog.cli.log_tools import add_log_commands
 
@@ -16,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tidelog", description="Tidelog, a distributed commit log")
     commands = parser.add_subparsers(dest="command", required=True)
     add_dev_commands(commands)
+    add_cluster_commands(commands)
     add_log_commands(commands)
     return parser
 

@@ -233,6 +233,8 @@ class Producer:
         elif not 0 <= partition < count:
             raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {partition}")
         size = RECORD_COLUMNS_BYTES + (len(value) if value else 0) + (len(key) if key else 0)
+        if headers:
+            size += sum(len(name) + len(header_value or b"") + 6 for name, header_value in headers)
         if size + BATCH_OVERHEAD > self.max_request_size:
             raise RecordTooLargeError(f"a record of {size} bytes exceeds max.request.size={self.max_request_size}")
         await self._reserve(size)
@@ -255,7 +257,6 @@ class Producer:
             if batch.headers is None:
                 batch.headers = [()] * index
             batch.headers.append(headers or ())
-            size += sum(len(name) + len(header_value or b"") + 6 for name, header_value in headers or ())
         batch.size += size
         batch.reserved += size
         if batch.size >= self.batch_size:

@@ -139,8 +139,9 @@ class RemoteError(TidelogError):
 
 
 def error_for(code: ErrorCode | int, message: str) -> TidelogError:
-    """The exception for a code received in a response."""
-    return RemoteError(ErrorCode(code), message)
+    """The exception for a code received in a response: its own class when there is one."""
+    known = _CLASS_BY_CODE.get(ErrorCode(code))
+    return known(message) if known is not None else RemoteError(ErrorCode(code), message)
 
 
 RETRIABLE_CODES = frozenset(
@@ -189,3 +190,17 @@ TopicDeletionDisabledError = _simple(
 )
 InvalidRequestError = _simple("InvalidRequestError", ErrorCode.INVALID_REQUEST, "A malformed or oversized request.")
 RequestTimedOutError = _simple("RequestTimedOutError", ErrorCode.REQUEST_TIMED_OUT, "The request timed out.")
+
+
+def _classes_by_code() -> dict[ErrorCode, type[TidelogError]]:
+    found: dict[ErrorCode, type[TidelogError]] = {}
+    pending = list(TidelogError.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if cls is not RemoteError:
+            found.setdefault(cls.code, cls)
+    return found
+
+
+_CLASS_BY_CODE = _classes_by_code()

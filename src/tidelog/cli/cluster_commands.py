@@ -1,0 +1,247 @@
+"""`tidelog topic ...`, `tidelog produce`, `tidelog consume`, `tidelog cluster describe`.
+
+Endpoints: `--bootstrap host:port,...` (or TIDELOG_BOOTSTRAP); by default those of the local
+cluster `tidelog dev up` runs on `--data-dir` (./data).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from tidelog.cli.output import progress, table
+from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
+from tidelog.common.errors import TidelogError
+
+__all__ = ["add_cluster_commands"]
+
+PRODUCE_CHUNK = 10_000
+
+
+def _endpoints(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    if args.bootstrap or os.environ.get("TIDELOG_BOOTSTRAP"):
+        return (args.bootstrap or os.environ["TIDELOG_BOOTSTRAP"]).split(","), []
+    saved = Path(args.data_dir) / "cluster.json"
+    if not saved.exists():
+        raise SystemExit(f"no --bootstrap given and no local cluster at {saved} (run `tidelog dev up` first)")
+    ports = json.loads(saved.read_text())
+    return (
+        [f"127.0.0.1:{port}" for port in ports["brokers"].values()],
+        [f"127.0.0.1:{port}" for port in ports["controllers"].values()],
+    )
+
+
+def _run(handler: Callable[[argparse.Namespace], Coroutine[Any, Any, int]]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return asyncio.run(handler(args))
+        except TidelogError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+
+    return run
+
+
+def _admin(args: argparse.Namespace) -> AdminClient:
+    bootstrap, controllers = _endpoints(args)
+    return AdminClient(bootstrap, controllers=controllers)
+
+
+def _configs(items: list[str]) -> dict[str, str]:
+    pairs = {}
+    for item in items:
+        name, separator, value = item.partition("=")
+        if not separator:
+            raise SystemExit(f"--config wants NAME=VALUE, got {item!r}")
+        pairs[name] = value
+    return pairs
+
+
+def _raise_first(results: dict[str, TidelogError | None]) -> None:
+    for error in results.values():
+        if error is not None:
+            raise error
+
+
+async def _topic_create(args: argparse.Namespace) -> int:
+    async with _admin(args) as admin:
+        await admin.create_topic(args.name, args.partitions, args.replication_factor, _configs(args.config))
+    print(f"created topic {args.name}")
+    return 0
+
+
+async def _topic_list(args: argparse.Namespace) -> int:
+    async with _admin(args) as admin:
+        for name in await admin.list_topics():
+            print(name)
+    return 0
+
+
+async def _topic_describe(args: argparse.Namespace) -> int:
+    async with _admin(args) as admin:
+        described = await admin.describe_topics([args.name])
+    topic = described[args.name]
+    if isinstance(topic, TidelogError):
+        raise topic
+    configs = ", ".join(f"{name}={value}" for name, value in sorted(topic.configs.items())) or "(defaults)"
+    print(f"topic {topic.name}: {len(topic.partitions)} partitions; configs: {configs}")
+    rows = [
+        [
+            p.partition,
+            p.leader if p.leader >= 0 else "none",
+            ",".join(map(str, p.replicas)),
+            ",".join(map(str, p.isr)),
+            p.leader_epoch,
+        ]
+        for p in topic.partitions
+    ]
+    print(table(["partition", "leader", "replicas", "isr", "leader epoch"], rows))
+    return 0
+
+
+async def _topic_alter(args: argparse.Namespace) -> int:
+    async with _admin(args) as admin:
+        if args.config or args.delete_config:
+            _raise_first(await admin.alter_configs(args.name, _configs(args.config), args.delete_config))
+        if args.partitions:
+            _raise_first(await admin.create_partitions({args.name: args.partitions}))
+    print(f"altered topic {args.name}")
+    return 0
+
+
+async def _topic_delete(args: argparse.Namespace) -> int:
+    async with _admin(args) as admin:
+        _raise_first(await admin.delete_topics([args.name]))
+    print(f"deleted topic {args.name}")
+    return 0
+
+
+async def _cluster_describe(args: argparse.Namespace) -> int:
+    async with _admin(args) as admin:
+        cluster = await admin.describe_cluster()
+    print(
+        f"active controller {cluster.controller_id} at {cluster.controller_endpoint}, epoch {cluster.controller_epoch}"
+    )
+    print(f"controllers: {', '.join(cluster.controllers)}")
+    print(table(["broker", "endpoint", "rack"], [[b.broker_id, f"{b.host}:{b.port}", b.rack] for b in cluster.brokers]))
+    return 0
+
+
+async def _produce(args: argparse.Namespace) -> int:
+    bootstrap, _ = _endpoints(args)
+    sent = 0
+    started = time.monotonic()
+    async with Producer(bootstrap, acks=args.acks, linger_ms=args.linger_ms) as producer:
+        deliveries: list[Any] = []
+        for line in sys.stdin.buffer:
+            text = line.rstrip(b"\n")
+            key: bytes | None = None
+            if args.key_separator:
+                key, separator, value = text.partition(args.key_separator.encode())
+                text = value if separator else key
+                key = key if separator else None
+            deliveries.append(await producer.send(args.topic, text, key=key, partition=args.partition))
+            sent += 1
+            if len(deliveries) >= PRODUCE_CHUNK:
+                for delivery in deliveries:
+                    await delivery
+                deliveries.clear()
+                progress(f"{sent} records acknowledged")
+        await producer.flush()
+        for delivery in deliveries:
+            await delivery
+    progress("")
+    print(f"produced {sent} records to {args.topic} in {time.monotonic() - started:.2f} s", file=sys.stderr)
+    return 0
+
+
+async def _consume(args: argparse.Namespace) -> int:
+    bootstrap, _ = _endpoints(args)
+    reset = "earliest" if args.from_beginning else "latest"
+    async with Consumer(bootstrap, auto_offset_reset=reset) as consumer:
+        partitions = await consumer.metadata.partitions_of(args.topic)
+        chosen = [args.partition] if args.partition is not None else [state.partition for state in partitions]
+        consumer.assign([TopicPartition(args.topic, partition) for partition in chosen])
+        if args.offset is not None:
+            for partition in chosen:
+                consumer.seek(TopicPartition(args.topic, partition), args.offset)
+        printed = 0
+        deadline = time.monotonic() + args.timeout_ms / 1000 if args.timeout_ms else None
+        out = sys.stdout.buffer
+        while args.max_messages is None or printed < args.max_messages:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            for record in await consumer.poll(500):
+                if args.print_key:
+                    out.write((record.key or b"") + b"\t")
+                out.write((record.value or b"") + b"\n")
+                printed += 1
+                if args.max_messages is not None and printed >= args.max_messages:
+                    break
+            out.flush()
+    return 0
+
+
+def add_cluster_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    def endpoints(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--bootstrap", help="broker endpoints host:port,... (default: the dev cluster)")
+        parser.add_argument("--data-dir", default="data", help="the dev cluster's folder (default: ./data)")
+
+    topic = commands.add_parser("topic", help="create, list, describe, alter and delete topics")
+    topic_commands = topic.add_subparsers(dest="topic_command", required=True)
+    create = topic_commands.add_parser("create")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int, default=-1)
+    create.add_argument("--replication-factor", type=int, default=-1)
+    create.add_argument("--config", action="append", default=[], metavar="NAME=VALUE")
+    create.set_defaults(handler=_run(_topic_create))
+    listing = topic_commands.add_parser("list")
+    listing.set_defaults(handler=_run(_topic_list))
+    describe = topic_commands.add_parser("describe")
+    describe.add_argument("name")
+    describe.set_defaults(handler=_run(_topic_describe))
+    alter = topic_commands.add_parser("alter")
+    alter.add_argument("name")
+    alter.add_argument("--config", action="append", default=[], metavar="NAME=VALUE")
+    alter.add_argument("--delete-config", action="append", default=[], metavar="NAME")
+    alter.add_argument("--partitions", type=int, help="new, larger partition count")
+    alter.set_defaults(handler=_run(_topic_alter))
+    delete = topic_commands.add_parser("delete")
+    delete.add_argument("name")
+    delete.set_defaults(handler=_run(_topic_delete))
+    for parser in (create, listing, describe, alter, delete):
+        endpoints(parser)
+
+    produce = commands.add_parser("produce", help="produce lines from stdin, one record each")
+    produce.add_argument("topic")
+    produce.add_argument("--key-separator", help="split each line into key and value at this string")
+    produce.add_argument("--partition", type=int)
+    produce.add_argument("--acks", default="1", choices=["0", "1", "all"])
+    produce.add_argument("--linger-ms", type=int, default=5)
+    produce.set_defaults(handler=_run(_produce))
+    endpoints(produce)
+
+    consume = commands.add_parser("consume", help="print record values to stdout")
+    consume.add_argument("topic")
+    start = consume.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true")
+    start.add_argument("--offset", type=int, help="start at this offset in every chosen partition")
+    consume.add_argument("--partition", type=int)
+    consume.add_argument("--max-messages", type=int)
+    consume.add_argument("--timeout-ms", type=int, default=0, help="stop after this long (0: never)")
+    consume.add_argument("--print-key", action="store_true")
+    consume.set_defaults(handler=_run(_consume))
+    endpoints(consume)
+
+    cluster = commands.add_parser("cluster", help="the cluster's brokers and controllers")
+    cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True)
+    cluster_describe = cluster_commands.add_parser("describe")
+    cluster_describe.set_defaults(handler=_run(_cluster_describe))
+    endpoints(cluster_describe)

@@ -1,0 +1,70 @@
+"""A real local cluster (etcd, 2 controllers, 3 brokers as processes) for the cluster tests.
+
+`cluster` is shared by the tests that leave it as they found it; tests that kill processes take
+`fresh_cluster`, their own. Tests wait on conditions with deadlines (`wait_until`), never sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from tidelog.client import AdminClient
+from tidelog.local_cluster import LocalCluster
+
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    local = LocalCluster(Path(tmp_path_factory.mktemp("cluster")), session_timeout_ms=3000, metrics=True)
+    local.start()
+    try:
+        asyncio.run(local.wait_ready())
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture
+def fresh_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    local = LocalCluster(tmp_path / "cluster", session_timeout_ms=3000)
+    local.start()
+    try:
+        asyncio.run(local.wait_ready())
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture
+async def admin(cluster: LocalCluster) -> AsyncIterator[AdminClient]:
+    async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as client:
+        yield client
+
+
+@pytest.fixture
+def topic_name() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+async def wait_until(condition: Callable[[], Awaitable[T | None]], *, timeout_s: float = 30.0, what: str = "") -> T:
+    """Poll an async condition until it returns something truthy, or fail after the deadline."""
+    deadline = time.monotonic() + timeout_s
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            result = await condition()
+            if result:
+                return result
+            last = result
+        except Exception as error:  # the condition may fail while the cluster settles
+            last = error
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what or condition}: last {last!r}")

@@ -1,0 +1,135 @@
+"""Producing and consuming through real brokers."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
+from tidelog.client.murmur2 import partition_for_key
+from tidelog.common.errors import ErrorCode
+from tidelog.common.record.batch import encode_batch
+from tidelog.local_cluster import LocalCluster
+from tidelog.v1 import broker_pb2
+
+RECORDS = 100_000
+
+
+async def _consume_all(cluster: LocalCluster, topic: str, partitions: int, expected: int) -> dict[int, list[bytes]]:
+    by_partition: dict[int, list[bytes]] = {partition: [] for partition in range(partitions)}
+    async with Consumer(cluster.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100) as consumer:
+        consumer.assign([TopicPartition(topic, partition) for partition in range(partitions)])
+        total = 0
+        for _ in range(2000):
+            if total >= expected:
+                break
+            for tp, fetched in (await consumer.poll_batches(1000)).items():
+                for batch in fetched.batches:
+                    for offset, value in zip(batch.offsets, batch.values, strict=True):
+                        if offset >= fetched.start_offset:
+                            assert offset == len(by_partition[tp.partition]), "offsets are dense and in order"
+                            by_partition[tp.partition].append(value or b"")
+                            total += 1
+    return by_partition
+
+
+async def test_100k_records_through_3_brokers(admin: AdminClient, cluster: LocalCluster, topic_name: str) -> None:
+    await admin.create_topic(topic_name, 6, 1)
+    values = [b"%08d" % number for number in range(RECORDS)]
+    async with Producer(cluster.bootstrap, acks="all", linger_ms=2) as producer:
+        first = [await producer.send(topic_name, value) for value in values[: RECORDS // 2]]
+        bulk = await producer.send_batch(topic_name, values[RECORDS // 2 :])
+        await producer.flush()
+        acknowledged = [await delivery for delivery in first]
+        bulk_results = await bulk
+    assert len(acknowledged) == RECORDS // 2
+    assert sum(count for _, _, count in bulk_results) == RECORDS // 2
+    leaders = {state.leader for state in (await admin.describe_topics([topic_name]))[topic_name].partitions}  # type: ignore[union-attr]
+    assert leaders == {1, 2, 3}
+    consumed = await _consume_all(cluster, topic_name, 6, RECORDS)
+    everything = sorted(value for partition in consumed.values() for value in partition)
+    assert everything == values  # every record, once
+
+
+async def test_keys_land_where_kafka_puts_them(admin: AdminClient, cluster: LocalCluster, topic_name: str) -> None:
+    await admin.create_topic(topic_name, 5, 1)
+    keys = [b"user-%d" % number for number in range(200)]
+    async with Producer(cluster.bootstrap) as producer:
+        deliveries = [await producer.send(topic_name, b"v", key=key) for key in keys]
+        await producer.flush()
+        placed = [(await delivery).partition for delivery in deliveries]
+    assert placed == [partition_for_key(key, 5) for key in keys]
+
+
+async def test_consumer_long_polls_and_seeks(admin: AdminClient, cluster: LocalCluster, topic_name: str) -> None:
+    await admin.create_topic(topic_name, 1, 1)
+    tp = TopicPartition(topic_name, 0)
+    async with Consumer(cluster.bootstrap, auto_offset_reset="latest", fetch_max_wait_ms=5000) as consumer:
+        consumer.assign([tp])
+        assert await consumer.position(tp) == 0
+        polling = asyncio.create_task(consumer.poll(10_000))
+        async with Producer(cluster.bootstrap, linger_ms=0) as producer:
+            await (await producer.send(topic_name, b"hello", headers=(("trace", b"1"),), timestamp=1234))
+        records = await asyncio.wait_for(polling, 10)  # answered by the append, not by the timeout
+        assert [(r.offset, r.value, r.timestamp, r.headers) for r in records] == [
+            (0, b"hello", 1234, (("trace", b"1"),))
+        ]
+        async with Producer(cluster.bootstrap) as producer:
+            await (await producer.send_batch(topic_name, [b"a", b"b", b"c"], partition=0))
+        consumer.seek(tp, 2)
+        assert [record.value for record in await consumer.poll(5000)] == [b"b", b"c"]
+        await consumer.seek_to_beginning()
+        assert [record.offset for record in await consumer.poll(5000)] == [0, 1, 2, 3]
+        offsets = await consumer.list_offsets([tp], 1234)
+        assert offsets == {tp: 0}
+
+
+async def test_broker_answers_bad_requests_per_partition(
+    admin: AdminClient, cluster: LocalCluster, topic_name: str
+) -> None:
+    await admin.create_topic(topic_name, 1, 1)
+    leader = (await admin.describe_topics([topic_name]))[topic_name].partitions[0].leader  # type: ignore[union-attr]
+    other = next(broker for broker in cluster.broker_ids if broker != leader)
+    follower_stub = admin.connections.broker(cluster.bootstrap[other - 1])
+    leader_stub = admin.connections.broker(cluster.bootstrap[leader - 1])
+    batch = encode_batch([b"x"])
+
+    def produce(topic: str, partition: int, data: bytes, acks: int = 1) -> broker_pb2.ProduceRequest:
+        return broker_pb2.ProduceRequest(
+            acks=acks, partitions=[broker_pb2.ProducePartition(topic=topic, partition=partition, record_batches=data)]
+        )
+
+    not_leader = (await follower_stub.Produce(produce(topic_name, 0, batch))).partitions[0]
+    assert (not_leader.error_code, not_leader.leader_hint) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, leader)
+    corrupt = bytearray(batch)
+    corrupt[-1] ^= 1
+    assert (await leader_stub.Produce(produce(topic_name, 0, bytes(corrupt)))).partitions[
+        0
+    ].error_code == ErrorCode.CORRUPT_MESSAGE
+    assert (await leader_stub.Produce(produce(topic_name, 0, batch, acks=5))).partitions[
+        0
+    ].error_code == ErrorCode.INVALID_REQUIRED_ACKS
+    assert (await leader_stub.Produce(produce(topic_name, 7, batch))).partitions[
+        0
+    ].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    fetch = broker_pb2.FetchRequest(
+        max_wait_ms=0, partitions=[broker_pb2.FetchPartition(topic=topic_name, partition=0, fetch_offset=99)]
+    )
+    assert (await leader_stub.Fetch(fetch)).partitions[0].error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+async def test_every_service_has_health_and_metrics(cluster: LocalCluster) -> None:
+    for endpoint, service in [
+        *((endpoint, "tidelog.v1.Broker") for endpoint in cluster.bootstrap),
+        *((endpoint, "tidelog.v1.Controller") for endpoint in cluster.controller_endpoints),
+    ]:
+        async with grpc.aio.insecure_channel(endpoint) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            reply = await health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    for name in ["broker-1", "controller-1"]:
+        text = await asyncio.to_thread(lambda: urllib.request.urlopen(cluster.metrics_endpoint(name), timeout=5).read())
+        assert b"tidelog_" in text and b"process_cpu_seconds_total" in text
