@@ -41,6 +41,7 @@ class Registration:
         assert self.etcd.kv is not None
         key = broker_key(self.broker.broker_id)
         while True:
+            log.info("broker_registering", broker=self.broker.broker_id)
             session = await Session(self.etcd, ttl_s=self.ttl_s).start()
             response = await self.etcd.kv.txn(
                 compare=[KVService.txn_compare_create_revision(key, 0)],
@@ -51,6 +52,7 @@ class Registration:
                 log.info("broker_registered", broker=self.broker.broker_id, lease=hex(session.lease_id))
                 return
             await session.close()
+            log.info("broker_id_still_registered", broker=self.broker.broker_id, waiting_for="the old lease to expire")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"broker id {self.broker.broker_id} is registered by another live broker")
             await asyncio.sleep(0.5)

@@ -131,5 +131,11 @@ async def test_every_service_has_health_and_metrics(cluster: LocalCluster) -> No
             reply = await health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
     for name in ["broker-1", "controller-1"]:
-        text = await asyncio.to_thread(lambda: urllib.request.urlopen(cluster.metrics_endpoint(name), timeout=5).read())
+        text = await asyncio.to_thread(_get, cluster.metrics_endpoint(name))
         assert b"tidelog_" in text and b"process_cpu_seconds_total" in text
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        body: bytes = response.read()
+        return body

@@ -69,9 +69,27 @@ async def mark_serving(health: HealthServicer, service_names: list[str], serving
 
 
 def stop_on_signals() -> asyncio.Event:
-    """An event set by SIGTERM or SIGINT (the process then shuts down cleanly)."""
+    """An event set by SIGTERM or SIGINT (the process then shuts down cleanly).
+
+    SIGUSR1 logs what every asyncio task is waiting on, for diagnosing a stuck process.
+    """
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signal_number, stopping.set)
+    loop.add_signal_handler(signal.SIGUSR1, _log_tasks)
     return stopping
+
+
+def _log_tasks() -> None:
+    log = structlog.get_logger(__name__)
+    for task in asyncio.all_tasks():
+        chain: list[str] = []
+        awaiting: object = task.get_coro()
+        while awaiting is not None and len(chain) < 16:
+            frame = getattr(awaiting, "cr_frame", None)
+            chain.append(
+                f"{getattr(awaiting, '__qualname__', type(awaiting).__name__)}:{getattr(frame, 'f_lineno', '')}"
+            )
+            awaiting = getattr(awaiting, "cr_await", None)
+        log.info("task_dump", task=task.get_name(), awaiting=" <- ".join(chain))

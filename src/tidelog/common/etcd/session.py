@@ -12,17 +12,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Final
+from collections.abc import AsyncIterator
+from typing import Any, Final
 
 import grpc
 import structlog
 from etcd3aio import Etcd3Client, EtcdError
+from etcd3aio._protobuf import LeaseKeepAliveRequest
 
 __all__ = ["Session"]
 
 log = structlog.get_logger(__name__)
 
 RETRY_INTERVAL_S: Final = 0.2
+CLOSE_TIMEOUT_S: Final = 2.0
 
 
 class Session:
@@ -43,44 +46,55 @@ class Session:
         self._task = asyncio.create_task(self._keep_alive(), name=f"etcd-session-{self.lease_id:x}")
         return self
 
-    async def _renew_once(self) -> int:
-        """One keep-alive round trip; returns the TTL etcd granted (≤ 0: the lease is gone)."""
+    def _open_stream(self) -> tuple[Any, asyncio.Queue[Any]]:
+        """One long-lived LeaseKeepAlive stream fed by a queue (etcd3aio's helper opens one per renewal,
+        and cancelling a task parked on such a one-shot stream was seen to hang for 20 s)."""
         assert self.client.lease is not None
-        stream = self.client.lease.keep_alive(self.lease_id)
-        try:
-            async for response in stream:
-                return int(response.TTL)
-            return 0
-        finally:
-            stream.cancel()
+        requests: asyncio.Queue[Any] = asyncio.Queue(maxsize=4)
+
+        async def request_stream() -> AsyncIterator[Any]:
+            while True:
+                yield await requests.get()
+
+        # The stub is etcd3aio's private attribute: its public API offers only the one-shot stream.
+        call = self.client.lease._stub.LeaseKeepAlive(request_stream())
+        return call, requests
 
     async def _keep_alive(self) -> None:
         interval = max(self.ttl_s / 3, 0.2)
-        while not self.done.is_set():
-            remaining = self._expires_at - time.monotonic()
-            if remaining <= 0:
-                log.warning("etcd_session_expired", lease=hex(self.lease_id))
-                self.done.set()
-                return
-            try:
-                ttl = await asyncio.wait_for(self._renew_once(), timeout=min(remaining, interval))
-            except (TimeoutError, grpc.aio.AioRpcError, EtcdError) as error:
-                log.info("etcd_keepalive_failed", lease=hex(self.lease_id), error=str(error))
-                await asyncio.sleep(min(RETRY_INTERVAL_S, max(self._expires_at - time.monotonic(), 0)))
-                continue
-            if ttl <= 0:
-                log.warning("etcd_session_lease_gone", lease=hex(self.lease_id))
-                self.done.set()
-                return
-            self._expires_at = time.monotonic() + ttl
-            await asyncio.sleep(interval)
+        call, requests = self._open_stream()
+        try:
+            while not self.done.is_set():
+                remaining = self._expires_at - time.monotonic()
+                if remaining <= 0:
+                    log.warning("etcd_session_expired", lease=hex(self.lease_id))
+                    self.done.set()
+                    return
+                try:
+                    requests.put_nowait(LeaseKeepAliveRequest(ID=self.lease_id))
+                    response = await asyncio.wait_for(call.read(), timeout=min(remaining, interval))
+                    if response is grpc.aio.EOF:
+                        raise ConnectionError("keep-alive stream closed")
+                except (TimeoutError, ConnectionError, asyncio.QueueFull, grpc.aio.AioRpcError) as error:
+                    log.info("etcd_keepalive_failed", lease=hex(self.lease_id), error=repr(error))
+                    call.cancel()
+                    call, requests = self._open_stream()
+                    await asyncio.sleep(min(RETRY_INTERVAL_S, max(self._expires_at - time.monotonic(), 0)))
+                    continue
+                if response.TTL <= 0:
+                    log.warning("etcd_session_lease_gone", lease=hex(self.lease_id))
+                    self.done.set()
+                    return
+                self._expires_at = time.monotonic() + int(response.TTL)
+                await asyncio.sleep(interval)
+        finally:
+            call.cancel()
 
     async def close(self, *, revoke: bool = True) -> None:
         """Stop renewing; with `revoke`, delete the lease now (its keys vanish at once)."""
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await asyncio.wait({self._task}, timeout=CLOSE_TIMEOUT_S)  # bounded: never hang a shutdown
             self._task = None
         if revoke and self.lease_id and not self.done.is_set() and self.client.lease is not None:
             with contextlib.suppress(EtcdError, grpc.aio.AioRpcError, TimeoutError):
