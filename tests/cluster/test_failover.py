@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import signal
 import uuid
 
@@ -28,7 +29,7 @@ async def test_controller_failover_and_stale_epoch_fencing(fresh_cluster: LocalC
             active = await _active(admin)
             return active if active[0] != old_id else None
 
-        new_id, new_epoch = await wait_until(new_controller, what="another controller to take over")
+        _, new_epoch = await wait_until(new_controller, what="another controller to take over")
         assert new_epoch > old_epoch
         await admin.create_topic("after", 2, 3)  # topic creation still works
         described = await admin.describe_topics(["before", "after"])
@@ -42,9 +43,9 @@ async def test_controller_failover_and_stale_epoch_fencing(fresh_cluster: LocalC
             partitions=[common_pb2.PartitionState(topic="before", partition=0, leader=-1, leader_epoch=99)],
         )
         for endpoint in fresh_cluster.bootstrap:
-            broker = admin.connections.broker(endpoint)
             refused = await wait_until(
-                lambda broker=broker: _refused(broker, stale), what=f"{endpoint} to learn the new epoch"
+                functools.partial(_refused, admin.connections.broker(endpoint), stale),
+                what=f"{endpoint} to learn the new epoch",
             )
             assert refused
         # ... and its leadership is untouched.
