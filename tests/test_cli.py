@@ -1,37 +1,81 @@
-"""The `tidelog` command, run as a person would: a real process on real files."""
+"""The `tidelog` command, run as a person would: real processes on real files."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 
-def tidelog(*args: str, stdin: str = "") -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "tidelog.cli.main", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
+TIDELOG = [sys.executable, "-m", "tidelog.cli.main"]
+
+
+def tidelog(*args: str, stdin: str = "", check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TIDELOG, *args], input=stdin, capture_output=True, text=True, check=check, timeout=120)
+
+
+@pytest.fixture
+def dev_cluster(tmp_path: Path) -> Iterator[Path]:
+    """`tidelog dev up` in the background until its endpoint table is printed; Ctrl-C at the end."""
+    data = tmp_path / "data"
+    process = subprocess.Popen(
+        [*TIDELOG, "dev", "up", "--data-dir", str(data)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    return result.stdout
+    assert process.stdout is not None
+    lines = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if "Ctrl-C stops everything" in line:
+            break
+    output = "".join(lines)
+    assert "broker-3" in output and "controller-2" in output, output
+    yield data
+    process.send_signal(signal.SIGINT)
+    rest, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, rest
+    assert "stopped." in rest
 
 
-def test_dev_up_writes_recovers_and_appends_on_the_same_data(tmp_path: Path) -> None:
-    first = tidelog("dev", "up", "--data-dir", str(tmp_path))
-    assert "appended and read back 100000 records; log end offset 100000" in first
-    second = tidelog("dev", "up", "--data-dir", str(tmp_path))
-    assert "offsets 0..100000" in second
-    assert "log end offset 200000" in second
+def test_dev_up_topic_produce_consume_and_restart(dev_cluster: Path) -> None:
+    data = ["--data-dir", str(dev_cluster)]
+    assert "created topic orders" in tidelog("topic", "create", "orders", "--partitions", "3", *data).stdout
+    produced = tidelog("produce", "orders", "--key-separator", ":", *data, stdin="a:one\nb:two\nc:three\n")
+    assert "produced 3 records" in produced.stderr
+    consumed = tidelog("consume", "orders", "--from-beginning", "--max-messages", "3", "--timeout-ms", "20000", *data)
+    assert sorted(consumed.stdout.split()) == ["one", "three", "two"]
+    described = tidelog("topic", "describe", "orders", *data).stdout
+    assert "3 partitions" in described and "LEADER EPOCH" in described
+    assert "orders" in tidelog("topic", "list", *data).stdout
+    assert "active controller" in tidelog("cluster", "describe", *data).stdout
+    duplicate = tidelog("topic", "create", "orders", *data, check=False)
+    assert duplicate.returncode == 1 and "TOPIC_ALREADY_EXISTS" in duplicate.stderr
+    bad = tidelog("topic", "create", "no spaces", *data, check=False)
+    assert bad.returncode == 1 and "INVALID_TOPIC_EXCEPTION" in bad.stderr
+    assert (
+        "altered"
+        in tidelog("topic", "alter", "orders", "--partitions", "4", "--config", "retention.ms=1000", *data).stdout
+    )
+    assert "deleted topic orders" in tidelog("topic", "delete", "orders", *data).stdout
 
 
 def test_log_produce_consume_and_dump(tmp_path: Path) -> None:
     folder = str(tmp_path / "orders-3")
-    assert "offsets 0..2" in tidelog("log", "produce", folder, stdin="one\ntwo\nthree\n")
-    assert tidelog("log", "consume", folder, "--offset", "1") == "two\nthree\n"
-    dump = tidelog("log", "dump", folder, "--records")
+    assert "offsets 0..2" in tidelog("log", "produce", folder, stdin="one\ntwo\nthree\n").stdout
+    assert tidelog("log", "consume", folder, "--offset", "1").stdout == "two\nthree\n"
+    dump = tidelog("log", "dump", folder, "--records").stdout
     assert "log orders-3: start 0, end 3" in dump
     assert "batch base 0 last 2 records 3" in dump
     assert "value b'three'" in dump
+
+
+def test_commands_without_a_cluster_say_so(tmp_path: Path) -> None:
+    result = tidelog("topic", "list", "--data-dir", str(tmp_path / "none"), check=False)
+    assert result.returncode != 0 and "tidelog dev up" in result.stderr

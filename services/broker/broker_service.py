@@ -15,7 +15,7 @@ import grpc
 from prometheus_client import Counter, Histogram
 
 from tidelog.broker.metadata_cache import MetadataCache
-from tidelog.broker.replica_manager import ReplicaManager
+from tidelog.broker.replica_manager import PartitionRead, ReplicaManager
 from tidelog.common.errors import ErrorCode, StaleControllerEpochError, TidelogError
 from tidelog.v1 import broker_pb2, broker_pb2_grpc
 
@@ -79,28 +79,38 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         deadline = time.monotonic() + min(max(request.max_wait_ms, 0), FETCH_WAIT_MS_MAX) / 1000
         keys = [(entry.topic, entry.partition) for entry in request.partitions]
         while True:
-            results = await self.replicas.run_io(self._read_all, list(request.partitions), max_bytes)
-            total = sum(len(result.record_batches) for result in results)
-            errors = any(result.error_code for result in results)
+            reads = await self.replicas.run_io(self._read_all, list(request.partitions), max_bytes)
+            total = sum(len(read.data) for read in reads)
+            errors = any(read.error_code for read in reads)
             remaining = deadline - time.monotonic()
             if total >= max(request.min_bytes, 1) or errors or remaining <= 0:
                 break
             await self.replicas.wait_for_append(keys, remaining)
-        for result in results:
-            if result.error_code:
-                result.leader_hint = self._leader_hint(result.topic, result.partition)
+        response = broker_pb2.FetchResponse()
+        for read in reads:  # each byte string is copied once, into the response
+            response.partitions.add(
+                topic=read.topic,
+                partition=read.partition,
+                error_code=read.error_code,
+                error_message=read.error_message,
+                high_watermark=read.high_watermark,
+                log_start_offset=read.log_start_offset,
+                log_end_offset=read.log_end_offset,
+                record_batches=read.data,
+                leader_hint=self._leader_hint(read.topic, read.partition) if read.error_code else 0,
+            )
         REQUESTS.labels("Fetch", "ok").inc()
         LATENCY.labels("Fetch").observe(time.perf_counter() - started)
-        return broker_pb2.FetchResponse(partitions=results)
+        return response
 
-    def _read_all(self, partitions: list[Any], max_bytes: int) -> list[Any]:
-        results: list[Any] = []
+    def _read_all(self, partitions: list[Any], max_bytes: int) -> list[PartitionRead]:
+        reads: list[PartitionRead] = []
         remaining = max_bytes
         for entry in partitions:
-            result = self.replicas.read(entry, max(remaining, 0), min_one_batch=not results or remaining > 0)
-            remaining -= len(result.record_batches)
-            results.append(result)
-        return results
+            read = self.replicas.read(entry, max(remaining, 0), min_one_batch=not reads or remaining > 0)
+            remaining -= len(read.data)
+            reads.append(read)
+        return reads
 
     async def ListOffsets(self, request: Any, context: Context) -> Any:  # noqa: N802
         response = broker_pb2.ListOffsetsResponse()

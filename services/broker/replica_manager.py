@@ -36,7 +36,7 @@ from tidelog.common.errors import (
 )
 from tidelog.v1 import broker_pb2, common_pb2
 
-__all__ = ["Partition", "ReplicaManager"]
+__all__ = ["Partition", "PartitionRead", "ReplicaManager"]
 
 log = structlog.get_logger(__name__)
 
@@ -48,6 +48,20 @@ RECORDS_IN = Counter("tidelog_broker_records_in_total", "Records appended as lea
 BYTES_OUT = Counter("tidelog_broker_bytes_out_total", "Record batch bytes served by fetch", ["topic"])
 LEADER_PARTITIONS = Gauge("tidelog_broker_leader_partitions", "Partitions this broker leads")
 HOSTED_PARTITIONS = Gauge("tidelog_broker_partitions", "Partition replicas this broker hosts")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionRead:
+    """What a fetch read from one partition, before it becomes part of a protobuf response."""
+
+    topic: str
+    partition: int
+    data: bytes
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+    error_code: int = 0
+    error_message: str = ""
 
 
 @dataclasses.dataclass(slots=True)
@@ -194,26 +208,25 @@ class ReplicaManager:
         RECORDS_IN.labels(topic).inc(info.last_offset - info.first_offset + 1)
         return info
 
-    def read(
-        self, fetch: broker_pb2.FetchPartition, max_bytes: int, min_one_batch: bool
-    ) -> broker_pb2.FetchPartitionResult:
+    def read(self, fetch: broker_pb2.FetchPartition, max_bytes: int, min_one_batch: bool) -> PartitionRead:
         """One partition of a fetch (runs on the I/O pool). Errors come back in the result."""
-        result = broker_pb2.FetchPartitionResult(topic=fetch.topic, partition=fetch.partition)
         try:
             hosted = self.leader_partition(fetch.topic, fetch.partition)
             partition_log = hosted.log
             limit = min(max_bytes, fetch.partition_max_bytes) if fetch.partition_max_bytes > 0 else max_bytes
             high_watermark = partition_log.high_watermark
             data = partition_log.read(fetch.fetch_offset, limit, max_offset=high_watermark, min_one_batch=min_one_batch)
-            result.record_batches = bytes(data)
-            result.high_watermark = high_watermark
-            result.log_start_offset = partition_log.log_start_offset
-            result.log_end_offset = partition_log.log_end_offset
             BYTES_OUT.labels(fetch.topic).inc(len(data))
+            return PartitionRead(
+                fetch.topic,
+                fetch.partition,
+                bytes(data),
+                high_watermark,
+                partition_log.log_start_offset,
+                partition_log.log_end_offset,
+            )
         except TidelogError as error:
-            result.error_code = int(error.code)
-            result.error_message = error.message
-        return result
+            return PartitionRead(fetch.topic, fetch.partition, b"", -1, -1, -1, int(error.code), error.message)
 
     async def wait_for_append(self, keys: list[tuple[str, int]], timeout_s: float) -> None:
         """Return when any of these partitions gets data (or changes), or after `timeout_s`."""

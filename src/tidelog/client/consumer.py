@@ -79,6 +79,9 @@ class Consumer:
         self.metadata = ClusterMetadata(bootstrap, self.connections, request_timeout_s=self.request_timeout_s)
         self._positions: dict[TopicPartition, int | None] = {}
         self.high_watermarks: dict[TopicPartition, int] = {}
+        # The next fetch, sent as soon as the previous one was handled so the brokers work while
+        # the caller processes records; any change of assignment or position discards it.
+        self._prefetch: asyncio.Task[list[broker_pb2.FetchResponse | None]] | None = None
 
     async def __aenter__(self) -> Consumer:
         return self
@@ -87,12 +90,19 @@ class Consumer:
         await self.close()
 
     async def close(self) -> None:
+        self._discard_prefetch()
         if self._owns_connections:
             await self.connections.close()
 
     # ---- assignment and positions ----------------------------------------------------------
 
+    def _discard_prefetch(self) -> None:
+        if self._prefetch is not None:
+            self._prefetch.cancel()
+            self._prefetch = None
+
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        self._discard_prefetch()
         wanted = set(partitions)
         self._positions = {tp: self._positions.get(tp) for tp in sorted(wanted)}
 
@@ -104,6 +114,7 @@ class Consumer:
             raise ValueError(f"{partition} is not assigned")
         if offset < 0:
             raise ValueError("offsets are not negative")
+        self._discard_prefetch()
         self._positions[partition] = offset
 
     async def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
@@ -156,6 +167,7 @@ class Consumer:
         raise error_for(ErrorCode.LEADER_NOT_AVAILABLE, f"no offsets for {', '.join(map(str, missing))}")
 
     async def _reset(self, partitions: list[TopicPartition], timestamp: int) -> None:
+        self._discard_prefetch()
         offsets = await self.list_offsets(partitions, timestamp)
         for tp, offset in offsets.items():
             self._positions[tp] = offset
@@ -193,7 +205,8 @@ class Consumer:
                         records.append(ConsumerRecord(tp.topic, tp.partition, offset, timestamp, key, value, headers))
         return records
 
-    async def _fetch_once(self, max_wait_ms: int) -> dict[TopicPartition, FetchedPartition]:
+    async def _send_fetches(self, max_wait_ms: int) -> list[broker_pb2.FetchResponse | None]:
+        """One Fetch per leader broker for the assigned partitions, concurrently."""
         by_leader: dict[str, list[TopicPartition]] = {}
         for tp in self._positions:
             try:
@@ -204,12 +217,19 @@ class Consumer:
         if not by_leader:
             await asyncio.sleep(min(max_wait_ms, 100) / 1000)
             await self._refresh_quietly()
-            return {}
-        responses = await asyncio.gather(
-            *(self._fetch_from(endpoint, tps, max_wait_ms) for endpoint, tps in by_leader.items())
+            return []
+        return list(
+            await asyncio.gather(*(self._fetch_from(endpoint, tps, max_wait_ms) for endpoint, tps in by_leader.items()))
         )
+
+    async def _fetch_once(self, max_wait_ms: int) -> dict[TopicPartition, FetchedPartition]:
+        if self._prefetch is not None:
+            prefetched, self._prefetch = self._prefetch, None
+            responses = await prefetched
+        else:
+            responses = await self._send_fetches(max_wait_ms)
         batches_by_partition: dict[TopicPartition, FetchedPartition] = {}
-        refresh = False
+        refresh = not responses
         for response in responses:
             if response is None:
                 refresh = True
@@ -219,6 +239,8 @@ class Consumer:
                 refresh |= self._handle_result(tp, result, batches_by_partition)
         if refresh:
             await self._refresh_quietly()
+        elif batches_by_partition and all(position is not None for position in self._positions.values()):
+            self._prefetch = asyncio.create_task(self._send_fetches(self.fetch_max_wait_ms))
         return batches_by_partition
 
     def _handle_result(

@@ -20,7 +20,7 @@ import contextlib
 import dataclasses
 import random
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Final
 
 import grpc
@@ -111,6 +111,10 @@ class RecordDelivery:
 
     def done(self) -> bool:
         return self._batch.future.done()
+
+    def add_done_callback(self, callback: Callable[[RecordDelivery], None]) -> None:
+        """Call `callback(self)` once the record is acknowledged or failed (Kafka's send callback)."""
+        self._batch.future.add_done_callback(lambda _: callback(self))
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
         base_offset, timestamp = yield from self._batch.future.__await__()
@@ -289,7 +293,7 @@ class Producer:
         count = await self._partition_count(topic)
         loop = asyncio.get_running_loop()
         per_record = RECORD_COLUMNS_BYTES + (len(values[0] or b"") if values else 0)
-        chunk = max(1, self.batch_size // max(per_record, 1))
+        chunk = max(1, (self.batch_size - BATCH_OVERHEAD) // max(per_record, 1))
         batches: list[_Batch] = []
         if keys is not None and partition is None:
             groups: dict[int, list[int]] = {}
