@@ -79,9 +79,10 @@ class Consumer:
         self.metadata = ClusterMetadata(bootstrap, self.connections, request_timeout_s=self.request_timeout_s)
         self._positions: dict[TopicPartition, int | None] = {}
         self.high_watermarks: dict[TopicPartition, int] = {}
-        # The next fetch, sent as soon as the previous one was handled so the brokers work while
-        # the caller processes records; any change of assignment or position discards it.
-        self._prefetch: asyncio.Task[list[broker_pb2.FetchResponse | None]] | None = None
+        # One fetch in flight per leader broker, sent again as soon as its answer is handled, so a
+        # broker that long-polls (nothing new) never holds up the others; a partition is in at most
+        # one of them. Any change of assignment or position cancels them all.
+        self._in_flight: dict[asyncio.Task[broker_pb2.FetchResponse | None], list[TopicPartition]] = {}
 
     async def __aenter__(self) -> Consumer:
         return self
@@ -97,9 +98,9 @@ class Consumer:
     # ---- assignment and positions ----------------------------------------------------------
 
     def _discard_prefetch(self) -> None:
-        if self._prefetch is not None:
-            self._prefetch.cancel()
-            self._prefetch = None
+        for task in self._in_flight:
+            task.cancel()
+        self._in_flight.clear()
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         self._discard_prefetch()
@@ -205,42 +206,49 @@ class Consumer:
                         records.append(ConsumerRecord(tp.topic, tp.partition, offset, timestamp, key, value, headers))
         return records
 
-    async def _send_fetches(self, max_wait_ms: int) -> list[broker_pb2.FetchResponse | None]:
-        """One Fetch per leader broker for the assigned partitions, concurrently."""
+    async def _start_fetches(self, max_wait_ms: int) -> None:
+        """Send a fetch to every leader that has none in flight, for its partitions not in flight."""
+        busy = {tp for partitions in self._in_flight.values() for tp in partitions}
+        busy_endpoints = {task.get_name() for task in self._in_flight}
         by_leader: dict[str, list[TopicPartition]] = {}
-        for tp in self._positions:
+        for tp, position in self._positions.items():
+            if tp in busy or position is None:
+                continue
             try:
                 await self.metadata.partitions_of(tp.topic)
-                by_leader.setdefault(self.metadata.leader_endpoint(tp.topic, tp.partition), []).append(tp)
+                endpoint = self.metadata.leader_endpoint(tp.topic, tp.partition)
             except TidelogError:
                 continue
-        if not by_leader:
-            await asyncio.sleep(min(max_wait_ms, 100) / 1000)
-            await self._refresh_quietly()
-            return []
-        return list(
-            await asyncio.gather(*(self._fetch_from(endpoint, tps, max_wait_ms) for endpoint, tps in by_leader.items()))
-        )
+            if endpoint not in busy_endpoints:
+                by_leader.setdefault(endpoint, []).append(tp)
+        for endpoint, partitions in by_leader.items():
+            task = asyncio.create_task(self._fetch_from(endpoint, partitions, max_wait_ms), name=endpoint)
+            self._in_flight[task] = partitions
 
     async def _fetch_once(self, max_wait_ms: int) -> dict[TopicPartition, FetchedPartition]:
-        if self._prefetch is not None:
-            prefetched, self._prefetch = self._prefetch, None
-            responses = await prefetched
-        else:
-            responses = await self._send_fetches(max_wait_ms)
+        await self._start_fetches(self.fetch_max_wait_ms)
+        if not self._in_flight:
+            await asyncio.sleep(min(max_wait_ms, 100) / 1000)
+            await self._refresh_quietly()
+            return {}
+        done, _ = await asyncio.wait(
+            list(self._in_flight), timeout=max_wait_ms / 1000, return_when=asyncio.FIRST_COMPLETED
+        )
         batches_by_partition: dict[TopicPartition, FetchedPartition] = {}
-        refresh = not responses
-        for response in responses:
+        refresh = False
+        for task in done:
+            del self._in_flight[task]
+            response = task.result()
             if response is None:
                 refresh = True
                 continue
             for result in response.partitions:
                 tp = TopicPartition(result.topic, result.partition)
-                refresh |= self._handle_result(tp, result, batches_by_partition)
+                if tp in self._positions:
+                    refresh |= self._handle_result(tp, result, batches_by_partition)
         if refresh:
             await self._refresh_quietly()
-        elif batches_by_partition and all(position is not None for position in self._positions.values()):
-            self._prefetch = asyncio.create_task(self._send_fetches(self.fetch_max_wait_ms))
+        await self._start_fetches(self.fetch_max_wait_ms)  # the brokers work while the caller processes
         return batches_by_partition
 
     def _handle_result(

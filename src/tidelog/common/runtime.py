@@ -29,6 +29,7 @@ GRPC_MESSAGE_BYTES_MAX: Final = 100 * 1024 * 1024
 GRPC_OPTIONS: Final = [
     ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
     ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
+    ("grpc.http2.lookahead_bytes", 16 * 1024 * 1024),
 ]
 
 
