@@ -151,13 +151,18 @@ class LocalCluster:
         for broker_id in self.broker_ids:
             self.start_broker(broker_id)
 
-    def signal(self, name: str, signal_number: int = signal.SIGKILL) -> None:
-        """Send a signal to one process ("broker-2", "controller-1"); SIGKILL waits for the exit."""
+    def signal(self, name: str, signal_number: int = signal.SIGKILL) -> int | None:
+        """Send a signal to one process ("broker-2", "controller-1").
+
+        For SIGKILL and SIGTERM, waits for the exit and returns the exit code.
+        """
         process = self.processes[name]
         process.send_signal(signal_number)
         if signal_number in (signal.SIGKILL, signal.SIGTERM):
-            process.wait(timeout=STOP_TIMEOUT_S)
+            code = process.wait(timeout=STOP_TIMEOUT_S)
             del self.processes[name]
+            return code
+        return None
 
     def is_running(self, name: str) -> bool:
         process = self.processes.get(name)

@@ -10,6 +10,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
 from tidelog.client.murmur2 import partition_for_key
+from tidelog.client.sync import SyncAdminClient, SyncConsumer, SyncProducer
 from tidelog.common.errors import ErrorCode
 from tidelog.common.record.batch import encode_batch
 from tidelog.local_cluster import LocalCluster
@@ -139,3 +140,28 @@ def _get(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=5) as response:
         body: bytes = response.read()
         return body
+
+
+def test_sync_facade_for_scripts(cluster: LocalCluster, topic_name: str) -> None:
+    admin = SyncAdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints)
+    producer = SyncProducer(cluster.bootstrap, acks="all")
+    consumer = SyncConsumer(cluster.bootstrap, auto_offset_reset="earliest")
+    try:
+        admin.create_topic(topic_name, 2, 1)
+        assert topic_name in admin.list_topics()
+        futures = [producer.send(topic_name, b"v%d" % number, partition=number % 2) for number in range(10)]
+        metadata = [future.result(timeout=30) for future in futures]
+        assert sorted((m.partition, m.offset) for m in metadata) == [(p, o) for p in (0, 1) for o in range(5)]
+        assert sum(count for _, _, count in producer.send_batch(topic_name, [b"bulk"] * 100, partition=1)) == 100
+        consumer.assign([TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)])
+        records: list[bytes] = []
+        for _ in range(50):
+            records.extend(record.value or b"" for record in consumer.poll(500))
+            if len(records) >= 110:
+                break
+        assert sorted(records) == sorted([b"v%d" % number for number in range(10)] + [b"bulk"] * 100)
+        assert consumer.position(TopicPartition(topic_name, 1)) == 105
+    finally:
+        consumer.close()
+        producer.close()
+        admin.close()

@@ -107,3 +107,23 @@ async def test_the_client_follows_a_leader_that_moved(fresh_cluster: LocalCluste
         assert first.offset == 0
         # Replication arrives with issue 4: the new leader did not have "before", so "after" is at 0 there.
         assert second.partition == 0 and second.offset >= 0
+
+
+async def test_sigterm_stops_each_service_cleanly(fresh_cluster: LocalCluster) -> None:
+    async with AdminClient(fresh_cluster.bootstrap, controllers=fresh_cluster.controller_endpoints) as admin:
+        await admin.create_topic("graceful", 3, 1)
+        async with Producer(fresh_cluster.bootstrap) as producer:
+            await (await producer.send_batch("graceful", [b"x"] * 300))
+        active, _ = await _active(admin)
+        for name in ["broker-1", f"controller-{active}"]:
+            assert fresh_cluster.signal(name, signal.SIGTERM) == 0
+            log = (fresh_cluster.data_dir / "logs" / f"{name}.log").read_text()
+            assert f'"event": "{name.split("-")[0]}_stopped"' in log
+        hosted = list((fresh_cluster.data_dir / "broker-1").glob("graceful-*"))
+        assert hosted and all((folder / ".clean-shutdown").exists() for folder in hosted)
+
+        async def moved_and_elected() -> bool:  # the broker handed off at once, a new controller took over
+            cluster = await admin.describe_cluster()
+            return cluster.controller_id != active and 1 not in {broker.broker_id for broker in cluster.brokers}
+
+        await wait_until(moved_and_elected, timeout_s=10, what="the broker to leave and a new controller")
