@@ -1,11 +1,18 @@
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
 
-from tidelog.common.config import LOG_CONFIGS, parse_configs, render_markdown
+from tidelog.broker import main as broker_main
+from tidelog.broker.broker_service import FETCH_BYTES_MAX, FETCH_WAIT_MS_MAX
+from tidelog.client import Consumer, Producer
+from tidelog.common.config import ALL_CONFIGS, LOG_CONFIGS, ConfigScope, parse_configs, render_markdown
 from tidelog.common.errors import ErrorCode, InvalidConfigError
+from tidelog.common.runtime import GRPC_MESSAGE_BYTES_MAX
+from tidelog.controller import main as controller_main
+from tidelog.controller.controller_config import ControllerConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,3 +57,47 @@ def test_bad_values_are_invalid_config(raw: dict[str, object], message: str) -> 
 def test_configuration_reference_is_generated_from_the_definitions() -> None:
     documented = (ROOT / "docs" / "configuration.md").read_text()
     assert documented == render_markdown(), "run: python -m tidelog.common.config > docs/configuration.md"
+
+
+def _default(name: str, scope: ConfigScope | None = None) -> object:
+    return next(
+        definition.default
+        for definition in ALL_CONFIGS
+        if definition.name == name and (scope is None or definition.scope == scope)
+    )
+
+
+def _signature_defaults(function: object) -> dict[str, object]:
+    return {
+        name: parameter.default
+        for name, parameter in inspect.signature(function).parameters.items()  # type: ignore[arg-type]
+        if parameter.default is not inspect.Parameter.empty
+    }
+
+
+@pytest.mark.parametrize(("client", "scope"), [(Producer, ConfigScope.PRODUCER), (Consumer, ConfigScope.CONSUMER)])
+def test_client_defaults_are_the_registry_defaults(client: type, scope: ConfigScope) -> None:
+    for argument, value in _signature_defaults(client).items():
+        name = argument.replace("_", ".")
+        if name in {"connections"}:
+            continue
+        assert str(value) == str(_default(name, scope)), name
+
+
+def test_process_defaults_are_the_registry_defaults() -> None:
+    broker = broker_main.parse_args(["--id", "1", "--port", "1", "--etcd", "e", "--data-dir", "d"])
+    assert broker.session_timeout_ms == _default("broker.session.timeout.ms")
+    assert broker.io_threads == _default("num.io.threads")
+    assert broker.flush_interval_ms == _default("log.flush.scheduler.interval.ms")
+    assert broker.retention_check_interval_ms == _default("log.retention.check.interval.ms")
+    controller = controller_main.parse_args(["--id", "1", "--port", "1", "--etcd", "e"])
+    assert controller.session_timeout_ms == _default("controller.session.timeout.ms")
+    assert controller.num_partitions == _default("num.partitions")
+    assert controller.default_replication_factor == _default("default.replication.factor")
+    assert controller.delete_topic_enable == str(_default("delete.topic.enable")).lower()
+    assert _default("socket.request.max.bytes") == GRPC_MESSAGE_BYTES_MAX
+    assert _default("fetch.max.bytes") == FETCH_BYTES_MAX
+    assert _default("fetch.max.wait.ms.max") == FETCH_WAIT_MS_MAX
+    assert ControllerConfig(controller_id=1, endpoint="e").broker_request_timeout_s * 1000 == _default(
+        "controller.socket.timeout.ms"
+    )

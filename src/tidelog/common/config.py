@@ -18,7 +18,11 @@ from tidelog.common.errors import InvalidConfigError
 
 __all__ = [
     "ALL_CONFIGS",
+    "BROKER_CONFIGS",
+    "CONSUMER_CONFIGS",
+    "CONTROLLER_CONFIGS",
     "LOG_CONFIGS",
+    "PRODUCER_CONFIGS",
     "ConfigDef",
     "ConfigScope",
     "ConfigType",
@@ -47,6 +51,9 @@ class ConfigType(enum.Enum):
 class ConfigScope(enum.Enum):
     TOPIC = "topic"
     BROKER = "broker"
+    CONTROLLER = "controller"
+    PRODUCER = "producer"
+    CONSUMER = "consumer"
 
 
 ConfigValue = int | float | str | bool | tuple[str, ...]
@@ -177,7 +184,66 @@ LOG_CONFIGS: Final[tuple[ConfigDef, ...]] = (
     ),
 )
 
-ALL_CONFIGS: Final[tuple[ConfigDef, ...]] = LOG_CONFIGS
+def _scoped(scope: ConfigScope, *definitions: ConfigDef) -> tuple[ConfigDef, ...]:
+    return tuple(dataclasses.replace(definition, scope=scope) for definition in definitions)
+
+
+BROKER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
+    ConfigScope.BROKER,
+    _int("broker.session.timeout.ms", 6000, "TTL of the broker's etcd lease: a silent broker is gone after it.",
+         minimum=1000, maximum=3_600_000),
+    _int("num.io.threads", 8, "Threads doing disk work (appends, reads, flushes) off the event loop.",
+         minimum=1, maximum=256),
+    _long("log.flush.scheduler.interval.ms", 1000, "How often logs are checked against flush.ms.", minimum=1),
+    _long("log.retention.check.interval.ms", 300_000, "How often retention runs over every log.", minimum=1),
+    _int("socket.request.max.bytes", 100 * MIB, "Largest gRPC message any service accepts or sends.",
+         minimum=1024),
+    _int("fetch.max.bytes", 55 * MIB, "Upper bound on the bytes one fetch response carries.", minimum=1024),
+    _int("fetch.max.wait.ms.max", 30_000, "Upper bound the broker puts on a fetch's max_wait_ms (long poll).",
+         minimum=0),
+)
+
+CONTROLLER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
+    ConfigScope.CONTROLLER,
+    _int("controller.session.timeout.ms", 6000, "TTL of the controller's etcd lease (its election key).",
+         minimum=1000, maximum=3_600_000),
+    _int("num.partitions", 1, "Partitions of a topic created without a count.", minimum=1, maximum=10_000),
+    _int("default.replication.factor", 1, "Replicas of a topic created without a factor.", minimum=1,
+         maximum=100),
+    ConfigDef("delete.topic.enable", ConfigType.BOOLEAN, True, "Whether topics can be deleted."),
+    _int("controller.socket.timeout.ms", 5000, "Deadline of each controller → broker request.", minimum=100),
+)
+
+PRODUCER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
+    ConfigScope.PRODUCER,
+    ConfigDef("acks", ConfigType.STRING, "1", "0: no wait; 1: the leader appended; all: every in-sync replica.",
+              choices=("0", "1", "all", "-1")),
+    _int("batch.size", 16_384, "A partition's batch is sent once it holds this many bytes.", minimum=1),
+    _long("linger.ms", 5, "...or once it is this old.", minimum=0),
+    ConfigDef("compression.type", ConfigType.STRING, "none", "Codec of produced batches.",
+              choices=("none", "gzip", "snappy", "lz4", "zstd")),
+    _long("buffer.memory", 32 * MIB, "Bytes of records waiting to be sent; send() waits beyond it.", minimum=1024),
+    _int("max.request.size", MIB, "Largest produce request (and record).", minimum=1024),
+    _int("retries", INT_MAX, "Retries of a batch on retriable errors, within delivery.timeout.ms."),
+    _long("retry.backoff.ms", 100, "Wait before retrying a batch."),
+    _long("delivery.timeout.ms", 120_000, "A record not acknowledged by then fails.", minimum=1),
+    _int("request.timeout.ms", 30_000, "Deadline of one request to a broker.", minimum=1),
+)
+
+CONSUMER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
+    ConfigScope.CONSUMER,
+    ConfigDef("auto.offset.reset", ConfigType.STRING, "latest", "Where a partition without a position starts.",
+              choices=("earliest", "latest", "none")),
+    _int("fetch.min.bytes", 1, "A fetch waits (up to fetch.max.wait.ms) for this many bytes.", minimum=0),
+    _int("fetch.max.wait.ms", 500, "Longest a fetch waits for fetch.min.bytes (long poll).", minimum=0),
+    _int("fetch.max.bytes", 50 * MIB, "Bytes one fetch response may carry.", minimum=1024),
+    _int("max.partition.fetch.bytes", MIB, "Bytes one partition contributes to a fetch.", minimum=1024),
+    _int("request.timeout.ms", 30_000, "Deadline of one request to a broker (beyond its long poll).", minimum=1),
+)
+
+ALL_CONFIGS: Final[tuple[ConfigDef, ...]] = (
+    LOG_CONFIGS + BROKER_CONFIGS + CONTROLLER_CONFIGS + PRODUCER_CONFIGS + CONSUMER_CONFIGS
+)
 
 _BY_NAME: Final[dict[str, ConfigDef]] = {definition.name: definition for definition in ALL_CONFIGS}
 
@@ -199,6 +265,10 @@ def render_markdown() -> str:
         "",
         "Generated from `src/tidelog/common/config.py` by `python -m tidelog.common.config`;",
         "a test fails when this file is stale. Names and meanings follow Apache Kafka's configs.",
+        "Topic configs are set per topic (`tidelog topic create --config`) and take broker-wide",
+        "defaults from `--log-config`; broker and controller ones are process options (`--help`);",
+        "producer and consumer ones are the clients' keyword arguments (dots become underscores).",
+        "A test checks that the code's defaults are these.",
         "",
         "| name | scope | type | default | bounds | meaning |",
         "|---|---|---|---|---|---|",
