@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -21,26 +22,27 @@ from tidelog.local_cluster import LocalCluster
 T = TypeVar("T")
 
 
-@pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(Path(tmp_path_factory.mktemp("cluster")), session_timeout_ms=3000, metrics=True)
+@contextlib.contextmanager
+def running_cluster(data_dir: Path, **options: object) -> Iterator[LocalCluster]:
+    local = LocalCluster(data_dir, session_timeout_ms=3000, **options)  # type: ignore[arg-type]
     local.start()
     try:
         asyncio.run(local.wait_ready())
         yield local
     finally:
         local.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with running_cluster(Path(tmp_path_factory.mktemp("cluster")), metrics=True) as local:
+        yield local
 
 
 @pytest.fixture
 def fresh_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path / "cluster", session_timeout_ms=3000)
-    local.start()
-    try:
-        asyncio.run(local.wait_ready())
+    with running_cluster(tmp_path / "cluster") as local:
         yield local
-    finally:
-        local.stop()
 
 
 @pytest.fixture
