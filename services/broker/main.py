@@ -26,7 +26,8 @@ log = structlog.get_logger(__name__)
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Tidelog broker")
     parser.add_argument("--id", type=int, required=True, help="broker.id")
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--advertised-host", help="host clients are told to use (default: --host)")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--rack", default="", help="broker.rack")
     parser.add_argument("--metrics-port", type=int, default=0)
@@ -72,7 +73,7 @@ async def serve(args: argparse.Namespace) -> None:
     await etcd.connect()
     registration = Registration(
         etcd,
-        BrokerRegistration(args.id, args.host, args.port, args.rack),
+        BrokerRegistration(args.id, args.advertised_host or args.host, args.port, args.rack),
         ttl_s=max(1, args.session_timeout_ms // 1000),
     )
     await registration.register()

@@ -21,7 +21,8 @@ log = structlog.get_logger(__name__)
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Tidelog controller")
     parser.add_argument("--id", type=int, required=True, help="controller id")
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--advertised-host", help="host clients are told to use (default: --host)")
     parser.add_argument("--port", type=int, required=True, help="admin gRPC port")
     parser.add_argument("--metrics-port", type=int, default=0)
     parser.add_argument("--etcd", required=True, help="etcd endpoint host:port")
@@ -37,7 +38,7 @@ async def serve(args: argparse.Namespace) -> None:
     start_metrics(args.metrics_port)
     config = ControllerConfig(
         controller_id=args.id,
-        endpoint=f"{args.host}:{args.port}",
+        endpoint=f"{args.advertised_host or args.host}:{args.port}",
         num_partitions=args.num_partitions,
         default_replication_factor=args.default_replication_factor,
         delete_topic_enable=args.delete_topic_enable == "true",
@@ -49,7 +50,7 @@ async def serve(args: argparse.Namespace) -> None:
     controller = Controller(config, etcd)
     server, health = grpc_server()
     controller_pb2_grpc.add_ControllerServicer_to_server(AdminService(controller), server)
-    server.add_insecure_port(config.endpoint)
+    server.add_insecure_port(f"{args.host}:{args.port}")
     await server.start()
     await mark_serving(health, ["tidelog.v1.Controller"])
     log.info("controller_started", endpoint=config.endpoint, etcd=args.etcd)

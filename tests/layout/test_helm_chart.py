@@ -1,0 +1,84 @@
+"""The Helm chart renders (with the plain value substitution it limits itself to) into manifests
+whose processes would start: every flag is one our programs accept, every port lines up.
+
+No helm binary can be installed here; the chart keeps to `{{ .Values.x.y }}`, `{{ .Release.Name }}`
+and `{{ .Chart.* }}` so this test can render it exactly. The testcontainers k3s test (later) runs it
+for real where Docker exists.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tidelog.broker import main as broker_main
+from tidelog.controller import main as controller_main
+
+CHART = Path(__file__).resolve().parents[2] / "helm" / "tidelog"
+RELEASE = "demo"
+PLACEHOLDER = re.compile(r"\{\{\s*([^}]*?)\s*\}\}")
+
+
+def render(template: str, values: dict[str, Any], chart: dict[str, Any]) -> str:
+    def resolve(match: re.Match[str]) -> str:
+        expression = match.group(1)
+        if expression == ".Release.Name":
+            return RELEASE
+        if expression.startswith(".Chart."):
+            return str(chart[expression.removeprefix(".Chart.")[0].lower() + expression.removeprefix(".Chart.")[1:]])
+        assert expression.startswith(".Values."), f"template uses more than value substitution: {expression}"
+        value: Any = values
+        for part in expression.removeprefix(".Values.").split("."):
+            value = value[part]
+        return str(value)
+
+    return PLACEHOLDER.sub(resolve, template)
+
+
+@pytest.fixture(scope="module")
+def manifests() -> dict[tuple[str, str], dict[str, Any]]:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for template in sorted((CHART / "templates").glob("*.yaml")):
+        for document in yaml.safe_load_all(render(template.read_text(), values, chart)):
+            found[(document["kind"], document["metadata"]["name"])] = document
+    return found
+
+
+def _command_line(statefulset: dict[str, Any]) -> list[str]:
+    container = statefulset["spec"]["template"]["spec"]["containers"][0]
+    script = container["args"][0].removeprefix("exec ")
+    script = script.replace("$(( ${HOSTNAME##*-} + 1 ))", "1").replace("$(HOSTNAME)", "pod-0")
+    return shlex.split(script)
+
+
+def test_etcd_runs_as_a_statefulset(manifests: dict[tuple[str, str], dict[str, Any]]) -> None:
+    etcd = manifests[("StatefulSet", f"{RELEASE}-etcd")]
+    script = etcd["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    assert "--max-txn-ops 1024" in script
+    assert etcd["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
+    assert ("Service", f"{RELEASE}-etcd") in manifests
+
+
+@pytest.mark.parametrize(
+    ("name", "parse"), [("broker", broker_main.parse_args), ("controller", controller_main.parse_args)]
+)
+def test_services_start_with_flags_they_accept(
+    manifests: dict[tuple[str, str], dict[str, Any]], name: str, parse: Any
+) -> None:
+    statefulset = manifests[("StatefulSet", f"{RELEASE}-{name}")]
+    program, *arguments = _command_line(statefulset)
+    assert program == f"tidelog-{name}"
+    args = parse(arguments)
+    assert args.etcd == f"{RELEASE}-etcd:2379"
+    assert args.advertised_host == f"pod-0.{RELEASE}-{name}"
+    service_ports = {
+        port["name"]: port["port"] for port in manifests[("Service", f"{RELEASE}-{name}")]["spec"]["ports"]
+    }
+    assert service_ports == {"grpc": args.port, "metrics": args.metrics_port}
