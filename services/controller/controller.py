@@ -97,6 +97,10 @@ class Controller:
         self.active = asyncio.Event()
         self._election: Election | None = None
         self._mutex = asyncio.Lock()
+        # Propagations run one at a time, each with the state as it is when it starts: a broker
+        # never receives an older whole state after a newer one (full LeaderAndIsr stops replicas
+        # it does not list, so an old one arriving late would stop a newly created partition).
+        self._propagating = asyncio.Lock()
         self._stopping = asyncio.Event()
         self._deposed = asyncio.Event()
 
@@ -352,9 +356,11 @@ class Controller:
 
     async def propagate(self, brokers: Iterable[int]) -> None:
         """Send full LeaderAndIsr and UpdateMetadata to `brokers` (idempotent, newest wins)."""
-        await self.broker_requests.send_state(
-            self.state, self.config.controller_id, self.epoch, self.config.endpoint, list(brokers)
-        )
+        targets = list(brokers)
+        async with self._propagating:
+            await self.broker_requests.send_state(
+                self.state, self.config.controller_id, self.epoch, self.config.endpoint, targets
+            )
 
     # ---- admin requests (called by the admin service) --------------------------------------
 

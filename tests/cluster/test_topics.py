@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 from etcd3aio import Etcd3Client, prefix_range_end
@@ -122,3 +124,14 @@ async def test_oversized_request_is_refused_with_a_status(admin: AdminClient, cl
         await stub.CreateTopics(huge, timeout=30)
     assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert await _etcd_topic_keys(cluster, "big") == []
+
+
+async def test_topics_created_concurrently_all_serve(admin: AdminClient, cluster: LocalCluster) -> None:
+    names = [f"burst-{number}" for number in range(12)]
+    await asyncio.gather(*(admin.create_topic(name, 2, 1) for name in names))
+    async with Producer(cluster.bootstrap, acks=1, delivery_timeout_ms=20_000) as producer:
+        deliveries = [await producer.send(name, b"x", partition=partition) for name in names for partition in (0, 1)]
+        await producer.flush()
+        offsets = [(await delivery).offset for delivery in deliveries]
+    assert offsets == [0] * len(deliveries)
+    await admin.delete_topics(names)
