@@ -23,6 +23,7 @@ __all__ = ["BrokerService"]
 
 FETCH_WAIT_MS_MAX: Final = 30_000  # bound on a consumer's max_wait_ms
 FETCH_BYTES_MAX: Final = 55 * 1024 * 1024  # fetch.max.bytes
+PRODUCE_TIMEOUT_MS_MAX: Final = 300_000  # bound on a produce request's acks=all wait
 EARLIEST: Final = -2
 LATEST: Final = -1
 
@@ -60,7 +61,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         for entry in request.partitions:
             result = response.partitions.add(topic=entry.topic, partition=entry.partition)
             try:
-                info = await self.replicas.append(entry.topic, entry.partition, entry.record_batches)
+                info = await self.replicas.append(
+                    entry.topic,
+                    entry.partition,
+                    entry.record_batches,
+                    acks=request.acks,
+                    timeout_s=min(max(request.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX) / 1000 or 30.0,
+                )
                 result.base_offset = info.first_offset
                 result.log_append_time_ms = info.log_append_time_ms
                 result.log_start_offset = self.replicas.partitions[(entry.topic, entry.partition)].log.log_start_offset
@@ -78,8 +85,16 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         max_bytes = min(request.max_bytes if request.max_bytes > 0 else FETCH_BYTES_MAX, FETCH_BYTES_MAX)
         deadline = time.monotonic() + min(max(request.max_wait_ms, 0), FETCH_WAIT_MS_MAX) / 1000
         keys = [(entry.topic, entry.partition) for entry in request.partitions]
+        follower = request.replica_id >= 0
         while True:
-            reads = await self.replicas.run_io(self._read_all, list(request.partitions), max_bytes)
+            refused = (
+                self.replicas.record_follower_fetch(request.replica_id, list(request.partitions)) if follower else {}
+            )
+            wanted = [entry for entry in request.partitions if (entry.topic, entry.partition) not in refused]
+            reads = await self.replicas.run_io(self._read_all, wanted, max_bytes, follower)
+            reads += [
+                PartitionRead(topic, partition, b"", -1, -1, -1, code) for (topic, partition), code in refused.items()
+            ]
             total = sum(len(read.data) for read in reads)
             errors = any(read.error_code for read in reads)
             remaining = deadline - time.monotonic()
@@ -103,11 +118,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         LATENCY.labels("Fetch").observe(time.perf_counter() - started)
         return response
 
-    def _read_all(self, partitions: list[Any], max_bytes: int) -> list[PartitionRead]:
+    def _read_all(self, partitions: list[Any], max_bytes: int, follower: bool) -> list[PartitionRead]:
         reads: list[PartitionRead] = []
         remaining = max_bytes
         for entry in partitions:
-            read = self.replicas.read(entry, max(remaining, 0), min_one_batch=not reads or remaining > 0)
+            read = self.replicas.read(
+                entry, max(remaining, 0), min_one_batch=not reads or remaining > 0, follower=follower
+            )
             remaining -= len(read.data)
             reads.append(read)
         return reads
@@ -131,6 +148,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 result.leader_hint = self._leader_hint(entry.topic, entry.partition)
         REQUESTS.labels("ListOffsets", "ok").inc()
         return response
+
+    async def OffsetsForLeaderEpoch(self, request: Any, context: Context) -> Any:  # noqa: N802
+        REQUESTS.labels("OffsetsForLeaderEpoch", "ok").inc()
+        return broker_pb2.OffsetsForLeaderEpochResponse(
+            partitions=[self.replicas.end_offset_for_epoch(query) for query in request.partitions]
+        )
 
     async def Metadata(self, request: Any, context: Context) -> Any:  # noqa: N802
         REQUESTS.labels("Metadata", "ok").inc()

@@ -39,6 +39,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--retention-check-interval-ms", type=int, default=300_000, help="log.retention.check.interval.ms"
     )
+    parser.add_argument("--replica-fetch-wait-max-ms", type=int, default=500, help="replica.fetch.wait.max.ms")
+    parser.add_argument("--replica-fetch-max-bytes", type=int, default=1024 * 1024, help="replica.fetch.max.bytes")
+    parser.add_argument("--replica-fetch-backoff-ms", type=int, default=200, help="replica.fetch.backoff.ms")
     parser.add_argument(
         "--log-config",
         action="append",
@@ -63,7 +66,17 @@ async def serve(args: argparse.Namespace) -> None:
     start_metrics(args.metrics_port)
     stopping = stop_on_signals()
     defaults = dict(item.split("=", 1) for item in args.log_config)
-    replicas = ReplicaManager(args.id, Path(args.data_dir), io_threads=args.io_threads, log_defaults=defaults)
+    replicas = ReplicaManager(
+        args.id,
+        Path(args.data_dir),
+        io_threads=args.io_threads,
+        log_defaults=defaults,
+        fetcher_options={
+            "wait_max_ms": args.replica_fetch_wait_max_ms,
+            "fetch_max_bytes": args.replica_fetch_max_bytes,
+            "backoff_ms": args.replica_fetch_backoff_ms,
+        },
+    )
     metadata = MetadataCache()
     server, health = grpc_server()
     broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(replicas, metadata), server)

@@ -6,16 +6,19 @@ they are not older than what the broker has (controller epoch, then partition ep
 so a deposed controller cannot move leadership back.
 
 Disk work (append, read, flush, retention) runs on a bounded thread pool (`num.io.threads`): the
-event loop never waits for a write or an fsync. Until replication arrives (issue 4) the leader's
-high watermark follows its log end offset.
+event loop never waits for a write or an fsync. As leader, a partition tracks each follower's log
+end offset from its fetches and keeps HW = min log end offset over the ISR; followers replicate
+through replica_fetcher.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import shutil
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,12 +27,15 @@ from typing import Any, Final, TypeVar
 import structlog
 from prometheus_client import Counter, Gauge
 
+from tidelog.broker.replica_fetcher import FollowedPartition, ReplicaFetcherManager
 from tidelog.broker.storage import LogCleaner, LogConfig, PartitionLog
 from tidelog.broker.storage.partition_log import AppendInfo
 from tidelog.common.errors import (
     ErrorCode,
+    NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     RemoteError,
+    RequestTimedOutError,
     StaleControllerEpochError,
     TidelogError,
     UnknownTopicOrPartitionError,
@@ -72,6 +78,11 @@ class Partition:
     log: PartitionLog
     state: common_pb2.PartitionState
     appended: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    # Leader only: each follower's log end offset as its last fetch said, and when it was last
+    # caught up with our log end (for replica.lag.time.max.ms). Reset at every new leader epoch.
+    follower_end: dict[int, int] = dataclasses.field(default_factory=dict)
+    follower_caught_up_s: dict[int, float] = dataclasses.field(default_factory=dict)
+    high_watermark_moved: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
 
     @property
     def leader(self) -> int:
@@ -82,10 +93,33 @@ class Partition:
         self.appended.set()
         self.appended = asyncio.Event()
 
+    def advance_high_watermark(self, broker_id: int) -> bool:
+        """Leader: HW = the smallest log end offset in the ISR (never going back); True if it moved."""
+        ends = [self.log.log_end_offset]
+        for member in self.state.isr:
+            if member != broker_id:
+                ends.append(self.follower_end.get(member, -1))
+        candidate = min(ends)
+        before = self.log.high_watermark
+        if candidate <= before:
+            return False
+        self.log.update_high_watermark(candidate)
+        assert self.log.high_watermark <= self.log.log_end_offset
+        self.high_watermark_moved.set()
+        self.high_watermark_moved = asyncio.Event()
+        self.notify_appended()
+        return True
+
 
 class ReplicaManager:
     def __init__(
-        self, broker_id: int, data_dir: Path, *, io_threads: int = 8, log_defaults: dict[str, str] | None = None
+        self,
+        broker_id: int,
+        data_dir: Path,
+        *,
+        io_threads: int = 8,
+        log_defaults: dict[str, str] | None = None,
+        fetcher_options: dict[str, int] | None = None,
     ) -> None:
         assert 1 <= io_threads <= 256
         self.broker_id = broker_id
@@ -95,6 +129,13 @@ class ReplicaManager:
         self.controller_epoch = -1
         self.io = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="storage-io")
         self.cleaner = LogCleaner(lambda: [partition.log for partition in list(self.partitions.values())])
+        self.fetchers = ReplicaFetcherManager(broker_id, self.run_io, **(fetcher_options or {}))
+        self.fetchers.on_appended = self._follower_appended
+
+    def _follower_appended(self, key: tuple[str, int]) -> None:
+        partition = self.partitions.get(key)
+        if partition is not None:
+            partition.notify_appended()
 
     async def run_io(self, function: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.io, function, *args)
@@ -112,6 +153,8 @@ class ReplicaManager:
         self.check_controller_epoch(request.controller_epoch)
         errors = []
         wanted = set()
+        for endpoint in request.live_leaders:
+            self.fetchers.endpoints[endpoint.broker_id] = f"{endpoint.host}:{endpoint.port}"
         for state in request.partitions:
             key = (state.topic, state.partition)
             wanted.add(key)
@@ -153,8 +196,18 @@ class ReplicaManager:
             existing = Partition(state.topic, state.partition, state.topic_id, partition_log, state)
             self.partitions[key] = existing
         if existing.leader == self.broker_id:
-            # No followers replicate yet (issue 4): what the leader has is what consumers may read.
-            existing.log.update_high_watermark(existing.log.log_end_offset)
+            self.fetchers.unfollow(key)
+            if existing.log.leader_epochs.latest_epoch < state.leader_epoch:
+                await self.run_io(existing.log.assign_leader_epoch, state.leader_epoch)
+                existing.follower_end.clear()
+                existing.follower_caught_up_s.clear()
+            existing.advance_high_watermark(self.broker_id)
+        elif existing.leader >= 0:
+            self.fetchers.follow(
+                FollowedPartition(state.topic, state.partition, existing.log, existing.leader, state.leader_epoch)
+            )
+        else:
+            self.fetchers.unfollow(key)
         existing.notify_appended()
 
     def _open_log(self, topic: str, partition: int, topic_id: str, configs: dict[str, str]) -> PartitionLog:
@@ -175,6 +228,7 @@ class ReplicaManager:
         self._update_gauges()
 
     async def _stop(self, key: tuple[str, int], *, delete: bool) -> None:
+        self.fetchers.unfollow(key)
         partition = self.partitions.pop(key, None)
         if partition is None:
             if delete:
@@ -197,25 +251,45 @@ class ReplicaManager:
             raise NotLeaderOrFollowerError(f"broker {self.broker_id} is not the leader of {topic}-{partition}")
         return hosted
 
-    async def append(self, topic: str, partition: int, batches: bytes) -> AppendInfo:
+    async def append(
+        self, topic: str, partition: int, batches: bytes, *, acks: int = 1, timeout_s: float = 30.0
+    ) -> AppendInfo:
+        """Append as leader; with acks=-1 return once the whole ISR has it (the HW passed it)."""
         hosted = self.leader_partition(topic, partition)
+        min_insync = hosted.log.config.min_insync_replicas
+        if acks == -1 and len(hosted.state.isr) < min_insync:
+            raise NotEnoughReplicasError(
+                f"{topic}-{partition} has {len(hosted.state.isr)} in-sync replicas; min.insync.replicas={min_insync}"
+            )
         leader_epoch = hosted.state.leader_epoch
         info: AppendInfo = await self.run_io(hosted.log.append_as_leader, batches, leader_epoch)
-        if hosted.leader == self.broker_id:
-            hosted.log.update_high_watermark(hosted.log.log_end_offset)
+        hosted.advance_high_watermark(self.broker_id)
         hosted.notify_appended()
+        if acks == -1:
+            await self._wait_replicated(hosted, info.last_offset + 1, timeout_s)
+            if len(hosted.state.isr) < min_insync:
+                raise RemoteError(
+                    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                    f"{topic}-{partition}: the ISR shrank below min.insync.replicas after the append",
+                )
         BYTES_IN.labels(topic).inc(info.bytes)
         RECORDS_IN.labels(topic).inc(info.last_offset - info.first_offset + 1)
         return info
 
-    def read(self, fetch: broker_pb2.FetchPartition, max_bytes: int, min_one_batch: bool) -> PartitionRead:
-        """One partition of a fetch (runs on the I/O pool). Errors come back in the result."""
+    def read(
+        self, fetch: broker_pb2.FetchPartition, max_bytes: int, min_one_batch: bool, *, follower: bool = False
+    ) -> PartitionRead:
+        """One partition of a fetch (runs on the I/O pool). Errors come back in the result.
+
+        Consumers read below the high watermark; followers up to the log end.
+        """
         try:
             hosted = self.leader_partition(fetch.topic, fetch.partition)
             partition_log = hosted.log
             limit = min(max_bytes, fetch.partition_max_bytes) if fetch.partition_max_bytes > 0 else max_bytes
             high_watermark = partition_log.high_watermark
-            data = partition_log.read(fetch.fetch_offset, limit, max_offset=high_watermark, min_one_batch=min_one_batch)
+            upto = partition_log.log_end_offset if follower else high_watermark
+            data = partition_log.read(fetch.fetch_offset, limit, max_offset=upto, min_one_batch=min_one_batch)
             BYTES_OUT.labels(fetch.topic).inc(len(data))
             return PartitionRead(
                 fetch.topic,
@@ -227,6 +301,60 @@ class ReplicaManager:
             )
         except TidelogError as error:
             return PartitionRead(fetch.topic, fetch.partition, b"", -1, -1, -1, int(error.code), error.message)
+
+    async def _wait_replicated(self, hosted: Partition, offset: int, timeout_s: float) -> None:
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while hosted.log.high_watermark < offset:
+            if hosted.leader != self.broker_id or self.partitions.get((hosted.topic, hosted.partition)) is not hosted:
+                raise NotLeaderOrFollowerError(f"{hosted.topic}-{hosted.partition}: leadership moved during the wait")
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                raise RequestTimedOutError(f"{hosted.topic}-{hosted.partition}: the ISR did not replicate in time")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(hosted.high_watermark_moved.wait(), min(remaining, 0.5))
+
+    def record_follower_fetch(
+        self, replica_id: int, fetches: list[broker_pb2.FetchPartition]
+    ) -> dict[tuple[str, int], int]:
+        """Leader: note each follower's position; errors (by partition) for fetches it must refuse."""
+        errors: dict[tuple[str, int], int] = {}
+        now = time.monotonic()
+        for fetch in fetches:
+            key = (fetch.topic, fetch.partition)
+            hosted = self.partitions.get(key)
+            if hosted is None or hosted.leader != self.broker_id:
+                continue  # answered as NOT_LEADER / UNKNOWN by the read
+            if fetch.current_leader_epoch >= 0 and fetch.current_leader_epoch != hosted.state.leader_epoch:
+                errors[key] = int(
+                    ErrorCode.FENCED_LEADER_EPOCH
+                    if fetch.current_leader_epoch < hosted.state.leader_epoch
+                    else ErrorCode.UNKNOWN_LEADER_EPOCH
+                )
+                continue
+            if replica_id not in hosted.state.replicas:
+                continue
+            hosted.follower_end[replica_id] = fetch.fetch_offset
+            if fetch.fetch_offset >= hosted.log.log_end_offset:
+                hosted.follower_caught_up_s[replica_id] = now
+            hosted.advance_high_watermark(self.broker_id)
+        return errors
+
+    def end_offset_for_epoch(self, query: broker_pb2.EpochQuery) -> broker_pb2.EpochEndOffset:
+        answer = broker_pb2.EpochEndOffset(topic=query.topic, partition=query.partition, leader_epoch=-1, end_offset=-1)
+        try:
+            hosted = self.leader_partition(query.topic, query.partition)
+        except TidelogError as error:
+            answer.error_code = int(error.code)
+            return answer
+        if query.current_leader_epoch >= 0 and query.current_leader_epoch != hosted.state.leader_epoch:
+            answer.error_code = int(
+                ErrorCode.FENCED_LEADER_EPOCH
+                if query.current_leader_epoch < hosted.state.leader_epoch
+                else ErrorCode.UNKNOWN_LEADER_EPOCH
+            )
+            return answer
+        answer.leader_epoch, answer.end_offset = hosted.log.end_offset_for_epoch(query.leader_epoch)
+        return answer
 
     async def wait_for_append(self, keys: list[tuple[str, int]], timeout_s: float) -> None:
         """Return when any of these partitions gets data (or changes), or after `timeout_s`."""
@@ -250,6 +378,7 @@ class ReplicaManager:
         return sum(partition.log.apply_retention() for partition in list(self.partitions.values()))
 
     async def close(self) -> None:
+        await self.fetchers.close()
         self.cleaner.stop()
         for key in list(self.partitions):
             partition = self.partitions.pop(key)

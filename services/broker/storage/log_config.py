@@ -26,6 +26,8 @@ class LogConfig:
     min_compaction_lag_ms: int
     min_cleanable_dirty_ratio: float
     max_message_bytes: int
+    min_insync_replicas: int
+    unclean_leader_election_enable: bool
     message_timestamp_type: str
 
     @classmethod

@@ -245,6 +245,18 @@ class PartitionLog:
         with self._lock:
             return list(self._segments)
 
+    def assign_leader_epoch(self, leader_epoch: int) -> None:
+        """This replica becomes leader in `leader_epoch`: the epoch starts at the log end (KIP-101)."""
+        with self._lock:
+            self._check_open()
+            self.leader_epochs.assign(leader_epoch, self.log_end_offset)
+            self.leader_epochs.flush()
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
+        """(largest epoch ≤ `leader_epoch`, where it ends in this log) — OffsetsForLeaderEpoch."""
+        with self._lock:
+            return self.leader_epochs.end_offset_for(leader_epoch, self.log_end_offset)
+
     def update_config(self, config: LogConfig) -> None:
         """Apply changed topic configs; they take effect from the next append, roll or pass."""
         with self._lock:

@@ -370,10 +370,10 @@ class Producer:
             try:
                 endpoint = self.metadata.leader_endpoint(batch.topic, batch.partition)
             except TidelogError as error:
-                self._retry_later(batch, error)
-                waiting.append(batch)
                 refresh = True
-                retry_at = batch.next_attempt_at if retry_at is None else min(retry_at, batch.next_attempt_at)
+                if self._retry_later(batch, error):
+                    waiting.append(batch)
+                    retry_at = batch.next_attempt_at if retry_at is None else min(retry_at, batch.next_attempt_at)
                 continue
             if endpoint in self._in_flight:
                 waiting.append(batch)
@@ -408,8 +408,8 @@ class Producer:
             except grpc.aio.AioRpcError as error:
                 failure = error_for(ErrorCode.REQUEST_TIMED_OUT, f"{endpoint}: {error.code().name}")
                 for batch in batches:
-                    self._retry_later(batch, failure)
-                    self._ready.appendleft(batch)
+                    if self._retry_later(batch, failure):
+                        self._ready.appendleft(batch)
                 await self._refresh_quietly()
                 return
             retried = False
@@ -417,8 +417,8 @@ class Producer:
                 if result.error_code == 0:
                     self._complete(batch, (result.base_offset, result.log_append_time_ms))
                 elif result.error_code in RETRIABLE_CODES:
-                    self._retry_later(batch, error_for(result.error_code, result.error_message))
-                    self._ready.appendleft(batch)
+                    if self._retry_later(batch, error_for(result.error_code, result.error_message)):
+                        self._ready.appendleft(batch)
                     retried = True
                 else:
                     self._fail(batch, error_for(result.error_code, result.error_message))
@@ -439,13 +439,15 @@ class Producer:
         except ConnectionError as error:
             log.info("metadata_refresh_failed", error=str(error))
 
-    def _retry_later(self, batch: _Batch, error: BaseException) -> None:
+    def _retry_later(self, batch: _Batch, error: BaseException) -> bool:
+        """Schedule another attempt; False (and the delivery failed) when retries or time ran out."""
         batch.attempts += 1
         expired = time.monotonic() - batch.created > self.delivery_timeout_s
         if batch.attempts > self.retries or expired:
             self._fail(batch, error)
-            return
+            return False
         batch.next_attempt_at = time.monotonic() + self.retry_backoff_s
+        return True
 
     def _release(self, batch: _Batch) -> None:
         self._buffered -= batch.reserved

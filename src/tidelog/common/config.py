@@ -175,6 +175,18 @@ LOG_CONFIGS: Final[tuple[ConfigDef, ...]] = (
         maximum=1.0,
     ),
     _int("max.message.bytes", MIB + 12, "Largest record batch (after compression) a partition accepts.", minimum=64),
+    _int(
+        "min.insync.replicas",
+        1,
+        "With acks=all, writes fail (NOT_ENOUGH_REPLICAS) below this many in-sync replicas.",
+        minimum=1,
+    ),
+    ConfigDef(
+        "unclean.leader.election.enable",
+        ConfigType.BOOLEAN,
+        False,
+        "Elect an out-of-sync replica when no in-sync one is alive (may lose acknowledged records).",
+    ),
     ConfigDef(
         "message.timestamp.type",
         ConfigType.STRING,
@@ -184,44 +196,78 @@ LOG_CONFIGS: Final[tuple[ConfigDef, ...]] = (
     ),
 )
 
+
 def _scoped(scope: ConfigScope, *definitions: ConfigDef) -> tuple[ConfigDef, ...]:
     return tuple(dataclasses.replace(definition, scope=scope) for definition in definitions)
 
 
 BROKER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     ConfigScope.BROKER,
-    _int("broker.session.timeout.ms", 6000, "TTL of the broker's etcd lease: a silent broker is gone after it.",
-         minimum=1000, maximum=3_600_000),
-    _int("num.io.threads", 8, "Threads doing disk work (appends, reads, flushes) off the event loop.",
-         minimum=1, maximum=256),
+    _int(
+        "broker.session.timeout.ms",
+        6000,
+        "TTL of the broker's etcd lease: a silent broker is gone after it.",
+        minimum=1000,
+        maximum=3_600_000,
+    ),
+    _int(
+        "num.io.threads",
+        8,
+        "Threads doing disk work (appends, reads, flushes) off the event loop.",
+        minimum=1,
+        maximum=256,
+    ),
     _long("log.flush.scheduler.interval.ms", 1000, "How often logs are checked against flush.ms.", minimum=1),
     _long("log.retention.check.interval.ms", 300_000, "How often retention runs over every log.", minimum=1),
-    _int("socket.request.max.bytes", 100 * MIB, "Largest gRPC message any service accepts or sends.",
-         minimum=1024),
+    _int("socket.request.max.bytes", 100 * MIB, "Largest gRPC message any service accepts or sends.", minimum=1024),
     _int("fetch.max.bytes", 55 * MIB, "Upper bound on the bytes one fetch response carries.", minimum=1024),
-    _int("fetch.max.wait.ms.max", 30_000, "Upper bound the broker puts on a fetch's max_wait_ms (long poll).",
-         minimum=0),
+    _int(
+        "fetch.max.wait.ms.max", 30_000, "Upper bound the broker puts on a fetch's max_wait_ms (long poll).", minimum=0
+    ),
+    _long(
+        "replica.lag.time.max.ms",
+        30_000,
+        "A follower that has not caught up with the leader's log end for this long leaves the ISR.",
+        minimum=100,
+    ),
+    _int("replica.fetch.wait.max.ms", 500, "A follower's fetch long-polls the leader for up to this long.", minimum=1),
+    _int("replica.fetch.max.bytes", MIB, "Bytes a follower fetches per partition and request.", minimum=1024),
+    _int("replica.fetch.backoff.ms", 200, "Wait after a follower's fetch fails before the next.", minimum=0),
 )
 
 CONTROLLER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     ConfigScope.CONTROLLER,
-    _int("controller.session.timeout.ms", 6000, "TTL of the controller's etcd lease (its election key).",
-         minimum=1000, maximum=3_600_000),
+    _int(
+        "controller.session.timeout.ms",
+        6000,
+        "TTL of the controller's etcd lease (its election key).",
+        minimum=1000,
+        maximum=3_600_000,
+    ),
     _int("num.partitions", 1, "Partitions of a topic created without a count.", minimum=1, maximum=10_000),
-    _int("default.replication.factor", 1, "Replicas of a topic created without a factor.", minimum=1,
-         maximum=100),
+    _int("default.replication.factor", 1, "Replicas of a topic created without a factor.", minimum=1, maximum=100),
     ConfigDef("delete.topic.enable", ConfigType.BOOLEAN, True, "Whether topics can be deleted."),
     _int("controller.socket.timeout.ms", 5000, "Deadline of each controller → broker request.", minimum=100),
 )
 
 PRODUCER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     ConfigScope.PRODUCER,
-    ConfigDef("acks", ConfigType.STRING, "1", "0: no wait; 1: the leader appended; all: every in-sync replica.",
-              choices=("0", "1", "all", "-1")),
+    ConfigDef(
+        "acks",
+        ConfigType.STRING,
+        "1",
+        "0: no wait; 1: the leader appended; all: every in-sync replica.",
+        choices=("0", "1", "all", "-1"),
+    ),
     _int("batch.size", 16_384, "A partition's batch is sent once it holds this many bytes.", minimum=1),
     _long("linger.ms", 5, "...or once it is this old.", minimum=0),
-    ConfigDef("compression.type", ConfigType.STRING, "none", "Codec of produced batches.",
-              choices=("none", "gzip", "snappy", "lz4", "zstd")),
+    ConfigDef(
+        "compression.type",
+        ConfigType.STRING,
+        "none",
+        "Codec of produced batches.",
+        choices=("none", "gzip", "snappy", "lz4", "zstd"),
+    ),
     _long("buffer.memory", 32 * MIB, "Bytes of records waiting to be sent; send() waits beyond it.", minimum=1024),
     _int("max.request.size", MIB, "Largest produce request (and record).", minimum=1024),
     _int("retries", INT_MAX, "Retries of a batch on retriable errors, within delivery.timeout.ms."),
@@ -232,8 +278,13 @@ PRODUCER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
 
 CONSUMER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     ConfigScope.CONSUMER,
-    ConfigDef("auto.offset.reset", ConfigType.STRING, "latest", "Where a partition without a position starts.",
-              choices=("earliest", "latest", "none")),
+    ConfigDef(
+        "auto.offset.reset",
+        ConfigType.STRING,
+        "latest",
+        "Where a partition without a position starts.",
+        choices=("earliest", "latest", "none"),
+    ),
     _int("fetch.min.bytes", 1, "A fetch waits (up to fetch.max.wait.ms) for this many bytes.", minimum=0),
     _int("fetch.max.wait.ms", 500, "Longest a fetch waits for fetch.min.bytes (long poll).", minimum=0),
     _int("fetch.max.bytes", 50 * MIB, "Bytes one fetch response may carry.", minimum=1024),

@@ -22,6 +22,7 @@ __all__ = [
     "KafkaStorageError",
     "LeaderNotAvailableError",
     "NotControllerError",
+    "NotEnoughReplicasError",
     "NotLeaderOrFollowerError",
     "OffsetOutOfRangeError",
     "RecordTooLargeError",
@@ -74,6 +75,8 @@ class ErrorCode(enum.IntEnum):
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
     INVALID_RECORD = 87
+    INVALID_UPDATE_VERSION = 95
+    INELIGIBLE_REPLICA = 107
 
 
 class TidelogError(Exception):
@@ -189,6 +192,9 @@ TopicDeletionDisabledError = _simple(
     "TopicDeletionDisabledError", ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false."
 )
 InvalidRequestError = _simple("InvalidRequestError", ErrorCode.INVALID_REQUEST, "A malformed or oversized request.")
+NotEnoughReplicasError = _simple(
+    "NotEnoughReplicasError", ErrorCode.NOT_ENOUGH_REPLICAS, "Fewer in-sync replicas than min.insync.replicas."
+)
 RequestTimedOutError = _simple("RequestTimedOutError", ErrorCode.REQUEST_TIMED_OUT, "The request timed out.")
 
 

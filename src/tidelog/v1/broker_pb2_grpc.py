@@ -54,6 +54,11 @@ class BrokerStub:
                 request_serializer=tidelog_dot_v1_dot_broker__pb2.MetadataRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_broker__pb2.MetadataResponse.FromString,
                 _registered_method=True)
+        self.OffsetsForLeaderEpoch = channel.unary_unary(
+                '/tidelog.v1.Broker/OffsetsForLeaderEpoch',
+                request_serializer=tidelog_dot_v1_dot_broker__pb2.OffsetsForLeaderEpochRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_broker__pb2.OffsetsForLeaderEpochResponse.FromString,
+                _registered_method=True)
         self.LeaderAndIsr = channel.unary_unary(
                 '/tidelog.v1.Broker/LeaderAndIsr',
                 request_serializer=tidelog_dot_v1_dot_broker__pb2.LeaderAndIsrRequest.SerializeToString,
@@ -94,6 +99,13 @@ class BrokerServicer:
 
     def Metadata(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetsForLeaderEpoch(self, request, context):
+        """From followers (KIP-101/279): where did my latest epoch end on the leader?
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -140,6 +152,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Metadata,
                     request_deserializer=tidelog_dot_v1_dot_broker__pb2.MetadataRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_broker__pb2.MetadataResponse.SerializeToString,
+            ),
+            'OffsetsForLeaderEpoch': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetsForLeaderEpoch,
+                    request_deserializer=tidelog_dot_v1_dot_broker__pb2.OffsetsForLeaderEpochRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_broker__pb2.OffsetsForLeaderEpochResponse.SerializeToString,
             ),
             'LeaderAndIsr': grpc.unary_unary_rpc_method_handler(
                     servicer.LeaderAndIsr,
@@ -265,6 +282,33 @@ class Broker:
             '/tidelog.v1.Broker/Metadata',
             tidelog_dot_v1_dot_broker__pb2.MetadataRequest.SerializeToString,
             tidelog_dot_v1_dot_broker__pb2.MetadataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetsForLeaderEpoch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Broker/OffsetsForLeaderEpoch',
+            tidelog_dot_v1_dot_broker__pb2.OffsetsForLeaderEpochRequest.SerializeToString,
+            tidelog_dot_v1_dot_broker__pb2.OffsetsForLeaderEpochResponse.FromString,
             options,
             channel_credentials,
             insecure,

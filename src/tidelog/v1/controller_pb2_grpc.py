@@ -59,6 +59,11 @@ class ControllerStub:
                 request_serializer=tidelog_dot_v1_dot_controller__pb2.DescribeClusterRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_controller__pb2.DescribeClusterResponse.FromString,
                 _registered_method=True)
+        self.AlterPartition = channel.unary_unary(
+                '/tidelog.v1.Controller/AlterPartition',
+                request_serializer=tidelog_dot_v1_dot_controller__pb2.AlterPartitionRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_controller__pb2.AlterPartitionResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -94,6 +99,13 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterPartition(self, request, context):
+        """From partition leaders (KIP-497): change the ISR; answered with the state as committed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -121,6 +133,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.DescribeCluster,
                     request_deserializer=tidelog_dot_v1_dot_controller__pb2.DescribeClusterRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_controller__pb2.DescribeClusterResponse.SerializeToString,
+            ),
+            'AlterPartition': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterPartition,
+                    request_deserializer=tidelog_dot_v1_dot_controller__pb2.AlterPartitionRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_controller__pb2.AlterPartitionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -258,6 +275,33 @@ class Controller:
             '/tidelog.v1.Controller/DescribeCluster',
             tidelog_dot_v1_dot_controller__pb2.DescribeClusterRequest.SerializeToString,
             tidelog_dot_v1_dot_controller__pb2.DescribeClusterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterPartition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Controller/AlterPartition',
+            tidelog_dot_v1_dot_controller__pb2.AlterPartitionRequest.SerializeToString,
+            tidelog_dot_v1_dot_controller__pb2.AlterPartitionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,207 @@
+"""Followers pull from leaders: one fetcher task per leader broker, many partitions per request.
+
+A partition that starts following (any LeaderAndIsr making this broker a follower) first truncates
+by leader epoch (KIP-101/279): it asks the leader where its own latest epoch ended
+(OffsetsForLeaderEpoch) and cuts its log at the smaller of that and its own end of that epoch, so a
+returning replica drops exactly what diverged — never acknowledged data the leader has, and never
+keeps records the leader does not. Then it fetches from its log end offset, appends the leader's
+batches as they are (offsets and epochs included) and takes the leader's high watermark, capped at
+its own log end. The leader learns the follower's log end offset from each fetch's offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Final
+
+import grpc
+import structlog
+
+from tidelog.broker.storage import PartitionLog
+from tidelog.common.errors import ErrorCode, TidelogError
+from tidelog.common.runtime import GRPC_OPTIONS
+from tidelog.v1 import broker_pb2, broker_pb2_grpc
+
+__all__ = ["FollowedPartition", "ReplicaFetcherManager"]
+
+log = structlog.get_logger(__name__)
+
+UNDEFINED: Final = -1
+
+
+@dataclasses.dataclass(slots=True)
+class FollowedPartition:
+    topic: str
+    partition: int
+    log: PartitionLog
+    leader: int
+    leader_epoch: int
+    truncated: bool = False  # set once the KIP-279 truncation for this leader epoch is done
+
+
+class ReplicaFetcherManager:
+    def __init__(
+        self,
+        broker_id: int,
+        run_io: Callable[..., Any],
+        *,
+        wait_max_ms: int = 500,
+        fetch_max_bytes: int = 1024 * 1024,
+        backoff_ms: int = 200,
+    ) -> None:
+        self.broker_id = broker_id
+        self.run_io = run_io
+        self.wait_max_ms = wait_max_ms
+        self.fetch_max_bytes = fetch_max_bytes
+        self.backoff_s = backoff_ms / 1000
+        self.endpoints: dict[int, str] = {}
+        self.followed: dict[tuple[str, int], FollowedPartition] = {}
+        self._fetchers: dict[int, asyncio.Task[None]] = {}
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self.on_appended: Callable[[tuple[str, int]], None] = lambda key: None
+
+    def follow(self, followed: FollowedPartition) -> None:
+        key = (followed.topic, followed.partition)
+        current = self.followed.get(key)
+        if current is not None and (current.leader, current.leader_epoch) == (followed.leader, followed.leader_epoch):
+            return
+        self.followed[key] = followed
+        self._ensure_fetcher(followed.leader)
+
+    def unfollow(self, key: tuple[str, int]) -> None:
+        self.followed.pop(key, None)
+
+    def _ensure_fetcher(self, leader: int) -> None:
+        task = self._fetchers.get(leader)
+        if task is None or task.done():
+            self._fetchers[leader] = asyncio.create_task(self._run(leader), name=f"replica-fetcher-{leader}")
+
+    def _stub(self, leader: int) -> broker_pb2_grpc.BrokerStub | None:
+        endpoint = self.endpoints.get(leader)
+        if endpoint is None:
+            return None
+        if endpoint not in self._channels:
+            self._channels[endpoint] = grpc.aio.insecure_channel(endpoint, options=GRPC_OPTIONS)
+        return broker_pb2_grpc.BrokerStub(self._channels[endpoint])
+
+    async def _run(self, leader: int) -> None:
+        while True:
+            partitions = [followed for followed in self.followed.values() if followed.leader == leader]
+            if not partitions:
+                self._fetchers.pop(leader, None)
+                return
+            stub = self._stub(leader)
+            try:
+                if stub is None:
+                    raise ConnectionError(f"no endpoint known for leader {leader}")
+                await self._truncate(stub, [followed for followed in partitions if not followed.truncated])
+                await self._fetch(stub, [followed for followed in partitions if followed.truncated])
+            except (grpc.aio.AioRpcError, ConnectionError, TidelogError) as error:
+                log.info("replica_fetch_failed", leader=leader, error=str(error)[:200])
+                await asyncio.sleep(self.backoff_s)
+
+    async def _truncate(self, stub: broker_pb2_grpc.BrokerStub, partitions: list[FollowedPartition]) -> None:
+        if not partitions:
+            return
+        request = broker_pb2.OffsetsForLeaderEpochRequest(replica_id=self.broker_id)
+        for followed in partitions:
+            request.partitions.add(
+                topic=followed.topic,
+                partition=followed.partition,
+                current_leader_epoch=followed.leader_epoch,
+                leader_epoch=followed.log.leader_epochs.latest_epoch,
+            )
+        response = await stub.OffsetsForLeaderEpoch(request, timeout=10)
+        by_key = {(followed.topic, followed.partition): followed for followed in partitions}
+        for answer in response.partitions:
+            asked = by_key.get((answer.topic, answer.partition))
+            if asked is None or self.followed.get((answer.topic, answer.partition)) is not asked:
+                continue
+            if answer.error_code:
+                log.info(
+                    "epoch_query_refused",
+                    topic=answer.topic,
+                    partition=answer.partition,
+                    error=ErrorCode(answer.error_code).name,
+                )
+                continue
+            await self.run_io(self._truncate_one, asked, answer.leader_epoch, answer.end_offset)
+            asked.truncated = True
+
+    @staticmethod
+    def _truncate_one(followed: FollowedPartition, leader_epoch: int, leader_end_offset: int) -> None:
+        partition_log = followed.log
+        if UNDEFINED in (leader_epoch, leader_end_offset):
+            if partition_log.leader_epochs.latest_epoch == UNDEFINED:
+                return  # nothing of ours to compare: an empty or epoch-less log fetches from its end
+            target = partition_log.high_watermark  # the leader knows none of our epochs: keep what was committed
+        else:
+            _, own_end = partition_log.end_offset_for_epoch(leader_epoch)
+            target = min(leader_end_offset, own_end) if own_end != UNDEFINED else leader_end_offset
+        if target < partition_log.log_end_offset:
+            log.warning(
+                "follower_truncated",
+                topic=followed.topic,
+                partition=followed.partition,
+                from_offset=partition_log.log_end_offset,
+                to_offset=target,
+            )
+            partition_log.truncate_to(target)
+
+    async def _fetch(self, stub: broker_pb2_grpc.BrokerStub, partitions: list[FollowedPartition]) -> None:
+        if not partitions:
+            await asyncio.sleep(self.backoff_s)
+            return
+        request = broker_pb2.FetchRequest(
+            replica_id=self.broker_id,
+            max_wait_ms=self.wait_max_ms,
+            min_bytes=1,
+            max_bytes=self.fetch_max_bytes * len(partitions),
+        )
+        for followed in partitions:
+            request.partitions.add(
+                topic=followed.topic,
+                partition=followed.partition,
+                fetch_offset=followed.log.log_end_offset,
+                partition_max_bytes=self.fetch_max_bytes,
+                current_leader_epoch=followed.leader_epoch,
+            )
+        response = await stub.Fetch(request, timeout=self.wait_max_ms / 1000 + 30)
+        by_key = {(followed.topic, followed.partition): followed for followed in partitions}
+        for result in response.partitions:
+            key = (result.topic, result.partition)
+            fetched = by_key.get(key)
+            if fetched is None or self.followed.get(key) is not fetched:
+                continue  # leadership changed while the fetch was in flight
+            await self._apply(fetched, result)
+
+    async def _apply(self, followed: FollowedPartition, result: Any) -> None:
+        if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            # Behind the leader's log start (or ahead after an unclean election): start over there.
+            log.warning(
+                "follower_out_of_range",
+                topic=followed.topic,
+                partition=followed.partition,
+                leader_log_start=result.log_start_offset,
+            )
+            await self.run_io(followed.log.truncate_fully_and_start_at, max(result.log_start_offset, 0))
+            return
+        if result.error_code:
+            raise TidelogError(f"{followed.topic}-{followed.partition}: {ErrorCode(result.error_code).name}")
+        if result.record_batches:
+            await self.run_io(followed.log.append_as_follower, result.record_batches)
+        followed.log.update_high_watermark(min(result.high_watermark, followed.log.log_end_offset))
+        self.on_appended((followed.topic, followed.partition))
+
+    async def close(self) -> None:
+        for task in self._fetchers.values():
+            task.cancel()
+        for task in list(self._fetchers.values()):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._fetchers.clear()
+        for channel in self._channels.values():
+            await channel.close()

@@ -1,0 +1,83 @@
+"""Replication with real processes: acknowledged records survive the loss of their leaders."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
+from tidelog.common.errors import NotEnoughReplicasError
+from tidelog.local_cluster import LocalCluster
+
+from .conftest import wait_until
+
+
+async def _leader(admin: AdminClient, topic: str, partition: int = 0) -> int:
+    described = (await admin.describe_topics([topic]))[topic]
+    assert not isinstance(described, Exception)
+    return described.partitions[partition].leader
+
+
+async def _consume(cluster: LocalCluster, topic: str, partitions: int, expected: int) -> list[bytes]:
+    got: list[bytes] = []
+    async with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, partition) for partition in range(partitions)])
+
+        async def everything() -> bool:
+            got.extend(record.value or b"" for record in await consumer.poll(500))
+            return len(got) >= expected
+
+        await wait_until(everything, timeout_s=60, what=f"{expected} records")
+    return got
+
+
+async def test_acknowledged_records_survive_losing_two_leaders(fresh_cluster: LocalCluster) -> None:
+    values = [b"%06d" % number for number in range(20_000)]
+    async with AdminClient(fresh_cluster.bootstrap, controllers=fresh_cluster.controller_endpoints) as admin:
+        await admin.create_topic("durable", 2, 3)
+        async with Producer(fresh_cluster.bootstrap, acks="all") as producer:
+            await (await producer.send_batch("durable", values[:10_000]))
+            first_leader = await _leader(admin, "durable")
+            fresh_cluster.signal(f"broker-{first_leader}", signal.SIGKILL)
+            await (await producer.send_batch("durable", values[10_000:]))  # retried onto new leaders
+        second_leader = await wait_until(lambda: _leader(admin, "durable"), what="a new leader")
+        assert second_leader not in (first_leader, -1)
+        fresh_cluster.signal(f"broker-{second_leader}", signal.SIGKILL)
+
+        async def last_one_leads() -> bool:
+            return all(
+                leader not in (first_leader, second_leader, -1)
+                for leader in [await _leader(admin, "durable", 0), await _leader(admin, "durable", 1)]
+            )
+
+        await wait_until(last_one_leads, what="the last replica to lead both partitions")
+    got = await _consume(fresh_cluster, "durable", 2, len(values))
+    assert sorted(got) == values  # every acknowledged record, once, on the one replica left
+
+
+async def test_min_insync_replicas_refuses_acks_all(fresh_cluster: LocalCluster) -> None:
+    async with AdminClient(fresh_cluster.bootstrap, controllers=fresh_cluster.controller_endpoints) as admin:
+        await admin.create_topic("strict", 1, 2, {"min.insync.replicas": "2"})
+        async with Producer(fresh_cluster.bootstrap, acks="all", delivery_timeout_ms=3000) as producer:
+            assert (await (await producer.send("strict", b"ok", partition=0))).offset == 0
+        described = (await admin.describe_topics(["strict"]))["strict"]
+        assert not isinstance(described, Exception)
+        follower = next(
+            broker for broker in described.partitions[0].replicas if broker != described.partitions[0].leader
+        )
+        fresh_cluster.signal(f"broker-{follower}", signal.SIGTERM)
+
+        async def isr_shrunk() -> bool:
+            topic = (await admin.describe_topics(["strict"]))["strict"]
+            return not isinstance(topic, Exception) and list(topic.partitions[0].isr) == [topic.partitions[0].leader]
+
+        await wait_until(isr_shrunk, what="the ISR to lose the stopped follower")
+        async with Producer(
+            fresh_cluster.bootstrap, acks="all", delivery_timeout_ms=2000, retry_backoff_ms=200
+        ) as producer:
+            with pytest.raises(NotEnoughReplicasError):
+                await (await producer.send("strict", b"refused", partition=0))
+            # acks=1 still works: the leader alone is enough for it
+        async with Producer(fresh_cluster.bootstrap, acks=1) as producer:
+            assert (await (await producer.send("strict", b"leader-only", partition=0))).offset == 1
