@@ -13,6 +13,7 @@ import structlog
 from etcd3aio import Etcd3Client
 
 from tidelog.broker.broker_service import BrokerService
+from tidelog.broker.isr_manager import IsrManager
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.registration import Registration
 from tidelog.broker.replica_manager import ReplicaManager
@@ -39,6 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--retention-check-interval-ms", type=int, default=300_000, help="log.retention.check.interval.ms"
     )
+    parser.add_argument("--replica-lag-time-max-ms", type=int, default=30_000, help="replica.lag.time.max.ms")
     parser.add_argument("--replica-fetch-wait-max-ms", type=int, default=500, help="replica.fetch.wait.max.ms")
     parser.add_argument("--replica-fetch-max-bytes", type=int, default=1024 * 1024, help="replica.fetch.max.bytes")
     parser.add_argument("--replica-fetch-backoff-ms", type=int, default=200, help="replica.fetch.backoff.ms")
@@ -91,7 +93,9 @@ async def serve(args: argparse.Namespace) -> None:
     )
     await registration.register()
     replicas.cleaner.start()
+    isr_manager = IsrManager(replicas, metadata, lag_time_max_ms=args.replica_lag_time_max_ms)
     background = [
+        asyncio.create_task(isr_manager.run()),
         asyncio.create_task(_every(args.flush_interval_ms, replicas, replicas.flush_due)),
         asyncio.create_task(_every(args.retention_check_interval_ms, replicas, replicas.apply_retention)),
     ]
@@ -106,6 +110,7 @@ async def serve(args: argparse.Namespace) -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+    await isr_manager.close()
     await replicas.close()  # flushes every log and leaves the clean-shutdown marker
     await etcd.close()
     log.info("broker_stopped")

@@ -82,6 +82,7 @@ class Partition:
     # caught up with our log end (for replica.lag.time.max.ms). Reset at every new leader epoch.
     follower_end: dict[int, int] = dataclasses.field(default_factory=dict)
     follower_caught_up_s: dict[int, float] = dataclasses.field(default_factory=dict)
+    leader_since_s: float = dataclasses.field(default_factory=time.monotonic)
     high_watermark_moved: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
 
     @property
@@ -201,6 +202,7 @@ class ReplicaManager:
                 await self.run_io(existing.log.assign_leader_epoch, state.leader_epoch)
                 existing.follower_end.clear()
                 existing.follower_caught_up_s.clear()
+                existing.leader_since_s = time.monotonic()
             existing.advance_high_watermark(self.broker_id)
         elif existing.leader >= 0:
             self.fetchers.follow(
@@ -220,6 +222,16 @@ class ReplicaManager:
         if not marker.exists():
             marker.write_text(f"topic_id: {topic_id}\n")
         return partition_log
+
+    def apply_committed_state(self, state: common_pb2.PartitionState) -> None:
+        """The controller committed this state for a partition we lead (AlterPartition's answer)."""
+        hosted = self.partitions.get((state.topic, state.partition))
+        if hosted is None or state.partition_epoch <= hosted.state.partition_epoch:
+            return
+        assert state.leader_epoch >= hosted.state.leader_epoch, "leader epochs never go back"
+        hosted.state = state
+        if hosted.leader == self.broker_id:
+            hosted.advance_high_watermark(self.broker_id)
 
     async def stop_replicas(self, request: broker_pb2.StopReplicaRequest) -> None:
         self.check_controller_epoch(request.controller_epoch)

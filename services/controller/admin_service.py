@@ -76,6 +76,19 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
             [change.topic for change in request.changes],
         )
 
+    async def AlterPartition(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:  # noqa: N802
+        try:
+            response = await self.controller.alter_partition(request)
+            ADMIN_REQUESTS.labels("AlterPartition", "error" if response.error_code else "ok").inc()
+            return response
+        except NotControllerError as error:
+            ADMIN_REQUESTS.labels("AlterPartition", "not_controller").inc()
+            return controller_pb2.AlterPartitionResponse(
+                error_code=int(error.code),
+                error_message=error.message,
+                controller_endpoint=await self.controller.active_endpoint(),
+            )
+
     async def DescribeCluster(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:  # noqa: N802
         controller = self.controller
         if not controller.active.is_set():

@@ -38,7 +38,8 @@ class BrokerRequests:
 
     async def send_state(
         self, state: ClusterState, controller_id: int, epoch: int, controller_endpoint: str, brokers: list[int]
-    ) -> None:
+    ) -> set[int]:
+        """Send whole state to `brokers`; returns the ones it did not reach (to be sent again)."""
         configs = {name: json.dumps(topic.value.configs) for name, topic in state.topics.items()}
         partitions = state.all_partition_protos()
         update = broker_pb2.UpdateMetadataRequest(
@@ -64,14 +65,19 @@ class BrokerRequests:
                 full=True,
             )
             sends.append(self._send_to(broker, leader_and_isr, update))
-        await asyncio.gather(*sends)
+        reached = await asyncio.gather(*sends)
+        return {
+            broker_id
+            for broker_id, ok in zip([b for b in brokers if b in state.brokers], reached, strict=True)
+            if not ok
+        }
 
     async def _send_to(
         self,
         broker: BrokerRegistration,
         leader_and_isr: broker_pb2.LeaderAndIsrRequest,
         update: broker_pb2.UpdateMetadataRequest,
-    ) -> None:
+    ) -> bool:
         stub = self._stub(broker.endpoint)
         try:
             response = await stub.LeaderAndIsr(leader_and_isr, timeout=self.timeout_s)
@@ -86,8 +92,10 @@ class BrokerRequests:
                     broker=broker.broker_id,
                     error=ErrorCode(metadata_response.error_code).name,
                 )
+            return True
         except grpc.aio.AioRpcError as error:
             log.info("broker_unreachable", broker=broker.broker_id, code=error.code().name)
+            return False
 
     async def stop_replicas(
         self,

@@ -30,6 +30,7 @@ from etcd3aio.kv import KVService
 
 from tidelog.common.config import LOG_CONFIGS, parse_configs
 from tidelog.common.errors import (
+    ErrorCode,
     InvalidPartitionsError,
     InvalidRequestError,
     NotControllerError,
@@ -69,6 +70,7 @@ STATES_PER_TXN: Final = 100  # etcd's default --max-txn-ops is 128
 TOPICS_PER_REQUEST_MAX: Final = 1000
 PARTITIONS_PER_TOPIC_MAX: Final = 10_000
 CAMPAIGN_RETRY_S: Final = 0.5
+RESYNC_INTERVAL_S: Final = 1.0
 
 
 class FencedError(Exception):
@@ -101,6 +103,7 @@ class Controller:
         # never receives an older whole state after a newer one (full LeaderAndIsr stops replicas
         # it does not list, so an old one arriving late would stop a newly created partition).
         self._propagating = asyncio.Lock()
+        self._unsynced: set[int] = set()  # live brokers the last whole-state push did not reach
         self._stopping = asyncio.Event()
         self._deposed = asyncio.Event()
 
@@ -166,12 +169,14 @@ class Controller:
             self.active.set()
         await self.propagate(self.state.brokers)
         watcher = asyncio.create_task(self._watch_brokers(revision + 1))
+        resync = asyncio.create_task(self._resync())
         try:
             await self._until_stopping(self._first_of(session.done.wait(), self._deposed.wait(), watcher))
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await watcher
+            for task in (watcher, resync):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
 
     @staticmethod
     async def _first_of(*waits: Any) -> None:
@@ -358,9 +363,19 @@ class Controller:
         """Send full LeaderAndIsr and UpdateMetadata to `brokers` (idempotent, newest wins)."""
         targets = list(brokers)
         async with self._propagating:
-            await self.broker_requests.send_state(
+            missed = await self.broker_requests.send_state(
                 self.state, self.config.controller_id, self.epoch, self.config.endpoint, targets
             )
+            self._unsynced = (self._unsynced - set(targets)) | missed
+
+    async def _resync(self) -> None:
+        """Push whole state again, every second, to live brokers a push did not reach."""
+        while True:
+            await asyncio.sleep(RESYNC_INTERVAL_S)
+            stale = {broker for broker in self._unsynced if broker in self.state.brokers}
+            self._unsynced &= stale
+            if stale and self.active.is_set():
+                await self.propagate(stale)
 
     # ---- admin requests (called by the admin service) --------------------------------------
 
@@ -531,6 +546,41 @@ class Controller:
         await self.propagate(self.state.brokers)
         return results
 
+    async def alter_partition(
+        self, request: controller_pb2.AlterPartitionRequest
+    ) -> controller_pb2.AlterPartitionResponse:
+        """A leader changes its ISR (KIP-497): only for the exact state it knows, only as leader."""
+        async with self._mutex:
+            self._require_active()
+            key = (request.topic, request.partition)
+            held = self.state.partitions.get(key)
+            if held is None or request.topic not in self.state.topics:
+                return _alter_error(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{request.topic}-{request.partition} is unknown"
+                )
+            state = held.value
+            current = self.state.partition_proto(*key)
+            if request.broker_id != state.leader or request.leader_epoch != state.leader_epoch:
+                return _alter_error(ErrorCode.FENCED_LEADER_EPOCH, "not the leader of this epoch", current)
+            if request.partition_epoch != state.partition_epoch:
+                return _alter_error(ErrorCode.INVALID_UPDATE_VERSION, "the partition state changed", current)
+            replicas = self.state.topics[request.topic].value.replicas(request.partition)
+            new_isr = [broker for broker in replicas if broker in set(request.new_isr)]
+            if state.leader not in new_isr or len(new_isr) != len(set(request.new_isr)):
+                return _alter_error(
+                    ErrorCode.INELIGIBLE_REPLICA, "the ISR must hold the leader and only replicas", current
+                )
+            if any(broker not in self.state.brokers for broker in set(new_isr) - set(state.isr)):
+                return _alter_error(ErrorCode.INELIGIBLE_REPLICA, "only live brokers join the ISR", current)
+            next_state = dataclasses.replace(
+                state, isr=new_isr, partition_epoch=state.partition_epoch + 1, controller_epoch=self.epoch
+            )
+            await self._write_states({key: next_state})
+            log.info("isr_changed", topic=request.topic, partition=request.partition, isr=new_isr)
+            committed = self.state.partition_proto(*key)
+        await self.propagate(self.state.brokers)
+        return controller_pb2.AlterPartitionResponse(state=committed)
+
     async def controllers(self) -> list[str]:
         prefix = (CONTROLLER_ELECTION_PREFIX + "/").encode()
         response = await self.kv.get(prefix, prefix_range_end(prefix))
@@ -552,6 +602,12 @@ def _compare_mod_revision(key: str, mod_revision: int) -> Any:
     compare.target = type(compare).MOD
     compare.mod_revision = mod_revision
     return compare
+
+
+def _alter_error(
+    code: ErrorCode, message: str, state: common_pb2.PartitionState | None = None
+) -> controller_pb2.AlterPartitionResponse:
+    return controller_pb2.AlterPartitionResponse(error_code=int(code), error_message=message, state=state)
 
 
 def _error_result(name: str, error: TidelogError) -> controller_pb2.TopicResult:

@@ -47,6 +47,7 @@ class LocalCluster:
         session_timeout_ms: int = 6000,
         metrics: bool = False,
         broker_log_configs: dict[str, str] | None = None,
+        broker_args: list[str] | None = None,
     ) -> None:
         self.data_dir = data_dir.resolve()
         self.broker_ids = list(range(1, brokers + 1))
@@ -54,6 +55,7 @@ class LocalCluster:
         self.session_timeout_ms = session_timeout_ms
         self.metrics = metrics
         self.broker_log_configs = dict(broker_log_configs or {})
+        self.broker_args = list(broker_args or [])
         self.ports = self._load_ports()
         self.etcd = EtcdServer(
             self.data_dir / "etcd", client_port=self.ports.etcd_client, peer_port=self.ports.etcd_peer
@@ -127,6 +129,7 @@ class LocalCluster:
             arguments += ["--metrics-port", str(self.ports.metrics[f"broker-{broker_id}"])]
         for name, value in self.broker_log_configs.items():
             arguments += ["--log-config", f"{name}={value}"]
+        arguments += self.broker_args
         self._spawn(f"broker-{broker_id}", "tidelog.broker.main", arguments)
 
     def start_controller(self, controller_id: int) -> None:
@@ -173,6 +176,7 @@ class LocalCluster:
         names = sorted(self.processes, key=lambda name: (not name.startswith("broker"), name))
         for name in names:
             if self.processes[name].poll() is None:
+                self.processes[name].send_signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
                 self.processes[name].send_signal(signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_S
         for name in names:

@@ -24,10 +24,24 @@ T = TypeVar("T")
 
 @contextlib.contextmanager
 def running_cluster(data_dir: Path, **options: object) -> Iterator[LocalCluster]:
-    local = LocalCluster(data_dir, session_timeout_ms=3000, **options)  # type: ignore[arg-type]
+    options.setdefault("session_timeout_ms", 3000)
+    local = LocalCluster(data_dir, **options)  # type: ignore[arg-type]
     local.start()
     try:
         asyncio.run(local.wait_ready())
+        yield local
+    finally:
+        local.stop()
+
+
+@contextlib.asynccontextmanager
+async def started_cluster(data_dir: Path, **options: object) -> AsyncIterator[LocalCluster]:
+    """`running_cluster` for use inside an async test (whose event loop is already running)."""
+    options.setdefault("session_timeout_ms", 3000)
+    local = LocalCluster(data_dir, **options)  # type: ignore[arg-type]
+    local.start()
+    try:
+        await local.wait_ready()
         yield local
     finally:
         local.stop()

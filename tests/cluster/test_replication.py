@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -10,7 +11,7 @@ from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
 from tidelog.common.errors import NotEnoughReplicasError
 from tidelog.local_cluster import LocalCluster
 
-from .conftest import wait_until
+from .conftest import started_cluster, wait_until
 
 
 async def _leader(admin: AdminClient, topic: str, partition: int = 0) -> int:
@@ -81,3 +82,35 @@ async def test_min_insync_replicas_refuses_acks_all(fresh_cluster: LocalCluster)
             # acks=1 still works: the leader alone is enough for it
         async with Producer(fresh_cluster.bootstrap, acks=1) as producer:
             assert (await (await producer.send("strict", b"leader-only", partition=0))).offset == 1
+
+
+async def test_a_stalled_follower_leaves_the_isr_and_returns(tmp_path: Path) -> None:
+    # The lease outlives the lag: the follower leaves the ISR by AlterPartition, not by dying.
+    async with started_cluster(
+        tmp_path / "cluster", session_timeout_ms=10_000, broker_args=["--replica-lag-time-max-ms", "1000"]
+    ) as cluster, AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+        await admin.create_topic("isr", 1, 3, {"min.insync.replicas": "2"})
+        async with Producer(cluster.bootstrap, acks="all") as producer:
+            await (await producer.send_batch("isr", [b"before"] * 100, partition=0))
+            state = (await admin.describe_topics(["isr"]))["isr"]
+            assert not isinstance(state, Exception) and len(state.partitions[0].isr) == 3
+            leader = state.partitions[0].leader
+            stalled = next(broker for broker in state.partitions[0].replicas if broker != leader)
+            cluster.signal(f"broker-{stalled}", signal.SIGSTOP)
+
+            async def isr_without_stalled() -> bool:
+                topic = (await admin.describe_topics(["isr"]))["isr"]
+                return not isinstance(topic, Exception) and stalled not in topic.partitions[0].isr
+
+            await wait_until(isr_without_stalled, timeout_s=8, what="the stalled follower to leave the ISR")
+            live = {broker.broker_id for broker in (await admin.describe_cluster()).brokers}
+            assert stalled in live  # still registered: the ISR changed by AlterPartition
+            # acks=all goes on with the two in-sync replicas left (min.insync.replicas=2)
+            await (await producer.send_batch("isr", [b"during"] * 100, partition=0))
+            cluster.signal(f"broker-{stalled}", signal.SIGCONT)
+
+            async def isr_whole_again() -> bool:
+                topic = (await admin.describe_topics(["isr"]))["isr"]
+                return not isinstance(topic, Exception) and len(topic.partitions[0].isr) == 3
+
+            await wait_until(isr_whole_again, timeout_s=20, what="the follower to catch up and rejoin")

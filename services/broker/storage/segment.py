@@ -295,6 +295,8 @@ class LogSegment:
             for position, header, _, _ in self.scan(validate=validate, max_message_bytes=max_message_bytes):
                 if header.base_offset < self.next_offset:
                     raise BadBatchError("offsets go back", position)
+                if header.next_offset - self.base_offset > 2**32:
+                    raise BadBatchError("offset too far from the segment's base offset", position)
                 if self.index_is_full:
                     raise BadBatchError("more batches than segment.index.bytes allows", position)
                 self._track(header, position)
@@ -329,7 +331,10 @@ class LogSegment:
             self.time_index.check(self.next_offset)
             return False
         except (FileNotFoundError, CorruptIndexError, BadBatchError):
-            self._rebuild_state()
+            # Rebuilding means trusting the log: every batch's CRC is checked; a bad one goes to recovery.
+            valid = self._rebuild_state(validate=True)
+            if valid < self.size:
+                raise BadBatchError("corrupt batch found while rebuilding the indexes", valid) from None
             self.offset_index.flush()
             self.time_index.flush()
             return True
@@ -340,9 +345,9 @@ class LogSegment:
         self.max_timestamp = NO_TIMESTAMP if last_time_entry is None else last_time_entry
         if len(self.offset_index):
             self.next_offset = self.base_offset + self.offset_index.keys[-1]
-        for _, header, _, _ in self.scan(position):
-            if header.base_offset < self.next_offset:
-                raise CorruptIndexError(f"{self.log_path}: offsets go back after the last index entry")
+        for scanned_at, header, _, _ in self.scan(position, validate=True):
+            if header.base_offset < self.next_offset or header.next_offset - self.base_offset > 2**32:
+                raise BadBatchError("offsets out of order after the last index entry", scanned_at)
             if header.max_timestamp > self.max_timestamp:
                 self.max_timestamp = header.max_timestamp
                 self._offset_of_max_timestamp = header.base_offset

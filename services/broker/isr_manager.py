@@ -1,0 +1,126 @@
+"""The leader's side of the ISR (KIP-497): shrink it when a follower lags, expand it when one catches up.
+
+Every check interval (half of `replica.lag.time.max.ms`, at most 500 ms) each partition this broker
+leads is examined: an ISR follower whose last caught-up fetch (reaching our log end) is older than
+`replica.lag.time.max.ms` leaves; a replica outside the ISR whose log end reached the high
+watermark and the start of the current leader epoch joins. The change goes to the active controller
+as AlterPartition for the exact (leader epoch, partition epoch) we hold; the controller commits it to
+etcd and answers with the state in force, which we apply at once (a shrink may let the high
+watermark move). One request per partition at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import grpc
+import structlog
+
+from tidelog.broker.metadata_cache import MetadataCache
+from tidelog.broker.replica_manager import Partition, ReplicaManager
+from tidelog.common.errors import ErrorCode
+from tidelog.common.runtime import GRPC_OPTIONS
+from tidelog.v1 import controller_pb2, controller_pb2_grpc
+
+__all__ = ["IsrManager"]
+
+log = structlog.get_logger(__name__)
+
+
+class IsrManager:
+    def __init__(self, replicas: ReplicaManager, metadata: MetadataCache, *, lag_time_max_ms: int) -> None:
+        assert lag_time_max_ms > 0
+        self.replicas = replicas
+        self.metadata = metadata
+        self.lag_s = lag_time_max_ms / 1000
+        self.interval_s = min(self.lag_s / 2, 0.5)
+        self._pending: set[tuple[str, int]] = set()
+        self._channel: tuple[str, grpc.aio.Channel] | None = None
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.check_once()
+            except Exception:
+                log.exception("isr_check_failed")
+
+    def wanted_isr(self, partition: Partition, now: float) -> list[int]:
+        me = self.replicas.broker_id
+        isr = list(partition.state.isr)
+        keep = [
+            member
+            for member in isr
+            if member == me or now - partition.follower_caught_up_s.get(member, partition.leader_since_s) <= self.lag_s
+        ]
+        epochs = partition.log.leader_epochs.entries()
+        epoch_start = epochs[-1][1] if epochs else 0
+        floor = max(partition.log.high_watermark, epoch_start)
+        joining = [
+            replica
+            for replica in partition.state.replicas
+            if replica not in isr and partition.follower_end.get(replica, -1) >= floor
+        ]
+        return keep + joining
+
+    async def check_once(self) -> None:
+        now = time.monotonic()
+        changes = []
+        for key, partition in list(self.replicas.partitions.items()):
+            if partition.leader != self.replicas.broker_id or key in self._pending:
+                continue
+            wanted = self.wanted_isr(partition, now)
+            if set(wanted) != set(partition.state.isr):
+                changes.append(self._alter(partition, wanted))
+        if changes:
+            await asyncio.gather(*changes)
+
+    def _stub(self) -> controller_pb2_grpc.ControllerStub | None:
+        endpoint = self.metadata.controller_endpoint
+        if not endpoint:
+            return None
+        if self._channel is None or self._channel[0] != endpoint:
+            self._channel = (endpoint, grpc.aio.insecure_channel(endpoint, options=GRPC_OPTIONS))
+        return controller_pb2_grpc.ControllerStub(self._channel[1])
+
+    async def _alter(self, partition: Partition, wanted: list[int]) -> None:
+        key = (partition.topic, partition.partition)
+        stub = self._stub()
+        if stub is None:
+            return
+        self._pending.add(key)
+        try:
+            request = controller_pb2.AlterPartitionRequest(
+                broker_id=self.replicas.broker_id,
+                topic=partition.topic,
+                partition=partition.partition,
+                leader_epoch=partition.state.leader_epoch,
+                partition_epoch=partition.state.partition_epoch,
+                new_isr=wanted,
+            )
+            response = await stub.AlterPartition(request, timeout=5)
+            if response.error_code and response.error_code != ErrorCode.INVALID_UPDATE_VERSION:
+                log.info(
+                    "alter_partition_refused",
+                    topic=partition.topic,
+                    partition=partition.partition,
+                    error=ErrorCode(response.error_code).name,
+                    message=response.error_message,
+                )
+                return
+            if response.HasField("state"):
+                self.replicas.apply_committed_state(response.state)
+                log.info(
+                    "isr_updated", topic=partition.topic, partition=partition.partition, isr=list(response.state.isr)
+                )
+        except grpc.aio.AioRpcError as error:
+            log.info("alter_partition_failed", code=error.code().name)
+        finally:
+            self._pending.discard(key)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            with contextlib.suppress(Exception):
+                await self._channel[1].close()
