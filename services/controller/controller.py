@@ -303,6 +303,11 @@ class Controller:
             leader = candidates[0] if candidates else -1
         # The dead leave the ISR, except the last member: it must stay to be elected on return.
         isr = live_isr if live_isr else list(state.isr[:1] if state.leader == -1 else [state.leader])
+        if leader == -1 and self._unclean_allowed(topic):
+            out_of_sync = [broker for broker in replicas if broker in live]
+            if out_of_sync:  # availability over durability, as the topic asked: records may be lost
+                leader, isr = out_of_sync[0], [out_of_sync[0]]
+                log.warning("unclean_leader_elected", topic=topic, partition=partition, leader=leader)
         if leader == state.leader and isr == state.isr:
             return None
         return dataclasses.replace(
@@ -313,6 +318,10 @@ class Controller:
             partition_epoch=state.partition_epoch + 1,
             controller_epoch=self.epoch,
         )
+
+    def _unclean_allowed(self, topic: str) -> bool:
+        configs = self.state.topics[topic].value.configs
+        return str(configs.get("unclean.leader.election.enable", "false")).lower() == "true"
 
     async def _elect_leaders(self, needs: Callable[[PartitionStateRecord], bool]) -> set[int]:
         """Re-elect where `needs(state)`; returns the brokers whose replicas changed."""

@@ -86,9 +86,12 @@ async def test_min_insync_replicas_refuses_acks_all(fresh_cluster: LocalCluster)
 
 async def test_a_stalled_follower_leaves_the_isr_and_returns(tmp_path: Path) -> None:
     # The lease outlives the lag: the follower leaves the ISR by AlterPartition, not by dying.
-    async with started_cluster(
-        tmp_path / "cluster", session_timeout_ms=10_000, broker_args=["--replica-lag-time-max-ms", "1000"]
-    ) as cluster, AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+    async with (
+        started_cluster(
+            tmp_path / "cluster", session_timeout_ms=10_000, broker_args=["--replica-lag-time-max-ms", "1000"]
+        ) as cluster,
+        AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin,
+    ):
         await admin.create_topic("isr", 1, 3, {"min.insync.replicas": "2"})
         async with Producer(cluster.bootstrap, acks="all") as producer:
             await (await producer.send_batch("isr", [b"before"] * 100, partition=0))
@@ -114,3 +117,36 @@ async def test_a_stalled_follower_leaves_the_isr_and_returns(tmp_path: Path) -> 
                 return not isinstance(topic, Exception) and len(topic.partitions[0].isr) == 3
 
             await wait_until(isr_whole_again, timeout_s=20, what="the follower to catch up and rejoin")
+
+
+@pytest.mark.parametrize("unclean", [False, True])
+async def test_unclean_leader_election_is_the_topics_choice(fresh_cluster: LocalCluster, unclean: bool) -> None:
+    topic = f"unclean-{unclean}".lower()
+    async with AdminClient(fresh_cluster.bootstrap, controllers=fresh_cluster.controller_endpoints) as admin:
+        await admin.create_topic(topic, 1, 2, {"unclean.leader.election.enable": str(unclean).lower()})
+        described = (await admin.describe_topics([topic]))[topic]
+        assert not isinstance(described, Exception)
+        leader = described.partitions[0].leader
+        follower = next(broker for broker in described.partitions[0].replicas if broker != leader)
+        fresh_cluster.signal(f"broker-{follower}", signal.SIGKILL)  # the follower leaves the ISR ...
+
+        async def alone() -> bool:
+            state = (await admin.describe_topics([topic]))[topic]
+            return not isinstance(state, Exception) and list(state.partitions[0].isr) == [leader]
+
+        await wait_until(alone, what="the ISR to shrink to the leader")
+        fresh_cluster.start_broker(follower)  # ... comes back, but is not in sync ...
+        await fresh_cluster.wait_ready()
+        fresh_cluster.signal(f"broker-{leader}", signal.SIGKILL)  # ... and the only in-sync replica dies
+
+        async def decided() -> int | None:
+            state = (await admin.describe_topics([topic]))[topic]
+            if isinstance(state, Exception):
+                return None
+            current = state.partitions[0]
+            if int(current.leader) == follower:
+                return int(follower)
+            return -2 if current.leader == -1 and current.leader_epoch > described.partitions[0].leader_epoch else None
+
+        outcome = await wait_until(decided, what="the controller's decision")
+        assert outcome == (follower if unclean else -2)  # -2: offline, waiting for the in-sync replica
