@@ -1,13 +1,14 @@
 """Cluster benchmark: produce and consume 100-byte records through a local cluster of real processes.
 
     .venv/bin/python bench/bench_cluster.py [--records 500000] [--partitions 6]
+        [--replication-factor 1] [--acks 1]      (issue 4's figure: --replication-factor 3 --acks all)
 
 Starts etcd, 2 controllers and 3 brokers (tidelog.local_cluster), one topic of 6 partitions (RF=1),
 then in this one Python process:
-- produce with the per-record `send` API (acks=1);
+- produce with the per-record `send` API (acks from --acks, default 1);
 - p50/p99 send → acknowledgement latency at a steady 20,000 records/s (latency under saturation
   only measures the producer's buffer);
-- produce with the bulk `send_batch` API (acks=1);
+- produce with the bulk `send_batch` API;
 - consume everything with `poll_batches` (every record decoded to Python objects).
 Reference printed in the same run: the storage engine alone, in this process, encoding the same
 records and appending them to a local partition log (no network, no other process) — the ceiling a
@@ -46,8 +47,8 @@ def reference_local_append(values: list[bytes], workdir: Path) -> float:
     return len(values) / elapsed
 
 
-async def produce_per_record(cluster: LocalCluster, topic: str, values: list[bytes]) -> float:
-    async with Producer(cluster.bootstrap, acks=1, linger_ms=5, batch_size=256 * 1024) as producer:
+async def produce_per_record(cluster: LocalCluster, topic: str, values: list[bytes], acks: str) -> float:
+    async with Producer(cluster.bootstrap, acks=acks, linger_ms=5, batch_size=256 * 1024) as producer:
         started = time.perf_counter()
         for value in values:
             await producer.send(topic, value)
@@ -56,12 +57,12 @@ async def produce_per_record(cluster: LocalCluster, topic: str, values: list[byt
     return len(values) / elapsed
 
 
-async def produce_latency(cluster: LocalCluster, topic: str, rate: int, seconds: float) -> list[float]:
+async def produce_latency(cluster: LocalCluster, topic: str, rate: int, seconds: float, acks: str) -> list[float]:
     """send() → acknowledgement latency of every record, at a steady `rate` (not saturated)."""
     latencies: list[float] = []
     tick_s = 0.005
     per_tick = max(1, int(rate * tick_s))
-    async with Producer(cluster.bootstrap, acks=1, linger_ms=1) as producer:
+    async with Producer(cluster.bootstrap, acks=acks, linger_ms=1) as producer:
         started = time.perf_counter()
         for tick in range(int(seconds / tick_s)):
             for _ in range(per_tick):
@@ -77,9 +78,9 @@ async def produce_latency(cluster: LocalCluster, topic: str, rate: int, seconds:
     return latencies
 
 
-async def produce_bulk(cluster: LocalCluster, topic: str, values: list[bytes]) -> float:
+async def produce_bulk(cluster: LocalCluster, topic: str, values: list[bytes], acks: str) -> float:
     async with Producer(
-        cluster.bootstrap, acks=1, batch_size=1024 * 1024, max_request_size=8 * 1024 * 1024
+        cluster.bootstrap, acks=acks, batch_size=1024 * 1024, max_request_size=8 * 1024 * 1024
     ) as producer:
         started = time.perf_counter()
         chunk = 50_000
@@ -111,6 +112,8 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=500_000)
     parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--replication-factor", type=int, default=1)
+    parser.add_argument("--acks", default="1", choices=["0", "1", "all"])
     args = parser.parse_args()
     values = [os.urandom(VALUE_BYTES) for _ in range(args.records)]
     with tempfile.TemporaryDirectory() as temporary:
@@ -121,18 +124,18 @@ async def main() -> None:
         try:
             await cluster.wait_ready()
             async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
-                await admin.create_topic("bench-send", args.partitions, 1)
-                await admin.create_topic("bench-bulk", args.partitions, 1)
-                await admin.create_topic("bench-latency", args.partitions, 1)
-            send_rate = await produce_per_record(cluster, "bench-send", values)
-            latencies = await produce_latency(cluster, "bench-latency", rate=LATENCY_RATE, seconds=3)
-            bulk_rate = await produce_bulk(cluster, "bench-bulk", values)
+                for name in ("bench-send", "bench-bulk", "bench-latency"):
+                    await admin.create_topic(name, args.partitions, args.replication_factor)
+            send_rate = await produce_per_record(cluster, "bench-send", values, args.acks)
+            latencies = await produce_latency(cluster, "bench-latency", LATENCY_RATE, 3, args.acks)
+            bulk_rate = await produce_bulk(cluster, "bench-bulk", values, args.acks)
             consume_rate = await consume_all(cluster, "bench-bulk", args.partitions, args.records)
         finally:
             cluster.stop()
     quantiles = statistics.quantiles(latencies, n=100)
     print(
-        f"{args.records:,} records of {VALUE_BYTES} bytes, topic of {args.partitions} partitions on 3 brokers, acks=1"
+        f"{args.records:,} records of {VALUE_BYTES} bytes, topic of {args.partitions} partitions on 3 brokers, "
+        f"replication factor {args.replication_factor}, acks={args.acks}"
     )
     print(f"  reference: encode + append to a local log, this process   {local_rate:12,.0f} records/s")
     print("  reference: LinkedIn 2014, 6-core machines                    821,557 produce / 940,521 consume")
@@ -146,8 +149,8 @@ async def main() -> None:
     )
     print(f"  consume, poll_batches()         {consume_rate:12,.0f} records/s   (target >= 800,000)")
     print(
-        f"  produce latency at a steady {LATENCY_RATE:,} records/s, linger.ms=1: p50 {quantiles[49] * 1000:.2f} ms"
-        f"  p99 {quantiles[98] * 1000:.2f} ms  ({len(latencies):,} records)"
+        f"  produce latency at a steady {LATENCY_RATE:,} records/s, linger.ms=1, acks={args.acks}:"
+        f" p50 {quantiles[49] * 1000:.2f} ms  p99 {quantiles[98] * 1000:.2f} ms  ({len(latencies):,} records)"
     )
 
 

@@ -105,8 +105,8 @@ async def test_the_client_follows_a_leader_that_moved(fresh_cluster: LocalCluste
         assert new_state.leader_epoch == 1
         assert old_leader not in new_state.isr
         assert first.offset == 0
-        # Replication arrives with issue 4: the new leader did not have "before", so "after" is at 0 there.
-        assert second.partition == 0 and second.offset >= 0
+        # With acks=1 "before" may not have reached the follower before the kill: "after" lands at 0 or 1.
+        assert second.partition == 0 and second.offset in (0, 1)
 
 
 async def test_sigterm_stops_each_service_cleanly(fresh_cluster: LocalCluster) -> None:
