@@ -8,6 +8,7 @@ knows (`leader_hint`) so clients can go straight there.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, Final, TypeAlias
 
@@ -58,27 +59,31 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 )
             REQUESTS.labels("Produce", "error").inc()
             return response
-        for entry in request.partitions:
-            result = response.partitions.add(topic=entry.topic, partition=entry.partition)
-            try:
-                info = await self.replicas.append(
-                    entry.topic,
-                    entry.partition,
-                    entry.record_batches,
-                    acks=request.acks,
-                    timeout_s=min(max(request.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX) / 1000 or 30.0,
-                )
-                result.base_offset = info.first_offset
-                result.log_append_time_ms = info.log_append_time_ms
-                result.log_start_offset = self.replicas.partitions[(entry.topic, entry.partition)].log.log_start_offset
-            except TidelogError as error:
-                result.error_code = int(error.code)
-                result.error_message = error.message
-                result.leader_hint = self._leader_hint(entry.topic, entry.partition)
-                result.base_offset = -1
+        # Every partition appends at once; with acks=all they then wait for their ISRs together.
+        timeout_s = min(max(request.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX) / 1000 or 30.0
+        results = await asyncio.gather(
+            *(self._produce_one(entry, request.acks, timeout_s) for entry in request.partitions)
+        )
+        response.partitions.extend(results)
         REQUESTS.labels("Produce", "ok").inc()
         LATENCY.labels("Produce").observe(time.perf_counter() - started)
         return response
+
+    async def _produce_one(self, entry: Any, acks: int, timeout_s: float) -> broker_pb2.ProducePartitionResult:
+        result = broker_pb2.ProducePartitionResult(topic=entry.topic, partition=entry.partition)
+        try:
+            info = await self.replicas.append(
+                entry.topic, entry.partition, entry.record_batches, acks=acks, timeout_s=timeout_s
+            )
+            result.base_offset = info.first_offset
+            result.log_append_time_ms = info.log_append_time_ms
+            result.log_start_offset = self.replicas.partitions[(entry.topic, entry.partition)].log.log_start_offset
+        except TidelogError as error:
+            result.error_code = int(error.code)
+            result.error_message = error.message
+            result.leader_hint = self._leader_hint(entry.topic, entry.partition)
+            result.base_offset = -1
+        return result
 
     async def Fetch(self, request: Any, context: Context) -> Any:  # noqa: N802
         started = time.perf_counter()
@@ -87,6 +92,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         keys = [(entry.topic, entry.partition) for entry in request.partitions]
         follower = request.replica_id >= 0
         while True:
+            events = self.replicas.append_events(keys)  # before the read: no lost wake-up
             refused = (
                 self.replicas.record_follower_fetch(request.replica_id, list(request.partitions)) if follower else {}
             )
@@ -100,7 +106,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             remaining = deadline - time.monotonic()
             if total >= max(request.min_bytes, 1) or errors or remaining <= 0:
                 break
-            await self.replicas.wait_for_append(keys, remaining)
+            await self.replicas.wait_for_append(events, remaining)
         response = broker_pb2.FetchResponse()
         for read in reads:  # each byte string is copied once, into the response
             response.partitions.add(

@@ -368,9 +368,17 @@ class ReplicaManager:
         answer.leader_epoch, answer.end_offset = hosted.log.end_offset_for_epoch(query.leader_epoch)
         return answer
 
-    async def wait_for_append(self, keys: list[tuple[str, int]], timeout_s: float) -> None:
-        """Return when any of these partitions gets data (or changes), or after `timeout_s`."""
-        events = [self.partitions[key].appended for key in keys if key in self.partitions]
+    def append_events(self, keys: list[tuple[str, int]]) -> list[asyncio.Event]:
+        """The events the next append (or change) of these partitions will set.
+
+        Take them *before* reading: an append while the read runs on the I/O pool then still wakes
+        the waiter (taken after, that append's wake-up would be lost and the fetch sleep its whole
+        max_wait_ms).
+        """
+        return [self.partitions[key].appended for key in keys if key in self.partitions]
+
+    async def wait_for_append(self, events: list[asyncio.Event], timeout_s: float) -> None:
+        """Return when any of `events` (from append_events) is set, or after `timeout_s`."""
         if not events or timeout_s <= 0:
             return
         waits = [asyncio.ensure_future(event.wait()) for event in events]
