@@ -10,6 +10,7 @@ import pytest
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
 from tidelog.common.errors import NotEnoughReplicasError
 from tidelog.local_cluster import LocalCluster
+from tidelog.v1 import broker_pb2
 
 from .conftest import started_cluster, wait_until
 
@@ -135,18 +136,22 @@ async def test_unclean_leader_election_is_the_topics_choice(fresh_cluster: Local
             return not isinstance(state, Exception) and list(state.partitions[0].isr) == [leader]
 
         await wait_until(alone, what="the ISR to shrink to the leader")
-        fresh_cluster.start_broker(follower)  # ... comes back, but is not in sync ...
-        await fresh_cluster.wait_ready()
-        fresh_cluster.signal(f"broker-{leader}", signal.SIGKILL)  # ... and the only in-sync replica dies
+        fresh_cluster.signal(f"broker-{leader}", signal.SIGKILL)  # ... the only in-sync replica dies ...
+        fresh_cluster.start_broker(follower)  # ... and the out-of-sync one comes back
+        await fresh_cluster.wait_ready(brokers=[follower])
 
-        async def decided() -> int | None:
-            state = (await admin.describe_topics([topic]))[topic]
-            if isinstance(state, Exception):
-                return None
-            current = state.partitions[0]
-            if int(current.leader) == follower:
-                return int(follower)
-            return -2 if current.leader == -1 and current.leader_epoch > described.partitions[0].leader_epoch else None
+        # The follower's own metadata lists it live and the old leader gone only once the controller
+        # handled both (it decides, then pushes the state): read the decision there.
+        returned = admin.connections.broker(fresh_cluster.bootstrap[follower - 1])
 
-        outcome = await wait_until(decided, what="the controller's decision")
-        assert outcome == (follower if unclean else -2)  # -2: offline, waiting for the in-sync replica
+        async def decision() -> broker_pb2.MetadataResponse | None:
+            response = await returned.Metadata(broker_pb2.MetadataRequest(topics=[topic]), timeout=5)
+            live = {broker.broker_id for broker in response.brokers}
+            settled = follower in live and leader not in live and response.topics and response.topics[0].partitions
+            return response if settled else None
+
+        state = (await wait_until(decision, what="the controller's decision")).topics[0].partitions[0]
+        if unclean:
+            assert state.leader == follower and list(state.isr) == [follower]
+        else:
+            assert state.leader == -1 and list(state.isr) == [leader]  # offline, waiting for the in-sync replica
