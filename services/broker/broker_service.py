@@ -168,17 +168,17 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def LeaderAndIsr(self, request: Any, context: Context) -> Any:  # noqa: N802
         try:
             errors = await self.replicas.leader_and_isr(request)
-        except StaleControllerEpochError:
-            REQUESTS.labels("LeaderAndIsr", "stale").inc()
-            return broker_pb2.LeaderAndIsrResponse(error_code=int(ErrorCode.STALE_CONTROLLER_EPOCH))
+        except TidelogError as error:  # a stale controller epoch, or a request for another broker life
+            REQUESTS.labels("LeaderAndIsr", "refused").inc()
+            return broker_pb2.LeaderAndIsrResponse(error_code=int(error.code))
         REQUESTS.labels("LeaderAndIsr", "ok").inc()
         return broker_pb2.LeaderAndIsrResponse(partitions=errors)
 
     async def StopReplica(self, request: Any, context: Context) -> Any:  # noqa: N802
         try:
             await self.replicas.stop_replicas(request)
-        except StaleControllerEpochError:
-            return broker_pb2.StopReplicaResponse(error_code=int(ErrorCode.STALE_CONTROLLER_EPOCH))
+        except TidelogError as error:
+            return broker_pb2.StopReplicaResponse(error_code=int(error.code))
         return broker_pb2.StopReplicaResponse()
 
     async def UpdateMetadata(self, request: Any, context: Context) -> Any:  # noqa: N802

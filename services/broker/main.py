@@ -88,7 +88,9 @@ async def serve(args: argparse.Namespace) -> None:
     await etcd.connect()
     registration = Registration(
         etcd,
-        BrokerRegistration(args.id, args.advertised_host or args.host, args.port, args.rack),
+        BrokerRegistration(
+            args.id, args.advertised_host or args.host, args.port, args.rack, incarnation=replicas.incarnation
+        ),
         ttl_s=max(1, args.session_timeout_ms // 1000),
     )
     await registration.register()

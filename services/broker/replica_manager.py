@@ -19,6 +19,7 @@ import dataclasses
 import json
 import shutil
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -121,9 +122,11 @@ class ReplicaManager:
         io_threads: int = 8,
         log_defaults: dict[str, str] | None = None,
         fetcher_options: dict[str, int] | None = None,
+        incarnation: str = "",
     ) -> None:
         assert 1 <= io_threads <= 256
         self.broker_id = broker_id
+        self.incarnation = incarnation or uuid.uuid4().hex
         self.data_dir = data_dir
         self.log_defaults = dict(log_defaults or {})
         self.partitions: dict[tuple[str, int], Partition] = {}
@@ -143,6 +146,14 @@ class ReplicaManager:
 
     # ---- controller requests ---------------------------------------------------------------
 
+    def check_incarnation(self, incarnation: str) -> None:
+        """Refuse controller requests meant for another life of this broker id (KIP-380)."""
+        if incarnation != self.incarnation:
+            raise RemoteError(
+                ErrorCode.STALE_BROKER_EPOCH,
+                f"request for broker incarnation {incarnation!r}; this process is {self.incarnation!r}",
+            )
+
     def check_controller_epoch(self, epoch: int) -> None:
         if epoch < self.controller_epoch:
             raise StaleControllerEpochError(
@@ -152,6 +163,7 @@ class ReplicaManager:
 
     async def leader_and_isr(self, request: broker_pb2.LeaderAndIsrRequest) -> list[broker_pb2.PartitionError]:
         self.check_controller_epoch(request.controller_epoch)
+        self.check_incarnation(request.broker_incarnation)
         errors = []
         wanted = set()
         for endpoint in request.live_leaders:
@@ -235,6 +247,7 @@ class ReplicaManager:
 
     async def stop_replicas(self, request: broker_pb2.StopReplicaRequest) -> None:
         self.check_controller_epoch(request.controller_epoch)
+        self.check_incarnation(request.broker_incarnation)
         for state in request.partitions:
             await self._stop((state.topic, state.partition), delete=request.delete_partitions)
         self._update_gauges()

@@ -63,6 +63,7 @@ class BrokerRequests:
                 topic_configs_json={partition.topic: configs[partition.topic] for partition in mine},
                 live_leaders=state.broker_protos(),
                 full=True,
+                broker_incarnation=broker.incarnation,
             )
             sends.append(self._send_to(broker, leader_and_isr, update))
         reached = await asyncio.gather(*sends)
@@ -113,7 +114,11 @@ class BrokerRequests:
 
         async def send(broker: BrokerRegistration, mine: list[common_pb2.PartitionState]) -> None:
             request = broker_pb2.StopReplicaRequest(
-                controller_id=controller_id, controller_epoch=epoch, delete_partitions=delete, partitions=mine
+                controller_id=controller_id,
+                controller_epoch=epoch,
+                delete_partitions=delete,
+                partitions=mine,
+                broker_incarnation=broker.incarnation,
             )
             try:
                 await self._stub(broker.endpoint).StopReplica(request, timeout=self.timeout_s)

@@ -67,6 +67,12 @@ class ClusterState:
 
     def broker_protos(self) -> list[common_pb2.BrokerEndpoint]:
         return [
-            common_pb2.BrokerEndpoint(broker_id=broker.broker_id, host=broker.host, port=broker.port, rack=broker.rack)
+            common_pb2.BrokerEndpoint(
+                broker_id=broker.broker_id,
+                host=broker.host,
+                port=broker.port,
+                rack=broker.rack,
+                incarnation=broker.incarnation,
+            )
             for broker in sorted(self.brokers.values(), key=lambda broker: broker.broker_id)
         ]

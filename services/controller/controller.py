@@ -291,9 +291,12 @@ class Controller:
         if missing:
             await self._write_states(missing)
 
-    def _next_state(self, topic: str, partition: int, state: PartitionStateRecord) -> PartitionStateRecord | None:
+    def _next_state(
+        self, topic: str, partition: int, state: PartitionStateRecord, fenced: frozenset[int] = frozenset()
+    ) -> PartitionStateRecord | None:
         """The state after electing from the live ISR (the preferred replica first), or None if unchanged."""
-        live = self.state.brokers
+        # `fenced`: brokers that left or came back as a new process; their old replica state is gone.
+        live = {broker for broker in self.state.brokers if broker not in fenced}
         replicas = self.state.topics[topic].value.replicas(partition)
         live_isr = [broker for broker in state.isr if broker in live]
         candidates = [broker for broker in replicas if broker in live_isr]
@@ -323,14 +326,16 @@ class Controller:
         configs = self.state.topics[topic].value.configs
         return str(configs.get("unclean.leader.election.enable", "false")).lower() == "true"
 
-    async def _elect_leaders(self, needs: Callable[[PartitionStateRecord], bool]) -> set[int]:
+    async def _elect_leaders(
+        self, needs: Callable[[PartitionStateRecord], bool], fenced: frozenset[int] = frozenset()
+    ) -> set[int]:
         """Re-elect where `needs(state)`; returns the brokers whose replicas changed."""
         changes: dict[tuple[str, int], PartitionStateRecord] = {}
         for (topic, partition), versioned in self.state.partitions.items():
             state = versioned.value
             if topic not in self.state.topics or not needs(state):
                 continue
-            next_state = self._next_state(topic, partition, state)
+            next_state = self._next_state(topic, partition, state, fenced)
             if next_state is not None:
                 changes[(topic, partition)] = next_state
         if changes:
@@ -353,9 +358,14 @@ class Controller:
                 for event in response.events:
                     broker_id = int(event.kv.key.decode().rsplit("/", 1)[1])
                     if event.type == EVENT_PUT:
-                        self.state.brokers[broker_id] = BrokerRegistration.from_json(event.kv.value)
+                        registration = BrokerRegistration.from_json(event.kv.value)
+                        previous = self.state.brokers.get(broker_id)
+                        if previous is not None and previous.incarnation != registration.incarnation:
+                            removed.add(broker_id)  # a new life: out of every ISR, as if it had left
+                        else:
+                            removed.discard(broker_id)
+                        self.state.brokers[broker_id] = registration
                         added.add(broker_id)
-                        removed.discard(broker_id)
                     else:
                         self.state.brokers.pop(broker_id, None)
                         removed.add(broker_id)
@@ -363,7 +373,10 @@ class Controller:
                 log.info(
                     "brokers_changed", added=sorted(added), removed=sorted(removed), live=sorted(self.state.brokers)
                 )
-                await self._elect_leaders(_affected_by(frozenset(removed)))
+                # As if the removed (and re-registered) brokers left: out of the ISRs, leaders elsewhere ...
+                await self._elect_leaders(_affected_by(frozenset(removed)), fenced=frozenset(removed))
+                # ... then as if the re-registered ones returned: they lead what only they can lead.
+                await self._elect_leaders(lambda state: state.leader == -1)
             await self.propagate(self.state.brokers)
 
     # ---- propagation -----------------------------------------------------------------------

@@ -165,3 +165,26 @@ def test_sync_facade_for_scripts(cluster: LocalCluster, topic_name: str) -> None
         consumer.close()
         producer.close()
         admin.close()
+
+
+async def test_controller_requests_for_another_broker_life_are_refused(
+    admin: AdminClient, cluster: LocalCluster
+) -> None:
+    described = await admin.describe_cluster()
+    broker = described.brokers[0]
+    assert broker.incarnation  # every registration carries its process's incarnation
+    stub = admin.connections.broker(f"{broker.host}:{broker.port}")
+    stale = broker_pb2.LeaderAndIsrRequest(
+        controller_id=described.controller_id,
+        controller_epoch=described.controller_epoch,
+        full=True,
+        broker_incarnation="a-previous-life",
+    )
+    assert (await stub.LeaderAndIsr(stale, timeout=5)).error_code == ErrorCode.STALE_BROKER_EPOCH
+    stop = broker_pb2.StopReplicaRequest(
+        controller_id=described.controller_id,
+        controller_epoch=described.controller_epoch,
+        broker_incarnation="a-previous-life",
+        delete_partitions=True,
+    )
+    assert (await stub.StopReplica(stop, timeout=5)).error_code == ErrorCode.STALE_BROKER_EPOCH

@@ -6,6 +6,7 @@ counted, not yet refused: the idempotent producer that removes them comes later 
 
 from __future__ import annotations
 
+import functools
 import shutil
 import signal
 import time
@@ -78,10 +79,15 @@ async def test_restart_a_broker_with_its_data_wiped(tmp_path: Path) -> None:
         ):
             current = await leader(admin)
             victim = next(broker for broker in cluster.broker_ids if broker != current)
+            old_life = await _incarnation(admin, victim)
             cluster.signal(f"broker-{victim}", signal.SIGKILL)
             shutil.rmtree(cluster.data_dir / f"broker-{victim}")
             cluster.start_broker(victim)
-            await cluster.wait_ready()
+            # Until the old lease expires the old life still looks registered: wait for the new one,
+            # which the controller keeps out of every ISR until it has caught up again.
+            await wait_until(
+                functools.partial(_new_life, admin, victim, old_life), timeout_s=30, what="the new registration"
+            )
             await wait_until(lambda: _isr_is(admin, 3), timeout_s=60, what="the wiped broker to catch up")
             survivor = await leader(admin)
             killed_at = time.monotonic()
@@ -92,3 +98,13 @@ async def test_restart_a_broker_with_its_data_wiped(tmp_path: Path) -> None:
 
 async def _isr_is(admin: AdminClient, size: int) -> bool:
     return await isr_size(admin) == size
+
+
+async def _incarnation(admin: AdminClient, broker_id: int) -> str:
+    brokers = {broker.broker_id: broker for broker in (await admin.describe_cluster()).brokers}
+    return str(brokers[broker_id].incarnation) if broker_id in brokers else ""
+
+
+async def _new_life(admin: AdminClient, broker_id: int, old: str) -> bool:
+    current = await _incarnation(admin, broker_id)
+    return bool(current) and current != old

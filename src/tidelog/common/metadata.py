@@ -94,6 +94,7 @@ class BrokerRegistration(_JsonRecord):
     host: str
     port: int
     rack: str = ""
+    incarnation: str = ""  # new at every process start: a re-registration is a new broker life
 
     @property
     def endpoint(self) -> str:

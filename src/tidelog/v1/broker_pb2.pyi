@@ -185,7 +185,7 @@ class MetadataResponse(_message.Message):
     def __init__(self, brokers: _Optional[_Iterable[_Union[_common_pb2.BrokerEndpoint, _Mapping]]] = ..., controller_id: _Optional[int] = ..., controller_endpoint: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicMetadata, _Mapping]]] = ...) -> None: ...
 
 class LeaderAndIsrRequest(_message.Message):
-    __slots__ = ("controller_id", "controller_epoch", "partitions", "topic_configs_json", "live_leaders", "full")
+    __slots__ = ("controller_id", "controller_epoch", "partitions", "topic_configs_json", "live_leaders", "full", "broker_incarnation")
     class TopicConfigsJsonEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -199,13 +199,15 @@ class LeaderAndIsrRequest(_message.Message):
     TOPIC_CONFIGS_JSON_FIELD_NUMBER: _ClassVar[int]
     LIVE_LEADERS_FIELD_NUMBER: _ClassVar[int]
     FULL_FIELD_NUMBER: _ClassVar[int]
+    BROKER_INCARNATION_FIELD_NUMBER: _ClassVar[int]
     controller_id: int
     controller_epoch: int
     partitions: _containers.RepeatedCompositeFieldContainer[_common_pb2.PartitionState]
     topic_configs_json: _containers.ScalarMap[str, str]
     live_leaders: _containers.RepeatedCompositeFieldContainer[_common_pb2.BrokerEndpoint]
     full: bool
-    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[_common_pb2.PartitionState, _Mapping]]] = ..., topic_configs_json: _Optional[_Mapping[str, str]] = ..., live_leaders: _Optional[_Iterable[_Union[_common_pb2.BrokerEndpoint, _Mapping]]] = ..., full: _Optional[bool] = ...) -> None: ...
+    broker_incarnation: str
+    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[_common_pb2.PartitionState, _Mapping]]] = ..., topic_configs_json: _Optional[_Mapping[str, str]] = ..., live_leaders: _Optional[_Iterable[_Union[_common_pb2.BrokerEndpoint, _Mapping]]] = ..., full: _Optional[bool] = ..., broker_incarnation: _Optional[str] = ...) -> None: ...
 
 class PartitionError(_message.Message):
     __slots__ = ("topic", "partition", "error_code", "error_message")
@@ -228,16 +230,18 @@ class LeaderAndIsrResponse(_message.Message):
     def __init__(self, error_code: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionError, _Mapping]]] = ...) -> None: ...
 
 class StopReplicaRequest(_message.Message):
-    __slots__ = ("controller_id", "controller_epoch", "delete_partitions", "partitions")
+    __slots__ = ("controller_id", "controller_epoch", "delete_partitions", "partitions", "broker_incarnation")
     CONTROLLER_ID_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     DELETE_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_INCARNATION_FIELD_NUMBER: _ClassVar[int]
     controller_id: int
     controller_epoch: int
     delete_partitions: bool
     partitions: _containers.RepeatedCompositeFieldContainer[_common_pb2.PartitionState]
-    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., delete_partitions: _Optional[bool] = ..., partitions: _Optional[_Iterable[_Union[_common_pb2.PartitionState, _Mapping]]] = ...) -> None: ...
+    broker_incarnation: str
+    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., delete_partitions: _Optional[bool] = ..., partitions: _Optional[_Iterable[_Union[_common_pb2.PartitionState, _Mapping]]] = ..., broker_incarnation: _Optional[str] = ...) -> None: ...
 
 class StopReplicaResponse(_message.Message):
     __slots__ = ("error_code", "partitions")
