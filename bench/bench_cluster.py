@@ -133,6 +133,8 @@ async def main() -> None:
         finally:
             cluster.stop()
     quantiles = statistics.quantiles(latencies, n=100)
+    # issue 3: >= 500,000 records/s with acks=1; issue 4: >= 300,000 with acks=all and RF=3
+    target = "300,000" if args.acks == "all" and args.replication_factor >= 3 else "500,000"
     print(
         f"{args.records:,} records of {VALUE_BYTES} bytes, topic of {args.partitions} partitions on 3 brokers, "
         f"replication factor {args.replication_factor}, acks={args.acks}"
@@ -141,11 +143,11 @@ async def main() -> None:
     print("  reference: LinkedIn 2014, 6-core machines                    821,557 produce / 940,521 consume")
     print(
         f"  produce, per-record send()      {send_rate:12,.0f} records/s   {send_rate / local_rate:6.1%} of local"
-        "   (target >= 500,000)"
+        f"   (target >= {target})"
     )
     print(
         f"  produce, bulk send_batch()      {bulk_rate:12,.0f} records/s   {bulk_rate / local_rate:6.1%} of local"
-        "   (target >= 500,000)"
+        f"   (target >= {target})"
     )
     print(f"  consume, poll_batches()         {consume_rate:12,.0f} records/s   (target >= 800,000)")
     print(
