@@ -84,6 +84,7 @@ class Partition:
     follower_end: dict[int, int] = dataclasses.field(default_factory=dict)
     follower_caught_up_s: dict[int, float] = dataclasses.field(default_factory=dict)
     leader_since_s: float = dataclasses.field(default_factory=time.monotonic)
+    configs: dict[str, str] = dataclasses.field(default_factory=dict)  # the topic's own, as last applied
     high_watermark_moved: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
 
     @property
@@ -201,12 +202,15 @@ class ReplicaManager:
                 )
             assert state.leader_epoch >= existing.state.leader_epoch, "leader epochs never go back"
             existing.state = state
-            await self.run_io(existing.log.update_config, LogConfig.from_configs({**self.log_defaults, **configs}))
+            if configs != existing.configs:  # whole state arrives at every change: act on real changes only
+                new_config = LogConfig.from_configs({**self.log_defaults, **configs})
+                await self.run_io(existing.log.update_config, new_config)  # waits for the log's lock
+                existing.configs = configs
         else:
             if existing is not None:  # the topic was deleted and created again under the same name
                 await self._stop(key, delete=True)
             partition_log = await self.run_io(self._open_log, state.topic, state.partition, state.topic_id, configs)
-            existing = Partition(state.topic, state.partition, state.topic_id, partition_log, state)
+            existing = Partition(state.topic, state.partition, state.topic_id, partition_log, state, configs=configs)
             self.partitions[key] = existing
         if existing.leader == self.broker_id:
             self.fetchers.unfollow(key)
@@ -288,8 +292,8 @@ class ReplicaManager:
             )
         leader_epoch = hosted.state.leader_epoch
         info: AppendInfo = await self.run_io(hosted.log.append_as_leader, batches, leader_epoch)
-        hosted.advance_high_watermark(self.broker_id)
-        hosted.notify_appended()
+        if not hosted.advance_high_watermark(self.broker_id):  # a moved HW already woke the waiters
+            hosted.notify_appended()
         if acks == -1:
             await self._wait_replicated(hosted, info.last_offset + 1, timeout_s)
             if len(hosted.state.isr) < min_insync:

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 import structlog
 from etcd3aio import Etcd3Client, prefix_range_end
+from etcd3aio._protobuf import Compare
 from etcd3aio.kv import KVService
 
 from tidelog.common.config import LOG_CONFIGS, parse_configs
@@ -77,7 +78,7 @@ class FencedError(Exception):
     """A fenced write failed: this controller is no longer the active one."""
 
 
-class ConflictError(NotControllerError):  # type: ignore[misc, valid-type]
+class ConflictError(NotControllerError):
     """A fenced write did not apply; callers see NOT_CONTROLLER and retry at the next controller."""
 
 
@@ -92,7 +93,7 @@ class Controller:
     ) -> None:
         self.config = config
         self.etcd = etcd
-        self.broker_requests = broker_requests or BrokerRequests()
+        self.broker_requests = broker_requests or BrokerRequests(timeout_s=config.broker_request_timeout_s)
         self.rng = rng or random.Random()
         self.state = ClusterState()
         self.epoch = -1
@@ -323,8 +324,8 @@ class Controller:
         )
 
     def _unclean_allowed(self, topic: str) -> bool:
-        configs = self.state.topics[topic].value.configs
-        return str(configs.get("unclean.leader.election.enable", "false")).lower() == "true"
+        configs = parse_configs(self.state.topics[topic].value.configs, LOG_CONFIGS)
+        return bool(configs["unclean.leader.election.enable"])
 
     async def _elect_leaders(
         self, needs: Callable[[PartitionStateRecord], bool], fenced: frozenset[int] = frozenset()
@@ -620,10 +621,8 @@ def _affected_by(removed: frozenset[int]) -> Callable[[PartitionStateRecord], bo
 
 
 def _compare_mod_revision(key: str, mod_revision: int) -> Any:
-    compare = KVService.txn_compare_version(key, 0)  # a Compare to re-aim at MOD
-    compare.target = type(compare).MOD
-    compare.mod_revision = mod_revision
-    return compare
+    """The key was last written at `mod_revision` (etcd3aio offers no helper for this target)."""
+    return Compare(result=Compare.EQUAL, target=Compare.MOD, key=key.encode(), mod_revision=mod_revision)
 
 
 def _alter_error(

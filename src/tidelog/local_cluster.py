@@ -167,10 +167,6 @@ class LocalCluster:
             return code
         return None
 
-    def is_running(self, name: str) -> bool:
-        process = self.processes.get(name)
-        return process is not None and process.poll() is None
-
     def stop(self) -> None:
         """SIGTERM every process (brokers first: they deregister and flush), then etcd."""
         names = sorted(self.processes, key=lambda name: (not name.startswith("broker"), name))
@@ -198,7 +194,7 @@ class LocalCluster:
         last = "nothing answered"
         async with AdminClient(self.bootstrap, controllers=self.controller_endpoints, request_timeout_ms=2000) as admin:
             while time.monotonic() < deadline:
-                self._check_alive()
+                self.check_alive()
                 try:
                     cluster = await admin.describe_cluster()
                     live = {broker.broker_id for broker in cluster.brokers}
@@ -210,7 +206,8 @@ class LocalCluster:
                 await asyncio.sleep(0.1)
         raise TimeoutError(f"cluster not ready after {timeout_s} s: {last}")
 
-    def _check_alive(self) -> None:
+    def check_alive(self) -> None:
+        """Raise if any process of the cluster has exited."""
         for name, process in self.processes.items():
             if process.poll() is not None:
                 raise RuntimeError(f"{name} exited with {process.returncode}; see {self.data_dir}/logs/{name}.log")

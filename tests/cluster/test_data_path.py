@@ -86,6 +86,8 @@ async def test_consumer_long_polls_and_seeks(admin: AdminClient, cluster: LocalC
         assert [record.offset for record in await consumer.poll(5000)] == [0, 1, 2, 3]
         offsets = await consumer.list_offsets([tp], 1234)
         assert offsets == {tp: 0}
+        await consumer.seek_to_end()
+        assert await consumer.position(tp) == 4
 
 
 async def test_broker_answers_bad_requests_per_partition(

@@ -14,6 +14,7 @@ from tidelog.common.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidTopicError,
+    RecordTooLargeError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -135,3 +136,20 @@ async def test_topics_created_concurrently_all_serve(admin: AdminClient, cluster
         offsets = [(await delivery).offset for delivery in deliveries]
     assert offsets == [0] * len(deliveries)
     await admin.delete_topics(names)
+
+
+async def test_altered_configs_reach_the_brokers(admin: AdminClient, cluster: LocalCluster, topic_name: str) -> None:
+    await admin.create_topic(topic_name, 1, 1)
+    async with Producer(cluster.bootstrap, retries=0) as producer:
+        assert (await (await producer.send(topic_name, b"x" * 2000, partition=0))).offset == 0
+        assert (await admin.alter_configs(topic_name, {"max.message.bytes": "1000"}))[topic_name] is None
+
+        async def refused() -> bool:
+            try:
+                await (await producer.send(topic_name, b"x" * 2000, partition=0))
+            except RecordTooLargeError:
+                return True
+            return False
+
+        await wait_until(refused, what="the broker to apply max.message.bytes=1000")
+        assert (await (await producer.send(topic_name, b"small", partition=0))).offset >= 1

@@ -147,9 +147,6 @@ class OffsetIndex(_IndexFile):
         """Drop entries for offsets at or above `offset`."""
         self._truncate_entries(bisect.bisect_left(self.keys, offset - self.base_offset))
 
-    def truncate_to_position(self, position: int) -> None:
-        self._truncate_entries(bisect.bisect_left(self.values, position))
-
     def check(self, log_size: int) -> None:
         """CorruptIndexError unless entries grow strictly and point inside the log."""
         for column in (self.keys, self.values):

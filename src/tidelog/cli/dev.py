@@ -45,7 +45,7 @@ async def _run(cluster: LocalCluster) -> None:
             flush=True,
         )
         while not stopping.is_set():
-            cluster._check_alive()
+            cluster.check_alive()
             try:
                 await asyncio.wait_for(stopping.wait(), timeout=1.0)
             except TimeoutError:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 from collections.abc import Sequence
 
 import grpc
@@ -41,7 +40,6 @@ class ClusterMetadata:
         self.topic_errors: dict[str, int] = {}
         self.configs: dict[str, dict[str, str]] = {}
         self.controller_endpoint = ""
-        self.updated_at = 0.0
         self._refreshing: asyncio.Lock | None = None
 
     async def refresh(self, topics: Sequence[str] = ()) -> broker_pb2.MetadataResponse:
@@ -75,7 +73,6 @@ class ClusterMetadata:
                 self.topic_errors.pop(topic.name, None)
                 self.partitions[topic.name] = sorted(topic.partitions, key=lambda state: state.partition)
                 self.configs[topic.name] = dict(topic.configs)
-        self.updated_at = time.monotonic()
 
     async def partitions_of(self, topic: str) -> list[common_pb2.PartitionState]:
         if topic not in self.partitions:

@@ -80,11 +80,33 @@ class ErrorCode(enum.IntEnum):
     INELIGIBLE_REPLICA = 107
 
 
+RETRIABLE_CODES = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.NOT_CONTROLLER,
+        ErrorCode.BROKER_NOT_AVAILABLE,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+    }
+)
+
+
 class TidelogError(Exception):
     """Base of every error Tidelog reports to a caller; `code` says which one."""
 
     code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
-    retriable: bool = False
+
+    @property
+    def retriable(self) -> bool:
+        """Whether trying again may succeed (derived from the code: one list, RETRIABLE_CODES)."""
+        return self.code in RETRIABLE_CODES
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -130,7 +152,6 @@ class KafkaStorageError(TidelogError):
     """The storage under a partition failed (I/O error, corrupt data found while serving)."""
 
     code = ErrorCode.KAFKA_STORAGE_ERROR
-    retriable = True
 
 
 class RemoteError(TidelogError):
@@ -139,7 +160,6 @@ class RemoteError(TidelogError):
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
-        self.retriable = code in RETRIABLE_CODES
 
 
 def error_for(code: ErrorCode | int, message: str) -> TidelogError:
@@ -148,66 +168,94 @@ def error_for(code: ErrorCode | int, message: str) -> TidelogError:
     return known(message) if known is not None else RemoteError(ErrorCode(code), message)
 
 
-RETRIABLE_CODES = frozenset(
-    {
-        ErrorCode.NOT_LEADER_OR_FOLLOWER,
-        ErrorCode.LEADER_NOT_AVAILABLE,
-        ErrorCode.REQUEST_TIMED_OUT,
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode.NOT_ENOUGH_REPLICAS,
-        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-        ErrorCode.KAFKA_STORAGE_ERROR,
-        ErrorCode.NOT_CONTROLLER,
-        ErrorCode.BROKER_NOT_AVAILABLE,
-        ErrorCode.REPLICA_NOT_AVAILABLE,
-        ErrorCode.FENCED_LEADER_EPOCH,
-        ErrorCode.UNKNOWN_LEADER_EPOCH,
-    }
-)
+class InvalidTopicError(TidelogError):
+    """A topic name breaks the rules."""
+
+    code = ErrorCode.INVALID_TOPIC_EXCEPTION
 
 
-def _simple(name: str, code: ErrorCode, doc: str) -> type[TidelogError]:
-    return type(name, (TidelogError,), {"code": code, "retriable": code in RETRIABLE_CODES, "__doc__": doc})
+class TopicAlreadyExistsError(TidelogError):
+    """The topic exists."""
+
+    code = ErrorCode.TOPIC_ALREADY_EXISTS
 
 
-InvalidTopicError = _simple("InvalidTopicError", ErrorCode.INVALID_TOPIC_EXCEPTION, "A topic name breaks the rules.")
-TopicAlreadyExistsError = _simple("TopicAlreadyExistsError", ErrorCode.TOPIC_ALREADY_EXISTS, "The topic exists.")
-InvalidPartitionsError = _simple("InvalidPartitionsError", ErrorCode.INVALID_PARTITIONS, "Bad partition count.")
-InvalidReplicationFactorError = _simple(
-    "InvalidReplicationFactorError", ErrorCode.INVALID_REPLICATION_FACTOR, "Bad replication factor."
-)
-UnknownTopicOrPartitionError = _simple(
-    "UnknownTopicOrPartitionError", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "No such topic or partition."
-)
-NotLeaderOrFollowerError = _simple(
-    "NotLeaderOrFollowerError", ErrorCode.NOT_LEADER_OR_FOLLOWER, "This broker does not lead the partition."
-)
-LeaderNotAvailableError = _simple(
-    "LeaderNotAvailableError", ErrorCode.LEADER_NOT_AVAILABLE, "The partition has no live leader."
-)
-NotControllerError = _simple("NotControllerError", ErrorCode.NOT_CONTROLLER, "This is not the active controller.")
-StaleControllerEpochError = _simple(
-    "StaleControllerEpochError", ErrorCode.STALE_CONTROLLER_EPOCH, "A request from an older controller."
-)
-TopicDeletionDisabledError = _simple(
-    "TopicDeletionDisabledError", ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false."
-)
-InvalidRequestError = _simple("InvalidRequestError", ErrorCode.INVALID_REQUEST, "A malformed or oversized request.")
-NotEnoughReplicasError = _simple(
-    "NotEnoughReplicasError", ErrorCode.NOT_ENOUGH_REPLICAS, "Fewer in-sync replicas than min.insync.replicas."
-)
-RequestTimedOutError = _simple("RequestTimedOutError", ErrorCode.REQUEST_TIMED_OUT, "The request timed out.")
+class InvalidPartitionsError(TidelogError):
+    """Bad partition count."""
+
+    code = ErrorCode.INVALID_PARTITIONS
+
+
+class InvalidReplicationFactorError(TidelogError):
+    """Bad replication factor."""
+
+    code = ErrorCode.INVALID_REPLICATION_FACTOR
+
+
+class UnknownTopicOrPartitionError(TidelogError):
+    """No such topic or partition."""
+
+    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+class NotLeaderOrFollowerError(TidelogError):
+    """This broker does not lead the partition."""
+
+    code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+class LeaderNotAvailableError(TidelogError):
+    """The partition has no live leader."""
+
+    code = ErrorCode.LEADER_NOT_AVAILABLE
+
+
+class NotControllerError(TidelogError):
+    """This is not the active controller."""
+
+    code = ErrorCode.NOT_CONTROLLER
+
+
+class StaleControllerEpochError(TidelogError):
+    """A request from an older controller."""
+
+    code = ErrorCode.STALE_CONTROLLER_EPOCH
+
+
+class TopicDeletionDisabledError(TidelogError):
+    """delete.topic.enable is false."""
+
+    code = ErrorCode.TOPIC_DELETION_DISABLED
+
+
+class InvalidRequestError(TidelogError):
+    """A malformed or oversized request."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+
+class NotEnoughReplicasError(TidelogError):
+    """Fewer in-sync replicas than min.insync.replicas."""
+
+    code = ErrorCode.NOT_ENOUGH_REPLICAS
+
+
+class RequestTimedOutError(TidelogError):
+    """The request timed out."""
+
+    code = ErrorCode.REQUEST_TIMED_OUT
 
 
 def _classes_by_code() -> dict[ErrorCode, type[TidelogError]]:
-    found: dict[ErrorCode, type[TidelogError]] = {}
-    pending = list(TidelogError.__subclasses__())
-    while pending:
-        cls = pending.pop()
-        pending.extend(cls.__subclasses__())
-        if cls is not RemoteError:
-            found.setdefault(cls.code, cls)
-    return found
+    """This module's error classes by code (subclasses defined elsewhere never shadow them)."""
+    return {
+        value.code: value
+        for value in globals().values()
+        if isinstance(value, type)
+        and issubclass(value, TidelogError)
+        and value.__module__ == __name__
+        and value not in (TidelogError, RemoteError)
+    }
 
 
 _CLASS_BY_CODE = _classes_by_code()
