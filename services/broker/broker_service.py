@@ -13,14 +13,18 @@ import time
 from typing import Any, Final, TypeAlias
 
 import grpc
+import structlog
 from prometheus_client import Counter, Histogram
 
 from tidelog.broker.metadata_cache import MetadataCache
+from tidelog.broker.producer_id_manager import ProducerIdManager
 from tidelog.broker.replica_manager import PartitionRead, ReplicaManager
 from tidelog.common.errors import ErrorCode, StaleControllerEpochError, TidelogError
 from tidelog.v1 import broker_pb2, broker_pb2_grpc
 
 __all__ = ["BrokerService"]
+
+log = structlog.get_logger(__name__)
 
 FETCH_WAIT_MS_MAX: Final = 30_000  # bound on a consumer's max_wait_ms
 FETCH_BYTES_MAX: Final = 55 * 1024 * 1024  # fetch.max.bytes
@@ -39,9 +43,10 @@ Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
 
 class BrokerService(broker_pb2_grpc.BrokerServicer):
-    def __init__(self, replicas: ReplicaManager, metadata: MetadataCache) -> None:
+    def __init__(self, replicas: ReplicaManager, metadata: MetadataCache, producer_ids: ProducerIdManager) -> None:
         self.replicas = replicas
         self.metadata = metadata
+        self.producer_ids = producer_ids
 
     def _leader_hint(self, topic: str, partition: int) -> int:
         return self.metadata.leader_of(topic, partition)
@@ -59,12 +64,20 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 )
             REQUESTS.labels("Produce", "error").inc()
             return response
-        # Every partition appends at once; with acks=all they then wait for their ISRs together.
+        # Partitions append at once (with acks=all they then wait for their ISRs together); the
+        # entries of one partition go in request order, so its batches keep their order.
         timeout_s = min(max(request.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX) / 1000 or 30.0
-        results = await asyncio.gather(
-            *(self._produce_one(entry, request.acks, timeout_s) for entry in request.partitions)
-        )
-        response.partitions.extend(results)
+        by_partition: dict[tuple[str, int], list[int]] = {}
+        for index, entry in enumerate(request.partitions):
+            by_partition.setdefault((entry.topic, entry.partition), []).append(index)
+        results: list[broker_pb2.ProducePartitionResult | None] = [None] * len(request.partitions)
+
+        async def produce_in_order(indexes: list[int]) -> None:
+            for index in indexes:
+                results[index] = await self._produce_one(request.partitions[index], request.acks, timeout_s)
+
+        await asyncio.gather(*(produce_in_order(indexes) for indexes in by_partition.values()))
+        response.partitions.extend(result for result in results if result is not None)
         REQUESTS.labels("Produce", "ok").inc()
         LATENCY.labels("Produce").observe(time.perf_counter() - started)
         return response
@@ -85,18 +98,36 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             result.base_offset = -1
         return result
 
+    async def InitProducerId(self, request: Any, context: Context) -> Any:  # noqa: N802
+        response = broker_pb2.InitProducerIdResponse(producer_id=-1, producer_epoch=-1)
+        if request.transactional_id:
+            response.error_code = int(ErrorCode.INVALID_REQUEST)
+            response.error_message = "transactions are not supported: leave transactional_id empty"
+            REQUESTS.labels("InitProducerId", "error").inc()
+            return response
+        try:
+            response.producer_id = await self.producer_ids.next_id()
+        except Exception as error:  # etcd unreachable: the client retries
+            log.warning("producer_id_claim_failed", error=str(error))
+            response.error_code = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            response.error_message = f"no producer id block could be claimed: {error}"
+            REQUESTS.labels("InitProducerId", "error").inc()
+            return response
+        response.producer_epoch = 0
+        REQUESTS.labels("InitProducerId", "ok").inc()
+        return response
+
     async def Fetch(self, request: Any, context: Context) -> Any:  # noqa: N802
         started = time.perf_counter()
         max_bytes = min(request.max_bytes if request.max_bytes > 0 else FETCH_BYTES_MAX, FETCH_BYTES_MAX)
         deadline = time.monotonic() + min(max(request.max_wait_ms, 0), FETCH_WAIT_MS_MAX) / 1000
         keys = [(entry.topic, entry.partition) for entry in request.partitions]
         follower = request.replica_id >= 0
+        # Once per request: a long poll that wakes up is the same fetch, not a new sign of life.
+        refused = self.replicas.record_follower_fetch(request.replica_id, list(request.partitions)) if follower else {}
+        wanted = [entry for entry in request.partitions if (entry.topic, entry.partition) not in refused]
         while True:
             events = self.replicas.append_events(keys)  # before the read: no lost wake-up
-            refused = (
-                self.replicas.record_follower_fetch(request.replica_id, list(request.partitions)) if follower else {}
-            )
-            wanted = [entry for entry in request.partitions if (entry.topic, entry.partition) not in refused]
             reads = await self.replicas.run_io(self._read_all, wanted, max_bytes, follower)
             reads += [
                 PartitionRead(topic, partition, b"", -1, -1, -1, code) for (topic, partition), code in refused.items()

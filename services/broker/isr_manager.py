@@ -3,10 +3,10 @@
 Every check interval (half of `replica.lag.time.max.ms`, at most 500 ms) each partition this broker
 leads is examined: an ISR follower whose last caught-up fetch (reaching our log end) is older than
 `replica.lag.time.max.ms` leaves; a replica outside the ISR whose log end reached the high
-watermark and the start of the current leader epoch joins. The change goes to the active controller
-as AlterPartition for the exact (leader epoch, partition epoch) we hold; the controller commits it to
-etcd and answers with the state in force, which we apply at once (a shrink may let the high
-watermark move). One request per partition at a time.
+watermark and the start of the current leader epoch, by a fetch within the lag time, joins. The
+change goes to the active controller as AlterPartition for the exact (leader epoch, partition
+epoch) we hold; the controller commits it to etcd and answers with the state in force, which we
+apply at once (a shrink may let the high watermark move). One request per partition at a time.
 """
 
 from __future__ import annotations
@@ -58,10 +58,13 @@ class IsrManager:
         epochs = partition.log.leader_epochs.entries()
         epoch_start = epochs[-1][1] if epochs else 0
         floor = max(partition.log.high_watermark, epoch_start)
+        # Only a follower fetching now joins: a stale position from one that stalled proves nothing.
         joining = [
             replica
             for replica in partition.state.replicas
-            if replica not in isr and partition.follower_end.get(replica, -1) >= floor
+            if replica not in isr
+            and partition.follower_end.get(replica, -1) >= floor
+            and now - partition.follower_fetched_s.get(replica, float("-inf")) <= self.lag_s
         ]
         return keep + joining
 

@@ -15,6 +15,7 @@ from etcd3aio import Etcd3Client
 from tidelog.broker.broker_service import BrokerService
 from tidelog.broker.isr_manager import IsrManager
 from tidelog.broker.metadata_cache import MetadataCache
+from tidelog.broker.producer_id_manager import ProducerIdManager
 from tidelog.broker.registration import Registration
 from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.common.metadata import BrokerRegistration
@@ -44,6 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--replica-fetch-wait-max-ms", type=int, default=500, help="replica.fetch.wait.max.ms")
     parser.add_argument("--replica-fetch-max-bytes", type=int, default=1024 * 1024, help="replica.fetch.max.bytes")
     parser.add_argument("--replica-fetch-backoff-ms", type=int, default=200, help="replica.fetch.backoff.ms")
+    parser.add_argument("--producer-id-expiration-ms", type=int, default=86_400_000, help="producer.id.expiration.ms")
     parser.add_argument(
         "--log-config",
         action="append",
@@ -80,11 +82,13 @@ async def serve(args: argparse.Namespace) -> None:
         },
     )
     metadata = MetadataCache()
+    etcd = Etcd3Client([args.etcd])
     server, health = grpc_server()
-    broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(replicas, metadata), server)
+    broker_pb2_grpc.add_BrokerServicer_to_server(
+        BrokerService(replicas, metadata, ProducerIdManager(etcd, args.id)), server
+    )
     server.add_insecure_port(f"{args.host}:{args.port}")
     await server.start()
-    etcd = Etcd3Client([args.etcd])
     await etcd.connect()
     registration = Registration(
         etcd,
@@ -100,6 +104,13 @@ async def serve(args: argparse.Namespace) -> None:
         asyncio.create_task(isr_manager.run()),
         asyncio.create_task(_every(args.flush_interval_ms, replicas, replicas.flush_due)),
         asyncio.create_task(_every(args.retention_check_interval_ms, replicas, replicas.apply_retention)),
+        asyncio.create_task(
+            _every(
+                args.retention_check_interval_ms,
+                replicas,
+                lambda: replicas.expire_producers(args.producer_id_expiration_ms),
+            )
+        ),
     ]
     await mark_serving(health, ["tidelog.v1.Broker"])
     log.info("broker_started", endpoint=f"{args.host}:{args.port}", data_dir=args.data_dir)

@@ -83,6 +83,7 @@ class Partition:
     # caught up with our log end (for replica.lag.time.max.ms). Reset at every new leader epoch.
     follower_end: dict[int, int] = dataclasses.field(default_factory=dict)
     follower_caught_up_s: dict[int, float] = dataclasses.field(default_factory=dict)
+    follower_fetched_s: dict[int, float] = dataclasses.field(default_factory=dict)  # last fetch, any offset
     leader_since_s: float = dataclasses.field(default_factory=time.monotonic)
     configs: dict[str, str] = dataclasses.field(default_factory=dict)  # the topic's own, as last applied
     high_watermark_moved: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
@@ -218,6 +219,7 @@ class ReplicaManager:
                 await self.run_io(existing.log.assign_leader_epoch, state.leader_epoch)
                 existing.follower_end.clear()
                 existing.follower_caught_up_s.clear()
+                existing.follower_fetched_s.clear()
                 existing.leader_since_s = time.monotonic()
             existing.advance_high_watermark(self.broker_id)
         elif existing.leader >= 0:
@@ -363,6 +365,7 @@ class ReplicaManager:
             if replica_id not in hosted.state.replicas:
                 continue
             hosted.follower_end[replica_id] = fetch.fetch_offset
+            hosted.follower_fetched_s[replica_id] = now
             if fetch.fetch_offset >= hosted.log.log_end_offset:
                 hosted.follower_caught_up_s[replica_id] = now
             hosted.advance_high_watermark(self.broker_id)
@@ -413,6 +416,9 @@ class ReplicaManager:
 
     def apply_retention(self) -> int:
         return sum(partition.log.apply_retention() for partition in list(self.partitions.values()))
+
+    def expire_producers(self, expiration_ms: int) -> int:
+        return sum(partition.log.expire_producers(expiration_ms) for partition in list(self.partitions.values()))
 
     async def close(self) -> None:
         await self.fetchers.close()

@@ -37,9 +37,15 @@ class BrokerRequests:
         return self._channels[endpoint][1]
 
     async def send_state(
-        self, state: ClusterState, controller_id: int, epoch: int, controller_endpoint: str, brokers: list[int]
-    ) -> set[int]:
-        """Send whole state to `brokers`; returns the ones it did not reach (to be sent again)."""
+        self, state: ClusterState, controller_id: int, epoch: int, controller_endpoint: str, broker_id: int
+    ) -> bool:
+        """Send whole state to one broker; False when it was not reached (to be sent again).
+
+        The requests are built before the first await: they hold the state as of the call.
+        """
+        broker = state.brokers.get(broker_id)
+        if broker is None:
+            return True  # gone: it gets everything when it registers again
         configs = {name: json.dumps(topic.value.configs) for name, topic in state.topics.items()}
         partitions = state.all_partition_protos()
         update = broker_pb2.UpdateMetadataRequest(
@@ -50,28 +56,17 @@ class BrokerRequests:
             partitions=partitions,
             topic_configs_json=configs,
         )
-        sends = []
-        for broker_id in brokers:
-            broker = state.brokers.get(broker_id)
-            if broker is None:
-                continue
-            mine = [partition for partition in partitions if broker_id in partition.replicas]
-            leader_and_isr = broker_pb2.LeaderAndIsrRequest(
-                controller_id=controller_id,
-                controller_epoch=epoch,
-                partitions=mine,
-                topic_configs_json={partition.topic: configs[partition.topic] for partition in mine},
-                live_leaders=state.broker_protos(),
-                full=True,
-                broker_incarnation=broker.incarnation,
-            )
-            sends.append(self._send_to(broker, leader_and_isr, update))
-        reached = await asyncio.gather(*sends)
-        return {
-            broker_id
-            for broker_id, ok in zip([b for b in brokers if b in state.brokers], reached, strict=True)
-            if not ok
-        }
+        mine = [partition for partition in partitions if broker_id in partition.replicas]
+        leader_and_isr = broker_pb2.LeaderAndIsrRequest(
+            controller_id=controller_id,
+            controller_epoch=epoch,
+            partitions=mine,
+            topic_configs_json={partition.topic: configs[partition.topic] for partition in mine},
+            live_leaders=state.broker_protos(),
+            full=True,
+            broker_incarnation=broker.incarnation,
+        )
+        return await self._send_to(broker, leader_and_isr, update)
 
     async def _send_to(
         self,

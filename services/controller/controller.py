@@ -26,7 +26,6 @@ from typing import Any, Final
 
 import structlog
 from etcd3aio import Etcd3Client, prefix_range_end
-from etcd3aio._protobuf import Compare
 from etcd3aio.kv import KVService
 
 from tidelog.common.config import LOG_CONFIGS, parse_configs
@@ -40,6 +39,7 @@ from tidelog.common.errors import (
     TopicDeletionDisabledError,
     UnknownTopicOrPartitionError,
 )
+from tidelog.common.etcd.compare import compare_mod_revision
 from tidelog.common.etcd.election import Election, NotLeaderError
 from tidelog.common.etcd.session import Session
 from tidelog.common.metadata import (
@@ -100,10 +100,13 @@ class Controller:
         self.active = asyncio.Event()
         self._election: Election | None = None
         self._mutex = asyncio.Lock()
-        # Propagations run one at a time, each with the state as it is when it starts: a broker
-        # never receives an older whole state after a newer one (full LeaderAndIsr stops replicas
-        # it does not list, so an old one arriving late would stop a newly created partition).
-        self._propagating = asyncio.Lock()
+        # Pushes to one broker run one at a time, each with the state as it is when it starts: a
+        # broker never receives an older whole state after a newer one (full LeaderAndIsr stops
+        # replicas it does not list, so an old one arriving late would stop a new partition).
+        # Each broker has its own queue, so a stalled broker delays only its own updates.
+        self._push_locks: dict[int, asyncio.Lock] = {}
+        self._queued_push: dict[int, asyncio.Future[None]] = {}
+        self._background: set[asyncio.Task[None]] = set()
         self._unsynced: set[int] = set()  # live brokers the last whole-state push did not reach
         self._stopping = asyncio.Event()
         self._deposed = asyncio.Event()
@@ -174,7 +177,7 @@ class Controller:
         try:
             await self._until_stopping(self._first_of(session.done.wait(), self._deposed.wait(), watcher))
         finally:
-            for task in (watcher, resync):
+            for task in (watcher, resync, *self._background):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
@@ -263,7 +266,7 @@ class Controller:
                 if held is None:
                     compares.append(KVService.txn_compare_create_revision(key, 0))
                 else:
-                    compares.append(_compare_mod_revision(key, held.mod_revision))
+                    compares.append(compare_mod_revision(key, held.mod_revision))
             puts = {partition_state_key(topic, partition): state.to_json() for (topic, partition), state in chunk}
             revision = await self._commit(compares, puts)
             for topic_partition, state in chunk:
@@ -378,18 +381,43 @@ class Controller:
                 await self._elect_leaders(_affected_by(frozenset(removed)), fenced=frozenset(removed))
                 # ... then as if the re-registered ones returned: they lead what only they can lead.
                 await self._elect_leaders(lambda state: state.leader == -1)
-            await self.propagate(self.state.brokers)
+            self.propagate_soon(self.state.brokers)  # the next change is handled without waiting
 
     # ---- propagation -----------------------------------------------------------------------
 
     async def propagate(self, brokers: Iterable[int]) -> None:
-        """Send full LeaderAndIsr and UpdateMetadata to `brokers` (idempotent, newest wins)."""
-        targets = list(brokers)
-        async with self._propagating:
-            missed = await self.broker_requests.send_state(
-                self.state, self.config.controller_id, self.epoch, self.config.endpoint, targets
-            )
-            self._unsynced = (self._unsynced - set(targets)) | missed
+        """Push full LeaderAndIsr and UpdateMetadata to `brokers` (idempotent, newest wins)."""
+        await asyncio.gather(*(self._push(broker_id) for broker_id in set(brokers)))
+
+    def propagate_soon(self, brokers: Iterable[int]) -> None:
+        """`propagate` in the background: for callers that must not wait on a slow broker."""
+        task = asyncio.create_task(self.propagate(list(brokers)))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _push(self, broker_id: int) -> None:
+        queued = self._queued_push.get(broker_id)
+        if queued is not None:
+            # A push not yet started will carry the state as of its start: newer than ours.
+            await asyncio.shield(queued)
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queued_push[broker_id] = done
+        try:
+            async with self._push_locks.setdefault(broker_id, asyncio.Lock()):
+                if self._queued_push.get(broker_id) is done:
+                    del self._queued_push[broker_id]  # later changes need a push of their own
+                reached = await self.broker_requests.send_state(
+                    self.state, self.config.controller_id, self.epoch, self.config.endpoint, broker_id
+                )
+                if reached:
+                    self._unsynced.discard(broker_id)
+                else:
+                    self._unsynced.add(broker_id)
+        finally:
+            if self._queued_push.get(broker_id) is done:
+                del self._queued_push[broker_id]
+            done.set_result(None)
 
     async def _resync(self) -> None:
         """Push whole state again, every second, to live brokers a push did not reach."""
@@ -486,7 +514,7 @@ class Controller:
                     held = self.state.topics[name]
                     stopped.extend(self.state.partition_proto(name, p) for p in self.state.topic_partitions(name))
                     await self._commit(
-                        [_compare_mod_revision(topic_key(name), held.mod_revision)],
+                        [compare_mod_revision(topic_key(name), held.mod_revision)],
                         {},
                         [topic_key(name), f"{topic_key(name)}/"],
                     )
@@ -539,7 +567,7 @@ class Controller:
             assignment={**held.value.assignment, **{str(p): replicas for p, replicas in added.items()}},
         )
         revision = await self._commit(
-            [_compare_mod_revision(topic_key(topic), held.mod_revision)], {topic_key(topic): record.to_json()}
+            [compare_mod_revision(topic_key(topic), held.mod_revision)], {topic_key(topic): record.to_json()}
         )
         self.state.topics[topic] = Versioned(record, revision)
         await self._write_states({(topic, p): self._initial_state(replicas) for p, replicas in added.items()})
@@ -559,7 +587,7 @@ class Controller:
                     parse_configs(configs, LOG_CONFIGS)
                     record = dataclasses.replace(held.value, configs=configs)
                     revision = await self._commit(
-                        [_compare_mod_revision(topic_key(change.topic), held.mod_revision)],
+                        [compare_mod_revision(topic_key(change.topic), held.mod_revision)],
                         {topic_key(change.topic): record.to_json()},
                     )
                     self.state.topics[change.topic] = Versioned(record, revision)
@@ -601,7 +629,9 @@ class Controller:
             await self._write_states({key: next_state})
             log.info("isr_changed", topic=request.topic, partition=request.partition, isr=new_isr)
             committed = self.state.partition_proto(*key)
-        await self.propagate(self.state.brokers)
+        # The leader applies the answer itself; the others learn it in the background (a stalled
+        # follower must not hold up the answer past the leader's deadline).
+        self.propagate_soon(self.state.brokers)
         return controller_pb2.AlterPartitionResponse(state=committed)
 
     async def controllers(self) -> list[str]:
@@ -618,11 +648,6 @@ def _affected_by(removed: frozenset[int]) -> Callable[[PartitionStateRecord], bo
         return state.leader in removed or state.leader == -1 or any(broker in removed for broker in state.isr)
 
     return affected
-
-
-def _compare_mod_revision(key: str, mod_revision: int) -> Any:
-    """The key was last written at `mod_revision` (etcd3aio offers no helper for this target)."""
-    return Compare(result=Compare.EQUAL, target=Compare.MOD, key=key.encode(), mod_revision=mod_revision)
 
 
 def _alter_error(

@@ -91,6 +91,9 @@ class LocalCluster:
     def bootstrap(self) -> list[str]:
         return [f"127.0.0.1:{self.ports.brokers[broker_id]}" for broker_id in self.broker_ids]
 
+    def broker_endpoint(self, broker_id: int) -> str:
+        return f"127.0.0.1:{self.ports.brokers[broker_id]}"
+
     @property
     def controller_endpoints(self) -> list[str]:
         return [f"127.0.0.1:{self.ports.controllers[controller_id]}" for controller_id in self.controller_ids]

@@ -5,6 +5,7 @@
     log-start-offset-checkpoint                       log start offset (delete-records, retention)
     recovery-point-offset-checkpoint                  everything below is fsynced
     leader-epoch-checkpoint                           leader epoch → start offset history
+    00000000000000001234.snapshot                     idempotent-producer state at that offset
     cleaner-offset-checkpoint                         first offset compaction has not cleaned yet
     .clean-shutdown                                   present only after close(): skip recovery
 
@@ -35,6 +36,7 @@ import structlog
 from tidelog.broker.storage.checkpoint import CorruptCheckpointError, read_checkpoint, write_checkpoint
 from tidelog.broker.storage.leader_epoch_cache import LeaderEpochCache
 from tidelog.broker.storage.log_config import LogConfig
+from tidelog.broker.storage.producer_state import ProducerStateManager
 from tidelog.broker.storage.retention import segments_past_retention
 from tidelog.broker.storage.segment import LOG_SUFFIX, BadBatchError, LogSegment
 from tidelog.common.clock import wall_clock_ms
@@ -80,6 +82,7 @@ class AppendInfo:
     log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
     batch_count: int
     bytes: int
+    duplicate: bool = False  # an idempotent producer's retry: nothing appended, original offsets
 
 
 def _read_offset(path: Path) -> int | None:
@@ -102,6 +105,7 @@ class PartitionLog:
         self._segments: list[LogSegment] = []
         self._base_offsets: list[int] = []
         self.leader_epochs = LeaderEpochCache(directory / LEADER_EPOCH_FILE)
+        self.producer_state = ProducerStateManager(directory)
         self._log_start_offset = 0
         self._high_watermark = 0
         self._recovery_point = 0
@@ -205,7 +209,25 @@ class PartitionLog:
         self.leader_epochs = LeaderEpochCache.load(self.directory / LEADER_EPOCH_FILE)
         self.leader_epochs.truncate_from_end(log_end)
         self.leader_epochs.truncate_from_start(self._log_start_offset)
+        self._rebuild_producer_state()
         self._write_checkpoints()
+
+    def _rebuild_producer_state(self) -> None:
+        """Newest producer snapshot at or below the log end, then replay batch headers after it."""
+        log_end = self.log_end_offset
+        start = self.producer_state.load_latest(log_end)
+        if start < self._log_start_offset:
+            start = self._log_start_offset
+            self.producer_state.advance_to(start)
+        slot = max(bisect.bisect_right(self._base_offsets, start) - 1, 0)
+        for segment in self._segments[slot:]:
+            found = segment.translate_offset(start)
+            if found is None:
+                continue
+            for _, header, _, _ in segment.scan(found[0]):
+                if header.base_offset >= start:
+                    self.producer_state.update(header)
+        self.producer_state.advance_to(log_end)
 
     def _append_segment(self, segment: LogSegment) -> None:
         assert not self._segments or segment.base_offset >= self._segments[-1].next_offset
@@ -297,9 +319,20 @@ class PartitionLog:
     def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int) -> AppendInfo:
         """Validate producer batches, assign offsets from the log end, stamp the leader epoch."""
         headers = self._validate_all(records, from_producer=True)
-        data = bytearray(records)
         with self._lock:
             self._check_open()
+            duplicate = self.producer_state.check(headers)
+            if duplicate is not None:
+                return AppendInfo(
+                    first_offset=duplicate.first_offset,
+                    last_offset=duplicate.last_offset,
+                    max_timestamp=duplicate.timestamp,
+                    log_append_time_ms=-1,
+                    batch_count=0,
+                    bytes=0,
+                    duplicate=True,
+                )
+            data = bytearray(records)
             self.leader_epochs.assign(leader_epoch, self.log_end_offset)
             next_offset = self.log_end_offset
             append_time = self.clock() if self.config.message_timestamp_type == "LogAppendTime" else None
@@ -344,6 +377,7 @@ class PartitionLog:
         records = 0
         for header in headers:
             segment.append(memoryview(data)[position : position + header.size], header)
+            self.producer_state.update(header)
             position += header.size
             records += header.record_count
         assert self.log_end_offset == headers[-1].next_offset
@@ -381,6 +415,9 @@ class PartitionLog:
     def _roll_locked(self, base_offset: int) -> None:
         self.active_segment.seal()
         self._append_segment(self._new_segment(base_offset))
+        # A snapshot per segment bounds what opening or truncating must replay to one segment.
+        self.producer_state.advance_to(self.log_end_offset)
+        self.producer_state.take_snapshot()
 
     # ---- reading ---------------------------------------------------------------------------
 
@@ -453,6 +490,7 @@ class PartitionLog:
         self._append_segment(self._new_segment(offset))
         self._log_start_offset = offset
         self.leader_epochs.clear()
+        self.producer_state.clear(offset)
         self._after_truncation()
 
     def _after_truncation(self) -> None:
@@ -461,6 +499,8 @@ class PartitionLog:
         self._high_watermark = max(self._high_watermark, self._log_start_offset)
         self._recovery_point = min(self._recovery_point, log_end)
         self.leader_epochs.truncate_from_end(log_end)
+        if self.producer_state.map_end_offset > log_end:
+            self._rebuild_producer_state()
         self._write_checkpoints()
 
     def delete_records(self, offset: int) -> int:
@@ -501,6 +541,12 @@ class PartitionLog:
                 self._write_checkpoints()
             return count
 
+    def expire_producers(self, expiration_ms: int) -> int:
+        """Forget idempotent producers silent for `producer.id.expiration.ms`; how many."""
+        with self._lock:
+            self._check_open()
+            return self.producer_state.remove_expired(self.clock(), expiration_ms)
+
     def _delete_oldest(self, count: int) -> None:
         assert count < len(self._segments), "the active segment is never deleted by retention"
         for segment in self._segments[:count]:
@@ -512,6 +558,7 @@ class PartitionLog:
         if first_base > self._log_start_offset:
             self._log_start_offset = first_base
             self.leader_epochs.truncate_from_start(first_base)
+        self.producer_state.delete_snapshots_below(first_base)
         self._high_watermark = max(self._high_watermark, self._log_start_offset)
 
     # ---- durability ------------------------------------------------------------------------
@@ -554,6 +601,7 @@ class PartitionLog:
             if self._closed:
                 return
             self._flush_locked()
+            self.producer_state.take_snapshot()
             for segment in self._segments:
                 segment.close()
             self._closed = True

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Sequence
+from typing import Final
 
 import grpc
 
@@ -17,6 +18,8 @@ from tidelog.common.errors import ErrorCode, LeaderNotAvailableError, UnknownTop
 from tidelog.v1 import broker_pb2, common_pb2
 
 __all__ = ["ClusterMetadata", "TopicPartition"]
+
+METADATA_STAGGER_S: Final = 0.5  # ask the next broker too after this long without an answer
 
 
 @dataclasses.dataclass(frozen=True, slots=True, order=True)
@@ -43,21 +46,39 @@ class ClusterMetadata:
         self._refreshing: asyncio.Lock | None = None
 
     async def refresh(self, topics: Sequence[str] = ()) -> broker_pb2.MetadataResponse:
-        """Ask brokers in turn until one answers; raises if none does."""
+        """Ask brokers until one answers; raises if none does.
+
+        Staggered (as "happy eyeballs"): the next broker is asked too when one has not answered
+        within METADATA_STAGGER_S, so a stalled broker (alive but not answering) costs half a
+        second, not a whole request timeout. The first answer wins.
+        """
         if self._refreshing is None:
             self._refreshing = asyncio.Lock()
         async with self._refreshing:
-            last_error: Exception | None = None
-            for endpoint in [*self.bootstrap, *self.brokers.values()]:
-                try:
-                    response: broker_pb2.MetadataResponse = await self.connections.broker(endpoint).Metadata(
-                        broker_pb2.MetadataRequest(topics=list(topics)), timeout=self.request_timeout_s
+            endpoints = list(dict.fromkeys([*self.bootstrap, *self.brokers.values()]))
+            request = broker_pb2.MetadataRequest(topics=list(topics))
+            asks: set[asyncio.Task[broker_pb2.MetadataResponse]] = set()
+            last_error: BaseException | None = None
+            try:
+                while endpoints or asks:
+                    if endpoints:
+                        stub = self.connections.broker(endpoints.pop(0))
+                        asks.add(asyncio.ensure_future(stub.Metadata(request, timeout=self.request_timeout_s)))
+                    done, asks = await asyncio.wait(
+                        asks, timeout=METADATA_STAGGER_S if endpoints else None, return_when=asyncio.FIRST_COMPLETED
                     )
-                except grpc.aio.AioRpcError as error:
-                    last_error = error
-                    continue
-                self._apply(response, topics)
-                return response
+                    for task in done:
+                        error = task.exception()
+                        if error is None:
+                            response = task.result()
+                            self._apply(response, topics)
+                            return response
+                        if not isinstance(error, grpc.aio.AioRpcError):
+                            raise error
+                        last_error = error
+            finally:
+                for task in asks:
+                    task.cancel()
             raise ConnectionError(f"no broker answered a metadata request: {last_error}")
 
     def _apply(self, response: broker_pb2.MetadataResponse, topics: Sequence[str]) -> None:

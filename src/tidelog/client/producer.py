@@ -7,6 +7,13 @@ request, one request in flight per broker so retries cannot reorder a partition.
 (NOT_LEADER_OR_FOLLOWER, no leader, timeouts, a broker gone) refresh the metadata and retry after
 `retry.backoff.ms` until `delivery.timeout.ms`; other errors fail the records' deliveries.
 
+Idempotence (KIP-98; on by default with acks=all, as in Kafka ≥ 3.0): the producer takes a
+producer id from any broker (InitProducerId) and numbers each partition's batches with sequences
+when they are first sent; a retry resends the same bytes, so the leader writes it once and answers
+a repeat with the original offset. A partition's batches are sent in sequence order, one request at
+a time. A batch that fails for good leaves a gap, so the producer then bumps its epoch and the
+partition's sequences restart at 0 (KIP-360).
+
 Partitioning as Kafka's default: an explicit partition wins; a key goes to murmur2(key) mod
 partitions; keyless records stick to one partition until its batch closes (KIP-480).
 `send_batch()` is the bulk path: many records in one call, encoded straight into batches.
@@ -39,7 +46,13 @@ from tidelog.common.errors import (
     TidelogError,
     error_for,
 )
-from tidelog.common.record.batch import BATCH_OVERHEAD, RECORD_COLUMNS_BYTES, Headers, encode_batch
+from tidelog.common.record.batch import (
+    BATCH_OVERHEAD,
+    NO_PRODUCER_ID,
+    RECORD_COLUMNS_BYTES,
+    Headers,
+    encode_batch,
+)
 from tidelog.common.record.compression import CompressionType
 from tidelog.v1 import broker_pb2
 
@@ -48,6 +61,8 @@ __all__ = ["BulkDelivery", "Producer", "RecordDelivery", "RecordMetadata"]
 log = structlog.get_logger(__name__)
 
 ACKS: Final = {"0": 0, "1": 1, "all": -1, "-1": -1}
+SEQUENCE_LIMIT: Final = 2**31  # sequences wrap to 0 after 2**31 - 1
+PRODUCER_EPOCH_MAX: Final = 2**15 - 1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -61,13 +76,18 @@ class RecordMetadata:
 class _Batch:
     __slots__ = (
         "attempts",
+        "base_sequence",
         "created",
+        "encoded",
         "future",
         "headers",
         "keys",
         "next_attempt_at",
         "partition",
+        "producer_epoch",
+        "producer_id",
         "reserved",
+        "serial",
         "size",
         "timestamp",
         "timestamps",
@@ -75,7 +95,8 @@ class _Batch:
         "values",
     )
 
-    def __init__(self, topic: str, partition: int, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, topic: str, partition: int, loop: asyncio.AbstractEventLoop, serial: int) -> None:
+        self.serial = serial  # creation order: a partition's batches are sent in this order
         self.topic = topic
         self.partition = partition
         self.values: list[bytes | None] = []
@@ -89,15 +110,29 @@ class _Batch:
         self.attempts = 0
         self.next_attempt_at = 0.0
         self.reserved = 0  # bytes of buffer.memory this batch holds
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = -1
+        self.base_sequence = -1  # set when first sent (idempotence), kept for every retry
+        self.encoded: bytes | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
 
     def encode(self, compression: CompressionType) -> bytes:
-        return encode_batch(
-            self.values,
-            keys=self.keys,
-            headers=self.headers,
-            timestamps=self.timestamp if self.timestamps is None else self.timestamps,
-            compression=compression,
-        )
+        """The batch's bytes, encoded once: a retry sends exactly what the first attempt did."""
+        if self.encoded is None:
+            self.encoded = encode_batch(
+                self.values,
+                keys=self.keys,
+                headers=self.headers,
+                timestamps=self.timestamp if self.timestamps is None else self.timestamps,
+                compression=compression,
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                base_sequence=self.base_sequence,
+            )
+        return self.encoded
 
 
 class RecordDelivery:
@@ -145,7 +180,8 @@ class Producer:
         self,
         bootstrap: Sequence[str],
         *,
-        acks: str | int = 1,
+        acks: str | int = "all",
+        enable_idempotence: bool = True,
         batch_size: int = 16_384,
         linger_ms: int = 5,
         compression_type: str = "none",
@@ -162,6 +198,8 @@ class Producer:
         if not 0 < batch_size <= max_request_size:
             raise InvalidRequestError("batch.size must be positive and at most max.request.size")
         self.acks = ACKS[str(acks)]
+        # Idempotence needs acks=all; with other acks it is off (as Kafka >= 3.0 does when unset).
+        self.idempotent = enable_idempotence and self.acks == -1
         self.batch_size = batch_size
         self.linger_s = linger_ms / 1000
         self.compression = CompressionType.from_name(compression_type)
@@ -185,6 +223,13 @@ class Producer:
         self._closed = False
         self._sender: asyncio.Task[None] | None = None
         self._rng = random.Random()
+        self._serial = 0
+        self._requeued = False  # a retried batch went back to the front: re-sort before sending
+        self._producer_id = NO_PRODUCER_ID
+        self._producer_epoch = 0
+        self._next_sequence: dict[tuple[str, int], int] = {}
+        self._unacked: dict[tuple[str, int], collections.deque[_Batch]] = {}  # sequenced, in order
+        self._sending: set[tuple[str, int]] = set()  # partitions with a batch in a request in flight
 
     async def __aenter__(self) -> Producer:
         return self
@@ -244,7 +289,7 @@ class Producer:
         await self._reserve(size)
         batch = self._open.get((topic, partition))
         if batch is None:
-            batch = self._open[(topic, partition)] = _Batch(topic, partition, asyncio.get_running_loop())
+            batch = self._open[(topic, partition)] = self._new_batch(topic, partition)
             self._ensure_sender()
             self._wakeup.set()  # the sender must learn this batch's linger deadline
         index = len(batch.values)
@@ -266,6 +311,10 @@ class Producer:
         if batch.size >= self.batch_size:
             self._close_batch(batch)
         return RecordDelivery(batch, index)
+
+    def _new_batch(self, topic: str, partition: int) -> _Batch:
+        self._serial += 1
+        return _Batch(topic, partition, asyncio.get_running_loop(), self._serial)
 
     def _sticky_partition(self, topic: str, count: int) -> int:
         current = self._sticky.get(topic)
@@ -291,7 +340,6 @@ class Producer:
     ) -> BulkDelivery:
         """Bulk path: queue many records at once as ready batches of about batch.size bytes."""
         count = await self._partition_count(topic)
-        loop = asyncio.get_running_loop()
         per_record = RECORD_COLUMNS_BYTES + (len(values[0] or b"") if values else 0)
         chunk = max(1, (self.batch_size - BATCH_OVERHEAD) // max(per_record, 1))
         batches: list[_Batch] = []
@@ -309,7 +357,7 @@ class Producer:
             for start in range(0, len(indexes), chunk):
                 picked = indexes[start : start + chunk]
                 chosen = target if target >= 0 else (partition if partition is not None else self._rng.randrange(count))
-                batch = _Batch(topic, chosen, loop)
+                batch = self._new_batch(topic, chosen)
                 if timestamp is not None:
                     batch.timestamp = timestamp
                 if len(picked) == len(values):
@@ -347,7 +395,10 @@ class Producer:
             self._wakeup.clear()
             now = time.monotonic()
             next_expiry = self._close_expired(now)
-            retry_at = await self._dispatch(now)
+            if self.idempotent and self._producer_id == NO_PRODUCER_ID and self._ready:
+                retry_at: float | None = await self._init_producer_id()
+            else:
+                retry_at = await self._dispatch(now)
             if self._closed and not self._open and not self._ready and not self._in_flight:
                 return
             waits = [at for at in (next_expiry, retry_at) if at is not None]
@@ -355,35 +406,95 @@ class Producer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
 
+    async def _init_producer_id(self) -> float | None:
+        """InitProducerId from any broker; the time to try again when none gave one."""
+        request = broker_pb2.InitProducerIdRequest()
+        for endpoint in [*self.metadata.bootstrap, *self.metadata.brokers.values()]:
+            try:
+                response = await self.connections.broker(endpoint).InitProducerId(
+                    request, timeout=self.request_timeout_s
+                )
+            except grpc.aio.AioRpcError as error:
+                log.info("init_producer_id_failed", endpoint=endpoint, error=error.code().name)
+                continue
+            if response.error_code == 0:
+                self._producer_id, self._producer_epoch = response.producer_id, response.producer_epoch
+                log.info("producer_id_assigned", producer_id=self._producer_id)
+                return time.monotonic()
+            log.info("init_producer_id_failed", endpoint=endpoint, error=response.error_message)
+        for batch in list(self._ready):
+            if time.monotonic() - batch.created > self.delivery_timeout_s:
+                self._fail(batch, RequestTimedOutError("no producer id could be obtained within delivery.timeout.ms"))
+        return time.monotonic() + self.retry_backoff_s
+
+    def _assign_sequence(self, batch: _Batch) -> None:
+        key = batch.key
+        sequence = self._next_sequence.get(key, 0)
+        batch.producer_id, batch.producer_epoch, batch.base_sequence = (
+            self._producer_id,
+            self._producer_epoch,
+            sequence,
+        )
+        self._next_sequence[key] = (sequence + len(batch.values)) % SEQUENCE_LIMIT
+        self._unacked.setdefault(key, collections.deque()).append(batch)
+
+    def _reset_sequences(self, reason: str) -> None:
+        """A sequenced batch failed for good: new epoch, sequences from 0 (KIP-360)."""
+        self._producer_epoch += 1
+        if self._producer_epoch > PRODUCER_EPOCH_MAX:
+            self._producer_id, self._producer_epoch = NO_PRODUCER_ID, 0  # a fresh id on the next send
+        self._next_sequence.clear()
+        log.warning("producer_epoch_bumped", producer_id=self._producer_id, epoch=self._producer_epoch, reason=reason)
+
     async def _dispatch(self, now: float) -> float | None:
-        """Start one request per idle leader with its ready batches; the next retry time, if any."""
+        """Start one request per idle leader with its ready batches; the next retry time, if any.
+
+        A partition's batches go in creation order: once one of them cannot go now (backing
+        off, no leader, its leader busy, or one in flight), the later ones wait behind it.
+        """
         by_leader: dict[str, list[_Batch]] = {}
         waiting: list[_Batch] = []
         retry_at: float | None = None
         refresh = False
+        blocked = set(self._sending)
+        if self._requeued:
+            self._ready = collections.deque(sorted(self._ready, key=lambda batch: batch.serial))
+            self._requeued = False
         while self._ready:
             batch = self._ready.popleft()
+            if batch.key in blocked:
+                waiting.append(batch)
+                continue
             if batch.next_attempt_at > now:
                 waiting.append(batch)
+                blocked.add(batch.key)
                 retry_at = batch.next_attempt_at if retry_at is None else min(retry_at, batch.next_attempt_at)
                 continue
             try:
                 endpoint = self.metadata.leader_endpoint(batch.topic, batch.partition)
             except TidelogError as error:
                 refresh = True
+                blocked.add(batch.key)
                 if self._retry_later(batch, error):
                     waiting.append(batch)
                     retry_at = batch.next_attempt_at if retry_at is None else min(retry_at, batch.next_attempt_at)
                 continue
             if endpoint in self._in_flight:
                 waiting.append(batch)
+                blocked.add(batch.key)
                 continue
             by_leader.setdefault(endpoint, []).append(batch)
         for endpoint, batches in by_leader.items():
             request_batches, rest = _fit(batches, self.max_request_size)
             waiting.extend(rest)
+            if self.idempotent:
+                for batch in request_batches:
+                    if batch.base_sequence < 0:
+                        self._assign_sequence(batch)
+            self._sending.update(batch.key for batch in request_batches)
             task = asyncio.create_task(self._send(endpoint, request_batches))
             self._in_flight[endpoint] = task
+        waiting.sort(key=lambda batch: batch.serial)
         self._ready.extend(waiting)
         if refresh:
             try:
@@ -410,15 +521,17 @@ class Producer:
                 for batch in batches:
                     if self._retry_later(batch, failure):
                         self._ready.appendleft(batch)
+                        self._requeued = True
                 await self._refresh_quietly()
                 return
             retried = False
             for batch, result in zip(batches, response.partitions, strict=True):
                 if result.error_code == 0:
                     self._complete(batch, (result.base_offset, result.log_append_time_ms))
-                elif result.error_code in RETRIABLE_CODES:
+                elif result.error_code in RETRIABLE_CODES or self._behind_a_retry(batch, result.error_code):
                     if self._retry_later(batch, error_for(result.error_code, result.error_message)):
                         self._ready.appendleft(batch)
+                        self._requeued = True
                     retried = True
                 else:
                     self._fail(batch, error_for(result.error_code, result.error_message))
@@ -431,7 +544,15 @@ class Producer:
             raise
         finally:
             self._in_flight.pop(endpoint, None)
+            self._sending.difference_update(batch.key for batch in batches)
             self._wakeup.set()
+
+    def _behind_a_retry(self, batch: _Batch, code: int) -> bool:
+        """OUT_OF_ORDER_SEQUENCE for a batch whose predecessor is still to be retried: retry it too."""
+        if code != ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER or not self.idempotent:
+            return False
+        pending = self._unacked.get(batch.key)
+        return pending is not None and len(pending) > 0 and pending[0] is not batch
 
     async def _refresh_quietly(self) -> None:
         try:
@@ -455,8 +576,19 @@ class Producer:
         assert self._buffered >= 0
         self._buffer_freed.set()
 
+    def _forget_sequenced(self, batch: _Batch) -> bool:
+        """Drop an answered batch from its partition's unacknowledged ones; whether it was there."""
+        pending = self._unacked.get(batch.key)
+        if not pending or batch not in pending:
+            return False
+        pending.remove(batch)
+        if not pending:
+            del self._unacked[batch.key]
+        return True
+
     def _complete(self, batch: _Batch, result: tuple[int, int]) -> None:
         self._release(batch)
+        self._forget_sequenced(batch)
         if not batch.future.done():
             batch.future.set_result(result)
 
@@ -464,6 +596,8 @@ class Producer:
         self._release(batch)
         if batch in self._ready:
             self._ready.remove(batch)
+        if self._forget_sequenced(batch) and batch.producer_epoch == self._producer_epoch:
+            self._reset_sequences(str(error))  # its sequence is now a gap nothing will fill
         if not batch.future.done():
             batch.future.set_exception(error)
             batch.future.exception()  # retrieved: a failed delivery nobody awaits is not an "unhandled" error

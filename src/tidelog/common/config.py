@@ -233,6 +233,12 @@ BROKER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     _int("replica.fetch.wait.max.ms", 500, "A follower's fetch long-polls the leader for up to this long.", minimum=1),
     _int("replica.fetch.max.bytes", MIB, "Bytes a follower fetches per partition and request.", minimum=1024),
     _int("replica.fetch.backoff.ms", 200, "Wait after a follower's fetch fails before the next.", minimum=0),
+    _long(
+        "producer.id.expiration.ms",
+        86_400_000,
+        "A partition forgets an idempotent producer silent this long (its sequences restart unchecked).",
+        minimum=1,
+    ),
 )
 
 CONTROLLER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
@@ -255,9 +261,15 @@ PRODUCER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     ConfigDef(
         "acks",
         ConfigType.STRING,
-        "1",
+        "all",
         "0: no wait; 1: the leader appended; all: every in-sync replica.",
         choices=("0", "1", "all", "-1"),
+    ),
+    ConfigDef(
+        "enable.idempotence",
+        ConfigType.BOOLEAN,
+        True,
+        "Each batch written once even when retried (producer id + sequences); only with acks=all.",
     ),
     _int("batch.size", 16_384, "A partition's batch is sent once it holds this many bytes.", minimum=1),
     _long("linger.ms", 5, "...or once it is this old.", minimum=0),

@@ -12,19 +12,25 @@ import enum
 __all__ = [
     "RETRIABLE_CODES",
     "CorruptRecordError",
+    "DuplicateSequenceError",
     "ErrorCode",
     "InvalidConfigError",
     "InvalidPartitionsError",
+    "InvalidProducerEpochError",
     "InvalidRecordError",
+    "InvalidReplicaAssignmentError",
     "InvalidReplicationFactorError",
     "InvalidRequestError",
     "InvalidTopicError",
     "KafkaStorageError",
     "LeaderNotAvailableError",
+    "NoReassignmentInProgressError",
     "NotControllerError",
     "NotEnoughReplicasError",
     "NotLeaderOrFollowerError",
     "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
+    "ReassignmentInProgressError",
     "RecordTooLargeError",
     "RemoteError",
     "RequestTimedOutError",
@@ -54,6 +60,8 @@ class ErrorCode(enum.IntEnum):
     REPLICA_NOT_AVAILABLE = 9
     MESSAGE_TOO_LARGE = 10
     STALE_CONTROLLER_EPOCH = 11
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
     INVALID_TOPIC_EXCEPTION = 17
     RECORD_LIST_TOO_LARGE = 18
     NOT_ENOUGH_REPLICAS = 19
@@ -69,6 +77,14 @@ class ErrorCode(enum.IntEnum):
     POLICY_VIOLATION = 44
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
+    CLUSTER_AUTHORIZATION_FAILED = 31
+    UNKNOWN_PRODUCER_ID = 59
+    REASSIGNMENT_IN_PROGRESS = 60
+    PREFERRED_LEADER_NOT_AVAILABLE = 80
+    ELECTION_NOT_NEEDED = 84
+    NO_REASSIGNMENT_IN_PROGRESS = 85
+    INVALID_REPLICA_ASSIGNMENT = 39
     KAFKA_STORAGE_ERROR = 56
     TOPIC_DELETION_DISABLED = 73
     UNSUPPORTED_COMPRESSION_TYPE = 76
@@ -90,6 +106,8 @@ RETRIABLE_CODES = frozenset(
         ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
         ErrorCode.KAFKA_STORAGE_ERROR,
         ErrorCode.NOT_CONTROLLER,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
         ErrorCode.BROKER_NOT_AVAILABLE,
         ErrorCode.REPLICA_NOT_AVAILABLE,
         ErrorCode.FENCED_LEADER_EPOCH,
@@ -244,6 +262,42 @@ class RequestTimedOutError(TidelogError):
     """The request timed out."""
 
     code = ErrorCode.REQUEST_TIMED_OUT
+
+
+class OutOfOrderSequenceError(TidelogError):
+    """An idempotent producer's batch does not follow the last sequence the broker has."""
+
+    code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class DuplicateSequenceError(TidelogError):
+    """A batch repeats a sequence already written (answered as success when it is alone)."""
+
+    code = ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+
+
+class InvalidProducerEpochError(TidelogError):
+    """A producer epoch older than the partition has seen: a newer instance fenced this one."""
+
+    code = ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+class InvalidReplicaAssignmentError(TidelogError):
+    """A replica list names unknown or repeated brokers, or has the wrong length."""
+
+    code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+
+
+class ReassignmentInProgressError(TidelogError):
+    """The partition is being reassigned: the change asked for must wait."""
+
+    code = ErrorCode.REASSIGNMENT_IN_PROGRESS
+
+
+class NoReassignmentInProgressError(TidelogError):
+    """Cancel asked for a partition that is not being reassigned."""
+
+    code = ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
 
 
 def _classes_by_code() -> dict[ErrorCode, type[TidelogError]]:

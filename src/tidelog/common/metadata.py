@@ -1,8 +1,9 @@
 """Tidelog's metadata in etcd: the key layout and the JSON records under each key.
 
 Defined once here; docs/metadata.md explains it. Writers: brokers write only their own
-registration; everything else is written by the active controller in transactions fenced by its
-election key (tidelog.common.etcd.election). Values are JSON objects, one record type per key kind.
+registration and claim producer-id blocks (compare-and-swap on one counter); everything else is
+written by the active controller in transactions fenced by its election key
+(tidelog.common.etcd.election). Values are JSON objects, one record type per key kind.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ __all__ = [
     "BROKERS_PREFIX",
     "CONTROLLER_ELECTION_PREFIX",
     "CONTROLLER_EPOCH_KEY",
+    "PRODUCER_ID_BLOCK_KEY",
     "TOPICS_PREFIX",
     "BrokerRegistration",
     "ControllerRecord",
     "PartitionStateRecord",
+    "ProducerIdBlockRecord",
     "TopicRecord",
     "broker_key",
     "parse_topics_key",
@@ -35,6 +38,7 @@ BROKERS_PREFIX: Final = f"{ROOT}/brokers/ids/"
 CONTROLLER_ELECTION_PREFIX: Final = f"{ROOT}/controller/election"
 CONTROLLER_EPOCH_KEY: Final = f"{ROOT}/controller/epoch"
 TOPICS_PREFIX: Final = f"{ROOT}/topics/"
+PRODUCER_ID_BLOCK_KEY: Final = f"{ROOT}/producer-ids/block"
 TOPIC_NAME_LENGTH_MAX: Final = 249
 _TOPIC_NAME: Final = re.compile(r"^[a-zA-Z0-9._-]+$")
 _PARTITION_STATE_KEY: Final = re.compile(r"^(?P<topic>[^/]+)/partitions/(?P<partition>\d+)/state$")
@@ -142,3 +146,20 @@ class PartitionStateRecord(_JsonRecord):
     def __post_init__(self) -> None:
         assert self.leader == -1 or self.leader in self.isr, "the leader is always in the ISR"
         assert self.leader_epoch >= 0 and self.partition_epoch >= 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProducerIdBlockRecord(_JsonRecord):
+    """/tidelog/producer-ids/block: the last block of producer ids handed to a broker (KIP-730).
+
+    A broker claims [first_id, first_id + size) by replacing the record it read (compared on its
+    mod revision), so no two brokers ever hand out the same id.
+    """
+
+    broker_id: int
+    first_id: int
+    size: int
+
+    @property
+    def next_first_id(self) -> int:
+        return self.first_id + self.size

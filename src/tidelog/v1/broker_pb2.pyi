@@ -184,6 +184,24 @@ class MetadataResponse(_message.Message):
     topics: _containers.RepeatedCompositeFieldContainer[TopicMetadata]
     def __init__(self, brokers: _Optional[_Iterable[_Union[_common_pb2.BrokerEndpoint, _Mapping]]] = ..., controller_id: _Optional[int] = ..., controller_endpoint: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicMetadata, _Mapping]]] = ...) -> None: ...
 
+class InitProducerIdRequest(_message.Message):
+    __slots__ = ("transactional_id",)
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    def __init__(self, transactional_id: _Optional[str] = ...) -> None: ...
+
+class InitProducerIdResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "producer_id", "producer_epoch")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    producer_id: int
+    producer_epoch: int
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...
+
 class LeaderAndIsrRequest(_message.Message):
     __slots__ = ("controller_id", "controller_epoch", "partitions", "topic_configs_json", "live_leaders", "full", "broker_incarnation")
     class TopicConfigsJsonEntry(_message.Message):

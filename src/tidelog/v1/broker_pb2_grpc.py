@@ -54,6 +54,11 @@ class BrokerStub:
                 request_serializer=tidelog_dot_v1_dot_broker__pb2.MetadataRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_broker__pb2.MetadataResponse.FromString,
                 _registered_method=True)
+        self.InitProducerId = channel.unary_unary(
+                '/tidelog.v1.Broker/InitProducerId',
+                request_serializer=tidelog_dot_v1_dot_broker__pb2.InitProducerIdRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_broker__pb2.InitProducerIdResponse.FromString,
+                _registered_method=True)
         self.OffsetsForLeaderEpoch = channel.unary_unary(
                 '/tidelog.v1.Broker/OffsetsForLeaderEpoch',
                 request_serializer=tidelog_dot_v1_dot_broker__pb2.OffsetsForLeaderEpochRequest.SerializeToString,
@@ -99,6 +104,13 @@ class BrokerServicer:
 
     def Metadata(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InitProducerId(self, request, context):
+        """A producer id for an idempotent producer (KIP-98); any broker answers.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -152,6 +164,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Metadata,
                     request_deserializer=tidelog_dot_v1_dot_broker__pb2.MetadataRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_broker__pb2.MetadataResponse.SerializeToString,
+            ),
+            'InitProducerId': grpc.unary_unary_rpc_method_handler(
+                    servicer.InitProducerId,
+                    request_deserializer=tidelog_dot_v1_dot_broker__pb2.InitProducerIdRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_broker__pb2.InitProducerIdResponse.SerializeToString,
             ),
             'OffsetsForLeaderEpoch': grpc.unary_unary_rpc_method_handler(
                     servicer.OffsetsForLeaderEpoch,
@@ -282,6 +299,33 @@ class Broker:
             '/tidelog.v1.Broker/Metadata',
             tidelog_dot_v1_dot_broker__pb2.MetadataRequest.SerializeToString,
             tidelog_dot_v1_dot_broker__pb2.MetadataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InitProducerId(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Broker/InitProducerId',
+            tidelog_dot_v1_dot_broker__pb2.InitProducerIdRequest.SerializeToString,
+            tidelog_dot_v1_dot_broker__pb2.InitProducerIdResponse.FromString,
             options,
             channel_credentials,
             insecure,

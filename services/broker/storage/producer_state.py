@@ -1,0 +1,272 @@
+"""Idempotent-producer state of one partition (Kafka's ProducerStateManager, KIP-98).
+
+For every producer id that wrote to the partition: its producer epoch and the metadata of its last
+`PRODUCER_BATCHES_RETAINED` batches (first/last sequence, last offset). The leader checks each
+incoming batch against it before appending:
+
+    epoch older than the one on record          → INVALID_PRODUCER_EPOCH (a newer instance fenced it)
+    same (first, last) sequence as a kept batch → duplicate: answered with the original offsets
+    first sequence ≠ last sequence + 1          → OUT_OF_ORDER_SEQUENCE_NUMBER
+    a new epoch must start at sequence 0; a producer with no state may start anywhere
+
+Followers update the state from the batches they copy, without checks, so a new leader has it.
+
+Persistence: `<20-digit offset>.snapshot` files hold the state as of that offset (written at every
+segment roll and on close, atomically). Opening loads the newest snapshot at or below the log end
+and replays batch headers from there; truncation reloads from the newest snapshot at or below the
+truncation point. Snapshots of deleted segments go with them (the newest is always kept).
+
+Not thread-safe: the owning PartitionLog calls it under its lock.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Final
+
+import structlog
+
+from tidelog.broker.storage.checkpoint import write_atomically
+from tidelog.common.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from tidelog.common.record.batch import BatchHeader
+
+__all__ = [
+    "PRODUCER_BATCHES_RETAINED",
+    "BatchMetadata",
+    "ProducerEntry",
+    "ProducerStateManager",
+]
+
+log = structlog.get_logger(__name__)
+
+PRODUCER_BATCHES_RETAINED: Final = 5  # Kafka's NumBatchesToRetain; also the client's in-flight bound
+SNAPSHOT_SUFFIX: Final = ".snapshot"
+SNAPSHOT_VERSION: Final = 1
+SEQUENCE_MAX: Final = 2**31 - 1
+_SNAPSHOT_NAME: Final = re.compile(r"^(\d{20})\.snapshot$")
+
+
+def next_sequence(sequence: int, increment: int = 1) -> int:
+    """Sequences wrap from 2**31 - 1 to 0, as Kafka's do."""
+    return (sequence + increment) % (SEQUENCE_MAX + 1)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    first_sequence: int
+    last_sequence: int
+    last_offset: int
+    offset_delta: int
+    timestamp: int
+
+    @property
+    def first_offset(self) -> int:
+        return self.last_offset - self.offset_delta
+
+
+@dataclasses.dataclass(slots=True)
+class ProducerEntry:
+    producer_id: int
+    epoch: int
+    batches: collections.deque[BatchMetadata] = dataclasses.field(
+        default_factory=lambda: collections.deque(maxlen=PRODUCER_BATCHES_RETAINED)
+    )
+    last_timestamp: int = -1
+
+    @property
+    def last_sequence(self) -> int:
+        return self.batches[-1].last_sequence if self.batches else -1
+
+    def find_duplicate(self, header: BatchHeader) -> BatchMetadata | None:
+        last_sequence = next_sequence(header.base_sequence, header.last_offset_delta)
+        for batch in self.batches:
+            if batch.first_sequence == header.base_sequence and batch.last_sequence == last_sequence:
+                return batch
+        return None
+
+    def copy(self) -> ProducerEntry:
+        return ProducerEntry(
+            self.producer_id,
+            self.epoch,
+            collections.deque(self.batches, maxlen=PRODUCER_BATCHES_RETAINED),
+            self.last_timestamp,
+        )
+
+
+def snapshot_file_name(offset: int) -> str:
+    return f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+class ProducerStateManager:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.producers: dict[int, ProducerEntry] = {}
+        self.map_end_offset = 0  # the state covers every batch below this offset
+
+    # ---- checks (leader) -------------------------------------------------------------------
+
+    def check(self, headers: Iterable[BatchHeader]) -> BatchMetadata | None:
+        """Validate producer batches about to be appended together, in order.
+
+        Returns the original batch when the append is exactly one batch already written (the
+        caller answers it with the original offsets and appends nothing). Raises on a fenced
+        epoch or a sequence gap, and DuplicateSequence-like cases inside a larger append as
+        out of order. Nothing is changed.
+        """
+        pending: dict[int, ProducerEntry] = {}
+        headers = list(headers)
+        for header in headers:
+            if header.producer_id < 0:
+                continue
+            entry = pending.get(header.producer_id) or self.producers.get(header.producer_id)
+            if entry is None:
+                entry = ProducerEntry(header.producer_id, header.producer_epoch)
+            if header.producer_epoch < entry.epoch:
+                raise InvalidProducerEpochError(
+                    f"producer {header.producer_id} epoch {header.producer_epoch} is older than {entry.epoch}"
+                )
+            if header.producer_epoch == entry.epoch and entry.batches:
+                duplicate = entry.find_duplicate(header)
+                if duplicate is not None:
+                    if len(headers) == 1:
+                        return duplicate
+                    raise OutOfOrderSequenceError(
+                        f"producer {header.producer_id}: batch at sequence {header.base_sequence} is a duplicate "
+                        "inside a multi-batch append"
+                    )
+                expected = next_sequence(entry.last_sequence)
+                if header.base_sequence != expected:
+                    raise OutOfOrderSequenceError(
+                        f"producer {header.producer_id} epoch {header.producer_epoch}: sequence "
+                        f"{header.base_sequence}, expected {expected}"
+                    )
+            elif header.producer_epoch > entry.epoch and entry.batches and header.base_sequence != 0:
+                raise OutOfOrderSequenceError(
+                    f"producer {header.producer_id}: new epoch {header.producer_epoch} must start at sequence 0, "
+                    f"not {header.base_sequence}"
+                )
+            updated = entry.copy()
+            _apply(updated, header)
+            pending[header.producer_id] = updated
+        return None
+
+    # ---- updates (leader and follower) -----------------------------------------------------
+
+    def update(self, header: BatchHeader) -> None:
+        """Record an appended batch (with its final offsets)."""
+        assert header.base_offset >= self.map_end_offset or header.producer_id < 0, "batches come in offset order"
+        if header.producer_id >= 0:
+            entry = self.producers.get(header.producer_id)
+            if entry is None:
+                entry = self.producers[header.producer_id] = ProducerEntry(header.producer_id, header.producer_epoch)
+            _apply(entry, header)
+        self.map_end_offset = max(self.map_end_offset, header.next_offset)
+
+    def advance_to(self, offset: int) -> None:
+        """The state covers the log up to `offset` (batches without producers need no entry)."""
+        self.map_end_offset = max(self.map_end_offset, offset)
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers silent for `producer.id.expiration.ms`; how many were removed."""
+        expired = [
+            producer_id
+            for producer_id, entry in self.producers.items()
+            if entry.last_timestamp >= 0 and now_ms - entry.last_timestamp > expiration_ms
+        ]
+        for producer_id in expired:
+            del self.producers[producer_id]
+        return len(expired)
+
+    # ---- snapshots -------------------------------------------------------------------------
+
+    def snapshot_offsets(self) -> list[int]:
+        return sorted(int(match[1]) for name in os.listdir(self.directory) if (match := _SNAPSHOT_NAME.match(name)))
+
+    def take_snapshot(self) -> None:
+        """Write the state as of `map_end_offset` (atomically; an existing one is replaced)."""
+        producers = [
+            [
+                entry.producer_id,
+                entry.epoch,
+                entry.last_timestamp,
+                [
+                    [b.first_sequence, b.last_sequence, b.last_offset, b.offset_delta, b.timestamp]
+                    for b in entry.batches
+                ],
+            ]
+            for entry in self.producers.values()
+        ]
+        data = json.dumps({"version": SNAPSHOT_VERSION, "offset": self.map_end_offset, "producers": producers})
+        write_atomically(self.directory / snapshot_file_name(self.map_end_offset), data.encode())
+
+    def _read_snapshot(self, offset: int) -> dict[int, ProducerEntry] | None:
+        path = self.directory / snapshot_file_name(offset)
+        try:
+            document = json.loads(path.read_bytes())
+            if document["version"] != SNAPSHOT_VERSION or document["offset"] != offset:
+                raise ValueError("version or offset mismatch")
+            producers: dict[int, ProducerEntry] = {}
+            for producer_id, epoch, last_timestamp, batches in document["producers"]:
+                entry = ProducerEntry(int(producer_id), int(epoch), last_timestamp=int(last_timestamp))
+                entry.batches.extend(BatchMetadata(*(int(field) for field in batch)) for batch in batches)
+                producers[entry.producer_id] = entry
+            return producers
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            log.warning("producer_snapshot_unreadable", path=str(path), error=str(error))
+            path.unlink(missing_ok=True)
+            return None
+
+    def load_latest(self, at_most: int) -> int:
+        """Reset to the newest readable snapshot at or below `at_most`; returns its offset (0 if none).
+
+        Snapshots above `at_most` describe records no longer in the log: they are deleted. The
+        caller replays batch headers from the returned offset.
+        """
+        for offset in reversed(self.snapshot_offsets()):
+            if offset > at_most:
+                (self.directory / snapshot_file_name(offset)).unlink(missing_ok=True)
+                continue
+            producers = self._read_snapshot(offset)
+            if producers is not None:
+                self.producers = producers
+                self.map_end_offset = offset
+                return offset
+        self.producers = {}
+        self.map_end_offset = 0
+        return 0
+
+    def delete_snapshots_below(self, offset: int) -> None:
+        """Drop snapshots of deleted segments, keeping the newest one in any case."""
+        offsets = self.snapshot_offsets()
+        for old in offsets[:-1]:
+            if old < offset:
+                (self.directory / snapshot_file_name(old)).unlink(missing_ok=True)
+
+    def clear(self, offset: int) -> None:
+        """Forget everything (the log was emptied and restarts at `offset`)."""
+        for old in self.snapshot_offsets():
+            (self.directory / snapshot_file_name(old)).unlink(missing_ok=True)
+        self.producers = {}
+        self.map_end_offset = offset
+
+
+def _apply(entry: ProducerEntry, header: BatchHeader) -> None:
+    if header.producer_epoch != entry.epoch:  # the leader only lets epochs grow; replays follow the log
+        entry.epoch = header.producer_epoch
+        entry.batches.clear()
+    entry.batches.append(
+        BatchMetadata(
+            header.base_sequence,
+            next_sequence(header.base_sequence, header.last_offset_delta),
+            header.last_offset,
+            header.last_offset_delta,
+            header.max_timestamp,
+        )
+    )
+    entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
