@@ -1,7 +1,9 @@
 """Fault scenarios (3 brokers, RF=3, min.insync.replicas=2, acks=all, a producer writing all along),
 modelled on Kafka's replication_test: hard kills and bounces of leaders, brokers and the controller.
-Each prints records acked / consumed / lost / duplicated and the failover times. Duplicates are
-counted, not yet refused: the idempotent producer that removes them comes later in issue 4.
+Each prints records acked / consumed / lost / duplicated and the failover times; any loss, any
+duplicate, a record the live consumer saw vanishing, or two leaders in one epoch fails it.
+Brokers hold 1 s etcd sessions here (broker.session.timeout.ms=1000), so a dead broker is noticed
+within about a second: failover times are measured against that.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from tests.faults.harness import isr_size, leader, verify, writing
 from tidelog.client import AdminClient
 
 KILLS = 3
+SESSION_MS = 1000
 
 
 async def test_kill_the_leader_again_and_again(tmp_path: Path) -> None:
-    async with started_cluster(tmp_path / "cluster", session_timeout_ms=2000) as cluster:
+    async with started_cluster(tmp_path / "cluster", session_timeout_ms=SESSION_MS) as cluster:
         async with (
             AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin,
             writing(cluster, admin) as producer,
@@ -37,7 +40,7 @@ async def test_kill_the_leader_again_and_again(tmp_path: Path) -> None:
 
 
 async def test_kill_two_of_three_then_bring_them_back(tmp_path: Path) -> None:
-    async with started_cluster(tmp_path / "cluster", session_timeout_ms=2000) as cluster:
+    async with started_cluster(tmp_path / "cluster", session_timeout_ms=SESSION_MS) as cluster:
         async with (
             AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin,
             writing(cluster, admin) as producer,
@@ -56,7 +59,7 @@ async def test_kill_two_of_three_then_bring_them_back(tmp_path: Path) -> None:
 
 
 async def test_kill_the_active_controller(tmp_path: Path) -> None:
-    async with started_cluster(tmp_path / "cluster", session_timeout_ms=2000) as cluster:
+    async with started_cluster(tmp_path / "cluster", session_timeout_ms=SESSION_MS) as cluster:
         async with (
             AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin,
             writing(cluster, admin) as producer,
@@ -72,7 +75,7 @@ async def test_kill_the_active_controller(tmp_path: Path) -> None:
 
 
 async def test_restart_a_broker_with_its_data_wiped(tmp_path: Path) -> None:
-    async with started_cluster(tmp_path / "cluster", session_timeout_ms=2000) as cluster:
+    async with started_cluster(tmp_path / "cluster", session_timeout_ms=SESSION_MS) as cluster:
         async with (
             AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin,
             writing(cluster, admin) as producer,
@@ -94,6 +97,29 @@ async def test_restart_a_broker_with_its_data_wiped(tmp_path: Path) -> None:
             cluster.signal(f"broker-{survivor}", signal.SIGKILL)  # the re-filled replica must now serve
             await producer.time_failover(killed_at)
         await verify(cluster, producer, "restart a broker with its data wiped, then kill the leader")
+
+
+async def test_stop_a_follower_then_resume_it(tmp_path: Path) -> None:
+    # The follower is frozen (SIGSTOP), not dead: its lease runs out, or the lag does, and the ISR
+    # loses it, so acks=all goes on with two replicas; resumed, it catches up and rejoins.
+    async with started_cluster(
+        tmp_path / "cluster", session_timeout_ms=SESSION_MS, broker_args=["--replica-lag-time-max-ms", "1000"]
+    ) as cluster:
+        async with (
+            AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin,
+            writing(cluster, admin) as producer,
+        ):
+            current = await leader(admin)
+            victim = next(broker for broker in cluster.broker_ids if broker != current)
+            stopped_at = time.monotonic()
+            cluster.signal(f"broker-{victim}", signal.SIGSTOP)
+            await wait_until(lambda: _isr_is(admin, 2), timeout_s=30, what="the frozen follower to leave the ISR")
+            await producer.wait_acks(100)
+            await producer.time_failover(stopped_at)
+            cluster.signal(f"broker-{victim}", signal.SIGCONT)
+            await wait_until(lambda: _isr_is(admin, 3), timeout_s=60, what="the resumed follower to rejoin")
+            await producer.wait_acks(100)
+        await verify(cluster, producer, "SIGSTOP a follower, then SIGCONT it")
 
 
 async def _isr_is(admin: AdminClient, size: int) -> bool:

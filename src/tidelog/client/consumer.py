@@ -64,6 +64,7 @@ class Consumer:
         fetch_max_bytes: int = 50 * 1024 * 1024,
         max_partition_fetch_bytes: int = 1024 * 1024,
         request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
         connections: Connections | None = None,
     ) -> None:
         if auto_offset_reset not in RESET_POLICIES:
@@ -74,6 +75,8 @@ class Consumer:
         self.fetch_max_bytes = fetch_max_bytes
         self.max_partition_fetch_bytes = max_partition_fetch_bytes
         self.request_timeout_s = request_timeout_ms / 1000
+        self.retry_backoff_s = retry_backoff_ms / 1000
+        self._backoff_until: dict[str, float] = {}  # endpoints whose last fetch failed
         self.connections = connections or Connections()
         self._owns_connections = connections is None
         self.metadata = ClusterMetadata(bootstrap, self.connections, request_timeout_s=self.request_timeout_s)
@@ -209,7 +212,9 @@ class Consumer:
     async def _start_fetches(self, max_wait_ms: int) -> None:
         """Send a fetch to every leader that has none in flight, for its partitions not in flight."""
         busy = {tp for partitions in self._in_flight.values() for tp in partitions}
+        now = time.monotonic()
         busy_endpoints = {task.get_name() for task in self._in_flight}
+        busy_endpoints |= {endpoint for endpoint, until in self._backoff_until.items() if until > now}
         by_leader: dict[str, list[TopicPartition]] = {}
         for tp, position in self._positions.items():
             if tp in busy or position is None:
@@ -299,6 +304,7 @@ class Consumer:
             return response
         except grpc.aio.AioRpcError as error:
             log.info("fetch_failed", endpoint=endpoint, code=error.code().name)
+            self._backoff_until[endpoint] = time.monotonic() + self.retry_backoff_s
             return None
 
     async def _refresh_quietly(self) -> None:

@@ -302,6 +302,7 @@ CONSUMER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     _int("fetch.max.bytes", 50 * MIB, "Bytes one fetch response may carry.", minimum=1024),
     _int("max.partition.fetch.bytes", MIB, "Bytes one partition contributes to a fetch.", minimum=1024),
     _int("request.timeout.ms", 30_000, "Deadline of one request to a broker (beyond its long poll).", minimum=1),
+    _long("retry.backoff.ms", 100, "Wait before fetching again from a broker whose fetch failed.", minimum=0),
 )
 
 ALL_CONFIGS: Final[tuple[ConfigDef, ...]] = (

@@ -70,6 +70,12 @@ class EtcdServer:
                 f"tidelog-etcd={peer_url}",
                 "--log-level",
                 "warn",
+                # One member, so these only set the shortest lease etcd grants (1.5 election ticks
+                # of heartbeats = 0.75 s): session timeouts down to 1 s are then honoured as asked.
+                "--heartbeat-interval",
+                "50",
+                "--election-timeout",
+                "500",
             ],
             stdout=log_file,
             stderr=subprocess.STDOUT,
