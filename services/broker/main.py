@@ -13,6 +13,7 @@ import structlog
 from etcd3aio import Etcd3Client
 
 from tidelog.broker.broker_service import BrokerService
+from tidelog.broker.controlled_shutdown import controlled_shutdown
 from tidelog.broker.isr_manager import IsrManager
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.producer_id_manager import ProducerIdManager
@@ -46,6 +47,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--replica-fetch-max-bytes", type=int, default=1024 * 1024, help="replica.fetch.max.bytes")
     parser.add_argument("--replica-fetch-backoff-ms", type=int, default=200, help="replica.fetch.backoff.ms")
     parser.add_argument("--producer-id-expiration-ms", type=int, default=86_400_000, help="producer.id.expiration.ms")
+    parser.add_argument(
+        "--controlled-shutdown-enable", choices=["true", "false"], default="true", help="controlled.shutdown.enable"
+    )
+    parser.add_argument(
+        "--controlled-shutdown-max-retries", type=int, default=3, help="controlled.shutdown.max.retries"
+    )
+    parser.add_argument(
+        "--controlled-shutdown-retry-backoff-ms", type=int, default=5000, help="controlled.shutdown.retry.backoff.ms"
+    )
     parser.add_argument(
         "--log-config",
         action="append",
@@ -116,6 +126,14 @@ async def serve(args: argparse.Namespace) -> None:
     log.info("broker_started", endpoint=f"{args.host}:{args.port}", data_dir=args.data_dir)
     await stopping.wait()
     log.info("broker_stopping")
+    if args.controlled_shutdown_enable == "true":
+        await controlled_shutdown(
+            metadata,
+            args.id,
+            replicas.incarnation,
+            max_retries=args.controlled_shutdown_max_retries,
+            backoff_ms=args.controlled_shutdown_retry_backoff_ms,
+        )
     await mark_serving(health, ["tidelog.v1.Broker"], serving=False)
     await registration.deregister()  # the controller moves leadership away now, not after a timeout
     await server.stop(grace=2)

@@ -137,6 +137,9 @@ class ReplicaManager:
         self.cleaner = LogCleaner(lambda: [partition.log for partition in list(self.partitions.values())])
         self.fetchers = ReplicaFetcherManager(broker_id, self.run_io, **(fetcher_options or {}))
         self.fetchers.on_appended = self._follower_appended
+        # Controller requests change replicas one at a time (Kafka's replicaStateChangeLock): a
+        # StopReplica deleting a folder must not race a LeaderAndIsr closing the same log.
+        self._state_change = asyncio.Lock()
 
     def _follower_appended(self, key: tuple[str, int]) -> None:
         partition = self.partitions.get(key)
@@ -164,6 +167,10 @@ class ReplicaManager:
         self.controller_epoch = epoch
 
     async def leader_and_isr(self, request: broker_pb2.LeaderAndIsrRequest) -> list[broker_pb2.PartitionError]:
+        async with self._state_change:
+            return await self._leader_and_isr(request)
+
+    async def _leader_and_isr(self, request: broker_pb2.LeaderAndIsrRequest) -> list[broker_pb2.PartitionError]:
         self.check_controller_epoch(request.controller_epoch)
         self.check_incarnation(request.broker_incarnation)
         errors = []
@@ -252,11 +259,12 @@ class ReplicaManager:
             hosted.advance_high_watermark(self.broker_id)
 
     async def stop_replicas(self, request: broker_pb2.StopReplicaRequest) -> None:
-        self.check_controller_epoch(request.controller_epoch)
-        self.check_incarnation(request.broker_incarnation)
-        for state in request.partitions:
-            await self._stop((state.topic, state.partition), delete=request.delete_partitions)
-        self._update_gauges()
+        async with self._state_change:
+            self.check_controller_epoch(request.controller_epoch)
+            self.check_incarnation(request.broker_incarnation)
+            for state in request.partitions:
+                await self._stop((state.topic, state.partition), delete=request.delete_partitions)
+            self._update_gauges()
 
     async def _stop(self, key: tuple[str, int], *, delete: bool) -> None:
         self.fetchers.unfollow(key)

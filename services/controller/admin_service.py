@@ -89,6 +89,62 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
                 controller_endpoint=await self.controller.active_endpoint(),
             )
 
+    async def _whole(self, method: str, response: Any, work: Any) -> Any:
+        """Requests answered as a whole: NOT_CONTROLLER (with the active endpoint) or the result."""
+        try:
+            result = await work()
+            ADMIN_REQUESTS.labels(method, "ok").inc()
+            return result
+        except NotControllerError as error:
+            ADMIN_REQUESTS.labels(method, "not_controller").inc()
+            response.error_code = int(error.code)
+            response.controller_endpoint = await self.controller.active_endpoint()
+            return response
+        except TidelogError as error:
+            ADMIN_REQUESTS.labels(method, "error").inc()
+            response.error_code = int(error.code)
+            if hasattr(response, "error_message"):
+                response.error_message = error.message
+            return response
+
+    async def ElectLeaders(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:  # noqa: N802
+        async def work() -> controller_pb2.ElectLeadersResponse:
+            return controller_pb2.ElectLeadersResponse(partitions=await self.controller.elect_leaders(request))
+
+        return await self._whole("ElectLeaders", controller_pb2.ElectLeadersResponse(), work)
+
+    async def AlterPartitionReassignments(  # noqa: N802
+        self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> Any:
+        async def work() -> controller_pb2.AlterPartitionReassignmentsResponse:
+            results = await self.controller.alter_reassignments(request)
+            return controller_pb2.AlterPartitionReassignmentsResponse(partitions=results)
+
+        return await self._whole(
+            "AlterPartitionReassignments", controller_pb2.AlterPartitionReassignmentsResponse(), work
+        )
+
+    async def ListPartitionReassignments(  # noqa: N802
+        self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> Any:
+        async def work() -> controller_pb2.ListPartitionReassignmentsResponse:
+            return controller_pb2.ListPartitionReassignmentsResponse(
+                reassignments=self.controller.ongoing_reassignments()
+            )
+
+        return await self._whole(
+            "ListPartitionReassignments", controller_pb2.ListPartitionReassignmentsResponse(), work
+        )
+
+    async def ControlledShutdown(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:  # noqa: N802
+        async def work() -> controller_pb2.ControlledShutdownResponse:
+            remaining = await self.controller.controlled_shutdown(request.broker_id, request.broker_incarnation)
+            return controller_pb2.ControlledShutdownResponse(
+                remaining=[controller_pb2.TopicPartitionRef(topic=topic, partition=p) for topic, p in remaining]
+            )
+
+        return await self._whole("ControlledShutdown", controller_pb2.ControlledShutdownResponse(), work)
+
     async def DescribeCluster(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:  # noqa: N802
         controller = self.controller
         if not controller.active.is_set():

@@ -33,7 +33,10 @@ from tidelog.common.errors import (
     ErrorCode,
     InvalidPartitionsError,
     InvalidRequestError,
+    NoReassignmentInProgressError,
     NotControllerError,
+    ReassignmentInProgressError,
+    RemoteError,
     TidelogError,
     TopicAlreadyExistsError,
     TopicDeletionDisabledError,
@@ -56,10 +59,12 @@ from tidelog.common.metadata import (
     topic_key,
     validate_topic_name,
 )
+from tidelog.controller import reassignment
 from tidelog.controller.assignment import assign_replicas, rack_alternated
 from tidelog.controller.broker_requests import BrokerRequests
 from tidelog.controller.cluster_state import ClusterState, Versioned
 from tidelog.controller.controller_config import ControllerConfig
+from tidelog.controller.leader_balance import imbalanced_partitions, preferred_state, unclean_state
 from tidelog.v1 import common_pb2, controller_pb2
 
 __all__ = ["Controller"]
@@ -108,6 +113,7 @@ class Controller:
         self._queued_push: dict[int, asyncio.Future[None]] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._unsynced: set[int] = set()  # live brokers the last whole-state push did not reach
+        self._shutting_down: set[int] = set()  # brokers in controlled shutdown: never elected again
         self._stopping = asyncio.Event()
         self._deposed = asyncio.Event()
 
@@ -170,14 +176,16 @@ class Controller:
             )
             await self._initialise_missing_states()
             await self._elect_leaders(lambda state: state.leader not in self.state.brokers)
+            await self._advance_reassignments()  # a move the previous controller left under way
             self.active.set()
         await self.propagate(self.state.brokers)
         watcher = asyncio.create_task(self._watch_brokers(revision + 1))
         resync = asyncio.create_task(self._resync())
+        rebalance = asyncio.create_task(self._rebalance_leaders())
         try:
             await self._until_stopping(self._first_of(session.done.wait(), self._deposed.wait(), watcher))
         finally:
-            for task in (watcher, resync, *self._background):
+            for task in (watcher, resync, rebalance, *self._background):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
@@ -300,7 +308,7 @@ class Controller:
     ) -> PartitionStateRecord | None:
         """The state after electing from the live ISR (the preferred replica first), or None if unchanged."""
         # `fenced`: brokers that left or came back as a new process; their old replica state is gone.
-        live = {broker for broker in self.state.brokers if broker not in fenced}
+        live = {broker for broker in self.state.brokers if broker not in fenced and broker not in self._shutting_down}
         replicas = self.state.topics[topic].value.replicas(partition)
         live_isr = [broker for broker in state.isr if broker in live]
         candidates = [broker for broker in replicas if broker in live_isr]
@@ -366,12 +374,14 @@ class Controller:
                         previous = self.state.brokers.get(broker_id)
                         if previous is not None and previous.incarnation != registration.incarnation:
                             removed.add(broker_id)  # a new life: out of every ISR, as if it had left
+                            self._shutting_down.discard(broker_id)
                         else:
                             removed.discard(broker_id)
                         self.state.brokers[broker_id] = registration
                         added.add(broker_id)
                     else:
                         self.state.brokers.pop(broker_id, None)
+                        self._shutting_down.discard(broker_id)
                         removed.add(broker_id)
                         added.discard(broker_id)
                 log.info(
@@ -381,6 +391,7 @@ class Controller:
                 await self._elect_leaders(_affected_by(frozenset(removed)), fenced=frozenset(removed))
                 # ... then as if the re-registered ones returned: they lead what only they can lead.
                 await self._elect_leaders(lambda state: state.leader == -1)
+                await self._advance_reassignments()
             self.propagate_soon(self.state.brokers)  # the next change is handled without waiting
 
     # ---- propagation -----------------------------------------------------------------------
@@ -621,18 +632,298 @@ class Controller:
                 return _alter_error(
                     ErrorCode.INELIGIBLE_REPLICA, "the ISR must hold the leader and only replicas", current
                 )
-            if any(broker not in self.state.brokers for broker in set(new_isr) - set(state.isr)):
-                return _alter_error(ErrorCode.INELIGIBLE_REPLICA, "only live brokers join the ISR", current)
+            joining = set(new_isr) - set(state.isr)
+            if any(broker not in self.state.brokers or broker in self._shutting_down for broker in joining):
+                return _alter_error(
+                    ErrorCode.INELIGIBLE_REPLICA, "only live brokers not shutting down join the ISR", current
+                )
             next_state = dataclasses.replace(
                 state, isr=new_isr, partition_epoch=state.partition_epoch + 1, controller_epoch=self.epoch
             )
             await self._write_states({key: next_state})
             log.info("isr_changed", topic=request.topic, partition=request.partition, isr=new_isr)
+            await self._advance_reassignments([key])  # phase A may just have ended
             committed = self.state.partition_proto(*key)
         # The leader applies the answer itself; the others learn it in the background (a stalled
         # follower must not hold up the answer past the leader's deadline).
         self.propagate_soon(self.state.brokers)
         return controller_pb2.AlterPartitionResponse(state=committed)
+
+    # ---- leader elections on request, and the automatic rebalance --------------------------
+
+    async def elect_leaders(self, request: controller_pb2.ElectLeadersRequest) -> list[controller_pb2.PartitionResult]:
+        """Preferred or unclean elections for the partitions asked (all when none are named)."""
+        unclean = request.election_type == controller_pb2.UNCLEAN
+        async with self._mutex:
+            self._require_active()
+            keys = [(ref.topic, ref.partition) for ref in request.partitions] or sorted(self.state.partitions)
+            results, changes = self._elections(keys, unclean=unclean)
+            if changes:
+                await self._write_states(changes)
+                log.info("leaders_elected_on_request", partitions=len(changes), unclean=unclean)
+        if changes:
+            await self.propagate(self.state.brokers)
+        return results
+
+    def _elections(
+        self, keys: list[tuple[str, int]], *, unclean: bool
+    ) -> tuple[list[controller_pb2.PartitionResult], dict[tuple[str, int], PartitionStateRecord]]:
+        live = set(self.state.brokers) - self._shutting_down
+        elect = unclean_state if unclean else preferred_state
+        results = []
+        changes: dict[tuple[str, int], PartitionStateRecord] = {}
+        for topic, partition in keys:
+            result = controller_pb2.PartitionResult(topic=topic, partition=partition)
+            held = self.state.partitions.get((topic, partition))
+            if held is None or topic not in self.state.topics:
+                result.error_code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                result.error_message = f"{topic}-{partition} is unknown"
+            else:
+                replicas = self.state.topics[topic].value.replicas(partition)
+                outcome = elect(replicas, held.value, live, self.epoch)
+                if isinstance(outcome, ErrorCode):
+                    result.error_code = int(outcome)
+                    result.error_message = outcome.name.lower().replace("_", " ")
+                else:
+                    changes[(topic, partition)] = outcome
+            results.append(result)
+        return results, changes
+
+    async def _rebalance_leaders(self) -> None:
+        """auto.leader.rebalance.enable: every check interval, preferred elections where imbalanced."""
+        if not self.config.auto_leader_rebalance_enable:
+            return
+        while True:
+            await asyncio.sleep(self.config.leader_imbalance_check_interval_s)
+            try:
+                async with self._mutex:
+                    if not self.active.is_set():
+                        continue
+                    moving = {
+                        (topic, int(partition))
+                        for topic, versioned in self.state.topics.items()
+                        for partition in versioned.value.original
+                    }
+                    assignments = {
+                        key: self.state.topics[key[0]].value.replicas(key[1])
+                        for key in self.state.partitions
+                        if key[0] in self.state.topics and key not in moving
+                    }
+                    states = {key: versioned.value for key, versioned in self.state.partitions.items()}
+                    keys = imbalanced_partitions(
+                        assignments,
+                        states,
+                        set(self.state.brokers) - self._shutting_down,
+                        self.config.leader_imbalance_per_broker_percentage,
+                    )
+                    _, changes = self._elections(keys, unclean=False)
+                    if changes:
+                        await self._write_states(changes)
+                        log.info("leaders_rebalanced", partitions=len(changes))
+                if changes:
+                    await self.propagate(self.state.brokers)
+            except (ConflictError, FencedError):
+                raise
+            except Exception:
+                log.exception("leader_rebalance_failed")
+
+    # ---- reassignment (KIP-455; reassignment.py has the phases) -----------------------------
+
+    def _reassignment_of(self, topic: str, partition: int) -> reassignment.Reassignment | None:
+        record = self.state.topics[topic].value
+        name = str(partition)
+        if name not in record.original:
+            return None
+        return reassignment.Reassignment(
+            replicas=record.replicas(partition),
+            adding=list(record.adding.get(name, [])),
+            removing=list(record.removing.get(name, [])),
+            original=list(record.original[name]),
+        )
+
+    def ongoing_reassignments(self) -> list[controller_pb2.OngoingReassignment]:
+        self._require_active()
+        ongoing = []
+        for topic in sorted(self.state.topics):
+            for partition in self.state.topic_partitions(topic):
+                moving = self._reassignment_of(topic, partition)
+                if moving is not None:
+                    ongoing.append(
+                        controller_pb2.OngoingReassignment(
+                            topic=topic,
+                            partition=partition,
+                            replicas=moving.replicas,
+                            adding=moving.adding,
+                            removing=moving.removing,
+                        )
+                    )
+        return ongoing
+
+    async def alter_reassignments(
+        self, request: controller_pb2.AlterPartitionReassignmentsRequest
+    ) -> list[controller_pb2.PartitionResult]:
+        results = []
+        async with self._mutex:
+            self._require_active()
+            for entry in request.partitions:
+                result = controller_pb2.PartitionResult(topic=entry.topic, partition=entry.partition)
+                try:
+                    await self._reassign(entry)
+                except TidelogError as error:
+                    result.error_code, result.error_message = int(error.code), error.message
+                results.append(result)
+        await self.propagate(self.state.brokers)  # added replicas start copying; removed ones stop
+        return results
+
+    async def _reassign(self, entry: controller_pb2.ReassignablePartition) -> None:
+        key = (entry.topic, entry.partition)
+        if entry.topic not in self.state.topics or key not in self.state.partitions:
+            raise UnknownTopicOrPartitionError(f"{entry.topic}-{entry.partition} is unknown")
+        ongoing = self._reassignment_of(*key)
+        if entry.cancel:
+            if ongoing is None:
+                raise NoReassignmentInProgressError(f"{entry.topic}-{entry.partition} is not being reassigned")
+            await self._finish_reassignment(key, reassignment.cancel(ongoing), cancelled=True)
+            return
+        if ongoing is not None:
+            raise ReassignmentInProgressError(
+                f"{entry.topic}-{entry.partition} is being reassigned to {ongoing.target}; cancel that first"
+            )
+        current = self.state.topics[entry.topic].value.replicas(entry.partition)
+        moving = reassignment.plan(current, list(entry.replicas), self.state.brokers)
+        if moving.replicas == current:
+            return  # already there
+        state = self.state.partitions[key].value
+        record = self.state.topics[entry.topic].value
+        name = str(entry.partition)
+        updated = dataclasses.replace(
+            record,
+            assignment={**record.assignment, name: moving.replicas},
+            adding={**record.adding, name: moving.adding},
+            removing={**record.removing, name: moving.removing},
+            original={**record.original, name: moving.original},
+        )
+        next_state = dataclasses.replace(state, partition_epoch=state.partition_epoch + 1, controller_epoch=self.epoch)
+        await self._commit_topic(entry.topic, updated, {key: next_state})
+        log.info("reassignment_started", topic=entry.topic, partition=entry.partition, **dataclasses.asdict(moving))
+        await self._advance_reassignments([key])  # nothing to add: phase A is already over
+
+    async def _advance_reassignments(self, keys: Iterable[tuple[str, int]] | None = None) -> None:
+        """Phase B for every reassignment whose target replicas are all in sync (mutex held)."""
+        if keys is None:
+            keys = [
+                (topic, int(partition))
+                for topic, versioned in self.state.topics.items()
+                for partition in versioned.value.original
+            ]
+        for key in list(keys):
+            if key[0] not in self.state.topics or key not in self.state.partitions:
+                continue
+            moving = self._reassignment_of(*key)
+            if moving is not None and reassignment.target_in_sync(moving, self.state.partitions[key].value):
+                await self._finish_reassignment(key, moving, cancelled=False)
+
+    async def _finish_reassignment(
+        self, key: tuple[str, int], moving: reassignment.Reassignment, *, cancelled: bool
+    ) -> None:
+        topic, partition = key
+        live = set(self.state.brokers) - self._shutting_down
+        next_state = reassignment.finish(moving, self.state.partitions[key].value, live, self.epoch)
+        if next_state is None:
+            if cancelled:
+                raise ReassignmentInProgressError(
+                    f"{topic}-{partition}: no original replica is alive and in sync to lead; try again later"
+                )
+            return  # phase B waits for a replica of the target to be able to lead
+        record = self.state.topics[topic].value
+        name = str(partition)
+        updated = dataclasses.replace(
+            record,
+            assignment={**record.assignment, name: moving.target},
+            adding={other: brokers for other, brokers in record.adding.items() if other != name},
+            removing={other: brokers for other, brokers in record.removing.items() if other != name},
+            original={other: brokers for other, brokers in record.original.items() if other != name},
+        )
+        await self._commit_topic(topic, updated, {key: next_state})
+        log.info(
+            "reassignment_cancelled" if cancelled else "reassignment_completed",
+            topic=topic,
+            partition=partition,
+            replicas=moving.target,
+            removed=moving.removing,
+        )
+        removed = [broker for broker in moving.removing if broker in self.state.brokers]
+        if removed:
+            stopped = common_pb2.PartitionState(topic=topic, partition=partition, replicas=removed)
+            self.propagate_soon(self.state.brokers)
+            task = asyncio.create_task(
+                self.broker_requests.stop_replicas(
+                    [stopped], self.config.controller_id, self.epoch, self.state.brokers, delete=True
+                )
+            )
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _commit_topic(
+        self, topic: str, record: TopicRecord, states: dict[tuple[str, int], PartitionStateRecord]
+    ) -> None:
+        """The topic record and some of its partition states in one fenced, compared transaction."""
+        held = self.state.topics[topic]
+        compares = [compare_mod_revision(topic_key(topic), held.mod_revision)]
+        compares += [
+            compare_mod_revision(partition_state_key(*key), self.state.partitions[key].mod_revision) for key in states
+        ]
+        puts = {topic_key(topic): record.to_json()}
+        puts.update({partition_state_key(*key): state.to_json() for key, state in states.items()})
+        revision = await self._commit(compares, puts)
+        self.state.topics[topic] = Versioned(record, revision)
+        for key, state in states.items():
+            self.state.partitions[key] = Versioned(state, revision)
+
+    # ---- controlled shutdown ---------------------------------------------------------------
+
+    async def controlled_shutdown(self, broker_id: int, incarnation: str) -> list[tuple[str, int]]:
+        """Move the broker's leaderships to other in-sync replicas and take it out of the ISRs.
+
+        Returns the partitions it still leads (no other replica in sync); the broker may ask again.
+        """
+        async with self._mutex:
+            self._require_active()
+            registered = self.state.brokers.get(broker_id)
+            if registered is None or registered.incarnation != incarnation:
+                raise RemoteError(ErrorCode.STALE_BROKER_EPOCH, f"broker {broker_id} is not registered as this process")
+            self._shutting_down.add(broker_id)
+            live = set(self.state.brokers) - self._shutting_down
+            remaining: list[tuple[str, int]] = []
+            changes: dict[tuple[str, int], PartitionStateRecord] = {}
+            for key, versioned in sorted(self.state.partitions.items()):
+                state = versioned.value
+                if broker_id not in state.isr or key[0] not in self.state.topics:
+                    continue
+                isr = [broker for broker in state.isr if broker != broker_id]
+                leader = state.leader
+                if state.leader == broker_id:
+                    replicas = self.state.topics[key[0]].value.replicas(key[1])
+                    candidates = [broker for broker in replicas if broker in isr and broker in live]
+                    if not candidates:
+                        remaining.append(key)
+                        continue
+                    leader = candidates[0]
+                elif not isr:
+                    continue
+                changes[key] = dataclasses.replace(
+                    state,
+                    leader=leader,
+                    isr=isr,
+                    leader_epoch=state.leader_epoch + (leader != state.leader),
+                    partition_epoch=state.partition_epoch + 1,
+                    controller_epoch=self.epoch,
+                )
+            if changes:
+                await self._write_states(changes)
+            log.info("controlled_shutdown", broker=broker_id, moved=len(changes), remaining=len(remaining))
+        await self.propagate(self.state.brokers)  # the new leaders serve before the broker goes
+        return remaining
 
     async def controllers(self) -> list[str]:
         prefix = (CONTROLLER_ELECTION_PREFIX + "/").encode()

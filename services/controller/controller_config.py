@@ -16,3 +16,6 @@ class ControllerConfig:
     delete_topic_enable: bool = True  # delete.topic.enable
     session_ttl_s: int = 6  # controller.session.timeout.ms / 1000: etcd lease TTL
     broker_request_timeout_s: float = 5.0  # controller.socket.timeout.ms / 1000
+    auto_leader_rebalance_enable: bool = True  # auto.leader.rebalance.enable
+    leader_imbalance_check_interval_s: float = 300.0  # leader.imbalance.check.interval.seconds
+    leader_imbalance_per_broker_percentage: int = 10  # leader.imbalance.per.broker.percentage

@@ -30,6 +30,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--default-replication-factor", type=int, default=1)
     parser.add_argument("--delete-topic-enable", choices=["true", "false"], default="true")
     parser.add_argument("--session-timeout-ms", type=int, default=6000)
+    parser.add_argument("--auto-leader-rebalance-enable", choices=["true", "false"], default="true")
+    parser.add_argument("--leader-imbalance-check-interval-seconds", type=float, default=300.0)
+    parser.add_argument("--leader-imbalance-per-broker-percentage", type=int, default=10)
     return parser.parse_args(argv)
 
 
@@ -43,6 +46,9 @@ async def serve(args: argparse.Namespace) -> None:
         default_replication_factor=args.default_replication_factor,
         delete_topic_enable=args.delete_topic_enable == "true",
         session_ttl_s=max(1, args.session_timeout_ms // 1000),
+        auto_leader_rebalance_enable=args.auto_leader_rebalance_enable == "true",
+        leader_imbalance_check_interval_s=args.leader_imbalance_check_interval_seconds,
+        leader_imbalance_per_broker_percentage=args.leader_imbalance_per_broker_percentage,
     )
     stopping = stop_on_signals()
     etcd = Etcd3Client([args.etcd])

@@ -48,6 +48,7 @@ class LocalCluster:
         metrics: bool = False,
         broker_log_configs: dict[str, str] | None = None,
         broker_args: list[str] | None = None,
+        controller_args: list[str] | None = None,
     ) -> None:
         self.data_dir = data_dir.resolve()
         self.broker_ids = list(range(1, brokers + 1))
@@ -56,6 +57,7 @@ class LocalCluster:
         self.metrics = metrics
         self.broker_log_configs = dict(broker_log_configs or {})
         self.broker_args = list(broker_args or [])
+        self.controller_args = list(controller_args or [])
         self.ports = self._load_ports()
         self.etcd = EtcdServer(
             self.data_dir / "etcd", client_port=self.ports.etcd_client, peer_port=self.ports.etcd_peer
@@ -113,6 +115,8 @@ class LocalCluster:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                # Own session: a terminal's Ctrl-C reaches only `dev up`, which stops them in order.
+                start_new_session=True,
             )
 
     def start_broker(self, broker_id: int) -> None:
@@ -148,6 +152,7 @@ class LocalCluster:
         ]
         if self.metrics:
             arguments += ["--metrics-port", str(self.ports.metrics[f"controller-{controller_id}"])]
+        arguments += self.controller_args
         self._spawn(f"controller-{controller_id}", "tidelog.controller.main", arguments)
 
     def start(self) -> None:
@@ -171,20 +176,23 @@ class LocalCluster:
         return None
 
     def stop(self) -> None:
-        """SIGTERM every process (brokers first: they deregister and flush), then etcd."""
-        names = sorted(self.processes, key=lambda name: (not name.startswith("broker"), name))
-        for name in names:
-            if self.processes[name].poll() is None:
-                self.processes[name].send_signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
-                self.processes[name].send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        for name in names:
-            process = self.processes.pop(name)
-            try:
-                process.wait(timeout=max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        """SIGTERM brokers first (they hand leadership away, deregister and flush, which needs a
+        controller), wait for them, then the controllers, then etcd."""
+        brokers = sorted(name for name in self.processes if name.startswith("broker"))
+        others = sorted(name for name in self.processes if not name.startswith("broker"))
+        for group in (brokers, others):
+            for name in group:
+                if self.processes[name].poll() is None:
+                    self.processes[name].send_signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
+                    self.processes[name].send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + STOP_TIMEOUT_S
+            for name in group:
+                process = self.processes.pop(name)
+                try:
+                    process.wait(timeout=max(deadline - time.monotonic(), 0.1))
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
         self.etcd.stop()
 
     # ---- readiness -------------------------------------------------------------------------

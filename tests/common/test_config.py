@@ -90,11 +90,18 @@ def test_process_defaults_are_the_registry_defaults() -> None:
     assert broker.io_threads == _default("num.io.threads")
     assert broker.flush_interval_ms == _default("log.flush.scheduler.interval.ms")
     assert broker.retention_check_interval_ms == _default("log.retention.check.interval.ms")
+    assert broker.producer_id_expiration_ms == _default("producer.id.expiration.ms")
+    assert broker.controlled_shutdown_enable == str(_default("controlled.shutdown.enable")).lower()
+    assert broker.controlled_shutdown_max_retries == _default("controlled.shutdown.max.retries")
+    assert broker.controlled_shutdown_retry_backoff_ms == _default("controlled.shutdown.retry.backoff.ms")
     controller = controller_main.parse_args(["--id", "1", "--port", "1", "--etcd", "e"])
     assert controller.session_timeout_ms == _default("controller.session.timeout.ms")
     assert controller.num_partitions == _default("num.partitions")
     assert controller.default_replication_factor == _default("default.replication.factor")
     assert controller.delete_topic_enable == str(_default("delete.topic.enable")).lower()
+    assert controller.auto_leader_rebalance_enable == str(_default("auto.leader.rebalance.enable")).lower()
+    assert controller.leader_imbalance_check_interval_seconds == _default("leader.imbalance.check.interval.seconds")
+    assert controller.leader_imbalance_per_broker_percentage == _default("leader.imbalance.per.broker.percentage")
     assert _default("socket.request.max.bytes") == GRPC_MESSAGE_BYTES_MAX
     assert _default("fetch.max.bytes") == FETCH_BYTES_MAX
     assert _default("fetch.max.wait.ms.max") == FETCH_WAIT_MS_MAX

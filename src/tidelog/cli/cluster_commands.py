@@ -1,4 +1,4 @@
-"""`tidelog topic ...`, `tidelog produce`, `tidelog consume`, `tidelog cluster describe`.
+"""`tidelog topic ...`, `tidelog leader elect`, `tidelog produce`, `tidelog consume`, `tidelog cluster describe`.
 
 Endpoints: `--bootstrap host:port,...` (or TIDELOG_BOOTSTRAP); by default those of the local
 cluster `tidelog dev up` runs on `--data-dir` (./data).
@@ -123,6 +123,62 @@ async def _topic_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def _partition_refs(results: dict[tuple[str, int], TidelogError | None]) -> list[list[object]]:
+    return [
+        [f"{topic}-{partition}", "ok" if error is None else str(error)]
+        for (topic, partition), error in sorted(results.items())
+    ]
+
+
+async def _topic_reassign(args: argparse.Namespace) -> int:
+    if args.cancel == bool(args.replicas):
+        raise SystemExit("give either --replicas B1,B2,... or --cancel")
+    target = None if args.cancel else [int(broker) for broker in args.replicas.split(",")]
+    async with _admin(args) as admin:
+        results = await admin.alter_partition_reassignments({(args.name, args.partition): target})
+    error = results[(args.name, args.partition)]
+    if error is not None:
+        raise error
+    if args.cancel:
+        print(f"cancelled the reassignment of {args.name}-{args.partition}")
+    else:
+        print(f"reassigning {args.name}-{args.partition} to {target}; follow it with `tidelog topic reassignments`")
+    return 0
+
+
+async def _topic_reassignments(args: argparse.Namespace) -> int:
+    async with _admin(args) as admin:
+        ongoing = await admin.list_partition_reassignments()
+    rows = [
+        [
+            f"{entry.topic}-{entry.partition}",
+            ",".join(map(str, entry.replicas)),
+            ",".join(map(str, entry.adding)),
+            ",".join(map(str, entry.removing)),
+        ]
+        for entry in ongoing
+    ]
+    print(table(["partition", "replicas (RS)", "adding (AR)", "removing (RR)"], rows) if rows else "none under way")
+    return 0
+
+
+async def _leader_elect(args: argparse.Namespace) -> int:
+    partitions: list[tuple[str, int]] = []
+    if args.topic is not None:
+        async with _admin(args) as admin:
+            described = (await admin.describe_topics([args.topic]))[args.topic]
+        if isinstance(described, TidelogError):
+            raise described
+        numbers = [args.partition] if args.partition is not None else [p.partition for p in described.partitions]
+        partitions = [(args.topic, number) for number in numbers]
+    elif args.partition is not None:
+        raise SystemExit("--partition needs --topic")
+    async with _admin(args) as admin:
+        results = await admin.elect_leaders(partitions, unclean=args.type == "unclean")
+    print(table(["partition", "result"], _partition_refs(results)))
+    return 0
+
+
 async def _cluster_describe(args: argparse.Namespace) -> int:
     async with _admin(args) as admin:
         cluster = await admin.describe_cluster()
@@ -189,11 +245,23 @@ async def _consume(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_cluster_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    def endpoints(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--bootstrap", help="broker endpoints host:port,... (default: the dev cluster)")
-        parser.add_argument("--data-dir", default="data", help="the dev cluster's folder (default: ./data)")
+def endpoints(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap", help="broker endpoints host:port,... (default: the dev cluster)")
+    parser.add_argument("--data-dir", default="data", help="the dev cluster's folder (default: ./data)")
 
+
+def add_cluster_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    _add_topic_commands(commands)
+    _add_leader_commands(commands)
+    _add_data_commands(commands)
+    cluster = commands.add_parser("cluster", help="the cluster's brokers and controllers")
+    cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True)
+    cluster_describe = cluster_commands.add_parser("describe")
+    cluster_describe.set_defaults(handler=_run(_cluster_describe))
+    endpoints(cluster_describe)
+
+
+def _add_topic_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     topic = commands.add_parser("topic", help="create, list, describe, alter and delete topics")
     topic_commands = topic.add_subparsers(dest="topic_command", required=True)
     create = topic_commands.add_parser("create")
@@ -216,14 +284,35 @@ def add_cluster_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     delete = topic_commands.add_parser("delete")
     delete.add_argument("name")
     delete.set_defaults(handler=_run(_topic_delete))
-    for parser in (create, listing, describe, alter, delete):
+    reassign = topic_commands.add_parser("reassign", help="move a partition's replicas, or cancel a move")
+    reassign.add_argument("name")
+    reassign.add_argument("--partition", type=int, required=True)
+    reassign.add_argument("--replicas", help="target broker ids, preferred leader first: 2,3,4")
+    reassign.add_argument("--cancel", action="store_true", help="stop the move under way, back to the old replicas")
+    reassign.set_defaults(handler=_run(_topic_reassign))
+    reassignments = topic_commands.add_parser("reassignments", help="moves under way")
+    reassignments.set_defaults(handler=_run(_topic_reassignments))
+    for parser in (create, listing, describe, alter, delete, reassign, reassignments):
         endpoints(parser)
 
+
+def _add_leader_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    leader = commands.add_parser("leader", help="leader elections")
+    leader_commands = leader.add_subparsers(dest="leader_command", required=True)
+    elect = leader_commands.add_parser("elect", help="preferred (default) or unclean leader election")
+    elect.add_argument("--topic", help="only this topic (default: every partition)")
+    elect.add_argument("--partition", type=int, help="only this partition of --topic")
+    elect.add_argument("--type", choices=["preferred", "unclean"], default="preferred")
+    elect.set_defaults(handler=_run(_leader_elect))
+    endpoints(elect)
+
+
+def _add_data_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     produce = commands.add_parser("produce", help="produce lines from stdin, one record each")
     produce.add_argument("topic")
     produce.add_argument("--key-separator", help="split each line into key and value at this string")
     produce.add_argument("--partition", type=int)
-    produce.add_argument("--acks", default="1", choices=["0", "1", "all"])
+    produce.add_argument("--acks", default="all", choices=["0", "1", "all"])
     produce.add_argument("--linger-ms", type=int, default=5)
     produce.set_defaults(handler=_run(_produce))
     endpoints(produce)
@@ -239,9 +328,3 @@ def add_cluster_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     consume.add_argument("--print-key", action="store_true")
     consume.set_defaults(handler=_run(_consume))
     endpoints(consume)
-
-    cluster = commands.add_parser("cluster", help="the cluster's brokers and controllers")
-    cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True)
-    cluster_describe = cluster_commands.add_parser("describe")
-    cluster_describe.set_defaults(handler=_run(_cluster_describe))
-    endpoints(cluster_describe)

@@ -190,6 +190,69 @@ class AdminClient:
         )
         return response
 
+    # ---- leaders and reassignments -----------------------------------------------------------
+
+    async def elect_leaders(
+        self, partitions: Sequence[tuple[str, int]] = (), *, unclean: bool = False
+    ) -> dict[tuple[str, int], TidelogError | None]:
+        """Preferred (or unclean) leader election; every partition when none are named.
+
+        Per partition: None when a new leader was elected, else why not (ELECTION_NOT_NEEDED, ...).
+        """
+        request = controller_pb2.ElectLeadersRequest(
+            election_type=controller_pb2.UNCLEAN if unclean else controller_pb2.PREFERRED,
+            partitions=[controller_pb2.TopicPartitionRef(topic=topic, partition=p) for topic, p in partitions],
+        )
+        response = await self._call(
+            lambda endpoint: self.connections.controller(endpoint).ElectLeaders(request, timeout=self.request_timeout_s)
+        )
+        _raise_whole(response)
+        return _partition_results(response.partitions)
+
+    async def alter_partition_reassignments(
+        self, targets: Mapping[tuple[str, int], Sequence[int] | None]
+    ) -> dict[tuple[str, int], TidelogError | None]:
+        """Move partitions to the replica lists given (preferred first); None cancels a move."""
+        request = controller_pb2.AlterPartitionReassignmentsRequest(
+            partitions=[
+                controller_pb2.ReassignablePartition(
+                    topic=topic, partition=partition, replicas=list(replicas or ()), cancel=replicas is None
+                )
+                for (topic, partition), replicas in targets.items()
+            ]
+        )
+        response = await self._call(
+            lambda endpoint: self.connections.controller(endpoint).AlterPartitionReassignments(
+                request, timeout=self.request_timeout_s
+            )
+        )
+        _raise_whole(response)
+        return _partition_results(response.partitions)
+
+    async def list_partition_reassignments(self) -> list[controller_pb2.OngoingReassignment]:
+        request = controller_pb2.ListPartitionReassignmentsRequest()
+        response = await self._call(
+            lambda endpoint: self.connections.controller(endpoint).ListPartitionReassignments(
+                request, timeout=self.request_timeout_s
+            )
+        )
+        _raise_whole(response)
+        return list(response.reassignments)
+
+
+def _raise_whole(response: Any) -> None:
+    if response.error_code:
+        raise error_for(response.error_code, getattr(response, "error_message", "") or "request refused")
+
+
+def _partition_results(results: Any) -> dict[tuple[str, int], TidelogError | None]:
+    return {
+        (result.topic, result.partition): error_for(result.error_code, result.error_message)
+        if result.error_code
+        else None
+        for result in results
+    }
+
 
 def _not_controller(response: Any) -> bool:
     if hasattr(response, "topics") and not isinstance(response, controller_pb2.DescribeClusterResponse):

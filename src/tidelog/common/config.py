@@ -233,6 +233,14 @@ BROKER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     _int("replica.fetch.wait.max.ms", 500, "A follower's fetch long-polls the leader for up to this long.", minimum=1),
     _int("replica.fetch.max.bytes", MIB, "Bytes a follower fetches per partition and request.", minimum=1024),
     _int("replica.fetch.backoff.ms", 200, "Wait after a follower's fetch fails before the next.", minimum=0),
+    ConfigDef(
+        "controlled.shutdown.enable",
+        ConfigType.BOOLEAN,
+        True,
+        "A broker stopping cleanly first asks the controller to move its leaderships away.",
+    ),
+    _int("controlled.shutdown.max.retries", 3, "Retries when the controller cannot be reached.", minimum=0),
+    _long("controlled.shutdown.retry.backoff.ms", 5000, "Wait between those retries.", minimum=0),
     _long(
         "producer.id.expiration.ms",
         86_400_000,
@@ -254,6 +262,26 @@ CONTROLLER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     _int("default.replication.factor", 1, "Replicas of a topic created without a factor.", minimum=1, maximum=100),
     ConfigDef("delete.topic.enable", ConfigType.BOOLEAN, True, "Whether topics can be deleted."),
     _int("controller.socket.timeout.ms", 5000, "Deadline of each controller → broker request.", minimum=100),
+    ConfigDef(
+        "auto.leader.rebalance.enable",
+        ConfigType.BOOLEAN,
+        True,
+        "Hand leadership back to preferred replicas when a broker's share led by others grows too large.",
+    ),
+    ConfigDef(
+        "leader.imbalance.check.interval.seconds",
+        ConfigType.DOUBLE,
+        300.0,
+        "How often the active controller checks the leader balance.",
+        minimum=0.1,
+    ),
+    _int(
+        "leader.imbalance.per.broker.percentage",
+        10,
+        "A broker whose preferred partitions are led elsewhere above this share gets them back.",
+        minimum=0,
+        maximum=100,
+    ),
 )
 
 PRODUCER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(

@@ -119,11 +119,19 @@ class ControllerRecord(_JsonRecord):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TopicRecord(_JsonRecord):
-    """/tidelog/topics/{t}: replica assignment (partition → broker ids) and configs."""
+    """/tidelog/topics/{t}: replica assignment (partition → broker ids) and configs.
+
+    While a partition is reassigned (KIP-455), its assignment is RS (the target replicas first,
+    then the original ones leaving), `adding` / `removing` hold its AR and RR, and `original` its
+    ORS in order (what a cancel restores).
+    """
 
     topic_id: str
     assignment: dict[str, list[int]]  # JSON object keys are strings: partition number as text
     configs: dict[str, str]
+    adding: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+    removing: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+    original: dict[str, list[int]] = dataclasses.field(default_factory=dict)
 
     def replicas(self, partition: int) -> list[int]:
         return self.assignment[str(partition)]

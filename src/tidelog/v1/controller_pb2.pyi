@@ -1,11 +1,19 @@
 from tidelog.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class ElectionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PREFERRED: _ClassVar[ElectionType]
+    UNCLEAN: _ClassVar[ElectionType]
+PREFERRED: ElectionType
+UNCLEAN: ElectionType
 
 class TopicResult(_message.Message):
     __slots__ = ("name", "error_code", "error_message")
@@ -166,3 +174,117 @@ class AlterPartitionResponse(_message.Message):
     state: _common_pb2.PartitionState
     controller_endpoint: str
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.PartitionState, _Mapping]] = ..., controller_endpoint: _Optional[str] = ...) -> None: ...
+
+class TopicPartitionRef(_message.Message):
+    __slots__ = ("topic", "partition")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class PartitionResult(_message.Message):
+    __slots__ = ("topic", "partition", "error_code", "error_message")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    error_code: int
+    error_message: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class ElectLeadersRequest(_message.Message):
+    __slots__ = ("election_type", "partitions")
+    ELECTION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    election_type: ElectionType
+    partitions: _containers.RepeatedCompositeFieldContainer[TopicPartitionRef]
+    def __init__(self, election_type: _Optional[_Union[ElectionType, str]] = ..., partitions: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ...) -> None: ...
+
+class ElectLeadersResponse(_message.Message):
+    __slots__ = ("error_code", "partitions", "controller_endpoint")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionResult]
+    controller_endpoint: str
+    def __init__(self, error_code: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionResult, _Mapping]]] = ..., controller_endpoint: _Optional[str] = ...) -> None: ...
+
+class ReassignablePartition(_message.Message):
+    __slots__ = ("topic", "partition", "replicas", "cancel")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    cancel: bool
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., cancel: _Optional[bool] = ...) -> None: ...
+
+class AlterPartitionReassignmentsRequest(_message.Message):
+    __slots__ = ("partitions",)
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[ReassignablePartition]
+    def __init__(self, partitions: _Optional[_Iterable[_Union[ReassignablePartition, _Mapping]]] = ...) -> None: ...
+
+class AlterPartitionReassignmentsResponse(_message.Message):
+    __slots__ = ("error_code", "partitions", "controller_endpoint")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionResult]
+    controller_endpoint: str
+    def __init__(self, error_code: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionResult, _Mapping]]] = ..., controller_endpoint: _Optional[str] = ...) -> None: ...
+
+class ListPartitionReassignmentsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class OngoingReassignment(_message.Message):
+    __slots__ = ("topic", "partition", "replicas", "adding", "removing")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    ADDING_FIELD_NUMBER: _ClassVar[int]
+    REMOVING_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    adding: _containers.RepeatedScalarFieldContainer[int]
+    removing: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., adding: _Optional[_Iterable[int]] = ..., removing: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ListPartitionReassignmentsResponse(_message.Message):
+    __slots__ = ("error_code", "reassignments", "controller_endpoint")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    REASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    reassignments: _containers.RepeatedCompositeFieldContainer[OngoingReassignment]
+    controller_endpoint: str
+    def __init__(self, error_code: _Optional[int] = ..., reassignments: _Optional[_Iterable[_Union[OngoingReassignment, _Mapping]]] = ..., controller_endpoint: _Optional[str] = ...) -> None: ...
+
+class ControlledShutdownRequest(_message.Message):
+    __slots__ = ("broker_id", "broker_incarnation")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    broker_incarnation: str
+    def __init__(self, broker_id: _Optional[int] = ..., broker_incarnation: _Optional[str] = ...) -> None: ...
+
+class ControlledShutdownResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "remaining", "controller_endpoint")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    remaining: _containers.RepeatedCompositeFieldContainer[TopicPartitionRef]
+    controller_endpoint: str
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., remaining: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ..., controller_endpoint: _Optional[str] = ...) -> None: ...

@@ -64,6 +64,26 @@ class ControllerStub:
                 request_serializer=tidelog_dot_v1_dot_controller__pb2.AlterPartitionRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_controller__pb2.AlterPartitionResponse.FromString,
                 _registered_method=True)
+        self.ElectLeaders = channel.unary_unary(
+                '/tidelog.v1.Controller/ElectLeaders',
+                request_serializer=tidelog_dot_v1_dot_controller__pb2.ElectLeadersRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_controller__pb2.ElectLeadersResponse.FromString,
+                _registered_method=True)
+        self.AlterPartitionReassignments = channel.unary_unary(
+                '/tidelog.v1.Controller/AlterPartitionReassignments',
+                request_serializer=tidelog_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsResponse.FromString,
+                _registered_method=True)
+        self.ListPartitionReassignments = channel.unary_unary(
+                '/tidelog.v1.Controller/ListPartitionReassignments',
+                request_serializer=tidelog_dot_v1_dot_controller__pb2.ListPartitionReassignmentsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_controller__pb2.ListPartitionReassignmentsResponse.FromString,
+                _registered_method=True)
+        self.ControlledShutdown = channel.unary_unary(
+                '/tidelog.v1.Controller/ControlledShutdown',
+                request_serializer=tidelog_dot_v1_dot_controller__pb2.ControlledShutdownRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_controller__pb2.ControlledShutdownResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -106,6 +126,33 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ElectLeaders(self, request, context):
+        """Preferred (back to the first assigned replica) or unclean leader elections (KIP-460).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterPartitionReassignments(self, request, context):
+        """Move partitions to other brokers, or cancel a move under way (KIP-455, the seeds' U/A/B).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPartitionReassignments(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ControlledShutdown(self, request, context):
+        """From a broker stopping cleanly: move its leaderships away first (answered with what is left).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -138,6 +185,26 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.AlterPartition,
                     request_deserializer=tidelog_dot_v1_dot_controller__pb2.AlterPartitionRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_controller__pb2.AlterPartitionResponse.SerializeToString,
+            ),
+            'ElectLeaders': grpc.unary_unary_rpc_method_handler(
+                    servicer.ElectLeaders,
+                    request_deserializer=tidelog_dot_v1_dot_controller__pb2.ElectLeadersRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_controller__pb2.ElectLeadersResponse.SerializeToString,
+            ),
+            'AlterPartitionReassignments': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterPartitionReassignments,
+                    request_deserializer=tidelog_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsResponse.SerializeToString,
+            ),
+            'ListPartitionReassignments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPartitionReassignments,
+                    request_deserializer=tidelog_dot_v1_dot_controller__pb2.ListPartitionReassignmentsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_controller__pb2.ListPartitionReassignmentsResponse.SerializeToString,
+            ),
+            'ControlledShutdown': grpc.unary_unary_rpc_method_handler(
+                    servicer.ControlledShutdown,
+                    request_deserializer=tidelog_dot_v1_dot_controller__pb2.ControlledShutdownRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_controller__pb2.ControlledShutdownResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -302,6 +369,114 @@ class Controller:
             '/tidelog.v1.Controller/AlterPartition',
             tidelog_dot_v1_dot_controller__pb2.AlterPartitionRequest.SerializeToString,
             tidelog_dot_v1_dot_controller__pb2.AlterPartitionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ElectLeaders(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Controller/ElectLeaders',
+            tidelog_dot_v1_dot_controller__pb2.ElectLeadersRequest.SerializeToString,
+            tidelog_dot_v1_dot_controller__pb2.ElectLeadersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterPartitionReassignments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Controller/AlterPartitionReassignments',
+            tidelog_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+            tidelog_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPartitionReassignments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Controller/ListPartitionReassignments',
+            tidelog_dot_v1_dot_controller__pb2.ListPartitionReassignmentsRequest.SerializeToString,
+            tidelog_dot_v1_dot_controller__pb2.ListPartitionReassignmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ControlledShutdown(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Controller/ControlledShutdown',
+            tidelog_dot_v1_dot_controller__pb2.ControlledShutdownRequest.SerializeToString,
+            tidelog_dot_v1_dot_controller__pb2.ControlledShutdownResponse.FromString,
             options,
             channel_credentials,
             insecure,
