@@ -65,6 +65,22 @@ def test_dev_up_topic_produce_consume_and_restart(dev_cluster: Path) -> None:
     )
     assert "deleted topic orders" in tidelog("topic", "delete", "orders", *data).stdout
 
+    # Moving replicas and leaders.
+    tidelog("topic", "create", "moves", "--partitions", "1", "--replication-factor", "2", *data)
+    started = tidelog("topic", "reassign", "moves", "--partition", "0", "--replicas", "3,2,1", *data).stdout
+    assert "reassigning moves-0 to [3, 2, 1]" in started
+    deadline = time.monotonic() + 30
+    while "none under way" not in tidelog("topic", "reassignments", *data).stdout:
+        assert time.monotonic() < deadline, "the reassignment did not complete"
+        time.sleep(0.2)
+    assert "3,2,1" in tidelog("topic", "describe", "moves", *data).stdout
+    elected = tidelog("leader", "elect", "--topic", "moves", *data).stdout
+    assert "moves-0" in elected and ("ok" in elected or "ELECTION_NOT_NEEDED" in elected)
+    cancel = tidelog("topic", "reassign", "moves", "--partition", "0", "--cancel", *data, check=False)
+    assert cancel.returncode == 1 and "NO_REASSIGNMENT_IN_PROGRESS" in cancel.stderr
+    bad_target = tidelog("topic", "reassign", "moves", "--partition", "0", "--replicas", "1,9", *data, check=False)
+    assert bad_target.returncode == 1 and "INVALID_REPLICA_ASSIGNMENT" in bad_target.stderr
+
 
 def test_log_produce_consume_and_dump(tmp_path: Path) -> None:
     folder = str(tmp_path / "orders-3")
