@@ -14,13 +14,20 @@ from typing import Any, Final, TypeAlias
 
 import grpc
 import structlog
+from etcd3aio import Etcd3Client
 from prometheus_client import Counter, Histogram
 
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.producer_id_manager import ProducerIdManager
 from tidelog.broker.replica_manager import PartitionRead, ReplicaManager
 from tidelog.common.errors import ErrorCode, StaleControllerEpochError, TidelogError
-from tidelog.v1 import broker_pb2, broker_pb2_grpc
+from tidelog.common.metadata import (
+    CONSUMER_OFFSETS_TOPIC,
+    CoordinatorClaimRecord,
+    coordinator_claim_key,
+    offsets_partition_for,
+)
+from tidelog.v1 import broker_pb2, broker_pb2_grpc, coordinator_pb2
 
 __all__ = ["BrokerService"]
 
@@ -43,10 +50,17 @@ Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
 
 class BrokerService(broker_pb2_grpc.BrokerServicer):
-    def __init__(self, replicas: ReplicaManager, metadata: MetadataCache, producer_ids: ProducerIdManager) -> None:
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        metadata: MetadataCache,
+        producer_ids: ProducerIdManager,
+        etcd: Etcd3Client | None = None,
+    ) -> None:
         self.replicas = replicas
         self.metadata = metadata
         self.producer_ids = producer_ids
+        self.etcd = etcd
 
     def _leader_hint(self, topic: str, partition: int) -> int:
         return self.metadata.leader_of(topic, partition)
@@ -116,6 +130,24 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         response.producer_epoch = 0
         REQUESTS.labels("InitProducerId", "ok").inc()
         return response
+
+    async def FindCoordinator(self, request: Any, context: Context) -> Any:  # noqa: N802
+        partitions = self.metadata.topics.get(CONSUMER_OFFSETS_TOPIC, [])
+        if not partitions or self.etcd is None or self.etcd.kv is None:
+            return coordinator_pb2.FindCoordinatorResponse(
+                error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                error_message=f"{CONSUMER_OFFSETS_TOPIC} does not exist yet: is a coordinator running?",
+            )
+        partition = offsets_partition_for(request.group_id, len(partitions))
+        found = await self.etcd.kv.get(coordinator_claim_key(partition))
+        if not found.kvs:
+            return coordinator_pb2.FindCoordinatorResponse(
+                error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                error_message=f"no coordinator serves {CONSUMER_OFFSETS_TOPIC}-{partition} yet",
+                partition=partition,
+            )
+        claim = CoordinatorClaimRecord.from_json(found.kvs[0].value)
+        return coordinator_pb2.FindCoordinatorResponse(endpoint=claim.endpoint, partition=partition)
 
     async def Fetch(self, request: Any, context: Context) -> Any:  # noqa: N802
         started = time.perf_counter()

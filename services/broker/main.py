@@ -95,7 +95,7 @@ async def serve(args: argparse.Namespace) -> None:
     etcd = Etcd3Client([args.etcd])
     server, health = grpc_server()
     broker_pb2_grpc.add_BrokerServicer_to_server(
-        BrokerService(replicas, metadata, ProducerIdManager(etcd, args.id)), server
+        BrokerService(replicas, metadata, ProducerIdManager(etcd, args.id), etcd), server
     )
     server.add_insecure_port(f"{args.host}:{args.port}")
     await server.start()

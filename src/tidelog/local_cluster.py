@@ -1,4 +1,5 @@
-"""A whole Tidelog cluster on this machine as real child processes: etcd, controllers, brokers.
+"""A whole Tidelog cluster on this machine as real child processes: etcd, controllers, brokers,
+group coordinators.
 
 Used by `tidelog dev up` and by the cluster tests, so both exercise the same processes. Everything
 lives under one data folder: etcd's data, each broker's logs, each process's log file
@@ -19,8 +20,11 @@ import time
 from pathlib import Path
 from typing import Final
 
+from etcd3aio import Etcd3Client, prefix_range_end
+
 from tidelog.client.admin import AdminClient
 from tidelog.common.etcd.server import EtcdServer, free_port
+from tidelog.common.metadata import CONSUMER_OFFSETS_TOPIC, COORDINATOR_PARTITIONS_PREFIX
 
 __all__ = ["LocalCluster"]
 
@@ -35,6 +39,7 @@ class _Ports:
     brokers: dict[int, int]
     controllers: dict[int, int]
     metrics: dict[str, int]
+    coordinators: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 class LocalCluster:
@@ -49,6 +54,8 @@ class LocalCluster:
         broker_log_configs: dict[str, str] | None = None,
         broker_args: list[str] | None = None,
         controller_args: list[str] | None = None,
+        coordinators: int = 0,
+        coordinator_args: list[str] | None = None,
     ) -> None:
         self.data_dir = data_dir.resolve()
         self.broker_ids = list(range(1, brokers + 1))
@@ -58,6 +65,8 @@ class LocalCluster:
         self.broker_log_configs = dict(broker_log_configs or {})
         self.broker_args = list(broker_args or [])
         self.controller_args = list(controller_args or [])
+        self.coordinator_ids = list(range(1, coordinators + 1))
+        self.coordinator_args = list(coordinator_args or [])
         self.ports = self._load_ports()
         self.etcd = EtcdServer(
             self.data_dir / "etcd", client_port=self.ports.etcd_client, peer_port=self.ports.etcd_peer
@@ -74,6 +83,7 @@ class LocalCluster:
                 {int(k): v for k, v in saved["brokers"].items()},
                 {int(k): v for k, v in saved["controllers"].items()},
                 saved.get("metrics", {}),
+                {int(k): v for k, v in saved.get("coordinators", {}).items()},
             )
         else:
             ports = _Ports(free_port(), free_port(), {}, {}, {})
@@ -83,6 +93,9 @@ class LocalCluster:
         for controller_id in self.controller_ids:
             ports.controllers.setdefault(controller_id, free_port())
             ports.metrics.setdefault(f"controller-{controller_id}", free_port())
+        for coordinator_id in self.coordinator_ids:
+            ports.coordinators.setdefault(coordinator_id, free_port())
+            ports.metrics.setdefault(f"coordinator-{coordinator_id}", free_port())
         self.data_dir.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(dataclasses.asdict(ports), indent=2))
         return ports
@@ -155,12 +168,34 @@ class LocalCluster:
         arguments += self.controller_args
         self._spawn(f"controller-{controller_id}", "tidelog.controller.main", arguments)
 
+    def start_coordinator(self, coordinator_id: int) -> None:
+        arguments = [
+            "--id",
+            str(coordinator_id),
+            "--port",
+            str(self.ports.coordinators[coordinator_id]),
+            "--etcd",
+            self.etcd.endpoint,
+            "--session-timeout-ms",
+            str(self.session_timeout_ms),
+        ]
+        if self.metrics:
+            arguments += ["--metrics-port", str(self.ports.metrics[f"coordinator-{coordinator_id}"])]
+        arguments += self.coordinator_args
+        self._spawn(f"coordinator-{coordinator_id}", "tidelog.coordinator.main", arguments)
+
+    @property
+    def coordinator_endpoints(self) -> list[str]:
+        return [f"127.0.0.1:{self.ports.coordinators[coordinator_id]}" for coordinator_id in self.coordinator_ids]
+
     def start(self) -> None:
         self.etcd.start()
         for controller_id in self.controller_ids:
             self.start_controller(controller_id)
         for broker_id in self.broker_ids:
             self.start_broker(broker_id)
+        for coordinator_id in self.coordinator_ids:
+            self.start_coordinator(coordinator_id)
 
     def signal(self, name: str, signal_number: int = signal.SIGKILL) -> int | None:
         """Send a signal to one process ("broker-2", "controller-1").
@@ -176,11 +211,12 @@ class LocalCluster:
         return None
 
     def stop(self) -> None:
-        """SIGTERM brokers first (they hand leadership away, deregister and flush, which needs a
-        controller), wait for them, then the controllers, then etcd."""
+        """SIGTERM coordinators (they write through brokers), then brokers (they hand leadership away,
+        deregister and flush, which needs a controller), then the controllers, then etcd."""
+        coordinators = sorted(name for name in self.processes if name.startswith("coordinator"))
         brokers = sorted(name for name in self.processes if name.startswith("broker"))
-        others = sorted(name for name in self.processes if not name.startswith("broker"))
-        for group in (brokers, others):
+        others = sorted(name for name in self.processes if name not in {*coordinators, *brokers})
+        for group in (coordinators, brokers, others):
             for name in group:
                 if self.processes[name].poll() is None:
                     self.processes[name].send_signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
@@ -209,13 +245,29 @@ class LocalCluster:
                 try:
                     cluster = await admin.describe_cluster()
                     live = {broker.broker_id for broker in cluster.brokers}
-                    if wanted <= live:
+                    if wanted <= live and (not self.coordinator_ids or await self._coordinators_serve(admin)):
                         return
-                    last = f"live brokers {sorted(live)}"
+                    last = f"live brokers {sorted(live)}; coordinators not serving every group partition yet"
                 except Exception as error:  # not up yet: keep waiting until the deadline
                     last = str(error)
                 await asyncio.sleep(0.1)
         raise TimeoutError(f"cluster not ready after {timeout_s} s: {last}")
+
+    async def _coordinators_serve(self, admin: AdminClient) -> bool:
+        """Every __consumer_offsets partition has an owner (claims in etcd)."""
+        described = (await admin.describe_topics([CONSUMER_OFFSETS_TOPIC]))[CONSUMER_OFFSETS_TOPIC]
+        if isinstance(described, Exception):
+            return False
+        etcd = Etcd3Client([self.etcd.endpoint])
+        await etcd.connect()
+        try:
+            assert etcd.kv is not None
+            prefix = COORDINATOR_PARTITIONS_PREFIX.encode()
+            claims = await etcd.kv.get(prefix, prefix_range_end(prefix), keys_only=True)
+            owners = {kv.key for kv in claims.kvs if kv.key.endswith(b"/owner")}
+            return len(owners) >= len(described.partitions)
+        finally:
+            await etcd.close()
 
     def check_alive(self) -> None:
         """Raise if any process of the cluster has exited."""

@@ -3,6 +3,7 @@
 from tidelog.client.admin import AdminClient, NewTopic, TopicDescription
 from tidelog.client.cluster_metadata import TopicPartition
 from tidelog.client.consumer import Consumer, ConsumerRecord, FetchedPartition
+from tidelog.client.group_consumer import GroupConsumer, RebalanceListener
 from tidelog.client.producer import BulkDelivery, Producer, RecordDelivery, RecordMetadata
 
 __all__ = [
@@ -11,8 +12,10 @@ __all__ = [
     "Consumer",
     "ConsumerRecord",
     "FetchedPartition",
+    "GroupConsumer",
     "NewTopic",
     "Producer",
+    "RebalanceListener",
     "RecordDelivery",
     "RecordMetadata",
     "TopicDescription",

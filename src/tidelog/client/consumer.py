@@ -81,6 +81,7 @@ class Consumer:
         self._owns_connections = connections is None
         self.metadata = ClusterMetadata(bootstrap, self.connections, request_timeout_s=self.request_timeout_s)
         self._positions: dict[TopicPartition, int | None] = {}
+        self._paused: set[TopicPartition] = set()
         self.high_watermarks: dict[TopicPartition, int] = {}
         # One fetch in flight per leader broker, sent again as soon as its answer is handled, so a
         # broker that long-polls (nothing new) never holds up the others; a partition is in at most
@@ -109,9 +110,21 @@ class Consumer:
         self._discard_prefetch()
         wanted = set(partitions)
         self._positions = {tp: self._positions.get(tp) for tp in sorted(wanted)}
+        self._paused &= wanted
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._positions)
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        """Stop fetching these partitions (positions are kept) until `resume`."""
+        self._discard_prefetch()
+        self._paused |= set(partitions) & set(self._positions)
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        self._paused -= set(partitions)
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
         if partition not in self._positions:
@@ -217,7 +230,7 @@ class Consumer:
         busy_endpoints |= {endpoint for endpoint, until in self._backoff_until.items() if until > now}
         by_leader: dict[str, list[TopicPartition]] = {}
         for tp, position in self._positions.items():
-            if tp in busy or position is None:
+            if tp in busy or position is None or tp in self._paused:
                 continue
             try:
                 await self.metadata.partitions_of(tp.topic)

@@ -17,16 +17,24 @@ from tidelog.common.errors import InvalidTopicError
 
 __all__ = [
     "BROKERS_PREFIX",
+    "CONSUMER_OFFSETS_TOPIC",
     "CONTROLLER_ELECTION_PREFIX",
     "CONTROLLER_EPOCH_KEY",
+    "COORDINATOR_INSTANCES_PREFIX",
+    "COORDINATOR_PARTITIONS_PREFIX",
     "PRODUCER_ID_BLOCK_KEY",
     "TOPICS_PREFIX",
     "BrokerRegistration",
     "ControllerRecord",
+    "CoordinatorClaimRecord",
+    "CoordinatorInstanceRecord",
     "PartitionStateRecord",
     "ProducerIdBlockRecord",
     "TopicRecord",
     "broker_key",
+    "coordinator_claim_key",
+    "coordinator_epoch_key",
+    "offsets_partition_for",
     "parse_topics_key",
     "partition_state_key",
     "topic_key",
@@ -39,6 +47,9 @@ CONTROLLER_ELECTION_PREFIX: Final = f"{ROOT}/controller/election"
 CONTROLLER_EPOCH_KEY: Final = f"{ROOT}/controller/epoch"
 TOPICS_PREFIX: Final = f"{ROOT}/topics/"
 PRODUCER_ID_BLOCK_KEY: Final = f"{ROOT}/producer-ids/block"
+COORDINATOR_INSTANCES_PREFIX: Final = f"{ROOT}/coordinators/instances/"
+COORDINATOR_PARTITIONS_PREFIX: Final = f"{ROOT}/coordinators/partitions/"
+CONSUMER_OFFSETS_TOPIC: Final = "__consumer_offsets"
 TOPIC_NAME_LENGTH_MAX: Final = 249
 _TOPIC_NAME: Final = re.compile(r"^[a-zA-Z0-9._-]+$")
 _PARTITION_STATE_KEY: Final = re.compile(r"^(?P<topic>[^/]+)/partitions/(?P<partition>\d+)/state$")
@@ -46,6 +57,24 @@ _PARTITION_STATE_KEY: Final = re.compile(r"^(?P<topic>[^/]+)/partitions/(?P<part
 
 def broker_key(broker_id: int) -> str:
     return f"{BROKERS_PREFIX}{broker_id}"
+
+
+def coordinator_claim_key(partition: int) -> str:
+    return f"{COORDINATOR_PARTITIONS_PREFIX}{partition}/owner"
+
+
+def coordinator_epoch_key(partition: int) -> str:
+    return f"{COORDINATOR_PARTITIONS_PREFIX}{partition}/epoch"
+
+
+def offsets_partition_for(group_id: str, partition_count: int) -> int:
+    """The __consumer_offsets partition of a group: Kafka's abs(groupId.hashCode()) % count."""
+    data = group_id.encode("utf-16-be")  # Java strings hash their UTF-16 code units
+    code = 0
+    for index in range(0, len(data), 2):
+        code = (31 * code + (data[index] << 8 | data[index + 1])) & 0xFFFFFFFF
+    signed = code - (1 << 32) if code >= 1 << 31 else code
+    return (0 if signed == -(1 << 31) else abs(signed)) % partition_count
 
 
 def topic_key(topic: str) -> str:
@@ -171,3 +200,21 @@ class ProducerIdBlockRecord(_JsonRecord):
     @property
     def next_first_id(self) -> int:
         return self.first_id + self.size
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CoordinatorInstanceRecord(_JsonRecord):
+    """/tidelog/coordinators/instances/{id}, leased: a live group coordinator instance."""
+
+    instance_id: int
+    endpoint: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CoordinatorClaimRecord(_JsonRecord):
+    """/tidelog/coordinators/partitions/{p}/owner, under the owner's lease: who serves the groups
+    of __consumer_offsets partition p, and its claim epoch (also its producer epoch there)."""
+
+    instance_id: int
+    endpoint: str
+    epoch: int

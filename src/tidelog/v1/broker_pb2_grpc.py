@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from tidelog.v1 import broker_pb2 as tidelog_dot_v1_dot_broker__pb2
+from tidelog.v1 import coordinator_pb2 as tidelog_dot_v1_dot_coordinator__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -59,6 +60,11 @@ class BrokerStub:
                 request_serializer=tidelog_dot_v1_dot_broker__pb2.InitProducerIdRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_broker__pb2.InitProducerIdResponse.FromString,
                 _registered_method=True)
+        self.FindCoordinator = channel.unary_unary(
+                '/tidelog.v1.Broker/FindCoordinator',
+                request_serializer=tidelog_dot_v1_dot_coordinator__pb2.FindCoordinatorRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_coordinator__pb2.FindCoordinatorResponse.FromString,
+                _registered_method=True)
         self.OffsetsForLeaderEpoch = channel.unary_unary(
                 '/tidelog.v1.Broker/OffsetsForLeaderEpoch',
                 request_serializer=tidelog_dot_v1_dot_broker__pb2.OffsetsForLeaderEpochRequest.SerializeToString,
@@ -110,6 +116,13 @@ class BrokerServicer:
 
     def InitProducerId(self, request, context):
         """A producer id for an idempotent producer (KIP-98); any broker answers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FindCoordinator(self, request, context):
+        """Which group coordinator instance serves a group (its __consumer_offsets partition's owner).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -169,6 +182,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.InitProducerId,
                     request_deserializer=tidelog_dot_v1_dot_broker__pb2.InitProducerIdRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_broker__pb2.InitProducerIdResponse.SerializeToString,
+            ),
+            'FindCoordinator': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindCoordinator,
+                    request_deserializer=tidelog_dot_v1_dot_coordinator__pb2.FindCoordinatorRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_coordinator__pb2.FindCoordinatorResponse.SerializeToString,
             ),
             'OffsetsForLeaderEpoch': grpc.unary_unary_rpc_method_handler(
                     servicer.OffsetsForLeaderEpoch,
@@ -326,6 +344,33 @@ class Broker:
             '/tidelog.v1.Broker/InitProducerId',
             tidelog_dot_v1_dot_broker__pb2.InitProducerIdRequest.SerializeToString,
             tidelog_dot_v1_dot_broker__pb2.InitProducerIdResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FindCoordinator(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Broker/FindCoordinator',
+            tidelog_dot_v1_dot_coordinator__pb2.FindCoordinatorRequest.SerializeToString,
+            tidelog_dot_v1_dot_coordinator__pb2.FindCoordinatorResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,113 @@
+"""The coordinator's gRPC service (proto/tidelog/v1/coordinator.proto) over a GroupCoordinator.
+
+Errors come back as Kafka's codes in the response; NOT_COORDINATOR tells the client to look the
+group up again (FindCoordinator), COORDINATOR_LOAD_IN_PROGRESS to retry shortly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeAlias, TypeVar
+
+import grpc
+from prometheus_client import Counter, Histogram
+
+from tidelog.common.errors import ErrorCode, TidelogError
+from tidelog.coordinator.group_coordinator import GroupCoordinator
+from tidelog.coordinator.partition_ownership import PartitionOwnership
+from tidelog.v1 import coordinator_pb2, coordinator_pb2_grpc
+
+__all__ = ["CoordinatorService"]
+
+REQUESTS = Counter("tidelog_coordinator_requests_total", "Group requests by API and error", ["api", "error"])
+LATENCY = Histogram(
+    "tidelog_coordinator_request_seconds",
+    "Group request latency (JoinGroup and SyncGroup include the rebalance wait)",
+    ["api"],
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 300),
+)
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+R = TypeVar("R")
+
+
+class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
+    def __init__(self, coordinator: GroupCoordinator, ownership: PartitionOwnership) -> None:
+        self.coordinator = coordinator
+        self.ownership = ownership
+
+    async def _answer(self, api: str, response: R, work: Callable[[], Awaitable[R]]) -> R:
+        started = time.perf_counter()
+        try:
+            result = await work()
+            REQUESTS.labels(api, "NONE").inc()
+            return result
+        except TidelogError as error:
+            REQUESTS.labels(api, error.code.name).inc()
+            response.error_code = int(error.code)  # type: ignore[attr-defined]
+            response.error_message = error.message  # type: ignore[attr-defined]
+            return response
+        finally:
+            LATENCY.labels(api).observe(time.perf_counter() - started)
+
+    async def FindCoordinator(self, request: Any, context: Context) -> Any:  # noqa: N802
+        partition = self.coordinator.partition_of(request.group_id)
+        claim = self.ownership.claims.get(partition)
+        if claim is None:
+            return coordinator_pb2.FindCoordinatorResponse(
+                error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                error_message=f"no coordinator serves __consumer_offsets-{partition} yet",
+                partition=partition,
+            )
+        return coordinator_pb2.FindCoordinatorResponse(endpoint=claim.endpoint, partition=partition)
+
+    async def JoinGroup(self, request: Any, context: Context) -> Any:  # noqa: N802
+        return await self._answer(
+            "JoinGroup", coordinator_pb2.JoinGroupResponse(), lambda: self.coordinator.join_group(request)
+        )
+
+    async def SyncGroup(self, request: Any, context: Context) -> Any:  # noqa: N802
+        return await self._answer(
+            "SyncGroup", coordinator_pb2.SyncGroupResponse(), lambda: self.coordinator.sync_group(request)
+        )
+
+    async def Heartbeat(self, request: Any, context: Context) -> Any:  # noqa: N802
+        async def work() -> coordinator_pb2.HeartbeatResponse:
+            return self.coordinator.heartbeat(request)
+
+        return await self._answer("Heartbeat", coordinator_pb2.HeartbeatResponse(), work)
+
+    async def LeaveGroup(self, request: Any, context: Context) -> Any:  # noqa: N802
+        async def work() -> coordinator_pb2.LeaveGroupResponse:
+            return self.coordinator.leave_group(request)
+
+        return await self._answer("LeaveGroup", coordinator_pb2.LeaveGroupResponse(), work)
+
+    async def OffsetCommit(self, request: Any, context: Context) -> Any:  # noqa: N802
+        return await self._answer(
+            "OffsetCommit", coordinator_pb2.OffsetCommitResponse(), lambda: self.coordinator.commit_offsets(request)
+        )
+
+    async def OffsetFetch(self, request: Any, context: Context) -> Any:  # noqa: N802
+        async def work() -> coordinator_pb2.OffsetFetchResponse:
+            return self.coordinator.fetch_offsets(request)
+
+        return await self._answer("OffsetFetch", coordinator_pb2.OffsetFetchResponse(), work)
+
+    async def ListGroups(self, request: Any, context: Context) -> Any:  # noqa: N802
+        return coordinator_pb2.ListGroupsResponse(groups=self.coordinator.list_groups())
+
+    async def DescribeGroups(self, request: Any, context: Context) -> Any:  # noqa: N802
+        return coordinator_pb2.DescribeGroupsResponse(
+            groups=[self.coordinator.describe_group(group_id) for group_id in request.group_ids]
+        )
+
+    async def DeleteGroups(self, request: Any, context: Context) -> Any:  # noqa: N802
+        response = coordinator_pb2.DeleteGroupsResponse()
+        for group_id in request.group_ids:
+            result = response.groups.add(group_id=group_id)
+            try:
+                await self.coordinator.delete_group(group_id)
+            except TidelogError as error:
+                result.error_code, result.error_message = int(error.code), error.message
+        return response

@@ -1,0 +1,586 @@
+"""Consumer group membership and offsets for the `__consumer_offsets` partitions this instance owns.
+
+As Kafka's GroupCoordinator: each request is handled against the group's state (group_state.py),
+produces the records that make the change durable, appends them to the group's partition of
+`__consumer_offsets` (OffsetsWriter), and only then answers; `replay(record)` rebuilds the same
+state from the partition when an instance takes it over (the seeds' loadGroupsAndOffsets).
+
+JoinGroup and SyncGroup wait: a join is answered when every known member has rejoined (or the
+rebalance timeout dropped the rest, or `group.initial.rebalance.delay.ms` has passed for a group
+that was empty); a follower's sync is answered when the leader's assignment is written.
+`tick()` runs the clocks: session expiry, rebalance timeouts, the initial delay, offset retention.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+import structlog
+
+from tidelog.common.clock import wall_clock_ms
+from tidelog.common.errors import ErrorCode, RemoteError, TidelogError
+from tidelog.common.metadata import offsets_partition_for
+from tidelog.coordinator.group import Group, Member, OffsetEntry
+from tidelog.coordinator.group_state import GroupState
+from tidelog.coordinator.offsets_records import decode_key, group_key, offset_key
+from tidelog.v1 import coordinator_pb2
+
+__all__ = ["CoordinatorConfig", "GroupCoordinator", "OffsetsWriter"]
+
+log = structlog.get_logger(__name__)
+
+Record = tuple[bytes, bytes | None]
+
+
+class OffsetsWriter(Protocol):
+    async def append(self, partition: int, records: list[Record]) -> None:
+        """Durably append (acks=all) to one __consumer_offsets partition, or raise."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CoordinatorConfig:
+    partition_count: int = 50  # offsets.topic.num.partitions
+    min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
+    max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
+    initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
+    max_members: int = 1000  # group.max.size
+    group_id_bytes_max: int = 1024
+
+
+def _error(code: ErrorCode, message: str) -> RemoteError:
+    return RemoteError(code, message)
+
+
+class GroupCoordinator:
+    def __init__(
+        self, writer: OffsetsWriter, config: CoordinatorConfig, *, clock_ms: Callable[[], int] = wall_clock_ms
+    ) -> None:
+        self.writer = writer
+        self.config = config
+        self.clock_ms = clock_ms
+        self.groups: dict[int, dict[str, Group]] = {}  # owned and loaded partitions → their groups
+        self.loading: set[int] = set()
+        self._writes: set[asyncio.Task[None]] = set()
+
+    # ---- ownership -------------------------------------------------------------------------
+
+    def partition_of(self, group_id: str) -> int:
+        return offsets_partition_for(group_id, self.config.partition_count)
+
+    def begin_loading(self, partition: int) -> None:
+        self.loading.add(partition)
+        self.groups[partition] = {}
+
+    def finish_loading(self, partition: int) -> None:
+        self.loading.discard(partition)
+        now = time.monotonic()
+        for group in self.groups.get(partition, {}).values():
+            for member in group.members.values():
+                member.last_heartbeat = now  # sessions restart at takeover
+        log.info("offsets_partition_loaded", partition=partition, groups=len(self.groups.get(partition, {})))
+
+    def unload(self, partition: int) -> None:
+        """Stop serving a partition (lost or handed over): waiting joins and syncs fail over."""
+        self.loading.discard(partition)
+        for group in self.groups.pop(partition, {}).values():
+            self._fail_waiters(group, ErrorCode.NOT_COORDINATOR, "the group moved to another coordinator")
+        log.info("offsets_partition_unloaded", partition=partition)
+
+    def _group(self, group_id: str, *, create: bool = False) -> Group:
+        if not group_id or len(group_id.encode()) > self.config.group_id_bytes_max:
+            raise _error(ErrorCode.INVALID_GROUP_ID, "group id must be 1 to 1024 bytes")
+        partition = self.partition_of(group_id)
+        if partition in self.loading:
+            raise _error(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"loading __consumer_offsets-{partition}")
+        groups = self.groups.get(partition)
+        if groups is None:
+            raise _error(ErrorCode.NOT_COORDINATOR, f"this instance does not serve __consumer_offsets-{partition}")
+        group = groups.get(group_id)
+        if group is None:
+            if not create:
+                raise _error(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
+            group = groups[group_id] = Group(group_id)
+        return group
+
+    # ---- replay ----------------------------------------------------------------------------
+
+    def replay(self, partition: int, key_bytes: bytes, value: bytes | None) -> None:
+        """Apply one record of the partition, in log order (loading)."""
+        groups = self.groups.setdefault(partition, {})
+        key = decode_key(key_bytes)
+        if key.HasField("offset"):
+            group = groups.get(key.offset.group_id)
+            if value is None:
+                if group is not None:
+                    group.offsets.pop((key.offset.topic, key.offset.partition), None)
+                return
+            if group is None:
+                group = groups[key.offset.group_id] = Group(key.offset.group_id)
+            stored = coordinator_pb2.OffsetValue.FromString(value)
+            group.offsets[(key.offset.topic, key.offset.partition)] = OffsetEntry(
+                stored.offset, stored.metadata, stored.commit_timestamp_ms
+            )
+        elif key.HasField("group") and key.group.group_id:
+            group_id = key.group.group_id
+            if value is None:
+                groups.pop(group_id, None)
+                return
+            stored_group = coordinator_pb2.GroupValue.FromString(value)
+            group = groups.get(group_id) or Group(group_id)
+            groups[group_id] = group
+            group.protocol_type = stored_group.protocol_type
+            group.protocol_name = stored_group.protocol_name
+            group.generation_id = stored_group.generation_id
+            group.members.clear()
+            group.static_members.clear()
+            group.leader = ""
+            for stored_member in stored_group.members:
+                group.add(
+                    Member(
+                        stored_member.member_id,
+                        stored_member.group_instance_id,
+                        stored_member.client_id,
+                        stored_member.session_timeout_ms,
+                        stored_member.rebalance_timeout_ms,
+                        [(stored_group.protocol_name, stored_member.subscription)],
+                        assignment=stored_member.assignment,
+                    )
+                )
+            group.leader = stored_group.leader if stored_group.leader in group.members else group.leader
+            # Loading sets the state as written, not through a transition: it is not a change.
+            group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+            group.empty_since_ms = stored_group.state_timestamp_ms
+
+    def _group_record(self, group: Group) -> Record:
+        value = coordinator_pb2.GroupValue(
+            protocol_type=group.protocol_type,
+            generation_id=group.generation_id,
+            protocol_name=group.protocol_name,
+            leader=group.leader,
+            state_timestamp_ms=group.empty_since_ms,
+            members=[
+                coordinator_pb2.GroupMemberValue(
+                    member_id=member.member_id,
+                    group_instance_id=member.group_instance_id,
+                    client_id=member.client_id,
+                    session_timeout_ms=member.session_timeout_ms,
+                    rebalance_timeout_ms=member.rebalance_timeout_ms,
+                    subscription=member.metadata_for(group.protocol_name),
+                    assignment=member.assignment,
+                )
+                for member in group.members.values()
+            ],
+        )
+        return group_key(group.group_id), value.SerializeToString()
+
+    # ---- JoinGroup -------------------------------------------------------------------------
+
+    async def join_group(self, request: coordinator_pb2.JoinGroupRequest) -> coordinator_pb2.JoinGroupResponse:
+        config = self.config
+        if not config.min_session_timeout_ms <= request.session_timeout_ms <= config.max_session_timeout_ms:
+            raise _error(
+                ErrorCode.INVALID_SESSION_TIMEOUT,
+                f"session.timeout.ms must be within [{config.min_session_timeout_ms}, {config.max_session_timeout_ms}]",
+            )
+        protocols = [(protocol.name, bytes(protocol.metadata)) for protocol in request.protocols]
+        if not protocols or not request.protocol_type:
+            raise _error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "a join names a protocol type and assignors")
+        group = self._group(request.group_id, create=True)
+        if group.members and (request.protocol_type != group.protocol_type or not group.supports(protocols)):
+            raise _error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "no assignor in common with the group's members")
+        member_id = request.member_id
+        instance_id = request.group_instance_id
+        if instance_id:
+            known = group.static_members.get(instance_id)
+            if member_id and known and member_id != known:
+                raise _error(ErrorCode.FENCED_INSTANCE_ID, f"instance {instance_id!r} joined again as another member")
+            if not member_id and known:
+                return self._static_rejoin(group, known, request, protocols)
+        if member_id and member_id not in group.members:
+            raise _error(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {group.group_id!r}")
+        if not member_id and len(group.members) >= config.max_members:
+            raise _error(ErrorCode.REBALANCE_IN_PROGRESS, f"group.max.size={config.max_members} reached")
+        future: asyncio.Future[coordinator_pb2.JoinGroupResponse] = asyncio.get_running_loop().create_future()
+        member = group.members.get(member_id) if member_id else None
+        if member is None:
+            member = Member(
+                f"{request.client_id or 'member'}-{uuid.uuid4()}",
+                instance_id,
+                request.client_id,
+                request.session_timeout_ms,
+                request.rebalance_timeout_ms or request.session_timeout_ms,
+                protocols,
+            )
+            group.add(member)
+            group.protocol_type = request.protocol_type
+            changed = True
+        else:
+            changed = member.protocols != protocols or member.member_id == group.leader
+            member.protocols = protocols
+            member.session_timeout_ms = request.session_timeout_ms
+            member.rebalance_timeout_ms = request.rebalance_timeout_ms or request.session_timeout_ms
+        if member.join is not None and not member.join.done():
+            member.join.set_exception(_error(ErrorCode.REBALANCE_IN_PROGRESS, "superseded by a newer join"))
+        member.last_heartbeat = time.monotonic()
+        if group.state == GroupState.STABLE and not changed:
+            # A follower rejoining with what it had: nothing to rebalance (Kafka does the same).
+            return self._join_response(group, member, with_members=False)
+        member.join = future
+        if group.state != GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(group, reason=f"member {member.member_id} joined")
+        elif group.join_ready_at:  # still in the initial delay: each newcomer extends it
+            group.join_ready_at = min(
+                time.monotonic() + config.initial_rebalance_delay_ms / 1000, group.rebalance_deadline
+            )
+        self._maybe_complete_join(group)
+        return await future
+
+    def _static_rejoin(
+        self,
+        group: Group,
+        old_member_id: str,
+        request: coordinator_pb2.JoinGroupRequest,
+        protocols: list[tuple[str, bytes]],
+    ) -> coordinator_pb2.JoinGroupResponse:
+        """KIP-345: a static member back within its session takes its old place, usually without a rebalance."""
+        old = group.members[old_member_id]
+        new_id = f"{request.client_id or 'member'}-{uuid.uuid4()}"
+        was_leader = group.leader == old_member_id
+        self._fail_member(old, ErrorCode.FENCED_INSTANCE_ID, "a newer process took this group.instance.id")
+        group.remove(old_member_id)
+        member = dataclasses.replace(
+            old, member_id=new_id, client_id=request.client_id, protocols=protocols, join=None, sync=None
+        )
+        member.last_heartbeat = time.monotonic()
+        group.add(member)
+        if was_leader:
+            group.leader = new_id
+        log.info("static_member_rejoined", group=group.group_id, instance=old.group_instance_id, member=new_id)
+        if group.state == GroupState.STABLE and old.protocols == protocols and not was_leader:
+            return self._join_response(group, member, with_members=False)
+        self._prepare_rebalance(group, reason=f"static member {old.group_instance_id} rejoined")
+        # Answered now with the current generation; the member learns of the rebalance by heartbeat.
+        return self._join_response(group, member, with_members=False)
+
+    def _join_response(self, group: Group, member: Member, *, with_members: bool) -> coordinator_pb2.JoinGroupResponse:
+        response = coordinator_pb2.JoinGroupResponse(
+            generation_id=group.generation_id,
+            protocol_name=group.protocol_name,
+            leader=group.leader,
+            member_id=member.member_id,
+        )
+        if with_members:
+            response.members.extend(
+                coordinator_pb2.JoinGroupMember(
+                    member_id=other.member_id,
+                    group_instance_id=other.group_instance_id,
+                    metadata=other.metadata_for(group.protocol_name),
+                )
+                for other in group.members.values()
+            )
+        return response
+
+    def _prepare_rebalance(self, group: Group, *, reason: str) -> None:
+        if group.state == GroupState.COMPLETING_REBALANCE:
+            for member in group.members.values():
+                if member.sync is not None and not member.sync.done():
+                    member.sync.set_exception(_error(ErrorCode.REBALANCE_IN_PROGRESS, "the group is rebalancing"))
+                member.sync = None
+        was_empty = group.state == GroupState.EMPTY
+        group.transition(GroupState.PREPARING_REBALANCE)
+        now = time.monotonic()
+        timeout_ms = max((member.rebalance_timeout_ms for member in group.members.values()), default=0)
+        group.rebalance_deadline = now + timeout_ms / 1000
+        group.join_ready_at = (
+            min(now + self.config.initial_rebalance_delay_ms / 1000, group.rebalance_deadline) if was_empty else 0.0
+        )
+        log.info("rebalance_started", group=group.group_id, generation=group.generation_id, reason=reason)
+
+    def _maybe_complete_join(self, group: Group, *, deadline_passed: bool = False) -> None:
+        if group.state != GroupState.PREPARING_REBALANCE:
+            return
+        now = time.monotonic()
+        if deadline_passed:
+            for member in [member for member in group.members.values() if member.join is None]:
+                log.info("member_removed_by_rebalance_timeout", group=group.group_id, member=member.member_id)
+                group.remove(member.member_id)
+        elif not group.all_joined and group.members:
+            return
+        if group.join_ready_at and now < group.join_ready_at and not deadline_passed:
+            return
+        self._complete_join(group)
+
+    def _complete_join(self, group: Group) -> None:
+        group.generation_id += 1
+        group.join_ready_at = 0.0
+        if not group.members:
+            group.transition(GroupState.EMPTY)
+            group.protocol_name = ""
+            group.leader = ""
+            group.empty_since_ms = self.clock_ms()
+            self._persist_soon(group)
+            log.info("group_empty", group=group.group_id, generation=group.generation_id)
+            return
+        protocol = group.choose_protocol()
+        assert protocol is not None, "joins were checked against the group's assignors"
+        group.protocol_name = protocol
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        group.transition(GroupState.COMPLETING_REBALANCE)
+        now = time.monotonic()
+        for member in group.members.values():
+            member.assignment = b""
+            member.last_heartbeat = now
+            if member.join is not None and not member.join.done():
+                member.join.set_result(
+                    self._join_response(group, member, with_members=member.member_id == group.leader)
+                )
+            member.join = None
+        log.info(
+            "rebalance_joined",
+            group=group.group_id,
+            generation=group.generation_id,
+            members=len(group.members),
+            protocol=protocol,
+        )
+
+    # ---- SyncGroup -------------------------------------------------------------------------
+
+    def _member(self, group: Group, member_id: str, instance_id: str, generation_id: int | None) -> Member:
+        if instance_id:
+            known = group.static_members.get(instance_id)
+            if known is not None and known != member_id:
+                raise _error(ErrorCode.FENCED_INSTANCE_ID, f"instance {instance_id!r} belongs to another member now")
+        member = group.members.get(member_id)
+        if member is None:
+            raise _error(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {group.group_id!r}")
+        if generation_id is not None and generation_id != group.generation_id:
+            raise _error(
+                ErrorCode.ILLEGAL_GENERATION, f"generation {generation_id}; the group is at {group.generation_id}"
+            )
+        return member
+
+    async def sync_group(self, request: coordinator_pb2.SyncGroupRequest) -> coordinator_pb2.SyncGroupResponse:
+        group = self._group(request.group_id)
+        member = self._member(group, request.member_id, request.group_instance_id, request.generation_id)
+        if group.state == GroupState.PREPARING_REBALANCE:
+            raise _error(ErrorCode.REBALANCE_IN_PROGRESS, "the group is rebalancing: join again")
+        if group.state == GroupState.STABLE:
+            return coordinator_pb2.SyncGroupResponse(assignment=member.assignment)
+        assert group.state == GroupState.COMPLETING_REBALANCE, group.state
+        future: asyncio.Future[coordinator_pb2.SyncGroupResponse] = asyncio.get_running_loop().create_future()
+        member.sync = future
+        if member.member_id == group.leader:
+            assignments = {entry.member_id: bytes(entry.assignment) for entry in request.assignments}
+            generation = group.generation_id
+            for other in group.members.values():
+                other.assignment = assignments.get(other.member_id, b"")
+            try:
+                await self.writer.append(self.partition_of(group.group_id), [self._group_record(group)])
+            except Exception as error:
+                log.warning("group_write_failed", group=group.group_id, error=str(error))
+                if group.state == GroupState.COMPLETING_REBALANCE and group.generation_id == generation:
+                    self._prepare_rebalance(group, reason="the assignment could not be written")
+                raise _error(
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE, f"the assignment could not be written: {error}"
+                ) from error
+            if group.state == GroupState.COMPLETING_REBALANCE and group.generation_id == generation:
+                group.transition(GroupState.STABLE)
+                for other in group.members.values():
+                    if other.sync is not None and not other.sync.done():
+                        other.sync.set_result(coordinator_pb2.SyncGroupResponse(assignment=other.assignment))
+                    other.sync = None
+                log.info("group_stable", group=group.group_id, generation=generation, members=len(group.members))
+        return await future
+
+    # ---- Heartbeat, LeaveGroup -------------------------------------------------------------
+
+    def heartbeat(self, request: coordinator_pb2.HeartbeatRequest) -> coordinator_pb2.HeartbeatResponse:
+        group = self._group(request.group_id)
+        member = self._member(group, request.member_id, request.group_instance_id, None)
+        member.last_heartbeat = time.monotonic()
+        if request.generation_id != group.generation_id:
+            raise _error(
+                ErrorCode.ILLEGAL_GENERATION,
+                f"generation {request.generation_id}; the group is at {group.generation_id}",
+            )
+        if group.state == GroupState.PREPARING_REBALANCE:
+            raise _error(ErrorCode.REBALANCE_IN_PROGRESS, "the group is rebalancing: join again")
+        return coordinator_pb2.HeartbeatResponse()
+
+    def leave_group(self, request: coordinator_pb2.LeaveGroupRequest) -> coordinator_pb2.LeaveGroupResponse:
+        group = self._group(request.group_id)
+        member_id = request.member_id or group.static_members.get(request.group_instance_id, "")
+        member = self._member(group, member_id, request.group_instance_id, None)
+        self._remove_member(group, member, reason="left")
+        return coordinator_pb2.LeaveGroupResponse()
+
+    def _remove_member(self, group: Group, member: Member, *, reason: str) -> None:
+        self._fail_member(member, ErrorCode.UNKNOWN_MEMBER_ID, f"member {reason}")
+        group.remove(member.member_id)
+        log.info("member_removed", group=group.group_id, member=member.member_id, reason=reason)
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, reason=f"member {member.member_id} {reason}")
+        self._maybe_complete_join(group)
+
+    def _fail_member(self, member: Member, code: ErrorCode, message: str) -> None:
+        for waiter in (member.join, member.sync):
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(_error(code, message))
+        member.join = member.sync = None
+
+    def _fail_waiters(self, group: Group, code: ErrorCode, message: str) -> None:
+        for member in group.members.values():
+            self._fail_member(member, code, message)
+
+    # ---- offsets ---------------------------------------------------------------------------
+
+    async def commit_offsets(
+        self, request: coordinator_pb2.OffsetCommitRequest
+    ) -> coordinator_pb2.OffsetCommitResponse:
+        group = self._group(request.group_id, create=request.generation_id < 0)
+        if request.generation_id < 0:
+            if group.members:
+                raise _error(ErrorCode.UNKNOWN_MEMBER_ID, "the group has members: commit as one of them")
+        else:
+            self._member(group, request.member_id, request.group_instance_id, request.generation_id)
+            if group.state != GroupState.STABLE:
+                raise _error(ErrorCode.REBALANCE_IN_PROGRESS, "the group is rebalancing: commit after it")
+        now = self.clock_ms()
+        records: list[Record] = []
+        response = coordinator_pb2.OffsetCommitResponse()
+        for entry in request.partitions:
+            result = response.partitions.add(topic=entry.topic, partition=entry.partition, offset=entry.offset)
+            if entry.offset < 0 or len(entry.metadata) > 4096:
+                result.error_code = int(ErrorCode.INVALID_REQUEST)
+                continue
+            value = coordinator_pb2.OffsetValue(offset=entry.offset, metadata=entry.metadata, commit_timestamp_ms=now)
+            records.append((offset_key(group.group_id, entry.topic, entry.partition), value.SerializeToString()))
+        if records:
+            try:
+                await self.writer.append(self.partition_of(group.group_id), records)
+            except Exception as error:
+                raise _error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"offsets could not be written: {error}") from error
+            for entry in request.partitions:
+                if entry.offset >= 0 and len(entry.metadata) <= 4096:
+                    group.offsets[(entry.topic, entry.partition)] = OffsetEntry(entry.offset, entry.metadata, now)
+        return response
+
+    def fetch_offsets(self, request: coordinator_pb2.OffsetFetchRequest) -> coordinator_pb2.OffsetFetchResponse:
+        try:
+            group = self._group(request.group_id)
+        except TidelogError as error:
+            if error.code != ErrorCode.GROUP_ID_NOT_FOUND:
+                raise
+            group = Group(request.group_id)  # no group: nothing committed
+        response = coordinator_pb2.OffsetFetchResponse()
+        wanted: Iterable[tuple[str, int]] = (
+            [(entry.topic, entry.partition) for entry in request.partitions]
+            if request.partitions
+            else sorted(group.offsets)
+        )
+        for topic, partition in wanted:
+            stored = group.offsets.get((topic, partition))
+            response.partitions.add(
+                topic=topic,
+                partition=partition,
+                offset=-1 if stored is None else stored.offset,
+                metadata="" if stored is None else stored.metadata,
+            )
+        return response
+
+    # ---- listing, describing, deleting -----------------------------------------------------
+
+    def list_groups(self) -> list[coordinator_pb2.ListedGroup]:
+        return [
+            coordinator_pb2.ListedGroup(
+                group_id=group.group_id, state=group.state.value, protocol_type=group.protocol_type
+            )
+            for partition, groups in sorted(self.groups.items())
+            if partition not in self.loading
+            for group in groups.values()
+        ]
+
+    def describe_group(self, group_id: str) -> coordinator_pb2.DescribedGroup:
+        described = coordinator_pb2.DescribedGroup(group_id=group_id)
+        try:
+            group = self._group(group_id)
+        except TidelogError as error:
+            if error.code != ErrorCode.GROUP_ID_NOT_FOUND:
+                described.error_code = int(error.code)
+            described.state = GroupState.DEAD.value
+            return described
+        described.state = group.state.value
+        described.protocol_type = group.protocol_type
+        described.protocol_name = group.protocol_name
+        described.generation_id = group.generation_id
+        described.members.extend(
+            coordinator_pb2.DescribedMember(
+                member_id=member.member_id,
+                group_instance_id=member.group_instance_id,
+                client_id=member.client_id,
+                assignment=member.assignment,
+            )
+            for member in group.members.values()
+        )
+        return described
+
+    async def delete_group(self, group_id: str) -> None:
+        group = self._group(group_id)
+        if group.members:
+            raise _error(ErrorCode.NON_EMPTY_GROUP, f"group {group_id!r} has members")
+        records: list[Record] = [(offset_key(group_id, topic, partition), None) for topic, partition in group.offsets]
+        records.append((group_key(group_id), None))
+        await self.writer.append(self.partition_of(group_id), records)
+        group.transition(GroupState.DEAD)
+        self.groups[self.partition_of(group_id)].pop(group_id, None)
+        log.info("group_deleted", group=group_id)
+
+    # ---- clocks ----------------------------------------------------------------------------
+
+    async def tick(self) -> None:
+        """Session expiry, rebalance deadlines, the initial delay, offset retention."""
+        now = time.monotonic()
+        now_ms = self.clock_ms()
+        expired_groups: list[Group] = []
+        for partition, groups in list(self.groups.items()):
+            if partition in self.loading:
+                continue
+            for group in list(groups.values()):
+                for member in [member for member in group.members.values() if member.expired(now)]:
+                    self._remove_member(group, member, reason="expired (session.timeout.ms)")
+                if group.state == GroupState.PREPARING_REBALANCE:
+                    self._maybe_complete_join(group, deadline_passed=now >= group.rebalance_deadline)
+                if (
+                    group.state == GroupState.EMPTY
+                    and now_ms - group.empty_since_ms > self.config.offsets_retention_ms
+                    and (group.offsets or group.generation_id)
+                ):
+                    expired_groups.append(group)
+        for group in expired_groups:
+            log.info("group_offsets_expired", group=group.group_id, offsets=len(group.offsets))
+            try:
+                await self.delete_group(group.group_id)
+            except TidelogError as error:
+                log.info("group_expiry_failed", group=group.group_id, error=str(error))
+
+    def _persist_soon(self, group: Group) -> None:
+        """Write the group's record without holding up the caller (it is rewritten at every change)."""
+        partition = self.partition_of(group.group_id)
+        record = self._group_record(group)
+
+        async def write() -> None:
+            try:
+                await self.writer.append(partition, [record])
+            except Exception as error:
+                log.warning("group_write_failed", group=group.group_id, error=str(error))
+
+        task = asyncio.create_task(write())
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)

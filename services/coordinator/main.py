@@ -1,0 +1,192 @@
+"""The group coordinator process: `python -m tidelog.coordinator.main --id 1 --port 9300 --etcd host:port`.
+
+Finds the brokers through etcd, creates `__consumer_offsets` if it is missing, then takes its share
+of the partitions (partition_ownership.py): for each one it writes a fence record with its new
+claim epoch, replays the partition up to it (loadGroupsAndOffsets), and serves the groups there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import time
+
+import structlog
+from etcd3aio import Etcd3Client, prefix_range_end
+
+from tidelog.client import AdminClient, Consumer, TopicPartition
+from tidelog.client.cluster_metadata import ClusterMetadata
+from tidelog.client.connections import Connections
+from tidelog.common.errors import ErrorCode, TidelogError
+from tidelog.common.metadata import (
+    BROKERS_PREFIX,
+    CONSUMER_OFFSETS_TOPIC,
+    BrokerRegistration,
+    CoordinatorInstanceRecord,
+)
+from tidelog.common.runtime import configure_logging, grpc_server, mark_serving, start_metrics, stop_on_signals
+from tidelog.coordinator.coordinator_service import CoordinatorService
+from tidelog.coordinator.group_coordinator import CoordinatorConfig, GroupCoordinator
+from tidelog.coordinator.offsets_records import FENCE_KEY
+from tidelog.coordinator.offsets_writer import FencedOffsetsWriter
+from tidelog.coordinator.partition_ownership import PartitionOwnership
+from tidelog.v1 import coordinator_pb2_grpc
+
+log = structlog.get_logger(__name__)
+
+LOAD_TIMEOUT_S = 120.0
+TICK_S = 0.1
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Tidelog group coordinator")
+    parser.add_argument("--id", type=int, required=True, help="coordinator instance id")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--advertised-host", help="host clients are told to use (default: --host)")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--metrics-port", type=int, default=0)
+    parser.add_argument("--etcd", required=True, help="etcd endpoint host:port")
+    parser.add_argument("--session-timeout-ms", type=int, default=6000, help="coordinator.session.timeout.ms")
+    parser.add_argument("--offsets-topic-num-partitions", type=int, default=50)
+    parser.add_argument("--offsets-topic-replication-factor", type=int, default=3)
+    parser.add_argument("--group-min-session-timeout-ms", type=int, default=6000)
+    parser.add_argument("--group-max-session-timeout-ms", type=int, default=1_800_000)
+    parser.add_argument("--group-initial-rebalance-delay-ms", type=int, default=3000)
+    parser.add_argument("--offsets-retention-minutes", type=int, default=10080)
+    return parser.parse_args(argv)
+
+
+async def _brokers(etcd: Etcd3Client) -> list[str]:
+    assert etcd.kv is not None
+    deadline = time.monotonic() + 60
+    while True:
+        prefix = BROKERS_PREFIX.encode()
+        found = [
+            BrokerRegistration.from_json(kv.value).endpoint
+            for kv in (await etcd.kv.get(prefix, prefix_range_end(prefix))).kvs
+        ]
+        if found or time.monotonic() > deadline:
+            return found
+        await asyncio.sleep(0.5)
+
+
+async def _ensure_offsets_topic(bootstrap: list[str], partitions: int, factor: int) -> None:
+    async with AdminClient(bootstrap) as admin:
+        described = (await admin.describe_topics([CONSUMER_OFFSETS_TOPIC]))[CONSUMER_OFFSETS_TOPIC]
+        if not isinstance(described, TidelogError):
+            return
+        live = len((await admin.describe_cluster()).brokers)
+        factor = min(factor, max(live, 1))
+        configs = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
+        configs["min.insync.replicas"] = str(min(2, factor))
+        try:
+            await admin.create_topic(CONSUMER_OFFSETS_TOPIC, partitions, factor, configs)
+            log.info("offsets_topic_created", partitions=partitions, replication_factor=factor)
+        except TidelogError as error:
+            if error.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                raise
+
+
+async def _load(
+    coordinator: GroupCoordinator, writer: FencedOffsetsWriter, bootstrap: list[str], partition: int, epoch: int
+) -> bool:
+    """Fence the previous owner, then replay the partition up to the fence (loadGroupsAndOffsets)."""
+    coordinator.begin_loading(partition)
+    writer.own(partition, epoch)
+    try:
+        fence = await writer.append_at(partition, [(FENCE_KEY, None)])
+        tp = TopicPartition(CONSUMER_OFFSETS_TOPIC, partition)
+        records = 0
+        async with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+            consumer.assign([tp])
+            await consumer.seek_to_beginning([tp])
+            deadline = time.monotonic() + LOAD_TIMEOUT_S
+            while await consumer.position(tp) <= fence:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"__consumer_offsets-{partition} did not load in {LOAD_TIMEOUT_S} s")
+                for record in await consumer.poll(500):
+                    if record.key is not None and record.offset < fence:
+                        coordinator.replay(partition, record.key, record.value)
+                        records += 1
+        coordinator.finish_loading(partition)
+        log.info("offsets_partition_replayed", partition=partition, records=records, epoch=epoch)
+        return True
+    except Exception as error:
+        log.warning("offsets_partition_load_failed", partition=partition, error=str(error))
+        coordinator.unload(partition)
+        writer.disown(partition)
+        return False
+
+
+async def serve(args: argparse.Namespace) -> None:
+    configure_logging("coordinator", coordinator_id=args.id)
+    start_metrics(args.metrics_port)
+    stopping = stop_on_signals()
+    etcd = Etcd3Client([args.etcd])
+    await etcd.connect()
+    bootstrap = await _brokers(etcd)
+    await _ensure_offsets_topic(bootstrap, args.offsets_topic_num_partitions, args.offsets_topic_replication_factor)
+    connections = Connections()
+    writer = FencedOffsetsWriter(ClusterMetadata(bootstrap, connections), connections)
+    coordinator = GroupCoordinator(
+        writer,
+        CoordinatorConfig(
+            partition_count=args.offsets_topic_num_partitions,
+            min_session_timeout_ms=args.group_min_session_timeout_ms,
+            max_session_timeout_ms=args.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
+            offsets_retention_ms=args.offsets_retention_minutes * 60_000,
+        ),
+    )
+
+    async def lost(partition: int) -> None:
+        coordinator.unload(partition)
+        writer.disown(partition)
+
+    endpoint = f"{args.advertised_host or args.host}:{args.port}"
+    ownership = PartitionOwnership(
+        etcd,
+        CoordinatorInstanceRecord(args.id, endpoint),
+        args.offsets_topic_num_partitions,
+        ttl_s=max(1, args.session_timeout_ms // 1000),
+        gained=lambda partition, epoch: _load(coordinator, writer, bootstrap, partition, epoch),
+        lost=lost,
+        broken=writer.broken,
+    )
+    server, health = grpc_server()
+    coordinator_pb2_grpc.add_CoordinatorServicer_to_server(CoordinatorService(coordinator, ownership), server)
+    server.add_insecure_port(f"{args.host}:{args.port}")
+    await server.start()
+
+    async def ticking() -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                await coordinator.tick()
+            except Exception:
+                log.exception("coordinator_tick_failed")
+
+    tasks = [asyncio.create_task(ownership.run()), asyncio.create_task(ticking())]
+    await mark_serving(health, ["tidelog.v1.Coordinator"])
+    log.info("coordinator_started", endpoint=endpoint, brokers=bootstrap)
+    await stopping.wait()
+    log.info("coordinator_stopping")
+    await mark_serving(health, ["tidelog.v1.Coordinator"], serving=False)
+    for task in tasks:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    await ownership.close()  # the lease goes: other instances take the partitions at once
+    await server.stop(grace=1)
+    await connections.close()
+    await etcd.close()
+    log.info("coordinator_stopped")
+
+
+def main(argv: list[str] | None = None) -> None:
+    asyncio.run(serve(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Which coordinator instance serves which `__consumer_offsets` partitions (docs/coordinator.md).
+
+Instances register `/tidelog/coordinators/instances/{id}` under a lease. Partition p belongs to
+the live instance with the highest rendezvous hash of (instance, p), so every instance computes
+the same split from the same member list, and an instance joining or leaving moves only its share.
+An instance claims a partition by creating `/tidelog/coordinators/partitions/{p}/owner` under its
+lease, in the same transaction that bumps `.../{p}/epoch`: the claim epoch, which is also the
+producer epoch it writes the partition with (offsets_writer.py), so the previous owner is fenced
+at the broker. A claim vanishes with its owner's lease; an instance gives up partitions it should
+no longer own (or whose writer broke) by deleting the claim.
+
+The loop polls etcd every `POLL_S` (a handful of keys); takeover after a crash is bounded by the
+session timeout plus one poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import zlib
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import structlog
+from etcd3aio import Etcd3Client, prefix_range_end
+from etcd3aio.kv import KVService
+
+from tidelog.common.etcd.session import Session
+from tidelog.common.metadata import (
+    COORDINATOR_INSTANCES_PREFIX,
+    COORDINATOR_PARTITIONS_PREFIX,
+    CoordinatorClaimRecord,
+    CoordinatorInstanceRecord,
+    coordinator_claim_key,
+    coordinator_epoch_key,
+)
+
+__all__ = ["PartitionOwnership", "owner_of"]
+
+log = structlog.get_logger(__name__)
+
+POLL_S: Final = 0.25
+
+
+def owner_of(partition: int, instances: list[int]) -> int:
+    """Rendezvous hashing: the instance with the highest hash of (instance, partition)."""
+    return max(instances, key=lambda instance: (zlib.crc32(f"{instance}:{partition}".encode()), instance))
+
+
+class PartitionOwnership:
+    def __init__(
+        self,
+        etcd: Etcd3Client,
+        instance: CoordinatorInstanceRecord,
+        partition_count: int,
+        *,
+        ttl_s: int,
+        gained: Callable[[int, int], Awaitable[bool]],
+        lost: Callable[[int], Awaitable[None]],
+        broken: Callable[[], list[int]],
+    ) -> None:
+        self.etcd = etcd
+        self.instance = instance
+        self.partition_count = partition_count
+        self.ttl_s = ttl_s
+        self.gained = gained  # (partition, epoch) → loaded and serving?
+        self.lost = lost
+        self.broken = broken
+        self.owned: set[int] = set()
+        self.claims: dict[int, CoordinatorClaimRecord] = {}  # every partition's owner, as last seen
+        self.session: Session | None = None
+
+    @property
+    def kv(self) -> KVService:
+        assert self.etcd.kv is not None
+        return self.etcd.kv
+
+    async def run(self) -> None:
+        while True:
+            self.session = await Session(self.etcd, ttl_s=self.ttl_s).start()
+            key = f"{COORDINATOR_INSTANCES_PREFIX}{self.instance.instance_id}"
+            await self.kv.put(key, self.instance.to_json(), lease=self.session.lease_id)
+            log.info("coordinator_registered", instance=self.instance.instance_id)
+            try:
+                while not self.session.done.is_set():
+                    await self._step()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.session.done.wait(), POLL_S)
+            finally:
+                for partition in sorted(self.owned):
+                    await self.lost(partition)
+                self.owned.clear()
+            log.warning("coordinator_session_lost", instance=self.instance.instance_id)
+
+    async def _step(self) -> None:
+        assert self.session is not None
+        prefix = COORDINATOR_INSTANCES_PREFIX.encode()
+        instances = sorted(
+            CoordinatorInstanceRecord.from_json(kv.value).instance_id
+            for kv in (await self.kv.get(prefix, prefix_range_end(prefix))).kvs
+        )
+        claims_prefix = COORDINATOR_PARTITIONS_PREFIX.encode()
+        claims: dict[int, CoordinatorClaimRecord] = {}
+        epochs: dict[int, tuple[int, int]] = {}  # partition → (epoch, version)
+        for kv in (await self.kv.get(claims_prefix, prefix_range_end(claims_prefix))).kvs:
+            name = kv.key.decode()[len(COORDINATOR_PARTITIONS_PREFIX) :]
+            partition_text, _, kind = name.partition("/")
+            if kind == "owner":
+                claims[int(partition_text)] = CoordinatorClaimRecord.from_json(kv.value)
+            elif kind == "epoch":
+                epochs[int(partition_text)] = (int(kv.value), int(kv.version))
+        self.claims = claims
+        me = self.instance.instance_id
+        if me not in instances:
+            return  # our registration is not visible yet
+        broken = set(self.broken())
+        for partition in sorted(self.owned):
+            claim = claims.get(partition)
+            mine = claim is not None and claim.instance_id == me
+            wanted = owner_of(partition, instances) == me
+            if not mine or not wanted or partition in broken:
+                self.owned.discard(partition)
+                await self.lost(partition)
+                if mine:
+                    await self.kv.delete(coordinator_claim_key(partition))
+                    claims.pop(partition, None)
+                log.info("offsets_partition_released", partition=partition, still_wanted=wanted)
+        for partition in range(self.partition_count):
+            if partition in self.owned or partition in claims or owner_of(partition, instances) != me:
+                continue
+            epoch, version = epochs.get(partition, (-1, 0))
+            claim = CoordinatorClaimRecord(me, self.instance.endpoint, epoch + 1)
+            response = await self.kv.txn(
+                compare=[
+                    KVService.txn_compare_create_revision(coordinator_claim_key(partition), 0),
+                    KVService.txn_compare_version(coordinator_epoch_key(partition), version),
+                ],
+                success=[
+                    KVService.txn_op_put(
+                        coordinator_claim_key(partition), claim.to_json(), lease=self.session.lease_id
+                    ),
+                    KVService.txn_op_put(coordinator_epoch_key(partition), str(claim.epoch).encode()),
+                ],
+            )
+            if not response.succeeded:
+                continue
+            self.owned.add(partition)
+            self.claims[partition] = claim
+            log.info("offsets_partition_claimed", partition=partition, epoch=claim.epoch)
+            if not await self.gained(partition, claim.epoch):
+                self.owned.discard(partition)
+                await self.lost(partition)
+                await self.kv.delete(coordinator_claim_key(partition))
+
+    async def close(self) -> None:
+        """Give every partition up now (the lease goes), so others take over without a timeout."""
+        for partition in sorted(self.owned):
+            await self.lost(partition)
+        self.owned.clear()
+        if self.session is not None:
+            await self.session.close(revoke=True)

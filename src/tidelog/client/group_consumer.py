@@ -1,0 +1,482 @@
+"""The group consumer: `subscribe` and let the group coordinator share partitions among members.
+
+As Kafka's consumer: the coordinator (found through any broker, FindCoordinator) runs membership;
+the leader member runs the assignor (assignors.py) and hands the result back in SyncGroup.
+Rebalances happen inside `poll()`: on_partitions_revoked before rejoining (eager assignors revoke
+everything, cooperative-sticky only what moves), on_partitions_assigned after. A background task
+heartbeats every `heartbeat.interval.ms`; it learns of rebalances (REBALANCE_IN_PROGRESS) and of a
+lost membership (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION: on_partitions_lost). A member that does not
+call `poll()` within `max.poll.interval.ms` leaves the group, as in Kafka. Offsets: committed to the
+coordinator (`commit`, `commit_async`, `enable.auto.commit`), read back with `committed`; a newly
+assigned partition starts at its committed offset, else by `auto.offset.reset`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
+
+import grpc
+import structlog
+
+from tidelog.client.assignors import (
+    ASSIGNORS,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
+from tidelog.client.cluster_metadata import TopicPartition
+from tidelog.client.connections import Connections
+from tidelog.client.consumer import Consumer, ConsumerRecord
+from tidelog.common.errors import ErrorCode, RemoteError, TidelogError, error_for
+from tidelog.v1 import coordinator_pb2, coordinator_pb2_grpc
+
+__all__ = ["GroupConsumer", "RebalanceListener"]
+
+log = structlog.get_logger(__name__)
+
+REJOIN_CODES = {ErrorCode.REBALANCE_IN_PROGRESS}
+LOST_CODES = {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.FENCED_INSTANCE_ID}
+REDISCOVER_CODES = {
+    ErrorCode.NOT_COORDINATOR,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+}
+
+
+class RebalanceListener(Protocol):
+    async def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None: ...
+    async def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None: ...
+    async def on_partitions_lost(self, partitions: set[TopicPartition]) -> None: ...
+
+
+class GroupConsumer:
+    def __init__(
+        self,
+        bootstrap: Sequence[str],
+        group_id: str,
+        *,
+        client_id: str = "tidelog",
+        group_instance_id: str = "",
+        session_timeout_ms: int = 45_000,
+        heartbeat_interval_ms: int = 3000,
+        max_poll_interval_ms: int = 300_000,
+        max_poll_records: int = 500,
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5000,
+        partition_assignment_strategy: Sequence[str] = ("range", "cooperative-sticky"),
+        auto_offset_reset: str = "latest",
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
+        connections: Connections | None = None,
+        **fetch_options: int,
+    ) -> None:
+        unknown = [name for name in partition_assignment_strategy if name not in ASSIGNORS]
+        if unknown or not partition_assignment_strategy:
+            raise ValueError(f"partition.assignment.strategy: unknown {unknown}; known {sorted(ASSIGNORS)}")
+        if not group_id:
+            raise ValueError("group.id is required")
+        self.group_id = group_id
+        self.client_id = client_id
+        self.group_instance_id = group_instance_id
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_s = heartbeat_interval_ms / 1000
+        self.max_poll_interval_s = max_poll_interval_ms / 1000
+        self.max_poll_records = max_poll_records
+        self.enable_auto_commit = enable_auto_commit
+        self.auto_commit_interval_s = auto_commit_interval_ms / 1000
+        self.strategies = list(partition_assignment_strategy)
+        self.request_timeout_s = request_timeout_ms / 1000
+        self.retry_backoff_s = retry_backoff_ms / 1000
+        self.connections = connections or Connections()
+        self._owns_connections = connections is None
+        self.consumer = Consumer(
+            bootstrap,
+            auto_offset_reset=auto_offset_reset,
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+            connections=self.connections,
+            **fetch_options,
+        )
+        self.metadata = self.consumer.metadata
+        self._topics: list[str] = []
+        self._pattern: re.Pattern[str] | None = None
+        self._listener: RebalanceListener | None = None
+        self.member_id = ""
+        self.generation_id = -1
+        self.protocol = ""
+        self._coordinator = ""
+        self._needs_rejoin = False
+        self._owned: set[TopicPartition] = set()
+        self._buffer: list[ConsumerRecord] = []
+        self._consumed: dict[TopicPartition, int] = {}  # next offset after what poll() returned
+        self._last_poll = time.monotonic()
+        self._last_auto_commit = time.monotonic()
+        self._heartbeat_task: asyncio.Task[None] | None = None
+        self._pending_commits: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    async def __aenter__(self) -> GroupConsumer:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    # ---- subscription ----------------------------------------------------------------------
+
+    def subscribe(
+        self, topics: Iterable[str] = (), *, pattern: str | None = None, listener: RebalanceListener | None = None
+    ) -> None:
+        self._topics = sorted(set(topics))
+        self._pattern = re.compile(pattern) if pattern else None
+        if not self._topics and self._pattern is None:
+            raise ValueError("subscribe to topics or a pattern")
+        self._listener = listener
+        self._needs_rejoin = True
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._owned)
+
+    async def _subscribed_topics(self) -> list[str]:
+        if self._pattern is None:
+            return self._topics
+        await self.metadata.refresh()
+        return sorted(topic for topic in self.metadata.partitions if self._pattern.fullmatch(topic))
+
+    # ---- the coordinator -------------------------------------------------------------------
+
+    async def _stub(self) -> coordinator_pb2_grpc.CoordinatorStub:
+        deadline = time.monotonic() + self.request_timeout_s
+        while not self._coordinator:
+            for endpoint in [*self.metadata.bootstrap, *self.metadata.brokers.values()]:
+                try:
+                    found = await self.connections.broker(endpoint).FindCoordinator(
+                        coordinator_pb2.FindCoordinatorRequest(group_id=self.group_id), timeout=self.request_timeout_s
+                    )
+                except grpc.aio.AioRpcError:
+                    continue
+                if found.error_code == 0:
+                    self._coordinator = found.endpoint
+                    break
+            if not self._coordinator:
+                if time.monotonic() > deadline:
+                    raise error_for(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no coordinator for group {self.group_id!r}")
+                await asyncio.sleep(self.retry_backoff_s)
+        return coordinator_pb2_grpc.CoordinatorStub(self.connections.channel(self._coordinator))
+
+    async def _call(self, method: str, request: object, *, timeout_s: float | None = None) -> object:
+        """One coordinator request, rediscovering the coordinator (bounded) when it moved."""
+        deadline = time.monotonic() + self.request_timeout_s + (timeout_s or 0)
+        while True:
+            stub = await self._stub()
+            try:
+                response = await getattr(stub, method)(request, timeout=timeout_s or self.request_timeout_s)
+            except grpc.aio.AioRpcError as error:
+                log.info("coordinator_unreachable", endpoint=self._coordinator, code=error.code().name)
+                self._coordinator = ""
+                response = None
+            if response is not None and response.error_code not in REDISCOVER_CODES:
+                return response
+            if response is not None and response.error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                self._coordinator = ""
+            if time.monotonic() > deadline:
+                if response is not None:
+                    raise error_for(response.error_code, response.error_message)
+                raise error_for(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"group {self.group_id!r}: coordinator gone")
+            await asyncio.sleep(self.retry_backoff_s)
+
+    # ---- membership ------------------------------------------------------------------------
+
+    async def _ensure_member(self) -> None:
+        if self._heartbeat_task is None:
+            self._heartbeat_task = asyncio.create_task(self._heartbeats(), name=f"heartbeat-{self.group_id}")
+        while self._needs_rejoin or self.generation_id < 0:
+            await self._rejoin()
+
+    async def _rejoin(self) -> None:
+        assignor = ASSIGNORS[self.strategies[0]]
+        if not assignor.cooperative and self._owned:
+            await self._revoke(set(self._owned))
+        topics = await self._subscribed_topics()
+        for topic in topics:
+            await self.metadata.partitions_of(topic)
+        subscription = Subscription(topics, sorted(self._owned))
+        request = coordinator_pb2.JoinGroupRequest(
+            group_id=self.group_id,
+            session_timeout_ms=self.session_timeout_ms,
+            rebalance_timeout_ms=int(self.max_poll_interval_s * 1000),
+            member_id=self.member_id,
+            group_instance_id=self.group_instance_id,
+            protocol_type="consumer",
+            protocols=[
+                coordinator_pb2.Protocol(name=name, metadata=encode_subscription(subscription))
+                for name in self.strategies
+            ],
+            client_id=self.client_id,
+        )
+        self._needs_rejoin = False
+        joined = await self._call("JoinGroup", request, timeout_s=self.max_poll_interval_s + 5)
+        assert isinstance(joined, coordinator_pb2.JoinGroupResponse)
+        if joined.error_code:
+            await self._handle_membership_error(joined.error_code, joined.error_message)
+            self._needs_rejoin = True
+            return
+        self.member_id, self.generation_id, self.protocol = joined.member_id, joined.generation_id, joined.protocol_name
+        assignments: list[coordinator_pb2.Assignment] = []
+        if joined.leader == joined.member_id and joined.members:
+            assignments = await self._lead(joined)
+        synced = await self._call(
+            "SyncGroup",
+            coordinator_pb2.SyncGroupRequest(
+                group_id=self.group_id,
+                generation_id=self.generation_id,
+                member_id=self.member_id,
+                group_instance_id=self.group_instance_id,
+                assignments=assignments,
+            ),
+            timeout_s=self.max_poll_interval_s + 5,
+        )
+        assert isinstance(synced, coordinator_pb2.SyncGroupResponse)
+        if synced.error_code:
+            await self._handle_membership_error(synced.error_code, synced.error_message)
+            self._needs_rejoin = True
+            return
+        await self._apply_assignment(set(decode_assignment(synced.assignment)))
+
+    async def _lead(self, joined: coordinator_pb2.JoinGroupResponse) -> list[coordinator_pb2.Assignment]:
+        members = {member.member_id: decode_subscription(member.metadata) for member in joined.members}
+        counts: dict[str, int] = {}
+        for topic in sorted({topic for subscription in members.values() for topic in subscription.topics}):
+            try:
+                counts[topic] = len(await self.metadata.partitions_of(topic))
+            except TidelogError:
+                continue  # a topic nobody can read yet: assigned once it exists
+        result = ASSIGNORS[joined.protocol_name].assign(members, counts)
+        log.info(
+            "group_assignment", group=self.group_id, generation=joined.generation_id, assignor=joined.protocol_name
+        )
+        return [
+            coordinator_pb2.Assignment(member_id=member, assignment=encode_assignment(partitions))
+            for member, partitions in result.items()
+        ]
+
+    async def _apply_assignment(self, assigned: set[TopicPartition]) -> None:
+        revoked = self._owned - assigned
+        if revoked:
+            await self._revoke(revoked)  # cooperative: only what moved; then rejoin to let it go
+            self._needs_rejoin = True
+        added = assigned - self._owned
+        self._owned = assigned
+        self.consumer.assign(assigned)
+        self._buffer = [record for record in self._buffer if TopicPartition(record.topic, record.partition) in assigned]
+        if added:
+            committed = await self.committed(added)
+            for tp, offset in committed.items():
+                if offset is not None:
+                    self.consumer.seek(tp, offset)
+        log.info(
+            "partitions_assigned",
+            group=self.group_id,
+            generation=self.generation_id,
+            partitions=sorted(str(tp) for tp in assigned),
+        )
+        if self._listener is not None:
+            await self._listener.on_partitions_assigned(added)
+
+    async def _revoke(self, partitions: set[TopicPartition]) -> None:
+        if self.enable_auto_commit and self.generation_id >= 0:
+            with contextlib.suppress(TidelogError):
+                await self.commit({tp: pos for tp, pos in (await self._positions()).items() if tp in partitions})
+        if self._listener is not None:
+            await self._listener.on_partitions_revoked(partitions)
+        self._owned -= partitions
+        self.consumer.assign(self._owned)
+
+    async def _lose(self) -> None:
+        lost = set(self._owned)
+        self._owned.clear()
+        self.consumer.assign(())
+        self._buffer.clear()
+        self.generation_id = -1
+        if lost and self._listener is not None:
+            await self._listener.on_partitions_lost(lost)
+
+    async def _handle_membership_error(self, code: int, message: str) -> None:
+        if code in LOST_CODES:
+            log.info("group_membership_lost", group=self.group_id, error=ErrorCode(code).name)
+            self.member_id = "" if code != ErrorCode.ILLEGAL_GENERATION else self.member_id
+            await self._lose()
+            if code == ErrorCode.FENCED_INSTANCE_ID:
+                raise error_for(code, message)
+        elif code not in REJOIN_CODES:
+            raise error_for(code, message)
+
+    async def _heartbeats(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(self.heartbeat_interval_s)
+            if self.generation_id < 0 or not self.member_id:
+                continue
+            if time.monotonic() - self._last_poll > self.max_poll_interval_s:
+                log.warning("max_poll_interval_exceeded", group=self.group_id, member=self.member_id)
+                await self._leave()
+                continue
+            try:
+                response = await self._call(
+                    "Heartbeat",
+                    coordinator_pb2.HeartbeatRequest(
+                        group_id=self.group_id,
+                        generation_id=self.generation_id,
+                        member_id=self.member_id,
+                        group_instance_id=self.group_instance_id,
+                    ),
+                )
+            except TidelogError as error:
+                log.info("heartbeat_failed", group=self.group_id, error=str(error))
+                continue
+            assert isinstance(response, coordinator_pb2.HeartbeatResponse)
+            if response.error_code in REJOIN_CODES:
+                self._needs_rejoin = True
+            elif response.error_code in LOST_CODES:
+                self._needs_rejoin = True
+                self.generation_id = -1  # poll() reports the loss and rejoins
+                if response.error_code != ErrorCode.ILLEGAL_GENERATION:
+                    self.member_id = ""
+
+    async def _leave(self) -> None:
+        if self.member_id and not self.group_instance_id:  # static members keep their place
+            with contextlib.suppress(TidelogError):
+                await self._call(
+                    "LeaveGroup", coordinator_pb2.LeaveGroupRequest(group_id=self.group_id, member_id=self.member_id)
+                )
+            self.member_id = ""
+        self.generation_id = -1
+        self._needs_rejoin = True
+
+    # ---- polling ---------------------------------------------------------------------------
+
+    async def poll(self, timeout_ms: int = 1000) -> list[ConsumerRecord]:
+        """Up to `max.poll.records` records; joins, rebalances and auto-commits happen here."""
+        if self._closed:
+            raise RuntimeError("consumer is closed")
+        self._last_poll = time.monotonic()
+        if self.generation_id < 0 and self._owned:
+            await self._lose()
+        await self._ensure_member()
+        if not self._buffer:
+            self._buffer = await self.consumer.poll(timeout_ms) if self._owned else []
+            if not self._owned:
+                await asyncio.sleep(min(timeout_ms, 100) / 1000)
+        records, self._buffer = self._buffer[: self.max_poll_records], self._buffer[self.max_poll_records :]
+        self._consumed.update({TopicPartition(r.topic, r.partition): r.offset + 1 for r in records})
+        if self.enable_auto_commit and time.monotonic() - self._last_auto_commit >= self.auto_commit_interval_s:
+            self._last_auto_commit = time.monotonic()
+            self.commit_async()
+        return records
+
+    async def _positions(self) -> dict[TopicPartition, int]:
+        """What the application has been given so far: the offsets to commit."""
+        return {tp: offset for tp, offset in self._consumed.items() if tp in self._owned}
+
+    async def position(self, partition: TopicPartition) -> int:
+        return await self.consumer.position(partition)
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        self._buffer = [r for r in self._buffer if TopicPartition(r.topic, r.partition) != partition]
+        self.consumer.seek(partition, offset)
+        self._consumed[partition] = offset
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        self.consumer.pause(partitions)
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        self.consumer.resume(partitions)
+
+    # ---- offsets ---------------------------------------------------------------------------
+
+    async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        """Commit `offsets` (default: everything `poll` returned) and wait for the coordinator."""
+        wanted = dict(offsets) if offsets is not None else await self._positions()
+        if not wanted:
+            return
+        response = await self._call(
+            "OffsetCommit",
+            coordinator_pb2.OffsetCommitRequest(
+                group_id=self.group_id,
+                generation_id=self.generation_id if self.member_id else -1,
+                member_id=self.member_id,
+                group_instance_id=self.group_instance_id,
+                partitions=[
+                    coordinator_pb2.OffsetCommitPartition(topic=tp.topic, partition=tp.partition, offset=offset)
+                    for tp, offset in sorted(wanted.items())
+                ],
+            ),
+        )
+        assert isinstance(response, coordinator_pb2.OffsetCommitResponse)
+        if response.error_code:
+            if response.error_code in (*REJOIN_CODES, *LOST_CODES):
+                self._needs_rejoin = True
+            raise error_for(response.error_code, response.error_message)
+        failed = [entry for entry in response.partitions if entry.error_code]
+        if failed:
+            raise RemoteError(
+                ErrorCode(failed[0].error_code), f"commit refused for {failed[0].topic}-{failed[0].partition}"
+            )
+
+    def commit_async(self, offsets: Mapping[TopicPartition, int] | None = None) -> asyncio.Task[None]:
+        async def run() -> None:
+            try:
+                await self.commit(offsets)
+            except TidelogError as error:
+                log.info("async_commit_failed", group=self.group_id, error=str(error))
+
+        task = asyncio.create_task(run())
+        self._pending_commits.add(task)
+        task.add_done_callback(self._pending_commits.discard)
+        return task
+
+    async def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        wanted = sorted(set(partitions))
+        response = await self._call(
+            "OffsetFetch",
+            coordinator_pb2.OffsetFetchRequest(
+                group_id=self.group_id,
+                partitions=[
+                    coordinator_pb2.OffsetCommitPartition(topic=tp.topic, partition=tp.partition) for tp in wanted
+                ],
+            ),
+        )
+        assert isinstance(response, coordinator_pb2.OffsetFetchResponse)
+        if response.error_code:
+            raise error_for(response.error_code, response.error_message)
+        found = {TopicPartition(entry.topic, entry.partition): entry.offset for entry in response.partitions}
+        return {tp: (found.get(tp, -1) if found.get(tp, -1) >= 0 else None) for tp in wanted}
+
+    # ---- closing ---------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            if self.enable_auto_commit and self._owned and self.generation_id >= 0:
+                with contextlib.suppress(TidelogError):
+                    await self.commit()
+            if self._pending_commits:
+                await asyncio.gather(*self._pending_commits, return_exceptions=True)
+            if self._owned and self._listener is not None:
+                await self._listener.on_partitions_revoked(set(self._owned))
+            await self._leave()
+        finally:
+            self._closed = True
+            if self._heartbeat_task is not None:
+                self._heartbeat_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._heartbeat_task
+            await self.consumer.close()
+            if self._owns_connections:
+                await self.connections.close()

@@ -1,0 +1,117 @@
+"""Consumer groups against a real cluster with two coordinator instances."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tidelog.client import AdminClient, GroupConsumer, Producer, TopicPartition
+from tidelog.local_cluster import LocalCluster
+
+from .conftest import started_cluster, wait_until
+
+COORDINATOR_ARGS = [
+    "--offsets-topic-num-partitions",
+    "6",
+    "--group-initial-rebalance-delay-ms",
+    "0",
+    "--group-min-session-timeout-ms",
+    "1000",
+]
+
+
+@pytest.fixture
+async def group_cluster(tmp_path: Path) -> AsyncIterator[LocalCluster]:
+    async with started_cluster(tmp_path / "cluster", coordinators=2, coordinator_args=COORDINATOR_ARGS) as cluster:
+        yield cluster
+
+
+def _consumer(cluster: LocalCluster, group: str, **options: object) -> GroupConsumer:
+    options.setdefault("auto_offset_reset", "earliest")
+    options.setdefault("session_timeout_ms", 6000)
+    options.setdefault("heartbeat_interval_ms", 200)
+    return GroupConsumer(cluster.bootstrap, group, **options)  # type: ignore[arg-type]
+
+
+async def test_members_share_partitions_and_commits_survive_a_coordinator_kill(group_cluster: LocalCluster) -> None:
+    cluster = group_cluster
+    async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+        await admin.create_topic("events", 6, 3)
+    async with Producer(cluster.bootstrap) as producer:
+        await (await producer.send_batch("events", [b"%04d" % n for n in range(600)]))
+    first = _consumer(cluster, "readers", enable_auto_commit=False)
+    second = _consumer(cluster, "readers", enable_auto_commit=False)
+    first.subscribe(["events"])
+    second.subscribe(["events"])
+    seen: list[bytes] = []
+
+    async def drain(consumer: GroupConsumer) -> None:
+        seen.extend(record.value or b"" for record in await consumer.poll(200))
+
+    async def both_assigned() -> bool:
+        await asyncio.gather(drain(first), drain(second))
+        owned = [first.assignment(), second.assignment()]
+        return all(len(partitions) == 3 for partitions in owned) and not owned[0] & owned[1]
+
+    await wait_until(both_assigned, timeout_s=60, what="two members with three partitions each")
+
+    async def everything() -> bool:
+        await asyncio.gather(drain(first), drain(second))
+        return len(seen) >= 600
+
+    await wait_until(everything, timeout_s=60, what="all 600 records")
+    assert sorted(seen) == [b"%04d" % n for n in range(600)]
+    await first.commit()
+    await second.commit()
+    committed = await first.committed([TopicPartition("events", p) for p in range(6)])
+    assert sum(offset or 0 for offset in committed.values()) == 600
+
+    # kill -9 the coordinator instance serving the group: the other takes over, offsets intact.
+    found = await first._stub()
+    assert found is not None
+    serving = first._coordinator
+    victim = next(
+        f"coordinator-{i}" for i in cluster.coordinator_ids if cluster.coordinator_endpoints[i - 1] == serving
+    )
+    cluster.signal(victim, signal.SIGKILL)
+
+    async def offsets_back() -> bool:
+        try:
+            again = await second.committed([TopicPartition("events", p) for p in range(6)])
+        except Exception:
+            return False
+        return sum(offset or 0 for offset in again.values()) == 600
+
+    await wait_until(offsets_back, timeout_s=60, what="another coordinator with the committed offsets")
+    await first.close()
+    await second.close()
+
+
+async def test_a_member_that_leaves_hands_its_partitions_over(group_cluster: LocalCluster) -> None:
+    cluster = group_cluster
+    async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+        await admin.create_topic("handoff", 4, 2)
+    staying = _consumer(cluster, "pair", partition_assignment_strategy=["cooperative-sticky"])
+    leaving = _consumer(cluster, "pair", partition_assignment_strategy=["cooperative-sticky"])
+    staying.subscribe(["handoff"])
+    leaving.subscribe(["handoff"])
+
+    async def split() -> bool:
+        await asyncio.gather(staying.poll(100), leaving.poll(100))
+        return len(staying.assignment()) == 2 and len(leaving.assignment()) == 2
+
+    await wait_until(split, timeout_s=60, what="two members with two partitions each")
+    before = set(staying.assignment())
+    await leaving.close()
+
+    async def all_to_one() -> bool:
+        await staying.poll(100)
+        return len(staying.assignment()) == 4
+
+    await wait_until(all_to_one, timeout_s=30, what="the remaining member to own every partition")
+    assert before <= staying.assignment()  # sticky: it kept what it had
+    await staying.close()
