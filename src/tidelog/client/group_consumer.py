@@ -119,6 +119,7 @@ class GroupConsumer:
         self._last_poll = time.monotonic()
         self._last_auto_commit = time.monotonic()
         self._heartbeat_task: asyncio.Task[None] | None = None
+        self._join_task: asyncio.Task[None] | None = None
         self._pending_commits: set[asyncio.Task[None]] = set()
         self._closed = False
 
@@ -193,9 +194,22 @@ class GroupConsumer:
 
     # ---- membership ------------------------------------------------------------------------
 
-    async def _ensure_member(self) -> None:
+    async def _ensure_member(self, timeout_s: float) -> bool:
+        """Join (or rejoin) as a background task; wait for it at most `timeout_s` (as Kafka's poll
+        bounds a rebalance by its timeout). True once this is a member with an assignment."""
         if self._heartbeat_task is None:
             self._heartbeat_task = asyncio.create_task(self._heartbeats(), name=f"heartbeat-{self.group_id}")
+        if self._join_task is None and (self._needs_rejoin or self.generation_id < 0):
+            self._join_task = asyncio.create_task(self._join_until_member(), name=f"join-{self.group_id}")
+        if self._join_task is not None:
+            await asyncio.wait({self._join_task}, timeout=timeout_s)
+            if not self._join_task.done():
+                return False
+            task, self._join_task = self._join_task, None
+            task.result()  # a fatal membership error surfaces here
+        return self.generation_id >= 0
+
+    async def _join_until_member(self) -> None:
         while self._needs_rejoin or self.generation_id < 0:
             await self._rejoin()
 
@@ -365,13 +379,16 @@ class GroupConsumer:
         if self._closed:
             raise RuntimeError("consumer is closed")
         self._last_poll = time.monotonic()
-        if self.generation_id < 0 and self._owned:
+        if self.generation_id < 0 and self._owned and self._join_task is None:
             await self._lose()
-        await self._ensure_member()
+        started = time.monotonic()
+        if not await self._ensure_member(timeout_ms / 1000):
+            return []
         if not self._buffer:
-            self._buffer = await self.consumer.poll(timeout_ms) if self._owned else []
+            remaining_ms = max(int(timeout_ms - (time.monotonic() - started) * 1000), 0)
+            self._buffer = await self.consumer.poll(remaining_ms) if self._owned else []
             if not self._owned:
-                await asyncio.sleep(min(timeout_ms, 100) / 1000)
+                await asyncio.sleep(min(remaining_ms, 100) / 1000)
         records, self._buffer = self._buffer[: self.max_poll_records], self._buffer[self.max_poll_records :]
         self._consumed.update({TopicPartition(r.topic, r.partition): r.offset + 1 for r in records})
         if self.enable_auto_commit and time.monotonic() - self._last_auto_commit >= self.auto_commit_interval_s:
@@ -473,6 +490,10 @@ class GroupConsumer:
             await self._leave()
         finally:
             self._closed = True
+            if self._join_task is not None:
+                self._join_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, TidelogError):
+                    await self._join_task
             if self._heartbeat_task is not None:
                 self._heartbeat_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
