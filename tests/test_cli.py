@@ -81,6 +81,22 @@ def test_dev_up_topic_produce_consume_and_restart(dev_cluster: Path) -> None:
     bad_target = tidelog("topic", "reassign", "moves", "--partition", "0", "--replicas", "1,9", *data, check=False)
     assert bad_target.returncode == 1 and "INVALID_REPLICA_ASSIGNMENT" in bad_target.stderr
 
+    # Consumer groups (the dev cluster runs two coordinators).
+    tidelog("topic", "create", "clicks", "--partitions", "2", *data)
+    tidelog("produce", "clicks", "--partition", "0", *data, stdin="a\nb\nc\n")
+    reset = tidelog("group", "reset-offsets", "cli-group", "--topic", "clicks", "--to-latest", *data).stdout
+    assert "clicks-0" in reset and "3" in reset
+    assert "cli-group" in tidelog("group", "list", *data).stdout
+    described = tidelog("group", "describe", "cli-group", *data).stdout
+    assert "Empty" in described and "clicks-0" in described
+    back = tidelog("group", "reset-offsets", "cli-group", "--topic", "clicks", "--to-offset", "1", *data).stdout
+    assert "clicks-1" in back
+    lagging = tidelog("group", "describe", "cli-group", *data).stdout
+    assert any(line.split()[:4] == ["clicks-0", "1", "3", "2"] for line in lagging.splitlines()), lagging
+    assert "deleted group cli-group" in tidelog("group", "delete", "cli-group", *data).stdout
+    missing = tidelog("group", "delete", "cli-group", *data, check=False)
+    assert missing.returncode == 1 and "GROUP_ID_NOT_FOUND" in missing.stderr
+
 
 def test_log_produce_consume_and_dump(tmp_path: Path) -> None:
     folder = str(tmp_path / "orders-3")

@@ -13,6 +13,7 @@ from typing import Any, TypeAlias, TypeVar
 import grpc
 from prometheus_client import Counter, Histogram
 
+from tidelog.client.connections import Connections
 from tidelog.common.errors import ErrorCode, TidelogError
 from tidelog.coordinator.group_coordinator import GroupCoordinator
 from tidelog.coordinator.partition_ownership import PartitionOwnership
@@ -32,9 +33,10 @@ R = TypeVar("R")
 
 
 class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
-    def __init__(self, coordinator: GroupCoordinator, ownership: PartitionOwnership) -> None:
+    def __init__(self, coordinator: GroupCoordinator, ownership: PartitionOwnership, connections: Connections) -> None:
         self.coordinator = coordinator
         self.ownership = ownership
+        self.connections = connections
 
     async def _answer(self, api: str, response: R, work: Callable[[], Awaitable[R]]) -> R:
         started = time.perf_counter()
@@ -95,7 +97,21 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         return await self._answer("OffsetFetch", coordinator_pb2.OffsetFetchResponse(), work)
 
     async def ListGroups(self, request: Any, context: Context) -> Any:  # noqa: N802
-        return coordinator_pb2.ListGroupsResponse(groups=self.coordinator.list_groups())
+        groups = self.coordinator.list_groups()
+        if not request.local_only:  # groups live on every instance: ask the others too
+            others = {claim.endpoint for claim in self.ownership.claims.values()} - {self.ownership.instance.endpoint}
+            local = coordinator_pb2.ListGroupsRequest(local_only=True)
+            for endpoint in sorted(others):
+                stub = coordinator_pb2_grpc.CoordinatorStub(self.connections.channel(endpoint))
+                try:
+                    answer: coordinator_pb2.ListGroupsResponse = await stub.ListGroups(local, timeout=5)
+                    groups.extend(answer.groups)
+                except grpc.aio.AioRpcError:
+                    return coordinator_pb2.ListGroupsResponse(
+                        error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), groups=groups
+                    )
+        groups.sort(key=lambda group: str(group.group_id))
+        return coordinator_pb2.ListGroupsResponse(groups=groups)
 
     async def DescribeGroups(self, request: Any, context: Context) -> Any:  # noqa: N802
         return coordinator_pb2.DescribeGroupsResponse(

@@ -557,12 +557,11 @@ class GroupCoordinator:
                     self._remove_member(group, member, reason="expired (session.timeout.ms)")
                 if group.state == GroupState.PREPARING_REBALANCE:
                     self._maybe_complete_join(group, deadline_passed=now >= group.rebalance_deadline)
-                if (
-                    group.state == GroupState.EMPTY
-                    and now_ms - group.empty_since_ms > self.config.offsets_retention_ms
-                    and (group.offsets or group.generation_id)
-                ):
-                    expired_groups.append(group)
+                if group.state == GroupState.EMPTY and (group.offsets or group.generation_id):
+                    # Retention counts from when the group became empty, or from its last commit.
+                    last_commit = max((entry.commit_timestamp_ms for entry in group.offsets.values()), default=0)
+                    if now_ms - max(group.empty_since_ms, last_commit) > self.config.offsets_retention_ms:
+                        expired_groups.append(group)
         for group in expired_groups:
             log.info("group_offsets_expired", group=group.group_id, offsets=len(group.offsets))
             try:

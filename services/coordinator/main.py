@@ -155,7 +155,9 @@ async def serve(args: argparse.Namespace) -> None:
         broken=writer.broken,
     )
     server, health = grpc_server()
-    coordinator_pb2_grpc.add_CoordinatorServicer_to_server(CoordinatorService(coordinator, ownership), server)
+    coordinator_pb2_grpc.add_CoordinatorServicer_to_server(
+        CoordinatorService(coordinator, ownership, connections), server
+    )
     server.add_insecure_port(f"{args.host}:{args.port}")
     await server.start()
 

@@ -24,7 +24,14 @@ from etcd3aio import Etcd3Client, prefix_range_end
 
 from tidelog.client.admin import AdminClient
 from tidelog.common.etcd.server import EtcdServer, free_port
-from tidelog.common.metadata import CONSUMER_OFFSETS_TOPIC, COORDINATOR_PARTITIONS_PREFIX
+from tidelog.common.metadata import (
+    CONSUMER_OFFSETS_TOPIC,
+    COORDINATOR_INSTANCES_PREFIX,
+    CoordinatorClaimRecord,
+    CoordinatorInstanceRecord,
+    coordinator_claim_key,
+)
+from tidelog.coordinator.partition_ownership import owner_of
 
 __all__ = ["LocalCluster"]
 
@@ -254,7 +261,8 @@ class LocalCluster:
         raise TimeoutError(f"cluster not ready after {timeout_s} s: {last}")
 
     async def _coordinators_serve(self, admin: AdminClient) -> bool:
-        """Every __consumer_offsets partition has an owner (claims in etcd)."""
+        """Every coordinator registered, and every __consumer_offsets partition claimed by the
+        instance meant to own it (ownership has settled; partitions no longer move)."""
         described = (await admin.describe_topics([CONSUMER_OFFSETS_TOPIC]))[CONSUMER_OFFSETS_TOPIC]
         if isinstance(described, Exception):
             return False
@@ -262,10 +270,20 @@ class LocalCluster:
         await etcd.connect()
         try:
             assert etcd.kv is not None
-            prefix = COORDINATOR_PARTITIONS_PREFIX.encode()
-            claims = await etcd.kv.get(prefix, prefix_range_end(prefix), keys_only=True)
-            owners = {kv.key for kv in claims.kvs if kv.key.endswith(b"/owner")}
-            return len(owners) >= len(described.partitions)
+            prefix = COORDINATOR_INSTANCES_PREFIX.encode()
+            instances = sorted(
+                CoordinatorInstanceRecord.from_json(kv.value).instance_id
+                for kv in (await etcd.kv.get(prefix, prefix_range_end(prefix))).kvs
+            )
+            if instances != self.coordinator_ids:
+                return False
+            for partition in range(len(described.partitions)):
+                claim = (await etcd.kv.get(coordinator_claim_key(partition))).kvs
+                if not claim or CoordinatorClaimRecord.from_json(claim[0].value).instance_id != owner_of(
+                    partition, instances
+                ):
+                    return False
+            return True
         finally:
             await etcd.close()
 

@@ -20,12 +20,12 @@ from tidelog.cli.output import progress, table
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
 from tidelog.common.errors import TidelogError
 
-__all__ = ["add_cluster_commands"]
+__all__ = ["add_cluster_commands", "bootstrap_endpoints", "endpoints", "run_command"]
 
 PRODUCE_CHUNK = 10_000
 
 
-def _endpoints(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+def bootstrap_endpoints(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     if args.bootstrap or os.environ.get("TIDELOG_BOOTSTRAP"):
         return (args.bootstrap or os.environ["TIDELOG_BOOTSTRAP"]).split(","), []
     saved = Path(args.data_dir) / "cluster.json"
@@ -38,7 +38,9 @@ def _endpoints(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     )
 
 
-def _run(handler: Callable[[argparse.Namespace], Coroutine[Any, Any, int]]) -> Callable[[argparse.Namespace], int]:
+def run_command(
+    handler: Callable[[argparse.Namespace], Coroutine[Any, Any, int]],
+) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         try:
             return asyncio.run(handler(args))
@@ -50,7 +52,7 @@ def _run(handler: Callable[[argparse.Namespace], Coroutine[Any, Any, int]]) -> C
 
 
 def _admin(args: argparse.Namespace) -> AdminClient:
-    bootstrap, controllers = _endpoints(args)
+    bootstrap, controllers = bootstrap_endpoints(args)
     return AdminClient(bootstrap, controllers=controllers)
 
 
@@ -191,7 +193,7 @@ async def _cluster_describe(args: argparse.Namespace) -> int:
 
 
 async def _produce(args: argparse.Namespace) -> int:
-    bootstrap, _ = _endpoints(args)
+    bootstrap, _ = bootstrap_endpoints(args)
     sent = 0
     started = time.monotonic()
     async with Producer(bootstrap, acks=args.acks, linger_ms=args.linger_ms) as producer:
@@ -219,7 +221,7 @@ async def _produce(args: argparse.Namespace) -> int:
 
 
 async def _consume(args: argparse.Namespace) -> int:
-    bootstrap, _ = _endpoints(args)
+    bootstrap, _ = bootstrap_endpoints(args)
     reset = "earliest" if args.from_beginning else "latest"
     async with Consumer(bootstrap, auto_offset_reset=reset) as consumer:
         partitions = await consumer.metadata.partitions_of(args.topic)
@@ -257,7 +259,7 @@ def add_cluster_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     cluster = commands.add_parser("cluster", help="the cluster's brokers and controllers")
     cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True)
     cluster_describe = cluster_commands.add_parser("describe")
-    cluster_describe.set_defaults(handler=_run(_cluster_describe))
+    cluster_describe.set_defaults(handler=run_command(_cluster_describe))
     endpoints(cluster_describe)
 
 
@@ -269,29 +271,29 @@ def _add_topic_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     create.add_argument("--partitions", type=int, default=-1)
     create.add_argument("--replication-factor", type=int, default=-1)
     create.add_argument("--config", action="append", default=[], metavar="NAME=VALUE")
-    create.set_defaults(handler=_run(_topic_create))
+    create.set_defaults(handler=run_command(_topic_create))
     listing = topic_commands.add_parser("list")
-    listing.set_defaults(handler=_run(_topic_list))
+    listing.set_defaults(handler=run_command(_topic_list))
     describe = topic_commands.add_parser("describe")
     describe.add_argument("name")
-    describe.set_defaults(handler=_run(_topic_describe))
+    describe.set_defaults(handler=run_command(_topic_describe))
     alter = topic_commands.add_parser("alter")
     alter.add_argument("name")
     alter.add_argument("--config", action="append", default=[], metavar="NAME=VALUE")
     alter.add_argument("--delete-config", action="append", default=[], metavar="NAME")
     alter.add_argument("--partitions", type=int, help="new, larger partition count")
-    alter.set_defaults(handler=_run(_topic_alter))
+    alter.set_defaults(handler=run_command(_topic_alter))
     delete = topic_commands.add_parser("delete")
     delete.add_argument("name")
-    delete.set_defaults(handler=_run(_topic_delete))
+    delete.set_defaults(handler=run_command(_topic_delete))
     reassign = topic_commands.add_parser("reassign", help="move a partition's replicas, or cancel a move")
     reassign.add_argument("name")
     reassign.add_argument("--partition", type=int, required=True)
     reassign.add_argument("--replicas", help="target broker ids, preferred leader first: 2,3,4")
     reassign.add_argument("--cancel", action="store_true", help="stop the move under way, back to the old replicas")
-    reassign.set_defaults(handler=_run(_topic_reassign))
+    reassign.set_defaults(handler=run_command(_topic_reassign))
     reassignments = topic_commands.add_parser("reassignments", help="moves under way")
-    reassignments.set_defaults(handler=_run(_topic_reassignments))
+    reassignments.set_defaults(handler=run_command(_topic_reassignments))
     for parser in (create, listing, describe, alter, delete, reassign, reassignments):
         endpoints(parser)
 
@@ -303,7 +305,7 @@ def _add_leader_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     elect.add_argument("--topic", help="only this topic (default: every partition)")
     elect.add_argument("--partition", type=int, help="only this partition of --topic")
     elect.add_argument("--type", choices=["preferred", "unclean"], default="preferred")
-    elect.set_defaults(handler=_run(_leader_elect))
+    elect.set_defaults(handler=run_command(_leader_elect))
     endpoints(elect)
 
 
@@ -314,7 +316,7 @@ def _add_data_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     produce.add_argument("--partition", type=int)
     produce.add_argument("--acks", default="all", choices=["0", "1", "all"])
     produce.add_argument("--linger-ms", type=int, default=5)
-    produce.set_defaults(handler=_run(_produce))
+    produce.set_defaults(handler=run_command(_produce))
     endpoints(produce)
 
     consume = commands.add_parser("consume", help="print record values to stdout")
@@ -326,5 +328,5 @@ def _add_data_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     consume.add_argument("--max-messages", type=int)
     consume.add_argument("--timeout-ms", type=int, default=0, help="stop after this long (0: never)")
     consume.add_argument("--print-key", action="store_true")
-    consume.set_defaults(handler=_run(_consume))
+    consume.set_defaults(handler=run_command(_consume))
     endpoints(consume)

@@ -35,6 +35,10 @@ async def _run(cluster: LocalCluster) -> None:
             [f"broker-{i}", endpoint, cluster.metrics_endpoint(f"broker-{i}")]
             for i, endpoint in zip(cluster.broker_ids, cluster.bootstrap, strict=True)
         ]
+        rows += [
+            [f"coordinator-{i}", endpoint, cluster.metrics_endpoint(f"coordinator-{i}")]
+            for i, endpoint in zip(cluster.coordinator_ids, cluster.coordinator_endpoints, strict=True)
+        ]
         print(table(["process", "endpoint", "metrics"], rows))
         print(
             f"\ndata and logs under {cluster.data_dir}; try:\n"
@@ -57,7 +61,13 @@ async def _run(cluster: LocalCluster) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
-    cluster = LocalCluster(Path(args.data_dir), brokers=args.brokers, controllers=args.controllers, metrics=True)
+    cluster = LocalCluster(
+        Path(args.data_dir),
+        brokers=args.brokers,
+        controllers=args.controllers,
+        coordinators=args.coordinators,
+        metrics=True,
+    )
     asyncio.run(_run(cluster))
     return 0
 
@@ -65,8 +75,9 @@ def _up(args: argparse.Namespace) -> int:
 def add_dev_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dev = commands.add_parser("dev", help="run Tidelog locally")
     dev_commands = dev.add_subparsers(dest="dev_command", required=True)
-    up = dev_commands.add_parser("up", help="start etcd, controllers and brokers until Ctrl-C")
+    up = dev_commands.add_parser("up", help="start etcd, controllers, brokers and coordinators until Ctrl-C")
     up.add_argument("--data-dir", default="data", help="folder for all local data (default: ./data)")
     up.add_argument("--brokers", type=int, default=3)
     up.add_argument("--controllers", type=int, default=2)
+    up.add_argument("--coordinators", type=int, default=2, help="group coordinator instances")
     up.set_defaults(handler=_up)

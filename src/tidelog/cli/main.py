@@ -8,6 +8,7 @@ import sys
 
 from tidelog.cli.cluster_commands import add_cluster_commands
 from tidelog.cli.dev import add_dev_commands
+from tidelog.cli.group_commands import add_group_commands
 from tidelog.cli.log_tools import add_log_commands
 
 __all__ = ["main"]
@@ -18,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     add_dev_commands(commands)
     add_cluster_commands(commands)
+    add_group_commands(commands)
     add_log_commands(commands)
     return parser
 

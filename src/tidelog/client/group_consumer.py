@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
-import grpc
 import structlog
 
 from tidelog.client.assignors import (
@@ -34,6 +33,7 @@ from tidelog.client.assignors import (
 from tidelog.client.cluster_metadata import TopicPartition
 from tidelog.client.connections import Connections
 from tidelog.client.consumer import Consumer, ConsumerRecord
+from tidelog.client.coordinator_link import CoordinatorLink
 from tidelog.common.errors import ErrorCode, RemoteError, TidelogError, error_for
 from tidelog.v1 import coordinator_pb2, coordinator_pb2_grpc
 
@@ -43,11 +43,6 @@ log = structlog.get_logger(__name__)
 
 REJOIN_CODES = {ErrorCode.REBALANCE_IN_PROGRESS}
 LOST_CODES = {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.FENCED_INSTANCE_ID}
-REDISCOVER_CODES = {
-    ErrorCode.NOT_COORDINATOR,
-    ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-}
 
 
 class RebalanceListener(Protocol):
@@ -105,13 +100,19 @@ class GroupConsumer:
             **fetch_options,
         )
         self.metadata = self.consumer.metadata
+        self.link = CoordinatorLink(
+            group_id,
+            self.metadata,
+            self.connections,
+            request_timeout_s=self.request_timeout_s,
+            retry_backoff_s=self.retry_backoff_s,
+        )
         self._topics: list[str] = []
         self._pattern: re.Pattern[str] | None = None
         self._listener: RebalanceListener | None = None
         self.member_id = ""
         self.generation_id = -1
         self.protocol = ""
-        self._coordinator = ""
         self._needs_rejoin = False
         self._owned: set[TopicPartition] = set()
         self._buffer: list[ConsumerRecord] = []
@@ -152,45 +153,15 @@ class GroupConsumer:
 
     # ---- the coordinator -------------------------------------------------------------------
 
+    @property
+    def _coordinator(self) -> str:
+        return self.link.endpoint
+
     async def _stub(self) -> coordinator_pb2_grpc.CoordinatorStub:
-        deadline = time.monotonic() + self.request_timeout_s
-        while not self._coordinator:
-            for endpoint in [*self.metadata.bootstrap, *self.metadata.brokers.values()]:
-                try:
-                    found = await self.connections.broker(endpoint).FindCoordinator(
-                        coordinator_pb2.FindCoordinatorRequest(group_id=self.group_id), timeout=self.request_timeout_s
-                    )
-                except grpc.aio.AioRpcError:
-                    continue
-                if found.error_code == 0:
-                    self._coordinator = found.endpoint
-                    break
-            if not self._coordinator:
-                if time.monotonic() > deadline:
-                    raise error_for(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no coordinator for group {self.group_id!r}")
-                await asyncio.sleep(self.retry_backoff_s)
-        return coordinator_pb2_grpc.CoordinatorStub(self.connections.channel(self._coordinator))
+        return await self.link.stub()
 
     async def _call(self, method: str, request: object, *, timeout_s: float | None = None) -> object:
-        """One coordinator request, rediscovering the coordinator (bounded) when it moved."""
-        deadline = time.monotonic() + self.request_timeout_s + (timeout_s or 0)
-        while True:
-            stub = await self._stub()
-            try:
-                response = await getattr(stub, method)(request, timeout=timeout_s or self.request_timeout_s)
-            except grpc.aio.AioRpcError as error:
-                log.info("coordinator_unreachable", endpoint=self._coordinator, code=error.code().name)
-                self._coordinator = ""
-                response = None
-            if response is not None and response.error_code not in REDISCOVER_CODES:
-                return response
-            if response is not None and response.error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
-                self._coordinator = ""
-            if time.monotonic() > deadline:
-                if response is not None:
-                    raise error_for(response.error_code, response.error_message)
-                raise error_for(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"group {self.group_id!r}: coordinator gone")
-            await asyncio.sleep(self.retry_backoff_s)
+        return await self.link.call(method, request, timeout_s=timeout_s)
 
     # ---- membership ------------------------------------------------------------------------
 

@@ -207,8 +207,10 @@ class OffsetFetchResponse(_message.Message):
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[OffsetCommitPartition, _Mapping]]] = ...) -> None: ...
 
 class ListGroupsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("local_only",)
+    LOCAL_ONLY_FIELD_NUMBER: _ClassVar[int]
+    local_only: bool
+    def __init__(self, local_only: _Optional[bool] = ...) -> None: ...
 
 class ListedGroup(_message.Message):
     __slots__ = ("group_id", "state", "protocol_type")

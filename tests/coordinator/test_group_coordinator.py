@@ -1,0 +1,127 @@
+"""The coordinator's state machine in-process; its records go to a list (cluster tests use real logs)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tidelog.common.errors import ErrorCode, TidelogError
+from tidelog.coordinator.group_coordinator import CoordinatorConfig, GroupCoordinator
+from tidelog.coordinator.group_state import GroupState, IllegalTransitionError, check_transition
+from tidelog.v1 import coordinator_pb2
+
+
+class RecordingWriter:
+    def __init__(self) -> None:
+        self.records: list[tuple[int, bytes, bytes | None]] = []
+
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        self.records.extend((partition, key, value) for key, value in records)
+
+
+def coordinator(writer: RecordingWriter, **config: int) -> GroupCoordinator:
+    config.setdefault("initial_rebalance_delay_ms", 0)
+    config.setdefault("partition_count", 1)
+    group_coordinator = GroupCoordinator(writer, CoordinatorConfig(**config))
+    group_coordinator.begin_loading(0)
+    group_coordinator.finish_loading(0)
+    return group_coordinator
+
+
+def join(member_id: str = "", protocols: tuple[str, ...] = ("range",)) -> coordinator_pb2.JoinGroupRequest:
+    return coordinator_pb2.JoinGroupRequest(
+        group_id="g",
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=5_000,
+        member_id=member_id,
+        protocol_type="consumer",
+        protocols=[coordinator_pb2.Protocol(name=name, metadata=b"m") for name in protocols],
+        client_id="c",
+    )
+
+
+def test_the_transition_table_refuses_illegal_moves() -> None:
+    check_transition(GroupState.EMPTY, GroupState.PREPARING_REBALANCE)
+    with pytest.raises(IllegalTransitionError):
+        check_transition(GroupState.EMPTY, GroupState.STABLE)
+    with pytest.raises(IllegalTransitionError):
+        check_transition(GroupState.STABLE, GroupState.COMPLETING_REBALANCE)
+
+
+async def test_two_members_join_vote_sync_and_a_stale_generation_is_refused() -> None:
+    writer = RecordingWriter()
+    group_coordinator = coordinator(writer)
+    first = await group_coordinator.join_group(join(protocols=("roundrobin", "range")))
+    assert first.generation_id == 1 and first.leader == first.member_id and first.member_id.startswith("c-")
+    # A second member: the first must rejoin; both answers come together, with a new generation.
+    second_join = asyncio.create_task(group_coordinator.join_group(join(protocols=("range", "roundrobin"))))
+    await asyncio.sleep(0)
+    first_again = await group_coordinator.join_group(join(first.member_id, protocols=("roundrobin", "range")))
+    second = await second_join
+    assert first_again.generation_id == second.generation_id == 2
+    assert first_again.protocol_name in {"range", "roundrobin"}  # a tie: the first member's preference wins
+    assert len(first_again.members) == 2 and not second.members  # only the leader sees the members
+    follower_sync = asyncio.create_task(
+        group_coordinator.sync_group(
+            coordinator_pb2.SyncGroupRequest(group_id="g", generation_id=2, member_id=second.member_id)
+        )
+    )
+    await asyncio.sleep(0)
+    leader_sync = await group_coordinator.sync_group(
+        coordinator_pb2.SyncGroupRequest(
+            group_id="g",
+            generation_id=2,
+            member_id=first.member_id,
+            assignments=[
+                coordinator_pb2.Assignment(member_id=first.member_id, assignment=b"A"),
+                coordinator_pb2.Assignment(member_id=second.member_id, assignment=b"B"),
+            ],
+        )
+    )
+    assert leader_sync.assignment == b"A" and (await follower_sync).assignment == b"B"
+    assert writer.records, "the assignment was written before it was handed out"
+    with pytest.raises(TidelogError) as stale:
+        group_coordinator.heartbeat(
+            coordinator_pb2.HeartbeatRequest(group_id="g", generation_id=1, member_id=second.member_id)
+        )
+    assert stale.value.code == ErrorCode.ILLEGAL_GENERATION
+    with pytest.raises(TidelogError) as unknown:
+        group_coordinator.heartbeat(coordinator_pb2.HeartbeatRequest(group_id="g", generation_id=2, member_id="nobody"))
+    assert unknown.value.code == ErrorCode.UNKNOWN_MEMBER_ID
+    with pytest.raises(TidelogError) as outsider:
+        await group_coordinator.commit_offsets(coordinator_pb2.OffsetCommitRequest(group_id="g", generation_id=-1))
+    assert outsider.value.code == ErrorCode.UNKNOWN_MEMBER_ID  # the group has members: commit as one
+
+
+async def test_bad_joins_are_refused() -> None:
+    group_coordinator = coordinator(RecordingWriter())
+    short = join()
+    short.session_timeout_ms = 10
+    with pytest.raises(TidelogError) as invalid:
+        await group_coordinator.join_group(short)
+    assert invalid.value.code == ErrorCode.INVALID_SESSION_TIMEOUT
+    await group_coordinator.join_group(join(protocols=("range",)))
+    with pytest.raises(TidelogError) as inconsistent:
+        await group_coordinator.join_group(join(protocols=("sticky",)))
+    assert inconsistent.value.code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    with pytest.raises(TidelogError) as unknown:
+        await group_coordinator.join_group(join("ghost"))
+    assert unknown.value.code == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+async def test_a_group_made_by_a_standalone_commit_is_kept_and_its_offsets_are_replayed() -> None:
+    writer = RecordingWriter()
+    group_coordinator = coordinator(writer)
+    request = coordinator_pb2.OffsetCommitRequest(
+        group_id="g", generation_id=-1, partitions=[coordinator_pb2.OffsetCommitPartition(topic="t", offset=7)]
+    )
+    await group_coordinator.commit_offsets(request)
+    await group_coordinator.tick()  # retention counts from the commit, not from 1970
+    fetched = group_coordinator.fetch_offsets(coordinator_pb2.OffsetFetchRequest(group_id="g"))
+    assert [(entry.topic, entry.offset) for entry in fetched.partitions] == [("t", 7)]
+    replayed = coordinator(RecordingWriter())
+    for _, key, value in writer.records:
+        replayed.replay(0, key, value)
+    again = replayed.fetch_offsets(coordinator_pb2.OffsetFetchRequest(group_id="g"))
+    assert [(entry.topic, entry.offset) for entry in again.partitions] == [("t", 7)]
