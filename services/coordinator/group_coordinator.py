@@ -262,7 +262,10 @@ class GroupCoordinator:
         if was_leader:
             group.leader = new_id
         log.info("static_member_rejoined", group=group.group_id, instance=old.group_instance_id, member=new_id)
-        if group.state == GroupState.STABLE and old.protocols == protocols and not was_leader:
+        # Same assignors (their metadata may differ: a restarted process owns nothing yet): it keeps
+        # its assignment, leader or not, and nobody rebalances (KIP-345's point).
+        if group.state == GroupState.STABLE and [name for name, _ in old.protocols] == [name for name, _ in protocols]:
+            member.protocols = [(name, old.metadata_for(name)) for name, _ in protocols]
             return self._join_response(group, member, with_members=False)
         self._prepare_rebalance(group, reason=f"static member {old.group_instance_id} rejoined")
         # Answered now with the current generation; the member learns of the rebalance by heartbeat.

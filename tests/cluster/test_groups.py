@@ -115,3 +115,64 @@ async def test_a_member_that_leaves_hands_its_partitions_over(group_cluster: Loc
     await wait_until(all_to_one, timeout_s=30, what="the remaining member to own every partition")
     assert before <= staying.assignment()  # sticky: it kept what it had
     await staying.close()
+
+
+async def test_a_static_member_back_within_its_session_gets_its_partitions_without_a_rebalance(
+    group_cluster: LocalCluster,
+) -> None:
+    cluster = group_cluster
+    async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+        await admin.create_topic("static", 4, 2)
+    members = [
+        _consumer(cluster, "statics", group_instance_id=f"worker-{n}", session_timeout_ms=20_000) for n in (1, 2)
+    ]
+    for member in members:
+        member.subscribe(["static"])
+
+    async def settled() -> bool:
+        await asyncio.gather(*(member.poll(100) for member in members))
+        return all(len(member.assignment()) == 2 for member in members)
+
+    await wait_until(settled, timeout_s=60, what="two static members with two partitions each")
+    before, generation = members[1].assignment(), members[1].generation_id
+    await members[1].close()  # a static member does not leave: its place is kept for the session
+    replacement = _consumer(cluster, "statics", group_instance_id="worker-2", session_timeout_ms=20_000)
+    replacement.subscribe(["static"])
+
+    async def back() -> bool:
+        await asyncio.gather(members[0].poll(100), replacement.poll(100))
+        return replacement.assignment() == before
+
+    await wait_until(back, timeout_s=30, what="the restarted static member to get its partitions back")
+    assert replacement.generation_id == generation  # no rebalance happened
+    await members[0].close()
+    await replacement.close()
+
+
+async def test_a_member_that_stops_heartbeating_is_dropped_after_its_session(group_cluster: LocalCluster) -> None:
+    cluster = group_cluster
+    async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+        await admin.create_topic("silent", 2, 2)
+    alive = _consumer(cluster, "silence", session_timeout_ms=2000)
+    dying = _consumer(cluster, "silence", session_timeout_ms=2000)
+    alive.subscribe(["silent"])
+    dying.subscribe(["silent"])
+
+    async def split() -> bool:
+        await asyncio.gather(alive.poll(100), dying.poll(100))
+        return len(alive.assignment()) == 1 and len(dying.assignment()) == 1
+
+    await wait_until(split, timeout_s=60, what="one partition each")
+    # As a process killed with -9: no LeaveGroup, no more heartbeats.
+    assert dying._heartbeat_task is not None
+    dying._heartbeat_task.cancel()
+
+    async def taken_over() -> bool:
+        await alive.poll(100)
+        return len(alive.assignment()) == 2
+
+    await wait_until(taken_over, timeout_s=30, what="the silent member's partition to move after its session")
+    await alive.close()
+    dying._closed = True
+    await dying.consumer.close()
+    await dying.connections.close()
