@@ -325,14 +325,7 @@ class Controller:
                 log.warning("unclean_leader_elected", topic=topic, partition=partition, leader=leader)
         if leader == state.leader and isr == state.isr:
             return None
-        return dataclasses.replace(
-            state,
-            leader=leader,
-            isr=isr,
-            leader_epoch=state.leader_epoch + (leader != state.leader),
-            partition_epoch=state.partition_epoch + 1,
-            controller_epoch=self.epoch,
-        )
+        return state.changed(leader=leader, isr=isr, controller_epoch=self.epoch)
 
     def _unclean_allowed(self, topic: str) -> bool:
         configs = parse_configs(self.state.topics[topic].value.configs, LOG_CONFIGS)
@@ -637,9 +630,7 @@ class Controller:
                 return _alter_error(
                     ErrorCode.INELIGIBLE_REPLICA, "only live brokers not shutting down join the ISR", current
                 )
-            next_state = dataclasses.replace(
-                state, isr=new_isr, partition_epoch=state.partition_epoch + 1, controller_epoch=self.epoch
-            )
+            next_state = state.changed(isr=new_isr, controller_epoch=self.epoch)
             await self._write_states({key: next_state})
             log.info("isr_changed", topic=request.topic, partition=request.partition, isr=new_isr)
             await self._advance_reassignments([key])  # phase A may just have ended
@@ -803,7 +794,7 @@ class Controller:
             removing={**record.removing, name: moving.removing},
             original={**record.original, name: moving.original},
         )
-        next_state = dataclasses.replace(state, partition_epoch=state.partition_epoch + 1, controller_epoch=self.epoch)
+        next_state = state.changed(controller_epoch=self.epoch)  # its replicas change
         await self._commit_topic(entry.topic, updated, {key: next_state})
         log.info("reassignment_started", topic=entry.topic, partition=entry.partition, **dataclasses.asdict(moving))
         await self._advance_reassignments([key])  # nothing to add: phase A is already over
@@ -911,14 +902,7 @@ class Controller:
                     leader = candidates[0]
                 elif not isr:
                     continue
-                changes[key] = dataclasses.replace(
-                    state,
-                    leader=leader,
-                    isr=isr,
-                    leader_epoch=state.leader_epoch + (leader != state.leader),
-                    partition_epoch=state.partition_epoch + 1,
-                    controller_epoch=self.epoch,
-                )
+                changes[key] = state.changed(leader=leader, isr=isr, controller_epoch=self.epoch)
             if changes:
                 await self._write_states(changes)
             log.info("controlled_shutdown", broker=broker_id, moved=len(changes), remaining=len(remaining))

@@ -9,7 +9,6 @@ exceeds `leader.imbalance.per.broker.percentage`. Pure functions; the controller
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Collection, Mapping
 
 from tidelog.common.errors import ErrorCode
@@ -29,13 +28,7 @@ def preferred_state(
         return ErrorCode.ELECTION_NOT_NEEDED
     if preferred not in live or preferred not in state.isr:
         return ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
-    return dataclasses.replace(
-        state,
-        leader=preferred,
-        leader_epoch=state.leader_epoch + 1,
-        partition_epoch=state.partition_epoch + 1,
-        controller_epoch=controller_epoch,
-    )
+    return state.changed(leader=preferred, controller_epoch=controller_epoch)
 
 
 def unclean_state(
@@ -47,14 +40,7 @@ def unclean_state(
     candidates = [broker for broker in replicas if broker in live]
     if not candidates:
         return ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
-    return dataclasses.replace(
-        state,
-        leader=candidates[0],
-        isr=[candidates[0]],
-        leader_epoch=state.leader_epoch + 1,
-        partition_epoch=state.partition_epoch + 1,
-        controller_epoch=controller_epoch,
-    )
+    return state.changed(leader=candidates[0], isr=[candidates[0]], controller_epoch=controller_epoch)
 
 
 def imbalanced_partitions(

@@ -85,11 +85,4 @@ def finish(
             return None
         leader = candidates[0]
     assert leader in isr
-    return dataclasses.replace(
-        state,
-        leader=leader,
-        isr=isr,
-        leader_epoch=state.leader_epoch + (leader != state.leader),
-        partition_epoch=state.partition_epoch + 1,
-        controller_epoch=controller_epoch,
-    )
+    return state.changed(leader=leader, isr=isr, controller_epoch=controller_epoch)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import zlib
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -33,18 +32,14 @@ from tidelog.common.metadata import (
     CoordinatorInstanceRecord,
     coordinator_claim_key,
     coordinator_epoch_key,
+    coordinator_owner_of,
 )
 
-__all__ = ["PartitionOwnership", "owner_of"]
+__all__ = ["PartitionOwnership"]
 
 log = structlog.get_logger(__name__)
 
 POLL_S: Final = 0.25
-
-
-def owner_of(partition: int, instances: list[int]) -> int:
-    """Rendezvous hashing: the instance with the highest hash of (instance, partition)."""
-    return max(instances, key=lambda instance: (zlib.crc32(f"{instance}:{partition}".encode()), instance))
 
 
 class PartitionOwnership:
@@ -117,7 +112,7 @@ class PartitionOwnership:
         for partition in sorted(self.owned):
             claim = claims.get(partition)
             mine = claim is not None and claim.instance_id == me
-            wanted = owner_of(partition, instances) == me
+            wanted = coordinator_owner_of(partition, instances) == me
             if not mine or not wanted or partition in broken:
                 self.owned.discard(partition)
                 await self.lost(partition)
@@ -126,7 +121,7 @@ class PartitionOwnership:
                     claims.pop(partition, None)
                 log.info("offsets_partition_released", partition=partition, still_wanted=wanted)
         for partition in range(self.partition_count):
-            if partition in self.owned or partition in claims or owner_of(partition, instances) != me:
+            if partition in self.owned or partition in claims or coordinator_owner_of(partition, instances) != me:
                 continue
             epoch, version = epochs.get(partition, (-1, 0))
             claim = CoordinatorClaimRecord(me, self.instance.endpoint, epoch + 1)

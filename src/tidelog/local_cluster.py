@@ -30,8 +30,8 @@ from tidelog.common.metadata import (
     CoordinatorClaimRecord,
     CoordinatorInstanceRecord,
     coordinator_claim_key,
+    coordinator_owner_of,
 )
-from tidelog.coordinator.partition_ownership import owner_of
 
 __all__ = ["LocalCluster"]
 
@@ -279,7 +279,7 @@ class LocalCluster:
                 return False
             for partition in range(len(described.partitions)):
                 claim = (await etcd.kv.get(coordinator_claim_key(partition))).kvs
-                if not claim or CoordinatorClaimRecord.from_json(claim[0].value).instance_id != owner_of(
+                if not claim or CoordinatorClaimRecord.from_json(claim[0].value).instance_id != coordinator_owner_of(
                     partition, instances
                 ):
                     return False

@@ -71,9 +71,8 @@ async def test_members_share_partitions_and_commits_survive_a_coordinator_kill(g
     assert sum(offset or 0 for offset in committed.values()) == 600
 
     # kill -9 the coordinator instance serving the group: the other takes over, offsets intact.
-    found = await first._stub()
-    assert found is not None
-    serving = first._coordinator
+    await first.link.stub()  # which coordinator instance serves the group
+    serving = first.link.endpoint
     victim = next(
         f"coordinator-{i}" for i in cluster.coordinator_ids if cluster.coordinator_endpoints[i - 1] == serving
     )

@@ -35,7 +35,7 @@ from tidelog.client.connections import Connections
 from tidelog.client.consumer import Consumer, ConsumerRecord
 from tidelog.client.coordinator_link import CoordinatorLink
 from tidelog.common.errors import ErrorCode, RemoteError, TidelogError, error_for
-from tidelog.v1 import coordinator_pb2, coordinator_pb2_grpc
+from tidelog.v1 import coordinator_pb2
 
 __all__ = ["GroupConsumer", "RebalanceListener"]
 
@@ -152,13 +152,6 @@ class GroupConsumer:
         return sorted(topic for topic in self.metadata.partitions if self._pattern.fullmatch(topic))
 
     # ---- the coordinator -------------------------------------------------------------------
-
-    @property
-    def _coordinator(self) -> str:
-        return self.link.endpoint
-
-    async def _stub(self) -> coordinator_pb2_grpc.CoordinatorStub:
-        return await self.link.stub()
 
     async def _call(self, method: str, request: object, *, timeout_s: float | None = None) -> object:
         return await self.link.call(method, request, timeout_s=timeout_s)
@@ -277,7 +270,7 @@ class GroupConsumer:
     async def _revoke(self, partitions: set[TopicPartition]) -> None:
         if self.enable_auto_commit and self.generation_id >= 0:
             with contextlib.suppress(TidelogError):
-                await self.commit({tp: pos for tp, pos in (await self._positions()).items() if tp in partitions})
+                await self.commit({tp: pos for tp, pos in self._positions().items() if tp in partitions})
         if self._listener is not None:
             await self._listener.on_partitions_revoked(partitions)
         self._owned -= partitions
@@ -367,7 +360,7 @@ class GroupConsumer:
             self.commit_async()
         return records
 
-    async def _positions(self) -> dict[TopicPartition, int]:
+    def _positions(self) -> dict[TopicPartition, int]:
         """What the application has been given so far: the offsets to commit."""
         return {tp: offset for tp, offset in self._consumed.items() if tp in self._owned}
 
@@ -389,7 +382,7 @@ class GroupConsumer:
 
     async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
         """Commit `offsets` (default: everything `poll` returned) and wait for the coordinator."""
-        wanted = dict(offsets) if offsets is not None else await self._positions()
+        wanted = dict(offsets) if offsets is not None else self._positions()
         if not wanted:
             return
         response = await self._call(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import zlib
 from typing import Any, Final, Self
 
 from tidelog.common.errors import InvalidTopicError
@@ -34,6 +35,7 @@ __all__ = [
     "broker_key",
     "coordinator_claim_key",
     "coordinator_epoch_key",
+    "coordinator_owner_of",
     "offsets_partition_for",
     "parse_topics_key",
     "partition_state_key",
@@ -65,6 +67,13 @@ def coordinator_claim_key(partition: int) -> str:
 
 def coordinator_epoch_key(partition: int) -> str:
     return f"{COORDINATOR_PARTITIONS_PREFIX}{partition}/epoch"
+
+
+def coordinator_owner_of(partition: int, instances: list[int]) -> int:
+    """The coordinator instance meant to own a __consumer_offsets partition: rendezvous hashing,
+    the highest hash of (instance, partition) wins, so an instance joining or leaving moves only
+    its own share."""
+    return max(instances, key=lambda instance: (zlib.crc32(f"{instance}:{partition}".encode()), instance))
 
 
 def offsets_partition_for(group_id: str, partition_count: int) -> int:
@@ -183,6 +192,21 @@ class PartitionStateRecord(_JsonRecord):
     def __post_init__(self) -> None:
         assert self.leader == -1 or self.leader in self.isr, "the leader is always in the ISR"
         assert self.leader_epoch >= 0 and self.partition_epoch >= 0
+
+    def changed(
+        self, *, controller_epoch: int, leader: int | None = None, isr: list[int] | None = None
+    ) -> PartitionStateRecord:
+        """The next version of this state: the partition epoch grows at every change, the leader
+        epoch at every change of leader (the one place both rules live)."""
+        new_leader = self.leader if leader is None else leader
+        return dataclasses.replace(
+            self,
+            leader=new_leader,
+            isr=list(self.isr if isr is None else isr),
+            leader_epoch=self.leader_epoch + (new_leader != self.leader),
+            partition_epoch=self.partition_epoch + 1,
+            controller_epoch=controller_epoch,
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
