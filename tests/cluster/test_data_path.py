@@ -190,3 +190,15 @@ async def test_controller_requests_for_another_broker_life_are_refused(
         delete_partitions=True,
     )
     assert (await stub.StopReplica(stop, timeout=5)).error_code == ErrorCode.STALE_BROKER_EPOCH
+
+
+async def test_a_bulk_send_larger_than_buffer_memory_is_sent_as_it_is_buffered(
+    admin: AdminClient, cluster: LocalCluster, topic_name: str
+) -> None:
+    await admin.create_topic(topic_name, 2, 1)
+    values = [b"%099d" % number for number in range(20_000)]  # ~2 MiB through a 256 KiB buffer
+    async with Producer(cluster.bootstrap, buffer_memory=256 * 1024, delivery_timeout_ms=20_000) as producer:
+        delivery = await asyncio.wait_for(producer.send_batch(topic_name, values), 30)
+        assert sum(count for _, _, count in await delivery) == len(values)
+    consumed = await _consume_all(cluster, topic_name, 2, len(values))
+    assert sorted(value for partition in consumed.values() for value in partition) == values

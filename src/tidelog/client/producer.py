@@ -253,6 +253,10 @@ class Producer:
         """Wait while buffer.memory is full (bounded by delivery.timeout.ms)."""
         deadline = time.monotonic() + self.delivery_timeout_s
         while self._buffered + size > self.buffer_memory and self._buffered:
+            # What fills the buffer must be on its way out: a bulk send that has queued batches
+            # but not yet started (or woken) the sender would otherwise wait for itself.
+            self._ensure_sender()
+            self._wakeup.set()
             self._buffer_freed.clear()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
