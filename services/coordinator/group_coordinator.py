@@ -66,6 +66,7 @@ class GroupCoordinator:
         self.clock_ms = clock_ms
         self.groups: dict[int, dict[str, Group]] = {}  # owned and loaded partitions → their groups
         self.loading: set[int] = set()
+        self.rebalances_completed = 0  # generations made here (metrics)
         self._writes: set[asyncio.Task[None]] = set()
 
     # ---- ownership -------------------------------------------------------------------------
@@ -321,6 +322,7 @@ class GroupCoordinator:
 
     def _complete_join(self, group: Group) -> None:
         group.generation_id += 1
+        self.rebalances_completed += 1
         group.join_ready_at = 0.0
         if not group.members:
             group.transition(GroupState.EMPTY)

@@ -26,6 +26,7 @@ from tidelog.common.metadata import (
     CoordinatorInstanceRecord,
 )
 from tidelog.common.runtime import configure_logging, grpc_server, mark_serving, start_metrics, stop_on_signals
+from tidelog.coordinator import coordinator_metrics
 from tidelog.coordinator.coordinator_service import CoordinatorService
 from tidelog.coordinator.group_coordinator import CoordinatorConfig, GroupCoordinator
 from tidelog.coordinator.offsets_records import FENCE_KEY
@@ -54,6 +55,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--group-max-session-timeout-ms", type=int, default=1_800_000)
     parser.add_argument("--group-initial-rebalance-delay-ms", type=int, default=3000)
     parser.add_argument("--offsets-retention-minutes", type=int, default=10080)
+    parser.add_argument("--group-max-size", type=int, default=1000)
     return parser.parse_args(argv)
 
 
@@ -137,8 +139,11 @@ async def serve(args: argparse.Namespace) -> None:
             max_session_timeout_ms=args.group_max_session_timeout_ms,
             initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
             offsets_retention_ms=args.offsets_retention_minutes * 60_000,
+            max_members=args.group_max_size,
         ),
     )
+
+    coordinator_metrics.register(coordinator)
 
     async def lost(partition: int) -> None:
         coordinator.unload(partition)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tidelog.client import AdminClient, GroupConsumer, Producer, TopicPartition
+from tidelog.common.errors import TidelogError
 from tidelog.local_cluster import LocalCluster
 
 from .conftest import started_cluster, wait_until
@@ -175,3 +177,92 @@ async def test_a_member_that_stops_heartbeating_is_dropped_after_its_session(gro
     dying._closed = True
     await dying.consumer.close()
     await dying.connections.close()
+
+
+def _silence(member: GroupConsumer) -> None:
+    """As a process killed with -9: no LeaveGroup, no heartbeats, no more polls."""
+    assert member._heartbeat_task is not None
+    member._heartbeat_task.cancel()
+    member._closed = True
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+async def test_churn_keeps_one_owner_per_partition_and_commit_after_process_loses_nothing(
+    group_cluster: LocalCluster, strategy: str
+) -> None:
+    """Members join, leave and die while records keep arriving; each processes, then commits.
+
+    Every record produced is processed at least once, and within one generation no partition
+    belongs to two members."""
+    cluster = group_cluster
+    async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+        await admin.create_topic("churn", 6, 2)
+    processed: list[bytes] = []
+    owners: dict[tuple[int, TopicPartition], set[str]] = {}
+    members: list[GroupConsumer] = []
+    silenced: list[GroupConsumer] = []
+
+    def join() -> GroupConsumer:
+        member = _consumer(
+            cluster,
+            "churners",
+            enable_auto_commit=False,
+            session_timeout_ms=2000,
+            partition_assignment_strategy=[strategy],
+            max_poll_records=50,
+        )
+        member.subscribe(["churn"])
+        members.append(member)
+        return member
+
+    async def step(member: GroupConsumer) -> None:
+        records = await member.poll(100)
+        for tp in member.assignment():
+            owners.setdefault((member.generation_id, tp), set()).add(member.member_id)
+        processed.extend(record.value or b"" for record in records)  # "process" ...
+        if records:
+            with contextlib.suppress(TidelogError):  # ... then commit; a refused commit means redelivery
+                await member.commit()
+
+    produced = [b"%05d" % n for n in range(3000)]
+
+    async def produce() -> None:
+        async with Producer(cluster.bootstrap, linger_ms=5) as producer:
+            for start in range(0, len(produced), 100):
+                await (await producer.send_batch("churn", produced[start : start + 100]))
+                await asyncio.sleep(0.05)  # a trickle that spans the membership changes
+
+    async def run_for(seconds: float) -> None:
+        deadline = asyncio.get_running_loop().time() + seconds
+        while asyncio.get_running_loop().time() < deadline:
+            await asyncio.gather(*(step(member) for member in members if member not in silenced))
+
+    producing = asyncio.create_task(produce())
+    join(), join()
+    await run_for(3)
+    join()  # a third arrives
+    await run_for(3)
+    await members[0].close()  # one leaves politely
+    silenced.append(members[0])
+    join()
+    await run_for(3)
+    _silence(members[1])  # one dies without a word: its partitions move after its session
+    silenced.append(members[1])
+    await producing
+
+    async def everything() -> bool:
+        await run_for(0.5)
+        return set(produced) <= set(processed)
+
+    await wait_until(everything, timeout_s=60, what="every produced record processed")
+    for (generation, tp), who in owners.items():
+        assert len(who) == 1, f"{tp} owned by {sorted(who)} in generation {generation}"
+    assert len(owners) > 6  # more than one generation was observed
+    survivor = members[-1]
+    committed = await survivor.committed([TopicPartition("churn", p) for p in range(6)])
+    assert sum(offset or 0 for offset in committed.values()) == len(produced)
+    for member in members:
+        if member not in silenced:
+            await member.close()
+    await members[1].consumer.close()
+    await members[1].connections.close()

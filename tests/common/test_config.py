@@ -7,12 +7,14 @@ import pytest
 
 from tidelog.broker import main as broker_main
 from tidelog.broker.broker_service import FETCH_BYTES_MAX, FETCH_WAIT_MS_MAX
-from tidelog.client import Consumer, Producer
+from tidelog.client import Consumer, GroupConsumer, Producer
 from tidelog.common.config import ALL_CONFIGS, LOG_CONFIGS, ConfigScope, parse_configs, render_markdown
 from tidelog.common.errors import ErrorCode, InvalidConfigError
 from tidelog.common.runtime import GRPC_MESSAGE_BYTES_MAX
 from tidelog.controller import main as controller_main
 from tidelog.controller.controller_config import ControllerConfig
+from tidelog.coordinator import main as coordinator_main
+from tidelog.coordinator.group_coordinator import CoordinatorConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,7 +77,10 @@ def _signature_defaults(function: object) -> dict[str, object]:
     }
 
 
-@pytest.mark.parametrize(("client", "scope"), [(Producer, ConfigScope.PRODUCER), (Consumer, ConfigScope.CONSUMER)])
+@pytest.mark.parametrize(
+    ("client", "scope"),
+    [(Producer, ConfigScope.PRODUCER), (Consumer, ConfigScope.CONSUMER), (GroupConsumer, ConfigScope.CONSUMER)],
+)
 def test_client_defaults_are_the_registry_defaults(client: type, scope: ConfigScope) -> None:
     for argument, value in _signature_defaults(client).items():
         name = argument.replace("_", ".")
@@ -102,6 +107,23 @@ def test_process_defaults_are_the_registry_defaults() -> None:
     assert controller.auto_leader_rebalance_enable == str(_default("auto.leader.rebalance.enable")).lower()
     assert controller.leader_imbalance_check_interval_seconds == _default("leader.imbalance.check.interval.seconds")
     assert controller.leader_imbalance_per_broker_percentage == _default("leader.imbalance.per.broker.percentage")
+    coordinator = coordinator_main.parse_args(["--id", "1", "--port", "1", "--etcd", "e"])
+    assert coordinator.session_timeout_ms == _default("coordinator.session.timeout.ms")
+    assert coordinator.offsets_topic_num_partitions == _default("offsets.topic.num.partitions")
+    assert coordinator.offsets_topic_replication_factor == _default("offsets.topic.replication.factor")
+    assert coordinator.group_min_session_timeout_ms == _default("group.min.session.timeout.ms")
+    assert coordinator.group_max_session_timeout_ms == _default("group.max.session.timeout.ms")
+    assert coordinator.group_initial_rebalance_delay_ms == _default("group.initial.rebalance.delay.ms")
+    assert coordinator.offsets_retention_minutes == _default("offsets.retention.minutes")
+    assert coordinator.group_max_size == _default("group.max.size")
+    assert CoordinatorConfig() == CoordinatorConfig(
+        partition_count=coordinator.offsets_topic_num_partitions,
+        min_session_timeout_ms=coordinator.group_min_session_timeout_ms,
+        max_session_timeout_ms=coordinator.group_max_session_timeout_ms,
+        initial_rebalance_delay_ms=coordinator.group_initial_rebalance_delay_ms,
+        offsets_retention_ms=coordinator.offsets_retention_minutes * 60_000,
+        max_members=coordinator.group_max_size,
+    )
     assert _default("socket.request.max.bytes") == GRPC_MESSAGE_BYTES_MAX
     assert _default("fetch.max.bytes") == FETCH_BYTES_MAX
     assert _default("fetch.max.wait.ms.max") == FETCH_WAIT_MS_MAX

@@ -18,6 +18,7 @@ import yaml
 
 from tidelog.broker import main as broker_main
 from tidelog.controller import main as controller_main
+from tidelog.coordinator import main as coordinator_main
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "tidelog"
 RELEASE = "demo"
@@ -67,7 +68,12 @@ def test_etcd_runs_as_a_statefulset(manifests: dict[tuple[str, str], dict[str, A
 
 
 @pytest.mark.parametrize(
-    ("name", "parse"), [("broker", broker_main.parse_args), ("controller", controller_main.parse_args)]
+    ("name", "parse"),
+    [
+        ("broker", broker_main.parse_args),
+        ("controller", controller_main.parse_args),
+        ("coordinator", coordinator_main.parse_args),
+    ],
 )
 def test_services_start_with_flags_they_accept(
     manifests: dict[tuple[str, str], dict[str, Any]], name: str, parse: Any

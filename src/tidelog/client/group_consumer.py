@@ -304,12 +304,13 @@ class GroupConsumer:
                 log.warning("max_poll_interval_exceeded", group=self.group_id, member=self.member_id)
                 await self._leave()
                 continue
+            generation = self.generation_id
             try:
                 response = await self._call(
                     "Heartbeat",
                     coordinator_pb2.HeartbeatRequest(
                         group_id=self.group_id,
-                        generation_id=self.generation_id,
+                        generation_id=generation,
                         member_id=self.member_id,
                         group_instance_id=self.group_instance_id,
                     ),
@@ -318,6 +319,9 @@ class GroupConsumer:
                 log.info("heartbeat_failed", group=self.group_id, error=str(error))
                 continue
             assert isinstance(response, coordinator_pb2.HeartbeatResponse)
+            joining = self._join_task is not None and not self._join_task.done()
+            if generation != self.generation_id or (joining and response.error_code in REJOIN_CODES):
+                continue  # about a rebalance that the join under way (or already done) takes part in
             if response.error_code in REJOIN_CODES:
                 self._needs_rejoin = True
             elif response.error_code in LOST_CODES:

@@ -21,6 +21,7 @@ __all__ = [
     "BROKER_CONFIGS",
     "CONSUMER_CONFIGS",
     "CONTROLLER_CONFIGS",
+    "COORDINATOR_CONFIGS",
     "LOG_CONFIGS",
     "PRODUCER_CONFIGS",
     "ConfigDef",
@@ -52,6 +53,7 @@ class ConfigScope(enum.Enum):
     TOPIC = "topic"
     BROKER = "broker"
     CONTROLLER = "controller"
+    COORDINATOR = "coordinator"
     PRODUCER = "producer"
     CONSUMER = "consumer"
 
@@ -284,6 +286,47 @@ CONTROLLER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     ),
 )
 
+COORDINATOR_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
+    ConfigScope.COORDINATOR,
+    _int(
+        "coordinator.session.timeout.ms",
+        6000,
+        "TTL of a coordinator instance's etcd lease: its __consumer_offsets partitions move after it.",
+        minimum=1000,
+        maximum=3_600_000,
+    ),
+    _int(
+        "offsets.topic.num.partitions",
+        50,
+        "Partitions of __consumer_offsets; a group lives on hash(group.id) mod this. Fixed once created.",
+        minimum=1,
+        maximum=1000,
+    ),
+    _int(
+        "offsets.topic.replication.factor",
+        3,
+        "Replicas of __consumer_offsets (capped by the live brokers when it is created).",
+        minimum=1,
+        maximum=100,
+    ),
+    _int("group.min.session.timeout.ms", 6000, "Smallest session.timeout.ms a member may ask for.", minimum=1),
+    _int("group.max.session.timeout.ms", 1_800_000, "Largest session.timeout.ms a member may ask for.", minimum=1),
+    _int(
+        "group.initial.rebalance.delay.ms",
+        3000,
+        "An empty group's first rebalance waits this long (more, up to the rebalance timeout, while members keep "
+        "joining) so a starting fleet is assigned once.",
+        minimum=0,
+    ),
+    _int(
+        "offsets.retention.minutes",
+        10080,
+        "An empty group's committed offsets are dropped this long after its last commit.",
+        minimum=1,
+    ),
+    _int("group.max.size", 1000, "Members one group may have; more are refused.", minimum=1),
+)
+
 PRODUCER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     ConfigScope.PRODUCER,
     ConfigDef(
@@ -331,10 +374,40 @@ CONSUMER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     _int("max.partition.fetch.bytes", MIB, "Bytes one partition contributes to a fetch.", minimum=1024),
     _int("request.timeout.ms", 30_000, "Deadline of one request to a broker (beyond its long poll).", minimum=1),
     _long("retry.backoff.ms", 100, "Wait before fetching again from a broker whose fetch failed.", minimum=0),
+    ConfigDef("client.id", ConfigType.STRING, "tidelog", "Prefix of the member id the coordinator gives a member."),
+    ConfigDef(
+        "group.instance.id",
+        ConfigType.STRING,
+        "",
+        "Static membership: a member back under this id within its session keeps its partitions.",
+    ),
+    _int(
+        "session.timeout.ms",
+        45_000,
+        "A member the coordinator hears nothing from this long is dropped (within the group.*.session bounds).",
+        minimum=1,
+    ),
+    _int("heartbeat.interval.ms", 3000, "How often the background task heartbeats.", minimum=1),
+    _int(
+        "max.poll.interval.ms",
+        300_000,
+        "A member that does not call poll() this long leaves; also its rebalance timeout.",
+        minimum=1,
+    ),
+    _int("max.poll.records", 500, "Records one poll() returns at most.", minimum=1),
+    ConfigDef("enable.auto.commit", ConfigType.BOOLEAN, True, "Commit what poll() returned in the background."),
+    _int("auto.commit.interval.ms", 5000, "How often auto-commit runs.", minimum=0),
+    ConfigDef(
+        "partition.assignment.strategy",
+        ConfigType.LIST,
+        ("range", "cooperative-sticky"),
+        "Assignors in order of preference; the group uses one every member supports.",
+        choices=("range", "roundrobin", "sticky", "cooperative-sticky"),
+    ),
 )
 
 ALL_CONFIGS: Final[tuple[ConfigDef, ...]] = (
-    LOG_CONFIGS + BROKER_CONFIGS + CONTROLLER_CONFIGS + PRODUCER_CONFIGS + CONSUMER_CONFIGS
+    LOG_CONFIGS + BROKER_CONFIGS + CONTROLLER_CONFIGS + COORDINATOR_CONFIGS + PRODUCER_CONFIGS + CONSUMER_CONFIGS
 )
 
 _BY_NAME: Final[dict[str, ConfigDef]] = {definition.name: definition for definition in ALL_CONFIGS}
@@ -358,7 +431,7 @@ def render_markdown() -> str:
         "Generated from `src/tidelog/common/config.py` by `python -m tidelog.common.config`;",
         "a test fails when this file is stale. Names and meanings follow Apache Kafka's configs.",
         "Topic configs are set per topic (`tidelog topic create --config`) and take broker-wide",
-        "defaults from `--log-config`; broker and controller ones are process options (`--help`);",
+        "defaults from `--log-config`; broker, controller and coordinator ones are process options (`--help`);",
         "producer and consumer ones are the clients' keyword arguments (dots become underscores).",
         "A test checks that the code's defaults are these.",
         "",

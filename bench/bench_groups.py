@@ -1,0 +1,187 @@
+"""Consumer group benchmark: how fast a group is stable again, and how fast a group consumes.
+
+    .venv/bin/python bench/bench_groups.py [--records 600000] [--rounds 5]
+
+Starts etcd, 2 controllers, 3 brokers and 2 group coordinators (tidelog.local_cluster), then:
+- rebalance: 10 consumers are stable on a 12-partition topic; an 11th joins; the time until all 11
+  are stable in one generation with every partition owned exactly once. Issue 5's target: ≤ 1 s
+  beyond group.initial.rebalance.delay.ms — which only a group's first rebalance waits (Kafka's
+  rule, as here), so the join into a stable group is measured as is. `--rounds` times each (the
+  11th leaves in between), for cooperative-sticky (KIP-429: two rounds, only one partition moves)
+  and for range (eager: everyone revokes everything and rejoins).
+- throughput: a 3-member group reads `--records` 100-byte records from 6 partitions, counted from
+  the moment the group is stable.
+Reference printed in the same run: one plain Consumer assigned all 6 partitions reading the same
+records (no group) — the group's figure is a ratio of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import structlog
+
+from tidelog.client import AdminClient, Consumer, GroupConsumer, Producer, TopicPartition
+from tidelog.local_cluster import LocalCluster
+
+INITIAL_DELAY_MS = 3000
+WIDE_PARTITIONS = 12
+DEEP_PARTITIONS = 6
+SETTLE_TIMEOUT_S = 60.0
+
+
+def _member(cluster: LocalCluster, group: str, strategy: str) -> GroupConsumer:
+    return GroupConsumer(
+        cluster.bootstrap,
+        group,
+        auto_offset_reset="earliest",
+        session_timeout_ms=10_000,
+        heartbeat_interval_ms=100,
+        partition_assignment_strategy=[strategy],
+        enable_auto_commit=False,
+        max_poll_records=100_000,
+    )
+
+
+def _stable(members: list[GroupConsumer], partitions: int) -> bool:
+    """One generation, nobody rejoining, every partition owned by exactly one member."""
+    owned = [tp for member in members for tp in member.assignment()]
+    return (
+        len(owned) == partitions == len(set(owned))
+        and len({member.generation_id for member in members}) == 1
+        and all(not member._needs_rejoin and member._join_task is None for member in members)
+    )
+
+
+async def _until_stable(members: list[GroupConsumer], partitions: int) -> float:
+    started = time.monotonic()
+    while not _stable(members, partitions):
+        if time.monotonic() - started > SETTLE_TIMEOUT_S:
+            raise RuntimeError(f"group not stable after {SETTLE_TIMEOUT_S} s")
+        await asyncio.gather(*(member.poll(20) for member in members))
+    return time.monotonic() - started
+
+
+async def rebalance_times(cluster: LocalCluster, strategy: str, rounds: int) -> tuple[float, list[float]]:
+    """(seconds for 10 to be stable from nothing, seconds to be stable again after an 11th joins ×rounds)."""
+    group = f"rebalance-{strategy}"
+    members = [_member(cluster, group, strategy) for _ in range(10)]
+    for member in members:
+        member.subscribe(["wide"])
+    first = await _until_stable(members, WIDE_PARTITIONS)
+    joins = []
+    for _ in range(rounds):
+        newcomer = _member(cluster, group, strategy)
+        newcomer.subscribe(["wide"])
+        joins.append(await _until_stable([*members, newcomer], WIDE_PARTITIONS))
+        await newcomer.close()
+        await _until_stable(members, WIDE_PARTITIONS)
+    for member in members:
+        await member.close()
+    return first, joins
+
+
+class _PauseNewPartitions:
+    def __init__(self, member: GroupConsumer) -> None:
+        self.member = member
+
+    async def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None:
+        self.member.pause(partitions)
+
+    async def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None:
+        pass
+
+    async def on_partitions_lost(self, partitions: set[TopicPartition]) -> None:
+        pass
+
+
+async def group_throughput(cluster: LocalCluster, records: int) -> float:
+    members = [_member(cluster, "readers", "cooperative-sticky") for _ in range(3)]
+    for member in members:
+        member.subscribe(["deep"], listener=_PauseNewPartitions(member))
+    await _until_stable(members, DEEP_PARTITIONS)  # reading nothing yet: the clock starts once stable
+    for member in members:
+        member.resume(member.assignment())
+    count = 0
+    started = time.monotonic()
+    while count < records:
+        count += sum(len(batch) for batch in await asyncio.gather(*(member.poll(200) for member in members)))
+    elapsed = time.monotonic() - started
+    for member in members:
+        await member.close()
+    assert count == records, f"read {count} of {records}"
+    return records / elapsed
+
+
+async def plain_throughput(cluster: LocalCluster, records: int) -> float:
+    async with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition("deep", p) for p in range(DEEP_PARTITIONS)])
+        count = 0
+        started = time.monotonic()
+        while count < records:
+            count += len(await consumer.poll(200))
+        return records / (time.monotonic() - started)
+
+
+def _summary(times: list[float]) -> str:
+    return f"p50 {statistics.median(times):5.2f} s  max {max(times):5.2f} s"
+
+
+async def run(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="tidelog-bench-groups-") as folder:
+        cluster = LocalCluster(
+            Path(folder),
+            coordinators=2,
+            coordinator_args=[
+                "--offsets-topic-num-partitions",
+                "12",
+                "--group-initial-rebalance-delay-ms",
+                str(INITIAL_DELAY_MS),
+                "--group-min-session-timeout-ms",
+                "1000",
+            ],
+        )
+        cluster.start()
+        try:
+            await cluster.wait_ready()
+            async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+                await admin.create_topic("wide", WIDE_PARTITIONS, 1)
+                await admin.create_topic("deep", DEEP_PARTITIONS, 1)
+            async with Producer(
+                cluster.bootstrap, batch_size=1024 * 1024, max_request_size=8 * 1024 * 1024
+            ) as producer:
+                await (await producer.send_batch("deep", [b"x" * 100] * args.records))
+            cooperative = await rebalance_times(cluster, "cooperative-sticky", args.rounds)
+            eager = await rebalance_times(cluster, "range", args.rounds)
+            reference = await plain_throughput(cluster, args.records)
+            grouped = await group_throughput(cluster, args.records)
+        finally:
+            cluster.stop()
+    print("consumer groups, 3 brokers, 2 coordinators, 12 partitions, heartbeat.interval.ms=100")
+    for name, (first, joins) in (("cooperative-sticky", cooperative), ("range", eager)):
+        print(f"  {name}:")
+        print(f"    10 consumers, empty group to stable   {first:5.2f} s   (initial delay {INITIAL_DELAY_MS} ms in it)")
+        print(f"    an 11th joins a stable group of 10    {_summary(joins)}   (target <= 1 s)")
+    print(f"  reference: one plain consumer, {DEEP_PARTITIONS} partitions   {reference:12,.0f} records/s")
+    print(
+        f"  a 3-member group, {DEEP_PARTITIONS} partitions                {grouped:12,.0f} records/s"
+        f"   ratio {grouped / reference:.2f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=600_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))  # the client's info lines
+    asyncio.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
