@@ -13,18 +13,14 @@ import contextlib
 import time
 
 import structlog
-from etcd3aio import Etcd3Client, prefix_range_end
+from etcd3aio import Etcd3Client
 
 from tidelog.client import AdminClient, Consumer, TopicPartition
 from tidelog.client.cluster_metadata import ClusterMetadata
 from tidelog.client.connections import Connections
 from tidelog.common.errors import ErrorCode, TidelogError
-from tidelog.common.metadata import (
-    BROKERS_PREFIX,
-    CONSUMER_OFFSETS_TOPIC,
-    BrokerRegistration,
-    CoordinatorInstanceRecord,
-)
+from tidelog.common.etcd.registry import registered_brokers
+from tidelog.common.metadata import CONSUMER_OFFSETS_TOPIC, CoordinatorInstanceRecord
 from tidelog.common.runtime import configure_logging, grpc_server, mark_serving, start_metrics, stop_on_signals
 from tidelog.coordinator import coordinator_metrics
 from tidelog.coordinator.coordinator_service import CoordinatorService
@@ -57,20 +53,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--offsets-retention-minutes", type=int, default=10080)
     parser.add_argument("--group-max-size", type=int, default=1000)
     return parser.parse_args(argv)
-
-
-async def _brokers(etcd: Etcd3Client) -> list[str]:
-    assert etcd.kv is not None
-    deadline = time.monotonic() + 60
-    while True:
-        prefix = BROKERS_PREFIX.encode()
-        found = [
-            BrokerRegistration.from_json(kv.value).endpoint
-            for kv in (await etcd.kv.get(prefix, prefix_range_end(prefix))).kvs
-        ]
-        if found or time.monotonic() > deadline:
-            return found
-        await asyncio.sleep(0.5)
 
 
 async def _ensure_offsets_topic(bootstrap: list[str], partitions: int, factor: int) -> None:
@@ -127,7 +109,7 @@ async def serve(args: argparse.Namespace) -> None:
     stopping = stop_on_signals()
     etcd = Etcd3Client([args.etcd])
     await etcd.connect()
-    bootstrap = await _brokers(etcd)
+    bootstrap = await registered_brokers(etcd)
     await _ensure_offsets_topic(bootstrap, args.offsets_topic_num_partitions, args.offsets_topic_replication_factor)
     connections = Connections()
     writer = FencedOffsetsWriter(ClusterMetadata(bootstrap, connections), connections)

@@ -1,5 +1,5 @@
 """A whole Tidelog cluster on this machine as real child processes: etcd, controllers, brokers,
-group coordinators.
+group coordinators, REST gateways.
 
 Used by `tidelog dev up` and by the cluster tests, so both exercise the same processes. Everything
 lives under one data folder: etcd's data, each broker's logs, each process's log file
@@ -47,6 +47,7 @@ class _Ports:
     controllers: dict[int, int]
     metrics: dict[str, int]
     coordinators: dict[int, int] = dataclasses.field(default_factory=dict)
+    gateways: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 class LocalCluster:
@@ -63,6 +64,8 @@ class LocalCluster:
         controller_args: list[str] | None = None,
         coordinators: int = 0,
         coordinator_args: list[str] | None = None,
+        gateways: int = 0,
+        gateway_args: list[str] | None = None,
     ) -> None:
         self.data_dir = data_dir.resolve()
         self.broker_ids = list(range(1, brokers + 1))
@@ -74,6 +77,8 @@ class LocalCluster:
         self.controller_args = list(controller_args or [])
         self.coordinator_ids = list(range(1, coordinators + 1))
         self.coordinator_args = list(coordinator_args or [])
+        self.gateway_ids = list(range(1, gateways + 1))
+        self.gateway_args = list(gateway_args or [])
         self.ports = self._load_ports()
         self.etcd = EtcdServer(
             self.data_dir / "etcd", client_port=self.ports.etcd_client, peer_port=self.ports.etcd_peer
@@ -91,6 +96,7 @@ class LocalCluster:
                 {int(k): v for k, v in saved["controllers"].items()},
                 saved.get("metrics", {}),
                 {int(k): v for k, v in saved.get("coordinators", {}).items()},
+                {int(k): v for k, v in saved.get("gateways", {}).items()},
             )
         else:
             ports = _Ports(free_port(), free_port(), {}, {}, {})
@@ -103,6 +109,9 @@ class LocalCluster:
         for coordinator_id in self.coordinator_ids:
             ports.coordinators.setdefault(coordinator_id, free_port())
             ports.metrics.setdefault(f"coordinator-{coordinator_id}", free_port())
+        for gateway_id in self.gateway_ids:
+            ports.gateways.setdefault(gateway_id, free_port())
+            ports.metrics.setdefault(f"gateway-{gateway_id}", free_port())
         self.data_dir.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(dataclasses.asdict(ports), indent=2))
         return ports
@@ -195,6 +204,26 @@ class LocalCluster:
     def coordinator_endpoints(self) -> list[str]:
         return [f"127.0.0.1:{self.ports.coordinators[coordinator_id]}" for coordinator_id in self.coordinator_ids]
 
+    def start_gateway(self, gateway_id: int) -> None:
+        arguments = [
+            "--id",
+            str(gateway_id),
+            "--port",
+            str(self.ports.gateways[gateway_id]),
+            "--etcd",
+            self.etcd.endpoint,
+            "--session-timeout-ms",
+            str(self.session_timeout_ms),
+        ]
+        if self.metrics:
+            arguments += ["--metrics-port", str(self.ports.metrics[f"gateway-{gateway_id}"])]
+        arguments += self.gateway_args
+        self._spawn(f"gateway-{gateway_id}", "tidelog.gateway.main", arguments)
+
+    @property
+    def gateway_urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{self.ports.gateways[gateway_id]}" for gateway_id in self.gateway_ids]
+
     def start(self) -> None:
         self.etcd.start()
         for controller_id in self.controller_ids:
@@ -203,6 +232,8 @@ class LocalCluster:
             self.start_broker(broker_id)
         for coordinator_id in self.coordinator_ids:
             self.start_coordinator(coordinator_id)
+        for gateway_id in self.gateway_ids:
+            self.start_gateway(gateway_id)
 
     def signal(self, name: str, signal_number: int = signal.SIGKILL) -> int | None:
         """Send a signal to one process ("broker-2", "controller-1").
@@ -218,12 +249,14 @@ class LocalCluster:
         return None
 
     def stop(self) -> None:
-        """SIGTERM coordinators (they write through brokers), then brokers (they hand leadership away,
-        deregister and flush, which needs a controller), then the controllers, then etcd."""
+        """SIGTERM gateways (their consumers leave their groups), then coordinators (they write through
+        brokers), then brokers (they hand leadership away, deregister and flush, which needs a
+        controller), then the controllers, then etcd."""
+        gateways = sorted(name for name in self.processes if name.startswith("gateway"))
         coordinators = sorted(name for name in self.processes if name.startswith("coordinator"))
         brokers = sorted(name for name in self.processes if name.startswith("broker"))
-        others = sorted(name for name in self.processes if name not in {*coordinators, *brokers})
-        for group in (coordinators, brokers, others):
+        others = sorted(name for name in self.processes if name not in {*gateways, *coordinators, *brokers})
+        for group in (gateways, coordinators, brokers, others):
             for name in group:
                 if self.processes[name].poll() is None:
                     self.processes[name].send_signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
@@ -252,13 +285,27 @@ class LocalCluster:
                 try:
                     cluster = await admin.describe_cluster()
                     live = {broker.broker_id for broker in cluster.brokers}
-                    if wanted <= live and (not self.coordinator_ids or await self._coordinators_serve(admin)):
+                    if (
+                        wanted <= live
+                        and (not self.coordinator_ids or await self._coordinators_serve(admin))
+                        and await self._gateways_serve()
+                    ):
                         return
                     last = f"live brokers {sorted(live)}; coordinators not serving every group partition yet"
                 except Exception as error:  # not up yet: keep waiting until the deadline
                     last = str(error)
                 await asyncio.sleep(0.1)
         raise TimeoutError(f"cluster not ready after {timeout_s} s: {last}")
+
+    async def _gateways_serve(self) -> bool:
+        for url in self.gateway_urls:
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":", 1)[1]))
+            except OSError:
+                return False
+            writer.close()
+            await writer.wait_closed()
+        return True
 
     async def _coordinators_serve(self, admin: AdminClient) -> bool:
         """Every coordinator registered, and every __consumer_offsets partition claimed by the

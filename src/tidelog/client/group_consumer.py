@@ -145,6 +145,21 @@ class GroupConsumer:
     def assignment(self) -> set[TopicPartition]:
         return set(self._owned)
 
+    async def unsubscribe(self) -> None:
+        """Leave the group and drop the subscription (Kafka's unsubscribe); `subscribe` rejoins."""
+        if self._join_task is not None:
+            self._join_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TidelogError):
+                await self._join_task
+            self._join_task = None
+        if self._owned and self.generation_id >= 0:
+            await self._revoke(set(self._owned))
+        await self._leave()
+        self._owned.clear()
+        self.consumer.assign(())
+        self._buffer.clear()
+        self._topics, self._pattern, self._needs_rejoin = [], None, False
+
     async def _subscribed_topics(self) -> list[str]:
         if self._pattern is None:
             return self._topics

@@ -167,6 +167,17 @@ class BulkDelivery:
     def __init__(self, batches: list[_Batch]) -> None:
         self._batches = batches
 
+    async def settled(self) -> list[tuple[int, int | BaseException, int]]:
+        """Once every batch is done: (partition, base offset or the error that failed it, record
+        count) per batch, in the order the records were given. Awaiting the delivery itself raises at
+        the first failed batch; this reports each one."""
+        if self._batches:
+            await asyncio.wait([batch.future for batch in self._batches])
+        return [
+            (batch.partition, batch.future.exception() or batch.future.result()[0], len(batch.values))
+            for batch in self._batches
+        ]
+
     def __await__(self) -> Generator[Any, None, list[tuple[int, int, int]]]:
         results = []
         for batch in self._batches:

@@ -22,6 +22,7 @@ __all__ = [
     "CONSUMER_CONFIGS",
     "CONTROLLER_CONFIGS",
     "COORDINATOR_CONFIGS",
+    "GATEWAY_CONFIGS",
     "LOG_CONFIGS",
     "PRODUCER_CONFIGS",
     "ConfigDef",
@@ -54,6 +55,7 @@ class ConfigScope(enum.Enum):
     BROKER = "broker"
     CONTROLLER = "controller"
     COORDINATOR = "coordinator"
+    GATEWAY = "gateway"
     PRODUCER = "producer"
     CONSUMER = "consumer"
 
@@ -327,6 +329,38 @@ COORDINATOR_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     _int("group.max.size", 1000, "Members one group may have; more are refused.", minimum=1),
 )
 
+GATEWAY_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
+    ConfigScope.GATEWAY,
+    _int(
+        "consumer.instance.timeout.ms",
+        300_000,
+        "A REST consumer instance idle this long is closed (it leaves its group) and forgotten.",
+        minimum=1000,
+    ),
+    _int(
+        "consumer.request.timeout.ms",
+        1000,
+        "Longest a records GET waits for records (long poll) when it gives no ?timeout.",
+        minimum=0,
+        maximum=300_000,
+    ),
+    _long(
+        "consumer.request.max.bytes",
+        64 * MIB,
+        "Most key and value bytes one records GET returns (?max_bytes may ask for less).",
+        minimum=1024,
+    ),
+    _int("consumer.instances.max", 1000, "REST consumer instances one gateway holds; more are refused.", minimum=1),
+    _long(
+        "rest.request.max.bytes",
+        16 * MIB,
+        "Largest request body the gateway reads; a larger one is refused with 413 and nothing of it is produced.",
+        minimum=1024,
+        maximum=1 * GIB,
+    ),
+    _int("produce.records.max", 10_000, "Records one produce request may carry.", minimum=1),
+)
+
 PRODUCER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     ConfigScope.PRODUCER,
     ConfigDef(
@@ -407,7 +441,13 @@ CONSUMER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
 )
 
 ALL_CONFIGS: Final[tuple[ConfigDef, ...]] = (
-    LOG_CONFIGS + BROKER_CONFIGS + CONTROLLER_CONFIGS + COORDINATOR_CONFIGS + PRODUCER_CONFIGS + CONSUMER_CONFIGS
+    LOG_CONFIGS
+    + BROKER_CONFIGS
+    + CONTROLLER_CONFIGS
+    + COORDINATOR_CONFIGS
+    + GATEWAY_CONFIGS
+    + PRODUCER_CONFIGS
+    + CONSUMER_CONFIGS
 )
 
 _BY_NAME: Final[dict[str, ConfigDef]] = {definition.name: definition for definition in ALL_CONFIGS}
@@ -431,8 +471,9 @@ def render_markdown() -> str:
         "Generated from `src/tidelog/common/config.py` by `python -m tidelog.common.config`;",
         "a test fails when this file is stale. Names and meanings follow Apache Kafka's configs.",
         "Topic configs are set per topic (`tidelog topic create --config`) and take broker-wide",
-        "defaults from `--log-config`; broker, controller and coordinator ones are process options (`--help`);",
-        "producer and consumer ones are the clients' keyword arguments (dots become underscores).",
+        "defaults from `--log-config`; broker, controller, coordinator and gateway ones are process",
+        "options (`--help`); producer and consumer ones are the clients' keyword arguments (dots become",
+        "underscores).",
         "A test checks that the code's defaults are these.",
         "",
         "| name | scope | type | default | bounds | meaning |",

@@ -51,6 +51,8 @@ TOPICS_PREFIX: Final = f"{ROOT}/topics/"
 PRODUCER_ID_BLOCK_KEY: Final = f"{ROOT}/producer-ids/block"
 COORDINATOR_INSTANCES_PREFIX: Final = f"{ROOT}/coordinators/instances/"
 COORDINATOR_PARTITIONS_PREFIX: Final = f"{ROOT}/coordinators/partitions/"
+GATEWAY_CONSUMERS_PREFIX: Final = f"{ROOT}/gateways/consumers/"
+CLUSTER_ID_KEY: Final = f"{ROOT}/cluster/id"
 CONSUMER_OFFSETS_TOPIC: Final = "__consumer_offsets"
 TOPIC_NAME_LENGTH_MAX: Final = 249
 _TOPIC_NAME: Final = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -84,6 +86,12 @@ def offsets_partition_for(group_id: str, partition_count: int) -> int:
         code = (31 * code + (data[index] << 8 | data[index + 1])) & 0xFFFFFFFF
     signed = code - (1 << 32) if code >= 1 << 31 else code
     return (0 if signed == -(1 << 31) else abs(signed)) % partition_count
+
+
+def gateway_consumer_key(group: str, instance: str) -> str:
+    """Where a REST consumer instance is registered (group and instance names are URL path segments,
+    so neither holds a '/')."""
+    return f"{GATEWAY_CONSUMERS_PREFIX}{group}/{instance}"
 
 
 def topic_key(topic: str) -> str:
@@ -242,3 +250,13 @@ class CoordinatorClaimRecord(_JsonRecord):
     instance_id: int
     endpoint: str
     epoch: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GatewayConsumerRecord(_JsonRecord):
+    """/tidelog/gateways/consumers/{group}/{instance}, under its gateway's lease: which gateway holds
+    a REST consumer instance (any other gateway forwards that instance's requests there)."""
+
+    gateway_id: str
+    url: str
+    principal: str

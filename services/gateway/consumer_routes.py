@@ -1,0 +1,357 @@
+"""v2 consumers: instances, subscription, assignments, records (and a Server-Sent Events stream),
+offsets, positions."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Depends, Path, Query, Request
+from starlette.responses import Response, StreamingResponse
+
+from tidelog.client import TopicPartition
+from tidelog.gateway.consumer_instances import ConsumerInstance, Mode
+from tidelog.gateway.embedded_format import METADATA_TYPE, EmbeddedFormat, accepted_format, check_metadata_content_type
+from tidelog.gateway.gateway_context import GatewayContext, context, principal
+from tidelog.gateway.gateway_metrics import RECORDS_CONSUMED
+from tidelog.gateway.request_body import body_schema, parse_model, read_bytes
+from tidelog.gateway.responses import json_response
+from tidelog.gateway.rest_errors import INVALID_CONSUMER_CONFIG, RestError
+from tidelog.gateway.rest_models import (
+    ConsumerCreated,
+    CreateConsumer,
+    OffsetsBody,
+    PartitionsBody,
+    RestErrorBody,
+    SubscriptionBody,
+)
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["consumers (v2)"])
+
+_NAME = r"^[A-Za-z0-9._-]{1,249}$"
+Group = Annotated[str, Path(pattern=_NAME)]
+Instance = Annotated[str, Path(pattern=_NAME)]
+Context = Annotated[GatewayContext, Depends(context)]
+Principal = Annotated[str, Depends(principal)]
+_BODY_TYPES = (METADATA_TYPE, "application/json")
+_ANSWERS: dict[int | str, dict[str, object]] = {
+    code: {"model": RestErrorBody} for code in (400, 401, 403, 404, 409, 413, 415, 422, 500)
+}
+RESET_POLICIES = ("earliest", "latest", "none")
+SSE_KEEPALIVE_S = 15.0
+INSTANCE_PATH = "/consumers/{group}/instances/{instance}"
+
+
+async def _body(request: Request, ctx: GatewayContext, model: type[Any], *, optional: bool = False) -> Any:
+    data = await read_bytes(request, ctx.limits.rest_request_max_bytes)
+    if optional and not data.strip():
+        return None
+    check_metadata_content_type(request.headers.get("content-type"))
+    return parse_model(data, model)
+
+
+def _config_value(name: str, raw: object, parse: Any) -> Any:
+    try:
+        return parse(raw)
+    except (TypeError, ValueError):
+        raise RestError(INVALID_CONSUMER_CONFIG, f"invalid consumer config {name}={raw!r}") from None
+
+
+def _boolean(raw: object) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    raise ValueError(raw)
+
+
+def _bounded(low: int, high: int) -> Any:
+    def parse(raw: object) -> int:
+        if isinstance(raw, bool) or not isinstance(raw, int | str):
+            raise ValueError(raw)
+        value = int(raw)
+        if not low <= value <= high:
+            raise ValueError(raw)
+        return value
+
+    return parse
+
+
+def _instance_uri(request: Request, group: str, name: str) -> str:
+    return f"{str(request.base_url).rstrip('/')}/consumers/{group}/instances/{name}"
+
+
+@router.post(
+    "/consumers/{group}",
+    summary="Create a consumer instance in a group",
+    response_model=ConsumerCreated,
+    responses=_ANSWERS,
+    openapi_extra=body_schema(CreateConsumer, *_BODY_TYPES),
+)
+async def create_consumer(group: Group, request: Request, ctx: Context, who: Principal) -> Response:
+    body: CreateConsumer = await _body(request, ctx, CreateConsumer)
+    try:
+        embedded = EmbeddedFormat(body.format.lower())
+    except ValueError:
+        raise RestError(INVALID_CONSUMER_CONFIG, f"format {body.format!r} is not supported: binary or json") from None
+    reset = body.auto_offset_reset or "latest"
+    if reset not in RESET_POLICIES:
+        raise RestError(INVALID_CONSUMER_CONFIG, f"auto.offset.reset must be one of {', '.join(RESET_POLICIES)}")
+    auto_commit = (
+        True
+        if body.auto_commit_enable is None
+        else _config_value("auto.commit.enable", body.auto_commit_enable, _boolean)
+    )
+    fetch_min_bytes = (
+        1
+        if body.fetch_min_bytes is None
+        else _config_value("fetch.min.bytes", body.fetch_min_bytes, _bounded(1, 2**30))
+    )
+    request_timeout_ms = (
+        ctx.limits.consumer_request_timeout_ms
+        if body.consumer_request_timeout_ms is None
+        else _config_value("consumer.request.timeout.ms", body.consumer_request_timeout_ms, _bounded(0, 300_000))
+    )
+    name = body.name or f"rest-consumer-{uuid.uuid4()}"
+
+    def make() -> ConsumerInstance:
+        return ConsumerInstance(
+            group,
+            name,
+            embedded,
+            who,
+            bootstrap=ctx.bootstrap,
+            connections=ctx.connections,
+            auto_offset_reset=reset,
+            auto_commit=auto_commit,
+            fetch_min_bytes=fetch_min_bytes,
+            request_timeout_ms=request_timeout_ms,
+            instance_timeout_ms=ctx.limits.consumer_instance_timeout_ms,
+        )
+
+    await ctx.registry.add(group, name, who, make)
+    return json_response({"instance_id": name, "base_uri": _instance_uri(request, group, name)})
+
+
+@router.delete(INSTANCE_PATH, status_code=204, summary="Delete a consumer instance", responses=_ANSWERS)
+async def delete_consumer(group: Group, instance: Instance, ctx: Context, who: Principal) -> Response:
+    ctx.registry.get(group, instance, who)
+    await ctx.registry.remove(group, instance)
+    return Response(status_code=204)
+
+
+# ---- subscription and assignment -------------------------------------------------------------
+
+
+@router.post(
+    INSTANCE_PATH + "/subscription",
+    status_code=204,
+    summary="Subscribe to topics or a topic pattern",
+    responses=_ANSWERS,
+    openapi_extra=body_schema(SubscriptionBody, *_BODY_TYPES),
+)
+async def subscribe(group: Group, instance: Instance, request: Request, ctx: Context, who: Principal) -> Response:
+    consumer = ctx.registry.get(group, instance, who)
+    body: SubscriptionBody = await _body(request, ctx, SubscriptionBody)
+    if bool(body.topics) == bool(body.topic_pattern):
+        raise RestError(422, "give either topics or topic_pattern")
+    async with consumer.lock:
+        consumer.subscribe(body.topics or [], body.topic_pattern)
+    return Response(status_code=204)
+
+
+@router.get(INSTANCE_PATH + "/subscription", summary="The subscribed topics", responses=_ANSWERS)
+async def get_subscription(group: Group, instance: Instance, ctx: Context, who: Principal) -> Response:
+    consumer = ctx.registry.get(group, instance, who)
+    topics = consumer.topics
+    if consumer.pattern is not None:
+        topics = sorted({tp.topic for tp in consumer.assignment()})
+    return json_response({"topics": topics})
+
+
+@router.delete(INSTANCE_PATH + "/subscription", status_code=204, summary="Unsubscribe", responses=_ANSWERS)
+async def unsubscribe(group: Group, instance: Instance, ctx: Context, who: Principal) -> Response:
+    consumer = ctx.registry.get(group, instance, who)
+    async with consumer.lock:
+        await consumer.unsubscribe()
+    return Response(status_code=204)
+
+
+def _partitions(body: PartitionsBody) -> list[TopicPartition]:
+    return [TopicPartition(entry.topic, entry.partition) for entry in body.partitions]
+
+
+@router.post(
+    INSTANCE_PATH + "/assignments",
+    status_code=204,
+    summary="Assign partitions by hand",
+    responses=_ANSWERS,
+    openapi_extra=body_schema(PartitionsBody, *_BODY_TYPES),
+)
+async def assign(group: Group, instance: Instance, request: Request, ctx: Context, who: Principal) -> Response:
+    consumer = ctx.registry.get(group, instance, who)
+    body: PartitionsBody = await _body(request, ctx, PartitionsBody)
+    async with consumer.lock:
+        await consumer.assign(_partitions(body))
+    return Response(status_code=204)
+
+
+@router.get(INSTANCE_PATH + "/assignments", summary="The assigned partitions", responses=_ANSWERS)
+async def get_assignment(group: Group, instance: Instance, ctx: Context, who: Principal) -> Response:
+    consumer = ctx.registry.get(group, instance, who)
+    partitions = [{"topic": tp.topic, "partition": tp.partition} for tp in sorted(consumer.assignment())]
+    return json_response({"partitions": partitions})
+
+
+# ---- records ---------------------------------------------------------------------------------
+
+
+@router.get(INSTANCE_PATH + "/records", summary="Fetch records (long-polls up to the timeout)", responses=_ANSWERS)
+async def records(
+    *,
+    group: Group,
+    instance: Instance,
+    request: Request,
+    ctx: Context,
+    who: Principal,
+    timeout: Annotated[int | None, Query(ge=0, le=300_000, description="ms to wait for records")] = None,
+    max_bytes: Annotated[int | None, Query(ge=1)] = None,
+) -> Response:
+    consumer = ctx.registry.get(group, instance, who)
+    accepted_format(request.headers.get("accept"), consumer.format)
+    limit = min(max_bytes or ctx.limits.consumer_request_max_bytes, ctx.limits.consumer_request_max_bytes)
+    async with consumer.lock:
+        got = await consumer.records(consumer.request_timeout_ms if timeout is None else timeout, limit)
+        rendered = consumer.render(got)
+        consumer.touch()
+    RECORDS_CONSUMED.inc(len(rendered))
+    return json_response(rendered, media_type=consumer.format.content_type)
+
+
+@router.get(
+    INSTANCE_PATH + "/records/stream",
+    summary="Records as Server-Sent Events, one event per record, until the client goes",
+    responses=_ANSWERS,
+)
+async def stream_records(group: Group, instance: Instance, request: Request, ctx: Context, who: Principal) -> Response:
+    consumer = ctx.registry.get(group, instance, who)
+    if consumer.mode is Mode.NONE:
+        await consumer.records(0, 1)  # raises: neither subscribed nor assigned
+
+    async def events() -> AsyncIterator[bytes]:
+        yield b": connected\n\n"
+        while (group, instance) in ctx.registry.local:  # StreamingResponse stops this when the client goes
+            async with consumer.lock:
+                got = await consumer.records(int(SSE_KEEPALIVE_S * 1000), ctx.limits.consumer_request_max_bytes)
+                rendered = consumer.render(got)
+                consumer.touch()
+            if not rendered:
+                yield b": keepalive\n\n"
+                continue
+            RECORDS_CONSUMED.inc(len(rendered))
+            yield b"".join(
+                b"id: %s/%d/%d\nevent: record\ndata: %s\n\n"
+                % (record["topic"].encode(), record["partition"], record["offset"], orjson.dumps(record))
+                for record in rendered
+            )
+            await asyncio.sleep(0)
+
+    return StreamingResponse(events(), media_type="text/event-stream", headers={"cache-control": "no-store"})
+
+
+# ---- offsets and positions -------------------------------------------------------------------
+
+
+@router.post(
+    INSTANCE_PATH + "/offsets",
+    status_code=200,
+    summary="Commit offsets (each the last record processed); an empty body commits everything fetched",
+    responses=_ANSWERS,
+    openapi_extra=body_schema(OffsetsBody, *_BODY_TYPES, required=False),
+)
+async def commit(group: Group, instance: Instance, request: Request, ctx: Context, who: Principal) -> Response:
+    consumer = ctx.registry.get(group, instance, who)
+    body: OffsetsBody | None = await _body(request, ctx, OffsetsBody, optional=True)
+    offsets = (
+        None if body is None else {TopicPartition(entry.topic, entry.partition): entry.offset for entry in body.offsets}
+    )
+    async with consumer.lock:
+        await consumer.commit(offsets)
+    return Response(status_code=200)
+
+
+@router.get(INSTANCE_PATH + "/offsets", summary="Committed offsets of the given partitions", responses=_ANSWERS)
+async def committed(group: Group, instance: Instance, request: Request, ctx: Context, who: Principal) -> Response:
+    consumer = ctx.registry.get(group, instance, who)
+    body: PartitionsBody | None = await _body(request, ctx, PartitionsBody, optional=True)
+    partitions = sorted(consumer.assignment()) if body is None else _partitions(body)
+    async with consumer.lock:
+        found = await consumer.committed(partitions)
+    return json_response(
+        {
+            "offsets": [
+                {
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "offset": -1 if offset is None else offset,
+                    "metadata": "",
+                }
+                for tp, offset in sorted(found.items())
+            ]
+        }
+    )
+
+
+@router.post(
+    INSTANCE_PATH + "/positions",
+    status_code=204,
+    summary="Seek: the next record fetched from each partition is at the given offset",
+    responses=_ANSWERS,
+    openapi_extra=body_schema(OffsetsBody, *_BODY_TYPES),
+)
+async def seek(group: Group, instance: Instance, request: Request, ctx: Context, who: Principal) -> Response:
+    consumer = ctx.registry.get(group, instance, who)
+    body: OffsetsBody = await _body(request, ctx, OffsetsBody)
+    async with consumer.lock:
+        for entry in body.offsets:
+            consumer.seek(TopicPartition(entry.topic, entry.partition), entry.offset)
+    return Response(status_code=204)
+
+
+async def _seek_to(
+    group: str, instance: str, request: Request, ctx: GatewayContext, who: str, *, end: bool
+) -> Response:
+    consumer = ctx.registry.get(group, instance, who)
+    body: PartitionsBody = await _body(request, ctx, PartitionsBody)
+    async with consumer.lock:
+        await consumer.seek_to(_partitions(body), end=end)
+    return Response(status_code=204)
+
+
+@router.post(
+    INSTANCE_PATH + "/positions/beginning",
+    status_code=204,
+    summary="Seek to the first offset of each partition",
+    responses=_ANSWERS,
+    openapi_extra=body_schema(PartitionsBody, *_BODY_TYPES),
+)
+async def seek_to_beginning(
+    group: Group, instance: Instance, request: Request, ctx: Context, who: Principal
+) -> Response:
+    return await _seek_to(group, instance, request, ctx, who, end=False)
+
+
+@router.post(
+    INSTANCE_PATH + "/positions/end",
+    status_code=204,
+    summary="Seek to the end of each partition",
+    responses=_ANSWERS,
+    openapi_extra=body_schema(PartitionsBody, *_BODY_TYPES),
+)
+async def seek_to_end(group: Group, instance: Instance, request: Request, ctx: Context, who: Principal) -> Response:
+    return await _seek_to(group, instance, request, ctx, who, end=True)

@@ -1,0 +1,128 @@
+"""Where REST consumer instances live: this gateway's own, and every gateway's in etcd.
+
+Each instance is registered at `/tidelog/gateways/consumers/{group}/{name}` under this gateway's
+etcd lease, created only if absent — so a name is unique across all replicas (40902), and the
+registrations of a gateway that dies vanish with its lease. A request for an instance another
+gateway holds is forwarded there (instance_forwarding.py): clients may talk to any replica behind
+one Service. Instances idle for `consumer.instance.timeout.ms` are closed and deregistered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+
+import structlog
+from etcd3aio import Etcd3Client
+from etcd3aio.kv import KVService
+
+from tidelog.common.etcd.session import Session
+from tidelog.common.metadata import GatewayConsumerRecord, gateway_consumer_key
+from tidelog.gateway.consumer_instances import ConsumerInstance
+from tidelog.gateway.rest_errors import (
+    CONSUMER_ALREADY_EXISTS,
+    CONSUMER_INSTANCE_NOT_FOUND,
+    FORBIDDEN,
+    TOO_MANY_INSTANCES,
+    RestError,
+)
+
+__all__ = ["InstanceRegistry"]
+
+log = structlog.get_logger(__name__)
+
+EXPIRY_CHECK_S = 1.0
+
+
+class InstanceRegistry:
+    def __init__(
+        self,
+        etcd: Etcd3Client,
+        session: Session,
+        *,
+        gateway_id: str,
+        url: str,
+        instance_timeout_ms: int,
+        instances_max: int,
+    ) -> None:
+        self.etcd = etcd
+        self.session = session
+        self.gateway_id = gateway_id
+        self.url = url
+        self.instance_timeout_s = instance_timeout_ms / 1000
+        self.instances_max = instances_max
+        self.local: dict[tuple[str, str], ConsumerInstance] = {}
+        self._creating: set[tuple[str, str]] = set()
+
+    async def add(
+        self, group: str, name: str, principal: str, make: Callable[[], ConsumerInstance]
+    ) -> ConsumerInstance:
+        key = (group, name)
+        if key in self.local or key in self._creating:
+            raise RestError(CONSUMER_ALREADY_EXISTS, f"consumer instance {name!r} already exists in group {group!r}")
+        if len(self.local) + len(self._creating) >= self.instances_max:
+            raise RestError(
+                TOO_MANY_INSTANCES, f"this gateway holds consumer.instances.max={self.instances_max} instances"
+            )
+        self._creating.add(key)
+        try:
+            assert self.etcd.kv is not None
+            record = GatewayConsumerRecord(self.gateway_id, self.url, principal)
+            created = await self.etcd.kv.txn(
+                compare=[KVService.txn_compare_create_revision(gateway_consumer_key(group, name), 0)],
+                success=[
+                    KVService.txn_op_put(
+                        gateway_consumer_key(group, name), record.to_json(), lease=self.session.lease_id
+                    )
+                ],
+            )
+            if not created.succeeded:
+                raise RestError(
+                    CONSUMER_ALREADY_EXISTS, f"consumer instance {name!r} already exists in group {group!r}"
+                )
+            instance = self.local[key] = make()
+        finally:
+            self._creating.discard(key)
+        log.info("consumer_instance_created", group=group, instance=name, principal=principal)
+        return instance
+
+    def get(self, group: str, name: str, principal: str) -> ConsumerInstance:
+        instance = self.local.get((group, name))
+        if instance is None:
+            raise RestError(CONSUMER_INSTANCE_NOT_FOUND, f"consumer instance {name!r} not found in group {group!r}")
+        if instance.principal != principal:
+            raise RestError(FORBIDDEN, f"consumer instance {name!r} belongs to another principal")
+        instance.touch()
+        return instance
+
+    async def owner(self, group: str, name: str) -> GatewayConsumerRecord | None:
+        """The registration of an instance (None when no gateway holds it)."""
+        assert self.etcd.kv is not None
+        found = (await self.etcd.kv.get(gateway_consumer_key(group, name))).kvs
+        return GatewayConsumerRecord.from_json(found[0].value) if found else None
+
+    async def remove(self, group: str, name: str) -> None:
+        instance = self.local.pop((group, name), None)
+        if instance is None:
+            return
+        assert self.etcd.kv is not None
+        with contextlib.suppress(Exception):  # the lease takes it anyway when this gateway stops
+            await self.etcd.kv.delete(gateway_consumer_key(group, name))
+        async with instance.lock:
+            await instance.close()
+
+    async def expire(self) -> None:
+        """Close instances idle beyond consumer.instance.timeout.ms (one in use is never idle)."""
+        while True:
+            await asyncio.sleep(EXPIRY_CHECK_S)
+            now = time.monotonic()
+            for (group, name), instance in list(self.local.items()):
+                if not instance.lock.locked() and now - instance.last_used > self.instance_timeout_s:
+                    log.info("consumer_instance_expired", group=group, instance=name)
+                    await self.remove(group, name)
+
+    async def close(self) -> None:
+        for group, name in list(self.local):
+            await self.remove(group, name)

@@ -1,0 +1,46 @@
+"""Reads of the cluster's registry in etcd that several services need: live brokers, the cluster id."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+import uuid
+
+from etcd3aio import Etcd3Client, prefix_range_end
+from etcd3aio.kv import KVService
+
+from tidelog.common.metadata import BROKERS_PREFIX, CLUSTER_ID_KEY, BrokerRegistration
+
+__all__ = ["cluster_id", "registered_brokers"]
+
+POLL_INTERVAL_S = 0.5
+
+
+async def registered_brokers(etcd: Etcd3Client, *, wait_s: float = 60.0) -> list[str]:
+    """Endpoints of the registered brokers; waits up to `wait_s` for at least one (a cluster starting)."""
+    assert etcd.kv is not None
+    deadline = time.monotonic() + wait_s
+    prefix = BROKERS_PREFIX.encode()
+    while True:
+        found = [
+            BrokerRegistration.from_json(kv.value).endpoint
+            for kv in (await etcd.kv.get(prefix, prefix_range_end(prefix))).kvs
+        ]
+        if found or time.monotonic() > deadline:
+            return found
+        await asyncio.sleep(POLL_INTERVAL_S)
+
+
+async def cluster_id(etcd: Etcd3Client) -> str:
+    """The cluster's id (22 characters of URL-safe base64, as Kafka's), created by whoever asks first."""
+    assert etcd.kv is not None
+    fresh = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=")
+    response = await etcd.kv.txn(
+        compare=[KVService.txn_compare_create_revision(CLUSTER_ID_KEY, 0)],
+        success=[KVService.txn_op_put(CLUSTER_ID_KEY, fresh)],
+        failure=[KVService.txn_op_get(CLUSTER_ID_KEY)],
+    )
+    if response.succeeded:
+        return fresh.decode()
+    return bytes(response.responses[0].response_range.kvs[0].value).decode()
