@@ -22,8 +22,9 @@ from tidelog.gateway.access import Authentication
 from tidelog.gateway.gateway_context import GatewayContext
 from tidelog.gateway.gateway_metrics import RequestMetrics
 from tidelog.gateway.instance_forwarding import InstanceForwarding
-from tidelog.gateway.responses import error_response, json_response
+from tidelog.gateway.responses import ERROR_RESPONSES, KafkaV2Response, error_response, json_response
 from tidelog.gateway.rest_errors import UNPROCESSABLE, RestError
+from tidelog.gateway.rest_models import RestErrorBody
 
 __all__ = ["create_app"]
 
@@ -33,6 +34,8 @@ def _routes(context: GatewayContext) -> FastAPI:
         title="Tidelog REST gateway",
         version="2",
         description="Confluent REST Proxy v2 compatible produce and consume, plus v3 record produce.",
+        default_response_class=KafkaV2Response,
+        responses=ERROR_RESPONSES,
     )
     app.state.context = context
     for module in (topic_routes, produce_routes, consumer_routes, v3_routes):
@@ -42,7 +45,7 @@ def _routes(context: GatewayContext) -> FastAPI:
     async def health() -> Response:
         return json_response({"status": "ok"}, media_type="application/json")
 
-    @app.get("/", summary="Root (REST Proxy answers {} here)")
+    @app.get("/", summary="Root (REST Proxy answers {} here)", response_model=dict[str, str])
     async def root() -> Response:
         return json_response({})
 
@@ -68,6 +71,7 @@ def _routes(context: GatewayContext) -> FastAPI:
         if app.openapi_schema is None:
             document = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
             schemas = document.setdefault("components", {}).setdefault("schemas", {})
+            schemas["RestErrorBody"] = RestErrorBody.model_json_schema()
             for path in document["paths"].values():
                 for operation in path.values():
                     schemas.update(operation.pop("x-tidelog-schemas", {}))

@@ -18,20 +18,21 @@ from tidelog.gateway.embedded_format import METADATA_TYPE, EmbeddedFormat, accep
 from tidelog.gateway.gateway_context import GatewayContext, context, principal
 from tidelog.gateway.gateway_metrics import RECORDS_CONSUMED
 from tidelog.gateway.request_body import body_schema, parse_model, read_bytes
-from tidelog.gateway.responses import json_response
-from tidelog.gateway.rest_errors import INVALID_CONSUMER_CONFIG, RestError
+from tidelog.gateway.responses import ERROR_RESPONSES, KafkaV2Response, json_response
+from tidelog.gateway.rest_errors import INVALID_CONSUMER_CONFIG, UNPROCESSABLE, RestError
 from tidelog.gateway.rest_models import (
+    CommittedOffsets,
     ConsumerCreated,
     CreateConsumer,
     OffsetsBody,
     PartitionsBody,
-    RestErrorBody,
+    Subscription,
     SubscriptionBody,
 )
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["consumers (v2)"])
+router = APIRouter(tags=["consumers (v2)"], default_response_class=KafkaV2Response, responses=ERROR_RESPONSES)
 
 _NAME = r"^[A-Za-z0-9._-]{1,249}$"
 Group = Annotated[str, Path(pattern=_NAME)]
@@ -39,10 +40,6 @@ Instance = Annotated[str, Path(pattern=_NAME)]
 Context = Annotated[GatewayContext, Depends(context)]
 Principal = Annotated[str, Depends(principal)]
 _BODY_TYPES = (METADATA_TYPE, "application/json")
-_ANSWERS: dict[int | str, dict[str, object]] = {
-    code: {"model": RestErrorBody} for code in (400, 401, 403, 404, 409, 413, 415, 422, 500)
-}
-RESET_POLICIES = ("earliest", "latest", "none")
 SSE_KEEPALIVE_S = 15.0
 INSTANCE_PATH = "/consumers/{group}/instances/{instance}"
 
@@ -55,33 +52,6 @@ async def _body(request: Request, ctx: GatewayContext, model: type[Any], *, opti
     return parse_model(data, model)
 
 
-def _config_value(name: str, raw: object, parse: Any) -> Any:
-    try:
-        return parse(raw)
-    except (TypeError, ValueError):
-        raise RestError(INVALID_CONSUMER_CONFIG, f"invalid consumer config {name}={raw!r}") from None
-
-
-def _boolean(raw: object) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    if isinstance(raw, str) and raw.lower() in ("true", "false"):
-        return raw.lower() == "true"
-    raise ValueError(raw)
-
-
-def _bounded(low: int, high: int) -> Any:
-    def parse(raw: object) -> int:
-        if isinstance(raw, bool) or not isinstance(raw, int | str):
-            raise ValueError(raw)
-        value = int(raw)
-        if not low <= value <= high:
-            raise ValueError(raw)
-        return value
-
-    return parse
-
-
 def _instance_uri(request: Request, group: str, name: str) -> str:
     return f"{str(request.base_url).rstrip('/')}/consumers/{group}/instances/{name}"
 
@@ -90,33 +60,19 @@ def _instance_uri(request: Request, group: str, name: str) -> str:
     "/consumers/{group}",
     summary="Create a consumer instance in a group",
     response_model=ConsumerCreated,
-    responses=_ANSWERS,
     openapi_extra=body_schema(CreateConsumer, *_BODY_TYPES),
 )
 async def create_consumer(group: Group, request: Request, ctx: Context, who: Principal) -> Response:
-    body: CreateConsumer = await _body(request, ctx, CreateConsumer)
     try:
-        embedded = EmbeddedFormat(body.format.lower())
-    except ValueError:
-        raise RestError(INVALID_CONSUMER_CONFIG, f"format {body.format!r} is not supported: binary or json") from None
-    reset = body.auto_offset_reset or "latest"
-    if reset not in RESET_POLICIES:
-        raise RestError(INVALID_CONSUMER_CONFIG, f"auto.offset.reset must be one of {', '.join(RESET_POLICIES)}")
-    auto_commit = (
-        True
-        if body.auto_commit_enable is None
-        else _config_value("auto.commit.enable", body.auto_commit_enable, _boolean)
-    )
-    fetch_min_bytes = (
-        1
-        if body.fetch_min_bytes is None
-        else _config_value("fetch.min.bytes", body.fetch_min_bytes, _bounded(1, 2**30))
-    )
-    request_timeout_ms = (
-        ctx.limits.consumer_request_timeout_ms
-        if body.consumer_request_timeout_ms is None
-        else _config_value("consumer.request.timeout.ms", body.consumer_request_timeout_ms, _bounded(0, 300_000))
-    )
+        body: CreateConsumer = await _body(request, ctx, CreateConsumer)
+    except RestError as error:
+        if error.error_code != UNPROCESSABLE:
+            raise
+        raise RestError(INVALID_CONSUMER_CONFIG, f"invalid consumer config: {error.message}") from None
+    embedded = EmbeddedFormat(body.format)
+    request_timeout_ms = body.consumer_request_timeout_ms
+    if request_timeout_ms is None:
+        request_timeout_ms = ctx.limits.consumer_request_timeout_ms
     name = body.name or f"rest-consumer-{uuid.uuid4()}"
 
     def make() -> ConsumerInstance:
@@ -127,9 +83,9 @@ async def create_consumer(group: Group, request: Request, ctx: Context, who: Pri
             who,
             bootstrap=ctx.bootstrap,
             connections=ctx.connections,
-            auto_offset_reset=reset,
-            auto_commit=auto_commit,
-            fetch_min_bytes=fetch_min_bytes,
+            auto_offset_reset=body.auto_offset_reset,
+            auto_commit=body.auto_commit_enable,
+            fetch_min_bytes=body.fetch_min_bytes,
             request_timeout_ms=request_timeout_ms,
             instance_timeout_ms=ctx.limits.consumer_instance_timeout_ms,
         )
@@ -138,7 +94,7 @@ async def create_consumer(group: Group, request: Request, ctx: Context, who: Pri
     return json_response({"instance_id": name, "base_uri": _instance_uri(request, group, name)})
 
 
-@router.delete(INSTANCE_PATH, status_code=204, summary="Delete a consumer instance", responses=_ANSWERS)
+@router.delete(INSTANCE_PATH, status_code=204, summary="Delete a consumer instance")
 async def delete_consumer(group: Group, instance: Instance, ctx: Context, who: Principal) -> Response:
     ctx.registry.get(group, instance, who)
     await ctx.registry.remove(group, instance)
@@ -152,7 +108,6 @@ async def delete_consumer(group: Group, instance: Instance, ctx: Context, who: P
     INSTANCE_PATH + "/subscription",
     status_code=204,
     summary="Subscribe to topics or a topic pattern",
-    responses=_ANSWERS,
     openapi_extra=body_schema(SubscriptionBody, *_BODY_TYPES),
 )
 async def subscribe(group: Group, instance: Instance, request: Request, ctx: Context, who: Principal) -> Response:
@@ -165,7 +120,7 @@ async def subscribe(group: Group, instance: Instance, request: Request, ctx: Con
     return Response(status_code=204)
 
 
-@router.get(INSTANCE_PATH + "/subscription", summary="The subscribed topics", responses=_ANSWERS)
+@router.get(INSTANCE_PATH + "/subscription", summary="The subscribed topics", response_model=Subscription)
 async def get_subscription(group: Group, instance: Instance, ctx: Context, who: Principal) -> Response:
     consumer = ctx.registry.get(group, instance, who)
     topics = consumer.topics
@@ -174,7 +129,7 @@ async def get_subscription(group: Group, instance: Instance, ctx: Context, who: 
     return json_response({"topics": topics})
 
 
-@router.delete(INSTANCE_PATH + "/subscription", status_code=204, summary="Unsubscribe", responses=_ANSWERS)
+@router.delete(INSTANCE_PATH + "/subscription", status_code=204, summary="Unsubscribe")
 async def unsubscribe(group: Group, instance: Instance, ctx: Context, who: Principal) -> Response:
     consumer = ctx.registry.get(group, instance, who)
     async with consumer.lock:
@@ -190,7 +145,6 @@ def _partitions(body: PartitionsBody) -> list[TopicPartition]:
     INSTANCE_PATH + "/assignments",
     status_code=204,
     summary="Assign partitions by hand",
-    responses=_ANSWERS,
     openapi_extra=body_schema(PartitionsBody, *_BODY_TYPES),
 )
 async def assign(group: Group, instance: Instance, request: Request, ctx: Context, who: Principal) -> Response:
@@ -201,7 +155,7 @@ async def assign(group: Group, instance: Instance, request: Request, ctx: Contex
     return Response(status_code=204)
 
 
-@router.get(INSTANCE_PATH + "/assignments", summary="The assigned partitions", responses=_ANSWERS)
+@router.get(INSTANCE_PATH + "/assignments", summary="The assigned partitions", response_model=PartitionsBody)
 async def get_assignment(group: Group, instance: Instance, ctx: Context, who: Principal) -> Response:
     consumer = ctx.registry.get(group, instance, who)
     partitions = [{"topic": tp.topic, "partition": tp.partition} for tp in sorted(consumer.assignment())]
@@ -211,7 +165,20 @@ async def get_assignment(group: Group, instance: Instance, ctx: Context, who: Pr
 # ---- records ---------------------------------------------------------------------------------
 
 
-@router.get(INSTANCE_PATH + "/records", summary="Fetch records (long-polls up to the timeout)", responses=_ANSWERS)
+_RECORDS: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Records, keys and values in the instance's format",
+        "content": {embedded.content_type: {"schema": {"type": "array"}} for embedded in EmbeddedFormat},
+    }
+}
+
+
+@router.get(
+    INSTANCE_PATH + "/records",
+    summary="Fetch records (long-polls up to the timeout)",
+    response_class=Response,
+    responses=_RECORDS,
+)
 async def records(
     *,
     group: Group,
@@ -236,7 +203,8 @@ async def records(
 @router.get(
     INSTANCE_PATH + "/records/stream",
     summary="Records as Server-Sent Events, one event per record, until the client goes",
-    responses=_ANSWERS,
+    response_class=Response,
+    responses={200: {"description": "An event stream", "content": {"text/event-stream": {}}}},
 )
 async def stream_records(group: Group, instance: Instance, request: Request, ctx: Context, who: Principal) -> Response:
     consumer = ctx.registry.get(group, instance, who)
@@ -270,8 +238,9 @@ async def stream_records(group: Group, instance: Instance, request: Request, ctx
 @router.post(
     INSTANCE_PATH + "/offsets",
     status_code=200,
+    response_model=None,
+    responses={200: {"description": "Committed (no body)"}},
     summary="Commit offsets (each the last record processed); an empty body commits everything fetched",
-    responses=_ANSWERS,
     openapi_extra=body_schema(OffsetsBody, *_BODY_TYPES, required=False),
 )
 async def commit(group: Group, instance: Instance, request: Request, ctx: Context, who: Principal) -> Response:
@@ -285,7 +254,9 @@ async def commit(group: Group, instance: Instance, request: Request, ctx: Contex
     return Response(status_code=200)
 
 
-@router.get(INSTANCE_PATH + "/offsets", summary="Committed offsets of the given partitions", responses=_ANSWERS)
+@router.get(
+    INSTANCE_PATH + "/offsets", summary="Committed offsets of the given partitions", response_model=CommittedOffsets
+)
 async def committed(group: Group, instance: Instance, request: Request, ctx: Context, who: Principal) -> Response:
     consumer = ctx.registry.get(group, instance, who)
     body: PartitionsBody | None = await _body(request, ctx, PartitionsBody, optional=True)
@@ -311,7 +282,6 @@ async def committed(group: Group, instance: Instance, request: Request, ctx: Con
     INSTANCE_PATH + "/positions",
     status_code=204,
     summary="Seek: the next record fetched from each partition is at the given offset",
-    responses=_ANSWERS,
     openapi_extra=body_schema(OffsetsBody, *_BODY_TYPES),
 )
 async def seek(group: Group, instance: Instance, request: Request, ctx: Context, who: Principal) -> Response:
@@ -337,7 +307,6 @@ async def _seek_to(
     INSTANCE_PATH + "/positions/beginning",
     status_code=204,
     summary="Seek to the first offset of each partition",
-    responses=_ANSWERS,
     openapi_extra=body_schema(PartitionsBody, *_BODY_TYPES),
 )
 async def seek_to_beginning(
@@ -350,7 +319,6 @@ async def seek_to_beginning(
     INSTANCE_PATH + "/positions/end",
     status_code=204,
     summary="Seek to the end of each partition",
-    responses=_ANSWERS,
     openapi_extra=body_schema(PartitionsBody, *_BODY_TYPES),
 )
 async def seek_to_end(group: Group, instance: Instance, request: Request, ctx: Context, who: Principal) -> Response:

@@ -12,24 +12,27 @@ from tidelog.gateway.gateway_context import GatewayContext, context
 from tidelog.gateway.gateway_metrics import RECORDS_PRODUCED
 from tidelog.gateway.producing import decode_records, produce
 from tidelog.gateway.request_body import body_schema, read_model
-from tidelog.gateway.responses import json_response
+from tidelog.gateway.responses import ERROR_RESPONSES, KafkaV2Response, json_response
 from tidelog.gateway.rest_errors import UNPROCESSABLE, RestError
-from tidelog.gateway.rest_models import ProduceBody, ProduceResponse, RestErrorBody
+from tidelog.gateway.rest_models import BinaryProduceBody, ProduceBody, ProduceResponse
 from tidelog.gateway.topic_routes import PartitionId, TopicName
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["produce (v2)"])
+router = APIRouter(tags=["produce (v2)"], default_response_class=KafkaV2Response, responses=ERROR_RESPONSES)
 Context = Annotated[GatewayContext, Depends(context)]
-_CONTENT_TYPES = [embedded.content_type for embedded in EmbeddedFormat] + ["application/json"]
-_ANSWERS: dict[int | str, dict[str, object]] = {
-    code: {"model": RestErrorBody} for code in (400, 401, 404, 413, 415, 422, 500)
-}
+_BODY = body_schema(
+    ProduceBody,
+    EmbeddedFormat.JSON.content_type,
+    "application/json",
+    by_type={EmbeddedFormat.BINARY.content_type: BinaryProduceBody},
+)
 
 
 async def _produce(request: Request, ctx: GatewayContext, topic: str, partition: int | None) -> Response:
     embedded = produce_format(request.headers.get("content-type"))
-    body = await read_model(request, ProduceBody, ctx.limits.rest_request_max_bytes)
+    model = BinaryProduceBody if embedded is EmbeddedFormat.BINARY else ProduceBody
+    body = await read_model(request, model, ctx.limits.rest_request_max_bytes)
     if len(body.records) > ctx.limits.produce_records_max:
         raise RestError(
             UNPROCESSABLE, f"{len(body.records)} records exceed produce.records.max={ctx.limits.produce_records_max}"
@@ -47,8 +50,7 @@ async def _produce(request: Request, ctx: GatewayContext, topic: str, partition:
     "/topics/{topic}",
     summary="Produce records to a topic",
     response_model=ProduceResponse,
-    responses=_ANSWERS,
-    openapi_extra=body_schema(ProduceBody, *_CONTENT_TYPES),
+    openapi_extra=_BODY,
 )
 async def produce_to_topic(topic: TopicName, request: Request, ctx: Context) -> Response:
     return await _produce(request, ctx, topic, None)
@@ -58,8 +60,7 @@ async def produce_to_topic(topic: TopicName, request: Request, ctx: Context) -> 
     "/topics/{topic}/partitions/{partition}",
     summary="Produce records to one partition",
     response_model=ProduceResponse,
-    responses=_ANSWERS,
-    openapi_extra=body_schema(ProduceBody, *_CONTENT_TYPES),
+    openapi_extra=_BODY,
 )
 async def produce_to_partition(topic: TopicName, partition: PartitionId, request: Request, ctx: Context) -> Response:
     return await _produce(request, ctx, topic, partition)

@@ -52,14 +52,19 @@ async def read_model(request: Request, model: type[Model], limit: int) -> Model:
     return parse_model(await read_bytes(request, limit), model)
 
 
-def body_schema(model: type[BaseModel], *content_types: str, required: bool = True) -> dict[str, Any]:
-    """`openapi_extra` for a route that reads its body itself: the schema, under each content type."""
-    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-    definitions = schema.pop("$defs", {})
-    return {
-        "requestBody": {
-            "required": required,
-            "content": {content_type: {"schema": schema} for content_type in content_types},
-        },
-        "x-tidelog-schemas": definitions,
-    }
+def body_schema(
+    model: type[BaseModel],
+    *content_types: str,
+    required: bool = True,
+    by_type: dict[str, type[BaseModel]] | None = None,
+) -> dict[str, Any]:
+    """`openapi_extra` for a route that reads its body itself: the schema under each content type
+    (`by_type` gives another model for some of them)."""
+    models = {content_type: model for content_type in content_types} | (by_type or {})
+    content: dict[str, Any] = {}
+    definitions: dict[str, Any] = {}
+    for content_type, each in models.items():
+        schema = each.model_json_schema(ref_template="#/components/schemas/{model}")
+        definitions.update(schema.pop("$defs", {}))
+        content[content_type] = {"schema": schema}
+    return {"requestBody": {"required": required, "content": content}, "x-tidelog-schemas": definitions}

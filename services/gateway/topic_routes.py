@@ -11,13 +11,14 @@ from tidelog.client import TopicPartition
 from tidelog.common.errors import TidelogError
 from tidelog.common.metadata import CONSUMER_OFFSETS_TOPIC
 from tidelog.gateway.gateway_context import GatewayContext, context
-from tidelog.gateway.responses import json_response
+from tidelog.gateway.responses import ERROR_RESPONSES, KafkaV2Response, json_response
 from tidelog.gateway.rest_errors import PARTITION_NOT_FOUND, RestError, from_tidelog
+from tidelog.gateway.rest_models import PartitionInfo, PartitionOffsets, TopicInfo
 from tidelog.v1 import common_pb2
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["topics (v2)"])
+router = APIRouter(tags=["topics (v2)"], default_response_class=KafkaV2Response, responses=ERROR_RESPONSES)
 
 TopicName = Annotated[str, Path(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
 PartitionId = Annotated[int, Path(ge=0, le=1_000_000)]
@@ -52,7 +53,7 @@ def _one(partitions: list[common_pb2.PartitionState], topic: str, partition: int
     raise RestError(PARTITION_NOT_FOUND, f"topic {topic!r} has no partition {partition}")
 
 
-@router.get("/topics", summary="Topic names")
+@router.get("/topics", summary="Topic names", response_model=list[str])
 async def list_topics(ctx: Context) -> Response:
     try:
         names = await ctx.admin.list_topics()
@@ -61,25 +62,33 @@ async def list_topics(ctx: Context) -> Response:
     return json_response([name for name in names if name != CONSUMER_OFFSETS_TOPIC])
 
 
-@router.get("/topics/{topic}", summary="A topic: its configs and partitions")
+@router.get("/topics/{topic}", summary="A topic: its configs and partitions", response_model=TopicInfo)
 async def get_topic(topic: TopicName, ctx: Context) -> Response:
     partitions, configs = await _describe(ctx, topic)
     return json_response({"name": topic, "configs": configs, "partitions": [_partition(p) for p in partitions]})
 
 
-@router.get("/topics/{topic}/partitions", summary="A topic's partitions")
+@router.get("/topics/{topic}/partitions", summary="A topic's partitions", response_model=list[PartitionInfo])
 async def list_partitions(topic: TopicName, ctx: Context) -> Response:
     partitions, _ = await _describe(ctx, topic)
     return json_response([_partition(p) for p in partitions])
 
 
-@router.get("/topics/{topic}/partitions/{partition}", summary="One partition: leader, replicas, in-sync flags")
+@router.get(
+    "/topics/{topic}/partitions/{partition}",
+    summary="One partition: leader, replicas, in-sync flags",
+    response_model=PartitionInfo,
+)
 async def get_partition(topic: TopicName, partition: PartitionId, ctx: Context) -> Response:
     partitions, _ = await _describe(ctx, topic)
     return json_response(_partition(_one(partitions, topic, partition)))
 
 
-@router.get("/topics/{topic}/partitions/{partition}/offsets", summary="A partition's first and end offsets")
+@router.get(
+    "/topics/{topic}/partitions/{partition}/offsets",
+    summary="A partition's first and end offsets",
+    response_model=PartitionOffsets,
+)
 async def get_partition_offsets(topic: TopicName, partition: PartitionId, ctx: Context) -> Response:
     partitions, _ = await _describe(ctx, topic)
     _one(partitions, topic, partition)

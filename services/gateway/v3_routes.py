@@ -22,14 +22,15 @@ from typing import Annotated, Any, Final
 
 import orjson
 from fastapi import APIRouter, Depends, Path, Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from tidelog.client import RecordDelivery
 from tidelog.common.errors import TidelogError
 from tidelog.gateway.gateway_context import GatewayContext, context
 from tidelog.gateway.gateway_metrics import RECORDS_PRODUCED
-from tidelog.gateway.responses import json_response
+from tidelog.gateway.request_body import body_schema
+from tidelog.gateway.responses import ERROR_RESPONSES, json_response
 from tidelog.gateway.rest_errors import (
     CLUSTER_NOT_FOUND,
     PARTITION_NOT_FOUND,
@@ -37,11 +38,12 @@ from tidelog.gateway.rest_errors import (
     RestError,
     from_tidelog,
 )
+from tidelog.gateway.rest_models import Cluster, ClusterList, RecordReport, V3Record
 from tidelog.gateway.topic_routes import TopicName
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/v3", tags=["v3"])
+router = APIRouter(prefix="/v3", tags=["v3"], responses=ERROR_RESPONSES, default_response_class=JSONResponse)
 Context = Annotated[GatewayContext, Depends(context)]
 ClusterId = Annotated[str, Path(max_length=64)]
 IN_FLIGHT_MAX: Final = 1000  # records sent and not yet reported, per stream: bounds a fast writer
@@ -55,14 +57,14 @@ def _cluster(ctx: GatewayContext, cluster_id: str) -> dict[str, Any]:
     return {"kind": "KafkaCluster", "cluster_id": ctx.cluster_id}
 
 
-@router.get("/clusters", summary="The cluster (there is one)")
+@router.get("/clusters", summary="The cluster (there is one)", response_model=ClusterList)
 async def list_clusters(ctx: Context) -> Response:
     return json_response(
         {"kind": "KafkaClusterList", "data": [_cluster(ctx, ctx.cluster_id)]}, media_type="application/json"
     )
 
 
-@router.get("/clusters/{cluster_id}", summary="The cluster")
+@router.get("/clusters/{cluster_id}", summary="The cluster", response_model=Cluster)
 async def get_cluster(cluster_id: ClusterId, ctx: Context) -> Response:
     return json_response(_cluster(ctx, cluster_id), media_type="application/json")
 
@@ -144,7 +146,12 @@ async def _documents(request: Request, limit: int) -> AsyncIterator[Any]:
         raise ValueError("malformed JSON at the end of the body")
 
 
-@router.post("/clusters/{cluster_id}/topics/{topic}/records", summary="Produce records (one, or a stream of them)")
+@router.post(
+    "/clusters/{cluster_id}/topics/{topic}/records",
+    summary="Produce records (one, or a stream of them): one delivery report per record, newline-separated",
+    response_model=RecordReport,
+    openapi_extra=body_schema(V3Record, "application/json"),
+)
 async def produce_records(cluster_id: ClusterId, topic: TopicName, request: Request, ctx: Context) -> Response:
     _cluster(ctx, cluster_id)
     try:

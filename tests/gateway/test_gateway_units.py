@@ -1,0 +1,124 @@
+"""The gateway's pieces that need no cluster: embedded formats, authentication, the v3 stream parser."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from tidelog.gateway.access import Authentication, load_credentials
+from tidelog.gateway.embedded_format import EmbeddedFormat, accepted_format, produce_format
+from tidelog.gateway.rest_errors import RestError
+from tidelog.gateway.v3_routes import _documents
+
+
+def test_formats_round_trip_and_refuse_what_they_cannot_carry() -> None:
+    assert EmbeddedFormat.BINARY.decode(EmbeddedFormat.BINARY.encode("AP8=", "value")) == "AP8="
+    assert EmbeddedFormat.JSON.decode(EmbeddedFormat.JSON.encode({"a": [1, None]}, "value")) == {"a": [1, None]}
+    assert EmbeddedFormat.BINARY.encode(None, "key") is None
+    for bad in ("***", 12):
+        with pytest.raises(RestError) as refused:
+            EmbeddedFormat.BINARY.encode(bad, "records[3].value")
+        assert refused.value.error_code == 42206 and "records[3].value" in refused.value.message
+
+
+def test_content_types() -> None:
+    assert produce_format("application/vnd.kafka.binary.v2+json; charset=utf-8") is EmbeddedFormat.BINARY
+    assert produce_format("application/vnd.kafka.json.v2+json") is EmbeddedFormat.JSON
+    assert produce_format("application/json") is EmbeddedFormat.JSON
+    with pytest.raises(RestError) as refused:
+        produce_format("application/vnd.kafka.avro.v2+json")
+    assert refused.value.status == 415
+    accepted_format("application/vnd.kafka.binary.v2+json, */*;q=0.1", EmbeddedFormat.JSON)
+    accepted_format(None, EmbeddedFormat.BINARY)
+    with pytest.raises(RestError) as mismatch:
+        accepted_format("application/vnd.kafka.binary.v2+json", EmbeddedFormat.JSON)
+    assert (mismatch.value.status, mismatch.value.error_code) == (406, 40601)
+
+
+def _whoami_app(credentials: dict[str, str]) -> httpx.AsyncClient:
+    async def whoami(request: Request) -> JSONResponse:
+        return JSONResponse({"principal": request.scope["state"]["principal"]})
+
+    inner = Starlette(routes=[Route("/topics", whoami), Route("/openapi.json", whoami)])
+    transport = httpx.ASGITransport(app=Authentication(inner, credentials))
+    return httpx.AsyncClient(transport=transport, base_url="http://gateway")
+
+
+async def test_api_keys_bearer_tokens_and_basic_map_to_principals(tmp_path: Path) -> None:
+    path = tmp_path / "credentials"
+    path.write_text("# credential principal\nkey-1 alice\n\ntoken-2 bob\nkey3:secret3 carol\n")
+    credentials = load_credentials(path)
+    async with _whoami_app(credentials) as client:
+        assert (await client.get("/topics", headers={"x-api-key": "key-1"})).json() == {"principal": "alice"}
+        bearer = {"authorization": "Bearer token-2"}
+        assert (await client.get("/topics", headers=bearer)).json() == {"principal": "bob"}
+        assert (await client.get("/topics", auth=("key3", "secret3"))).json() == {"principal": "carol"}
+        for headers in ({}, {"x-api-key": "key-2"}, {"authorization": "Bearer "}, {"authorization": "Basic !!"}):
+            refused = await client.get("/topics", headers=headers)
+            assert (refused.status_code, refused.json()["error_code"]) == (401, 40101)
+            assert refused.headers["www-authenticate"].startswith("Bearer")
+        assert (await client.get("/openapi.json")).json() == {"principal": "anonymous"}  # documents stay open
+    async with _whoami_app({}) as client:  # no credentials configured: off
+        assert (await client.get("/topics")).json() == {"principal": "anonymous"}
+    path.write_text("only-one-field\n")
+    with pytest.raises(ValueError, match="credential principal"):
+        load_credentials(path)
+
+
+class _ChunkedRequest:
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            yield chunk
+
+
+async def _parse(chunks: list[bytes], limit: int = 1 << 20) -> list[Any]:
+    return [document async for document in _documents(_ChunkedRequest(chunks), limit)]  # type: ignore[arg-type]
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@given(
+    st.lists(st.dictionaries(st.text(max_size=4), json_values, max_size=3), max_size=8),
+    st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=20),
+    st.sampled_from(["", " ", "\n", "\r\n\t"]),
+)
+async def test_a_stream_of_json_records_parses_the_same_however_it_is_cut(
+    documents: list[dict[str, Any]], cuts: list[int], separator: str
+) -> None:
+    body = separator.join(json.dumps(document, ensure_ascii=False) for document in documents).encode()
+    chunks, position = [], 0
+    for cut in cuts * (len(body) // sum(cuts) + 1):
+        chunks.append(body[position : position + cut])
+        position += cut
+    assert await _parse(chunks) == documents
+
+
+async def test_a_malformed_or_oversized_record_is_reported() -> None:
+    with pytest.raises(ValueError, match="malformed"):
+        await _parse([b'{"a": 1} {"b": ] } {"c": 3}'])
+    with pytest.raises(ValueError, match="end of the body"):
+        await _parse([b'{"a": 1} {"b": '])
+    with pytest.raises(ValueError, match="UTF-8"):
+        await _parse([b'{"a": "\xff\xfe"}'])
+    with pytest.raises(RestError) as too_big:
+        await _parse([b'{"a": "' + b"x" * 100, b"x" * 100], limit=150)
+    assert too_big.value.status == 413
