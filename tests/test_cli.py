@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 TIDELOG = [sys.executable, "-m", "tidelog.cli.main"]
@@ -36,7 +38,7 @@ def dev_cluster(tmp_path: Path) -> Iterator[Path]:
         if "Ctrl-C stops everything" in line:
             break
     output = "".join(lines)
-    assert "broker-3" in output and "controller-2" in output, output
+    assert "broker-3" in output and "controller-2" in output and "gateway-1" in output, output
     yield data
     process.send_signal(signal.SIGINT)
     rest, _ = process.communicate(timeout=60)
@@ -96,6 +98,17 @@ def test_dev_up_topic_produce_consume_and_restart(dev_cluster: Path) -> None:
     assert "deleted group cli-group" in tidelog("group", "delete", "cli-group", *data).stdout
     missing = tidelog("group", "delete", "cli-group", *data, check=False)
     assert missing.returncode == 1 and "GROUP_ID_NOT_FOUND" in missing.stderr
+
+    # The REST gateway dev up runs (authentication off), on the port kept in cluster.json.
+    gateway_port = json.loads((dev_cluster / "cluster.json").read_text())["gateways"]["1"]
+    gateway = f"http://127.0.0.1:{gateway_port}"
+    produced_over_http = httpx.post(
+        f"{gateway}/topics/clicks/partitions/1",
+        json={"records": [{"value": {"via": "rest"}}]},
+        headers={"content-type": "application/vnd.kafka.json.v2+json"},
+    )
+    assert produced_over_http.json()["offsets"][0]["offset"] == 0, produced_over_http.text
+    assert [p["partition"] for p in httpx.get(f"{gateway}/topics/clicks").json()["partitions"]] == [0, 1]
 
 
 def test_log_produce_consume_and_dump(tmp_path: Path) -> None:

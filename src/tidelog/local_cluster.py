@@ -300,7 +300,7 @@ class LocalCluster:
     async def _gateways_serve(self) -> bool:
         for url in self.gateway_urls:
             try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":", 1)[1]))
+                _, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":", 1)[1]))
             except OSError:
                 return False
             writer.close()

@@ -15,6 +15,7 @@ from tidelog.controller import main as controller_main
 from tidelog.controller.controller_config import ControllerConfig
 from tidelog.coordinator import main as coordinator_main
 from tidelog.coordinator.group_coordinator import CoordinatorConfig
+from tidelog.gateway import main as gateway_main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -124,6 +125,13 @@ def test_process_defaults_are_the_registry_defaults() -> None:
         offsets_retention_ms=coordinator.offsets_retention_minutes * 60_000,
         max_members=coordinator.group_max_size,
     )
+    gateway = gateway_main.parse_args(["--id", "1", "--port", "1", "--etcd", "e"])
+    assert gateway.consumer_instance_timeout_ms == _default("consumer.instance.timeout.ms")
+    assert gateway.consumer_request_timeout_ms == _default("consumer.request.timeout.ms")
+    assert gateway.consumer_request_max_bytes == _default("consumer.request.max.bytes")
+    assert gateway.consumer_instances_max == _default("consumer.instances.max")
+    assert gateway.rest_request_max_bytes == _default("rest.request.max.bytes")
+    assert gateway.produce_records_max == _default("produce.records.max")
     assert _default("socket.request.max.bytes") == GRPC_MESSAGE_BYTES_MAX
     assert _default("fetch.max.bytes") == FETCH_BYTES_MAX
     assert _default("fetch.max.wait.ms.max") == FETCH_WAIT_MS_MAX

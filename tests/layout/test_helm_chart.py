@@ -19,6 +19,7 @@ import yaml
 from tidelog.broker import main as broker_main
 from tidelog.controller import main as controller_main
 from tidelog.coordinator import main as coordinator_main
+from tidelog.gateway import main as gateway_main
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "tidelog"
 RELEASE = "demo"
@@ -88,3 +89,26 @@ def test_services_start_with_flags_they_accept(
         port["name"]: port["port"] for port in manifests[("Service", f"{RELEASE}-{name}")]["spec"]["ports"]
     }
     assert service_ports == {"grpc": args.port, "metrics": args.metrics_port}
+
+
+def test_gateways_run_behind_one_service_with_authentication_on(
+    manifests: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    deployment = manifests[("Deployment", f"{RELEASE}-gateway")]
+    pod = deployment["spec"]["template"]["spec"]
+    script = pod["containers"][0]["args"][0].removeprefix("exec ")
+    script = script.replace("$(HOSTNAME)", "gw-0").replace("$(POD_IP)", "10.0.0.7")
+    program, *arguments = shlex.split(script)
+    assert program == "tidelog-gateway"
+    args = gateway_main.parse_args(arguments)
+    assert args.etcd == f"{RELEASE}-etcd:2379"
+    assert args.advertised_url == f"http://10.0.0.7:{args.port}"  # what other replicas forward to
+    mount = pod["containers"][0]["volumeMounts"][0]
+    assert str(args.credentials_file).startswith(mount["mountPath"])
+    assert [volume["secret"]["secretName"] for volume in pod["volumes"]] == ["tidelog-gateway-credentials"]
+    assert pod["containers"][0]["readinessProbe"]["grpc"]["port"] == args.health_port
+    service = manifests[("Service", f"{RELEASE}-gateway")]
+    assert {port["name"]: port["port"] for port in service["spec"]["ports"]} == {
+        "http": args.port,
+        "metrics": args.metrics_port,
+    }

@@ -1,6 +1,7 @@
 """`tidelog dev up`: the whole platform on this machine, as real processes, on a data folder.
 
-Starts etcd, the controllers and the brokers (tidelog.local_cluster), waits until a controller is
+Starts etcd, the controllers, the brokers, the group coordinators and the REST gateway
+(tidelog.local_cluster), waits until a controller is
 active and every broker is registered, prints the endpoints, and runs until Ctrl-C or SIGTERM,
 then stops every process cleanly. Run it again on the same folder: same endpoints, same data.
 """
@@ -39,13 +40,18 @@ async def _run(cluster: LocalCluster) -> None:
             [f"coordinator-{i}", endpoint, cluster.metrics_endpoint(f"coordinator-{i}")]
             for i, endpoint in zip(cluster.coordinator_ids, cluster.coordinator_endpoints, strict=True)
         ]
+        rows += [
+            [f"gateway-{i}", url, cluster.metrics_endpoint(f"gateway-{i}")]
+            for i, url in zip(cluster.gateway_ids, cluster.gateway_urls, strict=True)
+        ]
         print(table(["process", "endpoint", "metrics"], rows))
         print(
             f"\ndata and logs under {cluster.data_dir}; try:\n"
             f"  tidelog topic create demo --partitions 6\n"
             f"  seq 1 1000 | tidelog produce demo\n"
             f"  tidelog consume demo --from-beginning --max-messages 10\n"
-            "Ctrl-C stops everything.",
+            + "".join(f"  curl {url}/topics/demo   # the REST gateway\n" for url in cluster.gateway_urls[:1])
+            + "Ctrl-C stops everything.",
             flush=True,
         )
         while not stopping.is_set():
@@ -66,6 +72,7 @@ def _up(args: argparse.Namespace) -> int:
         brokers=args.brokers,
         controllers=args.controllers,
         coordinators=args.coordinators,
+        gateways=args.gateways,
         metrics=True,
     )
     asyncio.run(_run(cluster))
@@ -75,9 +82,12 @@ def _up(args: argparse.Namespace) -> int:
 def add_dev_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dev = commands.add_parser("dev", help="run Tidelog locally")
     dev_commands = dev.add_subparsers(dest="dev_command", required=True)
-    up = dev_commands.add_parser("up", help="start etcd, controllers, brokers and coordinators until Ctrl-C")
+    up = dev_commands.add_parser(
+        "up", help="start etcd, controllers, brokers, coordinators and the REST gateway until Ctrl-C"
+    )
     up.add_argument("--data-dir", default="data", help="folder for all local data (default: ./data)")
     up.add_argument("--brokers", type=int, default=3)
     up.add_argument("--controllers", type=int, default=2)
     up.add_argument("--coordinators", type=int, default=2, help="group coordinator instances")
+    up.add_argument("--gateways", type=int, default=1, help="REST gateway replicas (authentication off)")
     up.set_defaults(handler=_up)
