@@ -1,7 +1,7 @@
 """The gateway's ASGI application: routes, error answers, middlewares and the OpenAPI document.
 
 Middlewares, outermost first: request metrics → authentication → forwarding of consumer-instance
-requests to the replica holding the instance → the routes.
+requests to the replica holding the instance → the produce fast path → the routes.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from tidelog.gateway.access import Authentication
 from tidelog.gateway.gateway_context import GatewayContext
 from tidelog.gateway.gateway_metrics import RequestMetrics
 from tidelog.gateway.instance_forwarding import InstanceForwarding
+from tidelog.gateway.produce_routes import ProduceFastPath
 from tidelog.gateway.responses import ERROR_RESPONSES, KafkaV2Response, error_response, json_response
 from tidelog.gateway.rest_errors import UNPROCESSABLE, RestError
 from tidelog.gateway.rest_models import RestErrorBody
@@ -87,6 +88,7 @@ def create_app(
 ) -> tuple[FastAPI, ASGIApp]:
     """(the FastAPI app, the whole ASGI stack to serve)."""
     app = _routes(context)
-    stack: ASGIApp = InstanceForwarding(app, context.registry, forward_client)
+    stack: ASGIApp = ProduceFastPath(app, context)
+    stack = InstanceForwarding(stack, context.registry, forward_client)
     stack = Authentication(stack, credentials)
     return app, RequestMetrics(stack)

@@ -37,11 +37,11 @@ class GatewayContext:
     cluster_id: str
 
 
-def context(request: Request) -> GatewayContext:
+async def context(request: Request) -> GatewayContext:
     found: GatewayContext = request.app.state.context
     return found
 
 
-def principal(request: Request) -> str:
+async def principal(request: Request) -> str:
     name: str = request.scope.get("state", {}).get("principal", "anonymous")
     return name

@@ -4,8 +4,9 @@ The whole request is checked first (topic, partitions, every key and value decod
 record refuses the request before any record of it is sent: never a silent partial produce.
 Records are then grouped by target partition (explicit partition, else murmur2 of the key, else one
 partition picked per request, as Kafka's sticky partitioner would) and each group goes down
-`Producer.send_batch` — one bulk append per partition, no per-record send. Records with headers or
-their own timestamp take `Producer.send`, which carries them.
+`Producer.send_batch` — one bulk append per partition, no per-record send. Small requests, and
+records with headers or their own timestamp, take `Producer.send`, whose open batches gather the
+records of many requests during linger.ms into one Produce call.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from tidelog.gateway.rest_models import ProduceRecord
 
 __all__ = ["OutgoingRecord", "decode_records", "produce"]
 
+# Fewer records than this go through `send`: they join the partition's open batch for linger.ms, so
+# many small requests share one Produce call (one gRPC call costs more than a request's records).
+BULK_RECORDS_MIN = 64
 NON_RETRIABLE = 1  # REST Proxy's per-record error codes
 RETRIABLE = 2
 
@@ -98,11 +102,12 @@ async def _send(
 ) -> None:
     singles: list[tuple[int, RecordDelivery]] = []
     bulks = []
+    small = len(records) < BULK_RECORDS_MIN
     for partition, indexes in targets.items():
-        plain = [index for index in indexes if records[index].headers is None and records[index].timestamp is None]
+        plain = [] if small else [i for i in indexes if records[i].headers is None and records[i].timestamp is None]
         for index in indexes:
             record = records[index]
-            if record.headers is not None or record.timestamp is not None:
+            if small or record.headers is not None or record.timestamp is not None:
                 delivery = await producer.send(
                     topic,
                     record.value,
