@@ -8,7 +8,8 @@ asyncio streams, so the load generator costs little of the machine's two cores):
 - batched JSON produce: 500 records per POST, 100-byte values, `--connections` requests in flight
   (issue 6's target: >= 100,000 records/s);
 - single-record produce at a steady 1,000 requests/s: p50 / p99 latency (target p99 <= 20 ms);
-- consume: a binary consumer instance assigned every partition polls everything back: records/s.
+- consume: a binary consumer instance assigned every partition polls everything back: records/s;
+- creating 100 consumer instances one after another: p50 / p99.
 Reference printed in the same run: the same work through the Python client in this process (the
 gateway's own path without HTTP): send_batch of 500-record batches, and Consumer.poll — so each
 gateway figure is also a ratio to what the cluster gives a native client here.
@@ -129,6 +130,22 @@ async def rest_consume(url: str, topic: str, total: int) -> float:
     return count / elapsed
 
 
+async def consumer_creation(url: str, count: int) -> list[float]:
+    """Seconds to create each of `count` consumer instances (REST Proxy users find this slow)."""
+    connection = await HttpConnection.open(url)
+    v2 = "application/vnd.kafka.v2+json"
+    times = []
+    for n in range(count):
+        started = time.perf_counter()
+        status, _ = await connection.request("POST", "/consumers/creation", b'{"name": "c%d"}' % n, v2)
+        times.append(time.perf_counter() - started)
+        assert status == 200
+    for n in range(count):
+        await connection.request("DELETE", f"/consumers/creation/instances/c{n}")
+    connection.close()
+    return times
+
+
 async def reference_produce(cluster: LocalCluster, topic: str, seconds: float, concurrency: int) -> float:
     values = [VALUE.encode()] * RECORDS_PER_POST
     done = 0
@@ -183,6 +200,7 @@ async def run(args: argparse.Namespace) -> None:
             native_stored = min(stored, 1_000_000)
             reference_read = await reference_consume(cluster, "rest", native_stored)
             rest_read = await rest_consume(url, "rest", native_stored)
+            creations = await consumer_creation(url, 100)
         finally:
             cluster.stop()
     print(f"REST gateway, 3 brokers, RF 1, acks=all idempotent, {PARTITIONS} partitions, 100-byte values")
@@ -200,6 +218,7 @@ async def run(args: argparse.Namespace) -> None:
         f"  consume by polling /records (binary)           {rest_read:12,.0f} records/s"
         f"   ratio {rest_read / reference_read:.2f}   ({native_stored:,} records)"
     )
+    print(f"  create a consumer instance (x100): p50 {_ms(creations, 0.5):6.2f} ms  p99 {_ms(creations, 0.99):6.2f} ms")
 
 
 def main() -> None:
