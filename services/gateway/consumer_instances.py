@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import re
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -28,6 +29,7 @@ from tidelog.gateway.rest_errors import (
     ILLEGAL_STATE,
     KAFKA_ERROR,
     PARTITION_NOT_FOUND,
+    UNPROCESSABLE,
     RestError,
     from_tidelog,
 )
@@ -101,8 +103,8 @@ class ConsumerInstance:
             )
         try:
             self.consumer.subscribe(topics, pattern=pattern)
-        except Exception as error:  # a bad pattern
-            raise RestError(ILLEGAL_STATE, f"Illegal state: {error}") from None
+        except re.error as error:
+            raise RestError(UNPROCESSABLE, f"topic_pattern is not a valid regular expression: {error}") from None
         self.mode, self.topics, self.pattern = Mode.SUBSCRIBED, sorted(set(topics)), pattern
 
     async def unsubscribe(self) -> None:

@@ -304,6 +304,11 @@ async def test_bad_consumer_requests(
     await gateway.post(f"/consumers/{name}", json={"name": "idle"}, headers=headers)
     nothing = await gateway.get(f"/consumers/{name}/instances/idle/records")
     assert await code(nothing) == (409, 40903)  # neither subscribed nor assigned
+    subscription = f"/consumers/{name}/instances/idle/subscription"
+    bad_pattern = await gateway.post(subscription, json={"topic_pattern": "("}, headers=headers)
+    assert await code(bad_pattern) == (422, 422)
+    both = await gateway.post(subscription, json={"topics": ["a"], "topic_pattern": "b.*"}, headers=headers)
+    assert await code(both) == (422, 422)
     unknown = {"partitions": [{"topic": "no-such-topic", "partition": 0}]}
     assigned = await gateway.post(f"/consumers/{name}/instances/idle/assignments", json=unknown, headers=headers)
     assert await code(assigned) == (404, 40401)

@@ -14,7 +14,10 @@ assigned partition starts at its committed offset, else by `auto.offset.reset`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import itertools
+import operator
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -42,6 +45,7 @@ __all__ = ["GroupConsumer", "RebalanceListener"]
 log = structlog.get_logger(__name__)
 
 REJOIN_CODES = {ErrorCode.REBALANCE_IN_PROGRESS}
+_TOPIC_PARTITION = operator.attrgetter("topic", "partition")
 LOST_CODES = {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.FENCED_INSTANCE_ID}
 
 
@@ -373,7 +377,10 @@ class GroupConsumer:
             if not self._owned:
                 await asyncio.sleep(min(remaining_ms, 100) / 1000)
         records, self._buffer = self._buffer[: self.max_poll_records], self._buffer[self.max_poll_records :]
-        self._consumed.update({TopicPartition(r.topic, r.partition): r.offset + 1 for r in records})
+        # What to commit: the offset after each partition's last record returned. The records come
+        # in one run per partition, so C-level grouping does the per-record work.
+        for (topic, partition), run in itertools.groupby(records, key=_TOPIC_PARTITION):
+            self._consumed[TopicPartition(topic, partition)] = collections.deque(run, maxlen=1)[0].offset + 1
         if self.enable_auto_commit and time.monotonic() - self._last_auto_commit >= self.auto_commit_interval_s:
             self._last_auto_commit = time.monotonic()
             self.commit_async()
