@@ -197,6 +197,10 @@ async def test_the_whole_consumer_flow(
     assert (await gateway.post(f"{base}/positions/end", json=partitions, headers=headers)).status_code == 204
     empty = await gateway.get(f"{base}/records", params={"timeout": 200}, headers={"accept": JSON_V2})
     assert empty.json() == []
+    assert (await gateway.delete(f"{base}/subscription")).status_code == 204
+    assert (await gateway.get(f"{base}/subscription")).json() == {"topics": []}
+    assert (await gateway.get(f"{base}/assignments")).json() == {"partitions": []}
+    assert (await gateway.get(f"{base}/records", headers={"accept": JSON_V2})).json()["error_code"] == 40903
     assert (await gateway.delete(base)).status_code == 204
     gone = await gateway.get(f"{base}/subscription")
     assert (gone.status_code, gone.json()["error_code"]) == (404, 40403)
@@ -381,3 +385,24 @@ async def test_metrics_count_requests_by_route(
     assert 'tidelog_gateway_requests_total{method="GET",route="/topics",status="200"}' in text
     assert 'tidelog_gateway_requests_total{method="GET",route="/topics/{topic}",status="404"}' in text
     assert "no-such-topic" not in text
+
+
+async def test_a_json_consumer_meeting_a_record_that_is_not_json_says_so_and_skips_nothing(
+    gateway_cluster: LocalCluster, gateways: list[httpx.AsyncClient], name: str
+) -> None:
+    await _topic(gateway_cluster, name, 1, 1)
+    gateway = gateways[0]
+    headers = {"content-type": V2}
+    await gateway.post(
+        f"/topics/{name}", json={"records": [{"value": _b64(b"not json")}]}, headers={"content-type": BINARY_V2}
+    )
+    await gateway.post(f"/consumers/{name}", json={"name": "j", "format": "json"}, headers=headers)
+    base = f"/consumers/{name}/instances/j"
+    await gateway.post(f"{base}/assignments", json={"partitions": [{"topic": name, "partition": 0}]}, headers=headers)
+    await gateway.post(
+        f"{base}/positions", json={"offsets": [{"topic": name, "partition": 0, "offset": 0}]}, headers=headers
+    )
+    for _ in range(2):  # the same answer again: the record was not skipped
+        answer = await gateway.get(f"{base}/records", params={"timeout": 5000})
+        assert (answer.status_code, answer.json()["error_code"]) == (500, 50002), answer.text
+    await gateway.delete(base)
