@@ -25,7 +25,6 @@ from tidelog.client.consumer import ConsumerRecord
 from tidelog.common.errors import TidelogError
 from tidelog.gateway.embedded_format import EmbeddedFormat
 from tidelog.gateway.rest_errors import (
-    CONSUMER_ALREADY_SUBSCRIBED,
     ILLEGAL_STATE,
     KAFKA_ERROR,
     PARTITION_NOT_FOUND,
@@ -92,14 +91,11 @@ class ConsumerInstance:
     # ---- subscription and assignment -------------------------------------------------------
 
     def subscribe(self, topics: list[str], pattern: str | None) -> None:
+        """Subscribe, or replace the subscription (as KafkaConsumer.subscribe, which v2 calls): the
+        member rejoins its group with the new topics at its next poll."""
         if self.mode is Mode.ASSIGNED:
             raise RestError(
                 ILLEGAL_STATE, "Illegal state: subscription to topics is not allowed with assigned partitions"
-            )
-        if self.mode is Mode.SUBSCRIBED and (sorted(set(topics)) != self.topics or pattern != self.pattern):
-            raise RestError(
-                CONSUMER_ALREADY_SUBSCRIBED,
-                "Consumer cannot subscribe to the specified target because it has already subscribed to other topics",
             )
         try:
             self.consumer.subscribe(topics, pattern=pattern)

@@ -31,7 +31,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         403: "The consumer instance belongs to another principal (40301)",
         404: "Topic (40401), partition (40402), consumer instance (40403) or cluster (40406) not found",
         406: "The Accept header does not allow the consumer's format (40601)",
-        409: "Conflict: already subscribed (40901), instance exists (40902), illegal state (40903)",
+        409: "Conflict: instance exists (40902), illegal state (40903)",
         413: "Request body larger than rest.request.max.bytes",
         415: "Unsupported content type",
         422: "Invalid request or consumer config (42204), invalid payload (42206)",

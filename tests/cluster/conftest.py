@@ -21,6 +21,16 @@ from tidelog.local_cluster import LocalCluster
 
 T = TypeVar("T")
 
+# Group coordinators for tests: few offsets partitions, no initial rebalance delay, short sessions allowed.
+COORDINATOR_ARGS = [
+    "--offsets-topic-num-partitions",
+    "6",
+    "--group-initial-rebalance-delay-ms",
+    "0",
+    "--group-min-session-timeout-ms",
+    "1000",
+]
+
 
 @contextlib.contextmanager
 def running_cluster(data_dir: Path, **options: object) -> Iterator[LocalCluster]:

@@ -14,16 +14,7 @@ from tidelog.client import AdminClient, GroupConsumer, Producer, TopicPartition
 from tidelog.common.errors import TidelogError
 from tidelog.local_cluster import LocalCluster
 
-from .conftest import started_cluster, wait_until
-
-COORDINATOR_ARGS = [
-    "--offsets-topic-num-partitions",
-    "6",
-    "--group-initial-rebalance-delay-ms",
-    "0",
-    "--group-min-session-timeout-ms",
-    "1000",
-]
+from .conftest import COORDINATOR_ARGS, started_cluster, wait_until
 
 
 @pytest.fixture

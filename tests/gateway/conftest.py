@@ -15,7 +15,7 @@ import pytest
 
 from tidelog.local_cluster import LocalCluster
 
-from ..cluster.conftest import running_cluster
+from ..cluster.conftest import COORDINATOR_ARGS, running_cluster
 
 INSTANCE_TIMEOUT_MS = 6000
 REQUEST_MAX_BYTES = 1024 * 1024
@@ -30,14 +30,7 @@ def gateway_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalC
         Path(tmp_path_factory.mktemp("gateway")),
         metrics=True,
         coordinators=2,
-        coordinator_args=[
-            "--offsets-topic-num-partitions",
-            "6",
-            "--group-initial-rebalance-delay-ms",
-            "0",
-            "--group-min-session-timeout-ms",
-            "1000",
-        ],
+        coordinator_args=COORDINATOR_ARGS,
         gateways=2,
         gateway_args=[
             "--consumer-instance-timeout-ms",

@@ -10,7 +10,7 @@ import pytest
 
 from tidelog.local_cluster import LocalCluster
 
-from ..cluster.conftest import running_cluster
+from ..cluster.conftest import COORDINATOR_ARGS, running_cluster
 from .conftest import V2
 
 
@@ -22,7 +22,7 @@ def secured_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalC
     with running_cluster(
         folder / "cluster",
         coordinators=1,
-        coordinator_args=["--offsets-topic-num-partitions", "2", "--group-initial-rebalance-delay-ms", "0"],
+        coordinator_args=COORDINATOR_ARGS,
         gateways=1,
         gateway_args=["--credentials-file", str(credentials)],
     ) as cluster:

@@ -197,6 +197,15 @@ async def test_the_whole_consumer_flow(
     assert (await gateway.post(f"{base}/positions/end", json=partitions, headers=headers)).status_code == 204
     empty = await gateway.get(f"{base}/records", params={"timeout": 200}, headers={"accept": JSON_V2})
     assert empty.json() == []
+    # Subscribing again replaces the subscription (KafkaConsumer.subscribe), here by a pattern.
+    pattern = {"topic_pattern": f"{name}|no-such-topic-.*"}
+    assert (await gateway.post(f"{base}/subscription", json=pattern, headers=headers)).status_code == 204
+
+    async def by_pattern() -> bool:
+        await gateway.get(f"{base}/records", params={"timeout": 200}, headers={"accept": JSON_V2})
+        return (await gateway.get(f"{base}/subscription")).json() == {"topics": [name]}
+
+    await wait_until(by_pattern, timeout_s=30, what="the pattern subscription assigned")
     assert (await gateway.delete(f"{base}/subscription")).status_code == 204
     assert (await gateway.get(f"{base}/subscription")).json() == {"topics": []}
     assert (await gateway.get(f"{base}/assignments")).json() == {"partitions": []}
