@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -257,3 +257,71 @@ async def test_churn_keeps_one_owner_per_partition_and_commit_after_process_lose
             await member.close()
     await members[1].consumer.close()
     await members[1].connections.close()
+
+
+class _Recorder:
+    """A rebalance listener that writes down what it is told."""
+
+    def __init__(self) -> None:
+        self.revoked: set[TopicPartition] = set()
+        self.assigned: set[TopicPartition] = set()
+        self.lost: set[TopicPartition] = set()
+
+    async def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None:
+        self.revoked |= partitions
+
+    async def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None:
+        self.assigned |= partitions
+
+    async def on_partitions_lost(self, partitions: set[TopicPartition]) -> None:
+        self.lost |= partitions
+
+
+@pytest.mark.parametrize(("strategy", "cooperative"), [("cooperative-sticky", True), ("range", False)])
+async def test_a_join_revokes_only_what_moves_when_cooperative_and_everything_when_eager(
+    group_cluster: LocalCluster, strategy: str, cooperative: bool
+) -> None:
+    """KIP-429 through real members: a third member joins two that own 3 partitions each."""
+    cluster = group_cluster
+    topic = f"moves-{strategy}"
+    async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+        await admin.create_topic(topic, 6, 1)
+    members: list[GroupConsumer] = []
+    recorders: list[_Recorder] = []
+
+    def join() -> None:
+        member = _consumer(cluster, f"movers-{strategy}", partition_assignment_strategy=[strategy])
+        recorders.append(_Recorder())
+        member.subscribe([topic], listener=recorders[-1])
+        members.append(member)
+
+    def balanced(size: int) -> Callable[[], Awaitable[bool]]:
+        async def check() -> bool:
+            await asyncio.gather(*(member.poll(100) for member in members))
+            owned = [member.assignment() for member in members]
+            return (
+                all(len(partitions) == 6 // size for partitions in owned)
+                and len(set().union(*owned)) == 6
+                and all(not member._needs_rejoin for member in members)
+            )
+
+        return check
+
+    join(), join()
+    await wait_until(balanced(2), timeout_s=60, what="two members with three partitions each")
+    before = [member.assignment() for member in members]
+    for recorder in recorders:
+        recorder.revoked.clear()
+    join()
+    await wait_until(balanced(3), timeout_s=60, what="three members with two partitions each")
+    for recorder, owned_before, member in zip(recorders, before, members, strict=False):
+        moved = owned_before - member.assignment()
+        if cooperative:
+            assert len(moved) == 1  # sticky: each gave one partition to the newcomer and kept two
+            assert recorder.revoked == moved  # only what moved was revoked; the rest kept being read
+        else:
+            assert recorder.revoked == owned_before  # eager: everything, then assigned again
+        assert not recorder.lost
+    assert recorders[2].assigned == members[2].assignment()
+    for member in members:
+        await member.close()
