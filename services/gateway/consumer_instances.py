@@ -174,21 +174,26 @@ class ConsumerInstance:
     def render(self, records: list[ConsumerRecord]) -> list[dict[str, Any]]:
         """Records as REST Proxy returns them, plus timestamp and headers (which it leaves out)."""
         decode = self.format.decode
+        header_value = EmbeddedFormat.BINARY.decode
+        rendered: list[dict[str, Any]] = []
+        append = rendered.append
         try:
-            return [
-                {
-                    "topic": record.topic,
-                    "key": decode(record.key),
-                    "value": decode(record.value),
-                    "partition": record.partition,
-                    "offset": record.offset,
-                    "timestamp": record.timestamp,
-                    "headers": [
-                        {"name": name, "value": EmbeddedFormat.BINARY.decode(value)} for name, value in record.headers
-                    ],
-                }
-                for record in records
-            ]
+            for record in records:  # per record by nature (a JSON object each): kept lean
+                headers = record.headers
+                append(
+                    {
+                        "topic": record.topic,
+                        "key": decode(record.key),
+                        "value": decode(record.value),
+                        "partition": record.partition,
+                        "offset": record.offset,
+                        "timestamp": record.timestamp,
+                        "headers": [{"name": name, "value": header_value(value)} for name, value in headers]
+                        if headers
+                        else [],
+                    }
+                )
+            return rendered
         except ValueError as error:  # not JSON although the instance reads json: leave it for another reader
             first: dict[TopicPartition, int] = {}
             for record in records:

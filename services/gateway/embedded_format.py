@@ -56,7 +56,7 @@ class EmbeddedFormat(enum.Enum):
             return None
         if self is EmbeddedFormat.JSON:
             return orjson.loads(data)
-        return base64.b64encode(data).decode()
+        return binascii.b2a_base64(data, newline=False).decode()
 
 
 def _media_type(header: str | None) -> str:
