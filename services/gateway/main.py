@@ -109,6 +109,7 @@ async def serve(args: argparse.Namespace) -> None:
         uvicorn.Config(
             stack,
             log_config=None,
+            log_level="warning",  # uvicorn's own lines are plain text; ours are JSON (and name the same events)
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=10,
