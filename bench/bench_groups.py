@@ -10,7 +10,8 @@ Starts etcd, 2 controllers, 3 brokers and 2 group coordinators (tidelog.local_cl
   11th leaves in between), for cooperative-sticky (KIP-429: two rounds, only one partition moves)
   and for range (eager: everyone revokes everything and rejoins).
 - throughput: a 3-member group reads `--records` 100-byte records from 6 partitions, counted from
-  the moment the group is stable.
+  the moment the group is stable — once with the members in this process, once with a process per
+  member (as they are deployed; the machine's two cores are then shared as they would be).
 Reference printed in the same run: one plain Consumer assigned all 6 partitions reading the same
 records (no group) — the group's figure is a ratio of it.
 """
@@ -19,8 +20,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -119,6 +122,90 @@ async def group_throughput(cluster: LocalCluster, records: int) -> float:
     return records / elapsed
 
 
+async def _member_process(bootstrap: list[str]) -> None:
+    """One member of the process-per-member group (`--member`): reports its assignment as JSON lines
+    until told "go" on stdin, then reads its partitions to their end and reports the count."""
+    member = GroupConsumer(
+        bootstrap,
+        "process-readers",
+        auto_offset_reset="earliest",
+        session_timeout_ms=10_000,
+        heartbeat_interval_ms=100,
+        partition_assignment_strategy=["cooperative-sticky"],
+        enable_auto_commit=False,
+        max_poll_records=100_000,
+    )
+    member.subscribe(["deep"], listener=_PauseNewPartitions(member))
+    stdin = asyncio.StreamReader()
+    await asyncio.get_running_loop().connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
+    go = asyncio.create_task(stdin.readline())
+    while not go.done():
+        await member.poll(50)
+        steady = not member._needs_rejoin and member._join_task is None
+        partitions = sorted(tp.partition for tp in member.assignment())
+        print(json.dumps({"generation": member.generation_id, "steady": steady, "partitions": partitions}), flush=True)
+    owned = sorted(member.assignment())
+    ends = await member.consumer.list_offsets(owned, -1)
+    member.resume(owned)
+    count, wanted = 0, sum(ends.values())
+    while count < wanted:
+        count += len(await member.poll(200))
+    print(json.dumps({"count": count}), flush=True)
+    await member.close()
+
+
+async def group_throughput_processes(cluster: LocalCluster, records: int) -> float:
+    """A 3-member group, each member its own process (as deployed): from "go" until all have read."""
+    members = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            __file__,
+            "--member",
+            ",".join(cluster.bootstrap),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        for _ in range(3)
+    ]
+    latest: list[dict[str, object]] = [{} for _ in members]
+    finished: list[asyncio.Future[int]] = [asyncio.get_running_loop().create_future() for _ in members]
+
+    async def follow(index: int, process: asyncio.subprocess.Process) -> None:
+        assert process.stdout is not None
+        async for line in process.stdout:
+            latest[index] = report = json.loads(line)
+            if "count" in report:
+                finished[index].set_result(int(report["count"]))
+
+    readers = [asyncio.create_task(follow(index, process)) for index, process in enumerate(members)]
+
+    def stable() -> bool:
+        owned = [set(report.get("partitions", [])) for report in latest]  # type: ignore[call-overload]
+        return (
+            all(report.get("steady") for report in latest)
+            and len({report.get("generation") for report in latest}) == 1
+            and sum(map(len, owned)) == DEEP_PARTITIONS == len(set().union(*owned))
+        )
+
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while not stable():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"process group not stable after {SETTLE_TIMEOUT_S} s: {latest}")
+        await asyncio.sleep(0.05)
+    started = time.monotonic()
+    for process in members:
+        assert process.stdin is not None
+        process.stdin.write(b"go\n")
+        await process.stdin.drain()
+    counts = await asyncio.gather(*finished)
+    elapsed = time.monotonic() - started
+    for process in members:
+        await process.wait()
+    await asyncio.gather(*readers)
+    assert sum(counts) == records, f"read {sum(counts)} of {records}"
+    return records / elapsed
+
+
 async def plain_throughput(cluster: LocalCluster, records: int) -> float:
     async with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
         consumer.assign([TopicPartition("deep", p) for p in range(DEEP_PARTITIONS)])
@@ -161,6 +248,7 @@ async def run(args: argparse.Namespace) -> None:
             eager = await rebalance_times(cluster, "range", args.rounds)
             reference = await plain_throughput(cluster, args.records)
             grouped = await group_throughput(cluster, args.records)
+            separate = await group_throughput_processes(cluster, args.records)
         finally:
             cluster.stop()
     print("consumer groups, 3 brokers, 2 coordinators, 12 partitions, heartbeat.interval.ms=100")
@@ -171,11 +259,22 @@ async def run(args: argparse.Namespace) -> None:
     print(f"  reference: one plain consumer, {DEEP_PARTITIONS} partitions   {reference:12,.0f} records/s")
     print(
         f"  a 3-member group, {DEEP_PARTITIONS} partitions                {grouped:12,.0f} records/s"
-        f"   ratio {grouped / reference:.2f}"
+        f"   ratio {grouped / reference:.2f}   (members in this one process)"
+    )
+    print(
+        f"  a 3-member group, a process per member          {separate:12,.0f} records/s"
+        f"   ratio {separate / reference:.2f}"
     )
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--member"]:  # stdout carries the member's reports: the client's log goes to stderr
+        structlog.configure(
+            wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+            logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        )
+        asyncio.run(_member_process(sys.argv[2].split(",")))
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=600_000)
     parser.add_argument("--rounds", type=int, default=5)
