@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import httpx
+import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
@@ -24,10 +25,12 @@ from tidelog.gateway.gateway_metrics import RequestMetrics
 from tidelog.gateway.instance_forwarding import InstanceForwarding
 from tidelog.gateway.produce_routes import ProduceFastPath
 from tidelog.gateway.responses import ERROR_RESPONSES, KafkaV2Response, error_response, json_response
-from tidelog.gateway.rest_errors import UNPROCESSABLE, RestError
+from tidelog.gateway.rest_errors import KAFKA_ERROR, UNPROCESSABLE, RestError
 from tidelog.gateway.rest_models import RestErrorBody
 
 __all__ = ["create_app"]
+
+log = structlog.get_logger(__name__)
 
 
 def _routes(context: GatewayContext) -> FastAPI:
@@ -62,6 +65,12 @@ def _routes(context: GatewayContext) -> FastAPI:
             f"{'.'.join(str(part) for part in problem['loc'])}: {problem['msg']}" for problem in error.errors()[:5]
         )
         return error_response(RestError(UNPROCESSABLE, f"invalid request: {where}"))
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, error: Exception) -> Response:
+        # Still REST Proxy's error body (FastAPI's default is plain text); the cause is in the log.
+        log.exception("request_failed", error=repr(error))
+        return error_response(RestError(KAFKA_ERROR, f"internal error: {type(error).__name__}: {error}"))
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, error: Exception) -> Response:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -17,6 +18,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from tidelog.gateway.access import Authentication, load_credentials
+from tidelog.gateway.app import _routes
 from tidelog.gateway.embedded_format import EmbeddedFormat, accepted_format, produce_format
 from tidelog.gateway.rest_errors import RestError
 from tidelog.gateway.v3_routes import _documents
@@ -122,3 +124,16 @@ async def test_a_malformed_or_oversized_record_is_reported() -> None:
     with pytest.raises(RestError) as too_big:
         await _parse([b'{"a": "' + b"x" * 100, b"x" * 100], limit=150)
     assert too_big.value.status == 413
+
+
+async def test_an_unexpected_failure_still_answers_with_the_rest_error_body() -> None:
+    class BrokenAdmin:
+        async def list_topics(self) -> list[str]:
+            raise RuntimeError("etcd went away")
+
+    app = _routes(SimpleNamespace(admin=BrokenAdmin()))  # type: ignore[arg-type]
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+        answer = await client.get("/topics")
+    assert answer.status_code == 500
+    assert answer.json() == {"error_code": 50002, "message": "internal error: RuntimeError: etcd went away"}
