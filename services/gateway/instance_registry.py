@@ -4,7 +4,9 @@ Each instance is registered at `/tidelog/gateways/consumers/{group}/{name}` unde
 etcd lease, created only if absent — so a name is unique across all replicas (40902), and the
 registrations of a gateway that dies vanish with its lease. A request for an instance another
 gateway holds is forwarded there (instance_forwarding.py): clients may talk to any replica behind
-one Service. Instances idle for `consumer.instance.timeout.ms` are closed and deregistered.
+one Service. Instances idle for `consumer.instance.timeout.ms` are closed and deregistered. If the
+lease is lost while the gateway lives (etcd unreachable beyond the TTL), a new session registers
+every instance again.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ __all__ = ["InstanceRegistry"]
 log = structlog.get_logger(__name__)
 
 EXPIRY_CHECK_S = 1.0
+SESSION_RETRY_S = 0.5
 
 
 class InstanceRegistry:
@@ -68,17 +71,7 @@ class InstanceRegistry:
             )
         self._creating.add(key)
         try:
-            assert self.etcd.kv is not None
-            record = GatewayConsumerRecord(self.gateway_id, self.url, principal)
-            created = await self.etcd.kv.txn(
-                compare=[KVService.txn_compare_create_revision(gateway_consumer_key(group, name), 0)],
-                success=[
-                    KVService.txn_op_put(
-                        gateway_consumer_key(group, name), record.to_json(), lease=self.session.lease_id
-                    )
-                ],
-            )
-            if not created.succeeded:
+            if not await self._register(group, name, principal):
                 raise RestError(
                     CONSUMER_ALREADY_EXISTS, f"consumer instance {name!r} already exists in group {group!r}"
                 )
@@ -87,6 +80,39 @@ class InstanceRegistry:
             self._creating.discard(key)
         log.info("consumer_instance_created", group=group, instance=name, principal=principal)
         return instance
+
+    async def _register(self, group: str, name: str, principal: str) -> bool:
+        """Create the instance's registration under this gateway's lease; False if it exists."""
+        assert self.etcd.kv is not None
+        key = gateway_consumer_key(group, name)
+        record = GatewayConsumerRecord(self.gateway_id, self.url, principal)
+        created = await self.etcd.kv.txn(
+            compare=[KVService.txn_compare_create_revision(key, 0)],
+            success=[KVService.txn_op_put(key, record.to_json(), lease=self.session.lease_id)],
+        )
+        return bool(created.succeeded)
+
+    async def keep_registered(self) -> None:
+        """When the etcd session is lost (etcd unreachable beyond its TTL, the lease revoked), the
+        registrations went with it: take a new session and register every instance again. One whose
+        name another gateway took meanwhile is closed (that gateway's instance answers now)."""
+        while True:
+            await self.session.done.wait()
+            log.warning("gateway_session_lost", instances=len(self.local))
+            while True:
+                try:
+                    self.session = await Session(self.etcd, ttl_s=self.session.ttl_s).start()
+                    break
+                except Exception as error:  # etcd still unreachable: keep serving, keep trying
+                    log.info("gateway_session_retry", error=repr(error))
+                    await asyncio.sleep(SESSION_RETRY_S)
+            for (group, name), instance in list(self.local.items()):
+                if not await self._register(group, name, instance.principal):
+                    log.warning("consumer_instance_taken_meanwhile", group=group, instance=name)
+                    self.local.pop((group, name), None)
+                    async with instance.lock:
+                        await instance.close()
+            log.info("gateway_session_renewed", lease=hex(self.session.lease_id), instances=len(self.local))
 
     def get(self, group: str, name: str, principal: str) -> ConsumerInstance:
         instance = self.local.get((group, name))
@@ -124,5 +150,7 @@ class InstanceRegistry:
                     await self.remove(group, name)
 
     async def close(self) -> None:
+        """Close every instance (each leaves its group), then give up the lease."""
         for group, name in list(self.local):
             await self.remove(group, name)
+        await self.session.close()

@@ -121,27 +121,25 @@ async def serve(args: argparse.Namespace) -> None:
         health_server.add_insecure_port(f"{args.host}:{args.health_port}")
         await health_server.start()
     serving = asyncio.create_task(server.serve(sockets=[listener]))
-    expiring = asyncio.create_task(registry.expire())
+    background = [asyncio.create_task(registry.expire()), asyncio.create_task(registry.keep_registered())]
     await mark_serving(health, ["tidelog.v1.Gateway"])
     log.info("gateway_started", url=url, brokers=bootstrap, auth=bool(credentials), cluster_id=context.cluster_id)
-    # The etcd session carries this gateway's instance registrations: without it, stop (and be restarted).
-    stop_waiting = [asyncio.create_task(stopping.wait()), asyncio.create_task(session.done.wait())]
-    await asyncio.wait({serving, *stop_waiting}, return_when=asyncio.FIRST_COMPLETED)
-    for waiter in stop_waiting:
-        waiter.cancel()
-    log.info("gateway_stopping", etcd_session_lost=session.done.is_set())
+    stop_waiting = asyncio.create_task(stopping.wait())
+    await asyncio.wait({serving, stop_waiting}, return_when=asyncio.FIRST_COMPLETED)
+    stop_waiting.cancel()
+    log.info("gateway_stopping")
     await mark_serving(health, ["tidelog.v1.Gateway"], serving=False)
     server.should_exit = True
     await serving
-    expiring.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await expiring
-    await registry.close()
+    for task in background:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    await registry.close()  # every instance leaves its group; the lease goes
     await producer.close()
     await forward_client.aclose()
     await context.offsets.close()
     await connections.close()
-    await session.close()
     await health_server.stop(grace=1)
     await etcd.close()
     log.info("gateway_stopped")

@@ -7,8 +7,10 @@ from __future__ import annotations
 import signal
 
 import httpx
+from etcd3aio import Etcd3Client
 
 from tidelog.client.group_admin import GroupAdmin
+from tidelog.common.metadata import gateway_consumer_key
 from tidelog.local_cluster import LocalCluster
 
 from ..cluster.conftest import wait_until
@@ -73,3 +75,29 @@ async def test_sigterm_closes_instances_and_kill_loses_them(
 
     await wait_until(forgotten, timeout_s=30, what="the dead gateway's registration to expire")
     await _restart(gateway_cluster, gateways[1])
+
+
+async def test_a_lost_etcd_lease_is_replaced_and_the_instances_registered_again(
+    gateway_cluster: LocalCluster, gateways: list[httpx.AsyncClient], name: str
+) -> None:
+    await _topic(gateway_cluster, name, 1, 1)
+    base = await _subscribed(gateways[0], "renewed", "kept", name)  # held by gateway-1
+    key = gateway_consumer_key("renewed", "kept").encode()
+    etcd = Etcd3Client([gateway_cluster.etcd.endpoint])
+    await etcd.connect()
+    try:
+        assert etcd.kv is not None and etcd.lease is not None
+        lease = (await etcd.kv.get(key)).kvs[0].lease
+        await etcd.lease.revoke(lease)  # as if etcd had been out of reach for the whole TTL
+
+        async def registered_again() -> bool:
+            assert etcd.kv is not None
+            found = (await etcd.kv.get(key)).kvs
+            return bool(found) and found[0].lease != lease
+
+        await wait_until(registered_again, timeout_s=30, what="the registration under a new lease")
+    finally:
+        await etcd.close()
+    through_the_other = await gateways[1].get(f"{base}/subscription")  # forwarded: found again
+    assert through_the_other.json() == {"topics": [name]}
+    assert (await gateways[1].delete(base)).status_code == 204
