@@ -4,6 +4,7 @@ offsets, positions."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
@@ -40,7 +41,8 @@ Instance = Annotated[str, Path(pattern=_NAME)]
 Context = Annotated[GatewayContext, Depends(context)]
 Principal = Annotated[str, Depends(principal)]
 _BODY_TYPES = (METADATA_TYPE, "application/json")
-SSE_KEEPALIVE_S = 15.0
+SSE_KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing a quiet stream
+SSE_POLL_MS = 1000
 INSTANCE_PATH = "/consumers/{group}/instances/{instance}"
 
 
@@ -213,14 +215,23 @@ async def stream_records(group: Group, instance: Instance, request: Request, ctx
 
     async def events() -> AsyncIterator[bytes]:
         yield b": connected\n\n"
+        quiet_since = time.monotonic()
         while (group, instance) in ctx.registry.local:  # StreamingResponse stops this when the client goes
-            async with consumer.lock:
-                got = await consumer.records(int(SSE_KEEPALIVE_S * 1000), ctx.limits.consumer_request_max_bytes)
-                rendered = consumer.render(got)
-                consumer.touch()
+            try:
+                # Short polls: between them other requests to the instance (a commit) get the lock.
+                async with consumer.lock:
+                    got = await consumer.records(SSE_POLL_MS, ctx.limits.consumer_request_max_bytes)
+                    rendered = consumer.render(got)
+                    consumer.touch()
+            except RestError as error:  # the stream ends with the error, as an event
+                yield b"event: error\ndata: %s\n\n" % orjson.dumps(error.body())
+                return
             if not rendered:
-                yield b": keepalive\n\n"
+                if time.monotonic() - quiet_since >= SSE_KEEPALIVE_S:
+                    quiet_since = time.monotonic()
+                    yield b": keepalive\n\n"
                 continue
+            quiet_since = time.monotonic()
             RECORDS_CONSUMED.inc(len(rendered))
             yield b"".join(
                 b"id: %s/%d/%d\nevent: record\ndata: %s\n\n"

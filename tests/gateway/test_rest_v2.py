@@ -375,12 +375,22 @@ async def test_records_stream_as_server_sent_events(
         await gateways[0].post(
             f"/topics/{name}", json={"records": [{"value": n} for n in range(3)]}, headers={"content-type": JSON_V2}
         )
-        async for line in stream.aiter_lines():
+        lines = stream.aiter_lines()
+        async for line in lines:
             if line.startswith("data: "):
                 events.append(json.loads(line.removeprefix("data: ")))
             if len(events) == 3:
                 break
+        # The stream does not hold the instance: a commit goes through while it is open.
+        committed = await asyncio.wait_for(gateways[0].post(f"{base}/offsets"), timeout=5)
+        assert committed.status_code == 200
+        await gateways[0].post(
+            f"/topics/{name}", json={"records": [{"value": _b64(b"not json")}]}, headers={"content-type": BINARY_V2}
+        )
+        rest = [line async for line in lines]  # the stream ends with the error as its last event
     assert [(event["offset"], event["value"]) for event in events] == [(0, 0), (1, 1), (2, 2)]
+    ending = [line for line in rest if line]
+    assert ending[-2] == "event: error" and json.loads(ending[-1].removeprefix("data: "))["error_code"] == 50002
     await gateways[0].delete(base)
 
 
