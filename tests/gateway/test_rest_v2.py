@@ -425,3 +425,23 @@ async def test_a_json_consumer_meeting_a_record_that_is_not_json_says_so_and_ski
         answer = await gateway.get(f"{base}/records", params={"timeout": 5000})
         assert (answer.status_code, answer.json()["error_code"]) == (500, 50002), answer.text
     await gateway.delete(base)
+
+
+async def test_records_of_a_batch_the_broker_refuses_report_their_error_and_the_rest_their_offsets(
+    gateway_cluster: LocalCluster, gateways: list[httpx.AsyncClient], name: str
+) -> None:
+    """The bulk path (a request of many records) reports per record: small records land, the batch
+    holding the large ones is refused by the partition (max.message.bytes), non-retriable."""
+    async with AdminClient(gateway_cluster.bootstrap, controllers=gateway_cluster.controller_endpoints) as admin:
+        await admin.create_topic(name, 1, 1, {"max.message.bytes": str(64 * 1024)})
+    records = [{"value": _b64(b"s" * 10)}] * 1200 + [{"value": _b64(b"L" * 10_000)}] * 20
+    answer = await gateways[0].post(
+        f"/topics/{name}/partitions/0", json={"records": records}, headers={"content-type": BINARY_V2}
+    )
+    assert answer.status_code == 200, answer.text
+    offsets = answer.json()["offsets"]
+    landed = [entry for entry in offsets if entry["error_code"] is None]
+    refused = offsets[len(landed) :]
+    assert 0 < len(landed) < 1200 and [entry["offset"] for entry in landed] == list(range(len(landed)))
+    assert refused and all(entry["error_code"] == 1 and "MESSAGE_TOO_LARGE" in entry["error"] for entry in refused)
+    assert await _end_offsets(gateway_cluster, name, 1) == [len(landed)]

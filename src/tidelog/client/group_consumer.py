@@ -45,8 +45,8 @@ __all__ = ["GroupConsumer", "RebalanceListener"]
 log = structlog.get_logger(__name__)
 
 REJOIN_CODES = {ErrorCode.REBALANCE_IN_PROGRESS}
-_TOPIC_PARTITION = operator.attrgetter("topic", "partition")
 LOST_CODES = {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.FENCED_INSTANCE_ID}
+_TOPIC_PARTITION = operator.attrgetter("topic", "partition")
 
 
 class RebalanceListener(Protocol):

@@ -169,8 +169,9 @@ class BulkDelivery:
 
     async def settled(self) -> list[tuple[int, int | BaseException, int]]:
         """Once every batch is done: (partition, base offset or the error that failed it, record
-        count) per batch, in the order the records were given. Awaiting the delivery itself raises at
-        the first failed batch; this reports each one."""
+        count) per batch, in the order the batches were made — the records' order when send_batch
+        had a partition or no keys. Awaiting the delivery itself raises at the first failed batch;
+        this reports each one."""
         if self._batches:
             await asyncio.wait([batch.future for batch in self._batches])
         return [
