@@ -1,16 +1,18 @@
 """schemathesis against the gateway's own OpenAPI document, served by a live gateway on a real
 cluster: every operation, with generated input, must answer as documented and never with a server
 error. (schemathesis' pytest plugin does not load under this pytest, so the operations are driven
-from one test with hypothesis directly.)"""
+from one test with hypothesis directly.) SCHEMATHESIS_EXAMPLES=150 runs more examples per operation."""
 
 from __future__ import annotations
+
+import os
 
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
 from tidelog.local_cluster import LocalCluster
 
-EXAMPLES_PER_OPERATION = 20
+EXAMPLES_PER_OPERATION = int(os.environ.get("SCHEMATHESIS_EXAMPLES", "20"))
 
 
 def test_every_operation_answers_as_documented(gateway_cluster: LocalCluster) -> None:
