@@ -231,12 +231,6 @@ async def test_two_instances_share_the_partitions_and_any_gateway_reaches_either
         assert created.status_code == 200, created.text
         subscribed = await gateway.post(f"{bases[-1]}/subscription", json={"topics": [name]}, headers=headers)
         assert subscribed.status_code == 204
-    produced = [b"%03d" % n for n in range(200)]
-    await gateways[0].post(
-        f"/topics/{name}",
-        json={"records": [{"value": _b64(v), "key": _b64(v)} for v in produced]},
-        headers={"content-type": BINARY_V2},
-    )
     seen: dict[int, list[bytes]] = {0: [], 1: []}
 
     async def poll(member: int) -> None:
@@ -245,19 +239,32 @@ async def test_two_instances_share_the_partitions_and_any_gateway_reaches_either
         assert page.status_code == 200, page.text
         seen[member].extend(base64.b64decode(record["value"]) for record in page.json())
 
-    async def shared() -> bool:
-        await asyncio.gather(poll(0), poll(1))
-        assignments = [
+    async def assignments() -> list[set[tuple[str, int]]]:
+        return [
             {(p["topic"], p["partition"]) for p in (await gateways[0].get(f"{b}/assignments")).json()["partitions"]}
             for b in bases
         ]
-        return (
-            len(seen[0]) + len(seen[1]) >= len(produced)
-            and not assignments[0] & assignments[1]
-            and len(assignments[0] | assignments[1]) == 4
-        )
 
-    await wait_until(shared, timeout_s=60, what="both members reading their own partitions")
+    async def split() -> bool:
+        await asyncio.gather(poll(0), poll(1))
+        owned = await assignments()
+        return len(owned[0]) == len(owned[1]) == 2 and len(owned[0] | owned[1]) == 4
+
+    await wait_until(split, timeout_s=60, what="the two members owning two partitions each")
+    settled = await assignments()
+    produced = [b"%03d" % n for n in range(200)]
+    await gateways[0].post(
+        f"/topics/{name}",
+        json={"records": [{"value": _b64(v), "key": _b64(v)} for v in produced]},  # keyed: all partitions
+        headers={"content-type": BINARY_V2},
+    )
+
+    async def all_read() -> bool:
+        await asyncio.gather(poll(0), poll(1))
+        return len(seen[0]) + len(seen[1]) >= len(produced)
+
+    await wait_until(all_read, timeout_s=60, what="both members reading their own partitions")
+    assert await assignments() == settled  # no rebalance while reading
     assert sorted(seen[0] + seen[1]) == produced  # each record once: the group split the partitions
     assert seen[0] and seen[1]
     for base in bases:
