@@ -74,6 +74,11 @@ async def produce(
         count = len(await metadata.partitions_of(topic))
     except TidelogError as error:
         raise from_tidelog(error) from None
+    for index, record in enumerate(records):  # a record too large is refused before any is sent
+        try:
+            producer.record_size(record.value, record.key, record.headers)
+        except TidelogError as error:
+            raise RestError(INVALID_PAYLOAD, f"records[{index}]: {error}") from None
     targets: dict[int, list[int]] = {}
     sticky = random.randrange(count)
     for index, record in enumerate(records):
@@ -85,10 +90,7 @@ async def produce(
             target = partition_for_key(record.key, count) if record.key is not None else sticky
         targets.setdefault(target, []).append(index)
     results: list[PartitionOffset | None] = [None] * len(records)
-    try:
-        await _send(producer, topic, records, targets, results)
-    except TidelogError as error:  # refused before anything was queued (e.g. a record too large)
-        raise RestError(INVALID_PAYLOAD, str(error)) from None
+    await _send(producer, topic, records, targets, results)
     assert all(result is not None for result in results)
     return results  # type: ignore[return-value]
 

@@ -17,9 +17,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from tidelog.client import Producer
 from tidelog.gateway.access import Authentication, load_credentials
 from tidelog.gateway.app import _routes
 from tidelog.gateway.embedded_format import EmbeddedFormat, accepted_format, produce_format
+from tidelog.gateway.producing import OutgoingRecord, produce
 from tidelog.gateway.rest_errors import RestError
 from tidelog.gateway.v3_routes import _documents
 
@@ -137,3 +139,17 @@ async def test_an_unexpected_failure_still_answers_with_the_rest_error_body() ->
         answer = await client.get("/topics")
     assert answer.status_code == 500
     assert answer.json() == {"error_code": 50002, "message": "internal error: RuntimeError: etcd went away"}
+
+
+async def test_a_record_too_large_refuses_the_request_before_any_record_is_queued() -> None:
+    class TwoPartitions:
+        async def partitions_of(self, topic: str) -> list[object]:
+            return [object(), object()]
+
+    producer = Producer(["127.0.0.1:9"], max_request_size=2048, batch_size=1024)  # never reached: nothing is sent
+    records = [OutgoingRecord(None, b"small", None) for _ in range(3)] + [OutgoingRecord(None, b"x" * 4096, None)]
+    with pytest.raises(RestError) as refused:
+        await produce(producer, TwoPartitions(), "t", records)  # type: ignore[arg-type]
+    assert refused.value.error_code == 42206 and "records[3]" in refused.value.message
+    assert not producer._open and not producer._ready and producer._sender is None
+    await producer.close()

@@ -279,6 +279,16 @@ class Producer:
                 continue
         self._buffered += size
 
+    def record_size(self, value: bytes | None, key: bytes | None = None, headers: Headers | None = None) -> int:
+        """Bytes a record takes in a batch; RecordTooLargeError if it can never fit in a request
+        (callers that must not send part of a set check every record first)."""
+        size = RECORD_COLUMNS_BYTES + (len(value) if value else 0) + (len(key) if key else 0)
+        if headers:
+            size += sum(len(name) + len(header_value or b"") + 6 for name, header_value in headers)
+        if size + BATCH_OVERHEAD > self.max_request_size:
+            raise RecordTooLargeError(f"a record of {size} bytes exceeds max.request.size={self.max_request_size}")
+        return size
+
     async def send(
         self,
         topic: str,
@@ -297,11 +307,7 @@ class Producer:
             partition = partition_for_key(key, count) if key is not None else self._sticky_partition(topic, count)
         elif not 0 <= partition < count:
             raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {partition}")
-        size = RECORD_COLUMNS_BYTES + (len(value) if value else 0) + (len(key) if key else 0)
-        if headers:
-            size += sum(len(name) + len(header_value or b"") + 6 for name, header_value in headers)
-        if size + BATCH_OVERHEAD > self.max_request_size:
-            raise RecordTooLargeError(f"a record of {size} bytes exceeds max.request.size={self.max_request_size}")
+        size = self.record_size(value, key, headers)
         await self._reserve(size)
         batch = self._open.get((topic, partition))
         if batch is None:
