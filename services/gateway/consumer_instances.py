@@ -21,7 +21,7 @@ import structlog
 
 from tidelog.client import GroupConsumer, TopicPartition
 from tidelog.client.connections import Connections
-from tidelog.client.consumer import ConsumerRecord
+from tidelog.client.consumer import ConsumerRecord, first_offsets, next_offsets
 from tidelog.common.errors import TidelogError
 from tidelog.gateway.embedded_format import EmbeddedFormat
 from tidelog.gateway.rest_errors import (
@@ -148,8 +148,7 @@ class ConsumerInstance:
                 break
         kept = self._within(got, max_bytes)
         if self.mode is Mode.ASSIGNED:
-            for record in kept:
-                self._fetched[TopicPartition(record.topic, record.partition)] = record.offset + 1
+            self._fetched.update(next_offsets(kept))
             consumer = self.consumer
             if consumer.enable_auto_commit and time.monotonic() - self._last_commit >= consumer.auto_commit_interval_s:
                 self._last_commit = time.monotonic()
@@ -163,13 +162,14 @@ class ConsumerInstance:
         for index, record in enumerate(records):
             total += len(record.key or b"") + len(record.value or b"")
             if total > max_bytes and index > 0:
-                left: dict[TopicPartition, int] = {}
-                for record_left in records[index:]:
-                    left.setdefault(TopicPartition(record_left.topic, record_left.partition), record_left.offset)
-                for tp, offset in left.items():
-                    self.seek(tp, offset)
+                self._rewind(records[index:])
                 return records[:index]
         return records
+
+    def _rewind(self, records: list[ConsumerRecord]) -> None:
+        """Move back to the first of these records in each partition: the next poll returns them."""
+        for tp, offset in first_offsets(records).items():
+            self.seek(tp, offset)
 
     def render(self, records: list[ConsumerRecord]) -> list[dict[str, Any]]:
         """Records as REST Proxy returns them, plus timestamp and headers (which it leaves out)."""
@@ -195,11 +195,7 @@ class ConsumerInstance:
                 )
             return rendered
         except ValueError as error:  # not JSON although the instance reads json: leave it for another reader
-            first: dict[TopicPartition, int] = {}
-            for record in records:
-                first.setdefault(TopicPartition(record.topic, record.partition), record.offset)
-            for tp, offset in first.items():
-                self.seek(tp, offset)
+            self._rewind(records)
             raise RestError(
                 KAFKA_ERROR, f"a record is not JSON, which this json consumer cannot return: {error}"
             ) from None

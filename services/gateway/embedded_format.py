@@ -21,6 +21,7 @@ __all__ = [
     "METADATA_TYPE",
     "EmbeddedFormat",
     "accepted_format",
+    "base64_bytes",
     "check_metadata_content_type",
     "produce_format",
 ]
@@ -43,12 +44,10 @@ class EmbeddedFormat(enum.Enum):
             return None
         if self is EmbeddedFormat.JSON:
             return orjson.dumps(data)
-        if not isinstance(data, str):
-            raise RestError(INVALID_PAYLOAD, f"{what} must be a base64 string in the binary format")
         try:
-            return base64.b64decode(data, validate=True)
-        except (binascii.Error, ValueError) as error:
-            raise RestError(INVALID_PAYLOAD, f"{what} is not valid base64: {error}") from None
+            return base64_bytes(data, what)
+        except ValueError as error:
+            raise RestError(INVALID_PAYLOAD, str(error)) from None
 
     def decode(self, data: bytes | None) -> Any:
         """Stored bytes → what a consumer of this format is given."""
@@ -57,6 +56,16 @@ class EmbeddedFormat(enum.Enum):
         if self is EmbeddedFormat.JSON:
             return orjson.loads(data)
         return binascii.b2a_base64(data, newline=False).decode()
+
+
+def base64_bytes(data: object, what: str) -> bytes:
+    """Strict base64 text → its bytes; ValueError naming `what` for anything else."""
+    if not isinstance(data, str):
+        raise ValueError(f"{what} must be base64 text")
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as error:
+        raise ValueError(f"{what} is not valid base64: {error}") from None
 
 
 def _media_type(header: str | None) -> str:

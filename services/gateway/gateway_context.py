@@ -8,6 +8,7 @@ from fastapi import Request
 
 from tidelog.client import AdminClient, Consumer, Producer
 from tidelog.client.connections import Connections
+from tidelog.gateway.access import ANONYMOUS
 from tidelog.gateway.instance_registry import InstanceRegistry
 
 __all__ = ["GatewayContext", "GatewayLimits", "context", "principal"]
@@ -43,5 +44,5 @@ async def context(request: Request) -> GatewayContext:
 
 
 async def principal(request: Request) -> str:
-    name: str = request.scope.get("state", {}).get("principal", "anonymous")
+    name: str = request.scope.get("state", {}).get("principal", ANONYMOUS)  # set by access.Authentication
     return name

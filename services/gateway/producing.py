@@ -34,7 +34,7 @@ RETRIABLE = 2
 
 # One entry of a produce response's `offsets` (rest_models.PartitionOffset's shape): plain dicts,
 # since this is built per record on the hot path and serialised by orjson.
-PartitionOffset = dict[str, int | str | None]
+OffsetEntry = dict[str, int | str | None]
 
 
 @dataclasses.dataclass(slots=True)
@@ -69,19 +69,18 @@ def decode_records(records: Sequence[ProduceRecord], embedded: EmbeddedFormat) -
 
 async def produce(
     producer: Producer, metadata: ClusterMetadata, topic: str, records: list[OutgoingRecord]
-) -> list[PartitionOffset]:
+) -> list[OffsetEntry]:
     try:
         count = len(await metadata.partitions_of(topic))
     except TidelogError as error:
         raise from_tidelog(error) from None
-    for index, record in enumerate(records):  # a record too large is refused before any is sent
+    targets: dict[int, list[int]] = {}
+    sticky = random.randrange(count)
+    for index, record in enumerate(records):  # one pass; nothing is sent unless every record passes
         try:
             producer.record_size(record.value, record.key, record.headers)
         except TidelogError as error:
             raise RestError(INVALID_PAYLOAD, f"records[{index}]: {error}") from None
-    targets: dict[int, list[int]] = {}
-    sticky = random.randrange(count)
-    for index, record in enumerate(records):
         if record.partition is not None:
             if record.partition >= count:
                 raise RestError(PARTITION_NOT_FOUND, f"topic {topic!r} has no partition {record.partition}")
@@ -89,7 +88,7 @@ async def produce(
         else:
             target = partition_for_key(record.key, count) if record.key is not None else sticky
         targets.setdefault(target, []).append(index)
-    results: list[PartitionOffset | None] = [None] * len(records)
+    results: list[OffsetEntry | None] = [None] * len(records)
     await _send(producer, topic, records, targets, results)
     assert all(result is not None for result in results)
     return results  # type: ignore[return-value]
@@ -100,7 +99,7 @@ async def _send(
     topic: str,
     records: list[OutgoingRecord],
     targets: dict[int, list[int]],
-    results: list[PartitionOffset | None],
+    results: list[OffsetEntry | None],
 ) -> None:
     singles: list[tuple[int, RecordDelivery]] = []
     bulks = []
@@ -147,11 +146,11 @@ async def _send(
             results[index] = _failed(error)
 
 
-def _offset(partition: int, offset: int) -> PartitionOffset:
+def _offset(partition: int, offset: int) -> OffsetEntry:
     return {"partition": partition, "offset": offset, "error_code": None, "error": None}
 
 
-def _failed(error: BaseException) -> PartitionOffset:
+def _failed(error: BaseException) -> OffsetEntry:
     retriable = isinstance(error, TidelogError) and error.retriable
     return {
         "partition": None,

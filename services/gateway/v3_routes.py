@@ -10,8 +10,6 @@ stream; the ones before it were produced and said so.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import codecs
 import contextlib
 import datetime
@@ -27,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 
 from tidelog.client import RecordDelivery
 from tidelog.common.errors import TidelogError
+from tidelog.gateway.embedded_format import base64_bytes
 from tidelog.gateway.gateway_context import GatewayContext, context
 from tidelog.gateway.gateway_metrics import RECORDS_PRODUCED
 from tidelog.gateway.request_body import body_schema
@@ -80,12 +79,7 @@ def _data(part: Any, what: str) -> tuple[bytes | None, dict[str, Any] | None]:
     if data is None:
         return None, {"type": kind, "size": 0}
     if kind == "BINARY":
-        if not isinstance(data, str):
-            raise ValueError(f"{what}.data must be base64 text for type BINARY")
-        try:
-            encoded = base64.b64decode(data, validate=True)
-        except (binascii.Error, ValueError):
-            raise ValueError(f"{what}.data is not valid base64") from None
+        encoded = base64_bytes(data, f"{what}.data")
     elif kind == "STRING":
         if not isinstance(data, str):
             raise ValueError(f"{what}.data must be a string for type STRING")
@@ -229,10 +223,7 @@ async def _send(ctx: GatewayContext, topic: str, count: int, document: Any) -> t
         if not isinstance(header, dict) or not isinstance(header.get("name"), str):
             raise ValueError("each header must be an object with a 'name'")
         raw = header.get("value")
-        try:
-            headers.append((header["name"], None if raw is None else base64.b64decode(raw, validate=True)))
-        except (binascii.Error, ValueError, TypeError):
-            raise ValueError(f"header {header['name']!r}: value is not valid base64") from None
+        headers.append((header["name"], None if raw is None else base64_bytes(raw, f"header {header['name']!r}")))
     try:
         delivery = await ctx.producer.send(
             topic,

@@ -148,77 +148,42 @@ class LocalCluster:
                 start_new_session=True,
             )
 
-    def start_broker(self, broker_id: int) -> None:
+    def _start_service(self, kind: str, service_id: int, port: int, extra: list[str]) -> None:
+        """Every service takes the same core flags: its id, port, etcd, session and metrics port."""
+        name = f"{kind}-{service_id}"
         arguments = [
             "--id",
-            str(broker_id),
+            str(service_id),
             "--port",
-            str(self.ports.brokers[broker_id]),
+            str(port),
             "--etcd",
             self.etcd.endpoint,
-            "--data-dir",
-            str(self.data_dir / f"broker-{broker_id}"),
             "--session-timeout-ms",
             str(self.session_timeout_ms),
         ]
         if self.metrics:
-            arguments += ["--metrics-port", str(self.ports.metrics[f"broker-{broker_id}"])]
+            arguments += ["--metrics-port", str(self.ports.metrics[name])]
+        self._spawn(name, f"tidelog.{kind}.main", arguments + extra)
+
+    def start_broker(self, broker_id: int) -> None:
+        extra = ["--data-dir", str(self.data_dir / f"broker-{broker_id}")]
         for name, value in self.broker_log_configs.items():
-            arguments += ["--log-config", f"{name}={value}"]
-        arguments += self.broker_args
-        self._spawn(f"broker-{broker_id}", "tidelog.broker.main", arguments)
+            extra += ["--log-config", f"{name}={value}"]
+        self._start_service("broker", broker_id, self.ports.brokers[broker_id], extra + self.broker_args)
 
     def start_controller(self, controller_id: int) -> None:
-        arguments = [
-            "--id",
-            str(controller_id),
-            "--port",
-            str(self.ports.controllers[controller_id]),
-            "--etcd",
-            self.etcd.endpoint,
-            "--session-timeout-ms",
-            str(self.session_timeout_ms),
-        ]
-        if self.metrics:
-            arguments += ["--metrics-port", str(self.ports.metrics[f"controller-{controller_id}"])]
-        arguments += self.controller_args
-        self._spawn(f"controller-{controller_id}", "tidelog.controller.main", arguments)
+        self._start_service("controller", controller_id, self.ports.controllers[controller_id], self.controller_args)
 
     def start_coordinator(self, coordinator_id: int) -> None:
-        arguments = [
-            "--id",
-            str(coordinator_id),
-            "--port",
-            str(self.ports.coordinators[coordinator_id]),
-            "--etcd",
-            self.etcd.endpoint,
-            "--session-timeout-ms",
-            str(self.session_timeout_ms),
-        ]
-        if self.metrics:
-            arguments += ["--metrics-port", str(self.ports.metrics[f"coordinator-{coordinator_id}"])]
-        arguments += self.coordinator_args
-        self._spawn(f"coordinator-{coordinator_id}", "tidelog.coordinator.main", arguments)
+        port = self.ports.coordinators[coordinator_id]
+        self._start_service("coordinator", coordinator_id, port, self.coordinator_args)
 
     @property
     def coordinator_endpoints(self) -> list[str]:
         return [f"127.0.0.1:{self.ports.coordinators[coordinator_id]}" for coordinator_id in self.coordinator_ids]
 
     def start_gateway(self, gateway_id: int) -> None:
-        arguments = [
-            "--id",
-            str(gateway_id),
-            "--port",
-            str(self.ports.gateways[gateway_id]),
-            "--etcd",
-            self.etcd.endpoint,
-            "--session-timeout-ms",
-            str(self.session_timeout_ms),
-        ]
-        if self.metrics:
-            arguments += ["--metrics-port", str(self.ports.metrics[f"gateway-{gateway_id}"])]
-        arguments += self.gateway_args
-        self._spawn(f"gateway-{gateway_id}", "tidelog.gateway.main", arguments)
+        self._start_service("gateway", gateway_id, self.ports.gateways[gateway_id], self.gateway_args)
 
     @property
     def gateway_urls(self) -> list[str]:

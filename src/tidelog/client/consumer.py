@@ -11,7 +11,10 @@ unknown-partition answers refresh the metadata; OFFSET_OUT_OF_RANGE resets the p
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
+import itertools
+import operator
 import time
 from collections.abc import Iterable, Sequence
 from typing import Final
@@ -25,7 +28,7 @@ from tidelog.common.errors import ErrorCode, OffsetOutOfRangeError, TidelogError
 from tidelog.common.record.batch import Headers, RecordBatch, decode_batches
 from tidelog.v1 import broker_pb2
 
-__all__ = ["Consumer", "ConsumerRecord", "FetchedPartition"]
+__all__ = ["Consumer", "ConsumerRecord", "FetchedPartition", "first_offsets", "next_offsets"]
 
 log = structlog.get_logger(__name__)
 
@@ -43,6 +46,26 @@ class ConsumerRecord:
     key: bytes | None
     value: bytes | None
     headers: Headers
+
+
+_TOPIC_PARTITION: Final = operator.attrgetter("topic", "partition")
+
+
+def next_offsets(records: Iterable[ConsumerRecord]) -> dict[TopicPartition, int]:
+    """The offset after each partition's last record (what committing them stores). Records come
+    in one run per partition, so the per-record work is C-level grouping."""
+    found: dict[TopicPartition, int] = {}
+    for (topic, partition), run in itertools.groupby(records, key=_TOPIC_PARTITION):
+        found[TopicPartition(topic, partition)] = collections.deque(run, maxlen=1)[0].offset + 1
+    return found
+
+
+def first_offsets(records: Iterable[ConsumerRecord]) -> dict[TopicPartition, int]:
+    """Each partition's first offset among the records (where to seek to read them again)."""
+    found: dict[TopicPartition, int] = {}
+    for (topic, partition), run in itertools.groupby(records, key=_TOPIC_PARTITION):
+        found.setdefault(TopicPartition(topic, partition), next(run).offset)
+    return found
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -14,10 +14,7 @@ assigned partition starts at its committed offset, else by `auto.offset.reset`.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import itertools
-import operator
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,7 +32,7 @@ from tidelog.client.assignors import (
 )
 from tidelog.client.cluster_metadata import TopicPartition
 from tidelog.client.connections import Connections
-from tidelog.client.consumer import Consumer, ConsumerRecord
+from tidelog.client.consumer import Consumer, ConsumerRecord, next_offsets
 from tidelog.client.coordinator_link import CoordinatorLink
 from tidelog.common.errors import ErrorCode, RemoteError, TidelogError, error_for
 from tidelog.v1 import coordinator_pb2
@@ -46,7 +43,6 @@ log = structlog.get_logger(__name__)
 
 REJOIN_CODES = {ErrorCode.REBALANCE_IN_PROGRESS}
 LOST_CODES = {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.FENCED_INSTANCE_ID}
-_TOPIC_PARTITION = operator.attrgetter("topic", "partition")
 
 
 class RebalanceListener(Protocol):
@@ -377,10 +373,7 @@ class GroupConsumer:
             if not self._owned:
                 await asyncio.sleep(min(remaining_ms, 100) / 1000)
         records, self._buffer = self._buffer[: self.max_poll_records], self._buffer[self.max_poll_records :]
-        # What to commit: the offset after each partition's last record returned. The records come
-        # in one run per partition, so C-level grouping does the per-record work.
-        for (topic, partition), run in itertools.groupby(records, key=_TOPIC_PARTITION):
-            self._consumed[TopicPartition(topic, partition)] = collections.deque(run, maxlen=1)[0].offset + 1
+        self._consumed.update(next_offsets(records))  # what to commit: after each partition's last record
         if self.enable_auto_commit and time.monotonic() - self._last_auto_commit >= self.auto_commit_interval_s:
             self._last_auto_commit = time.monotonic()
             self.commit_async()
