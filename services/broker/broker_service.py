@@ -156,7 +156,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         keys = [(entry.topic, entry.partition) for entry in request.partitions]
         follower = request.replica_id >= 0
         # Once per request: a long poll that wakes up is the same fetch, not a new sign of life.
-        refused = self.replicas.record_follower_fetch(request.replica_id, list(request.partitions)) if follower else {}
+        refused = (
+            self.replicas.record_follower_fetch(
+                request.replica_id, request.replica_incarnation, list(request.partitions)
+            )
+            if follower
+            else {}
+        )
         wanted = [entry for entry in request.partitions if (entry.topic, entry.partition) not in refused]
         while True:
             events = self.replicas.append_events(keys)  # before the read: no lost wake-up

@@ -4,6 +4,9 @@ Every check interval (half of `replica.lag.time.max.ms`, at most 500 ms) each pa
 leads is examined: an ISR follower whose last caught-up fetch (reaching our log end) is older than
 `replica.lag.time.max.ms` leaves; a replica outside the ISR whose log end reached the high
 watermark and the start of the current leader epoch, by a fetch within the lag time, joins. The
+request names the life (incarnation) of each member whose fetches it saw; the controller admits a
+joining replica only if that life is the one registered now (KIP-903), so a restarted broker never
+joins on what its previous life had fetched. The
 change goes to the active controller as AlterPartition for the exact (leader epoch, partition
 epoch) we hold; the controller commits it to etcd and answers with the state in force, which we
 apply at once (a shrink may let the high watermark move). One request per partition at a time.
@@ -102,6 +105,11 @@ class IsrManager:
                 leader_epoch=partition.state.leader_epoch,
                 partition_epoch=partition.state.partition_epoch,
                 new_isr=wanted,
+                new_isr_incarnations={
+                    replica: partition.follower_incarnation[replica]
+                    for replica in wanted
+                    if replica in partition.follower_incarnation
+                },
             )
             response = await stub.AlterPartition(request, timeout=5)
             if response.error_code and response.error_code != ErrorCode.INVALID_UPDATE_VERSION:

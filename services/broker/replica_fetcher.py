@@ -48,11 +48,13 @@ class ReplicaFetcherManager:
         broker_id: int,
         run_io: Callable[..., Any],
         *,
+        incarnation: str = "",
         wait_max_ms: int = 500,
         fetch_max_bytes: int = 1024 * 1024,
         backoff_ms: int = 200,
     ) -> None:
         self.broker_id = broker_id
+        self.incarnation = incarnation
         self.run_io = run_io
         self.wait_max_ms = wait_max_ms
         self.fetch_max_bytes = fetch_max_bytes
@@ -157,6 +159,7 @@ class ReplicaFetcherManager:
             return
         request = broker_pb2.FetchRequest(
             replica_id=self.broker_id,
+            replica_incarnation=self.incarnation,
             max_wait_ms=self.wait_max_ms,
             min_bytes=1,
             max_bytes=self.fetch_max_bytes * len(partitions),

@@ -84,6 +84,9 @@ class Partition:
     follower_end: dict[int, int] = dataclasses.field(default_factory=dict)
     follower_caught_up_s: dict[int, float] = dataclasses.field(default_factory=dict)
     follower_fetched_s: dict[int, float] = dataclasses.field(default_factory=dict)  # last fetch, any offset
+    # Which life of each follower the three maps above describe (KIP-903): a fetch from a new life
+    # resets them, so a restarted replica is judged only on what it holds now.
+    follower_incarnation: dict[int, str] = dataclasses.field(default_factory=dict)
     leader_since_s: float = dataclasses.field(default_factory=time.monotonic)
     configs: dict[str, str] = dataclasses.field(default_factory=dict)  # the topic's own, as last applied
     high_watermark_moved: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
@@ -91,6 +94,40 @@ class Partition:
     @property
     def leader(self) -> int:
         return self.state.leader
+
+    def forget_followers(self) -> None:
+        """A new leader epoch: what followers fetched in an older one proves nothing now."""
+        self.follower_end.clear()
+        self.follower_caught_up_s.clear()
+        self.follower_fetched_s.clear()
+        self.follower_incarnation.clear()
+        self.leader_since_s = time.monotonic()
+
+    def note_follower_fetch(self, replica_id: int, incarnation: str, fetch_offset: int, now: float) -> None:
+        """Leader: a follower fetched from `fetch_offset`, so it holds everything below it."""
+        if self.follower_incarnation.get(replica_id) != incarnation:
+            if replica_id in self.follower_incarnation:
+                log.info(
+                    "follower_new_life",
+                    topic=self.topic,
+                    partition=self.partition,
+                    replica=replica_id,
+                    previous_end=self.follower_end.get(replica_id, -1),
+                    fetch_offset=fetch_offset,
+                )
+            self.follower_end.pop(replica_id, None)
+            self.follower_caught_up_s.pop(replica_id, None)
+            self.follower_fetched_s.pop(replica_id, None)
+            self.follower_incarnation[replica_id] = incarnation
+        self.follower_end[replica_id] = fetch_offset
+        self.follower_fetched_s[replica_id] = now
+        if fetch_offset >= self.log.log_end_offset:
+            self.follower_caught_up_s[replica_id] = now
+
+    def wake_produce_waiters(self) -> None:
+        """Wake acks=all requests waiting on this partition: the HW moved or the leadership changed."""
+        self.high_watermark_moved.set()
+        self.high_watermark_moved = asyncio.Event()
 
     def notify_appended(self) -> None:
         """Wake fetches waiting on this partition (a fresh event for the next waiters)."""
@@ -109,8 +146,7 @@ class Partition:
             return False
         self.log.update_high_watermark(candidate)
         assert self.log.high_watermark <= self.log.log_end_offset
-        self.high_watermark_moved.set()
-        self.high_watermark_moved = asyncio.Event()
+        self.wake_produce_waiters()
         self.notify_appended()
         return True
 
@@ -135,7 +171,9 @@ class ReplicaManager:
         self.controller_epoch = -1
         self.io = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="storage-io")
         self.cleaner = LogCleaner(lambda: [partition.log for partition in list(self.partitions.values())])
-        self.fetchers = ReplicaFetcherManager(broker_id, self.run_io, **(fetcher_options or {}))
+        self.fetchers = ReplicaFetcherManager(
+            broker_id, self.run_io, incarnation=self.incarnation, **(fetcher_options or {})
+        )
         self.fetchers.on_appended = self._follower_appended
         # Controller requests change replicas one at a time (Kafka's replicaStateChangeLock): a
         # StopReplica deleting a folder must not race a LeaderAndIsr closing the same log.
@@ -224,17 +262,19 @@ class ReplicaManager:
             self.fetchers.unfollow(key)
             if existing.log.leader_epochs.latest_epoch < state.leader_epoch:
                 await self.run_io(existing.log.assign_leader_epoch, state.leader_epoch)
-                existing.follower_end.clear()
-                existing.follower_caught_up_s.clear()
-                existing.follower_fetched_s.clear()
-                existing.leader_since_s = time.monotonic()
+                existing.forget_followers()
             existing.advance_high_watermark(self.broker_id)
-        elif existing.leader >= 0:
-            self.fetchers.follow(
-                FollowedPartition(state.topic, state.partition, existing.log, existing.leader, state.leader_epoch)
-            )
         else:
-            self.fetchers.unfollow(key)
+            # Before anything can truncate this log as a follower: an append admitted while we led
+            # must not land after the truncation (it would leave a record the leader never had).
+            existing.log.fence_leader_epoch(state.leader_epoch)
+            if existing.leader >= 0:
+                self.fetchers.follow(
+                    FollowedPartition(state.topic, state.partition, existing.log, existing.leader, state.leader_epoch)
+                )
+            else:
+                self.fetchers.unfollow(key)
+        existing.wake_produce_waiters()  # each checks whether it still leads in its own epoch
         existing.notify_appended()
 
     def _open_log(self, topic: str, partition: int, topic_id: str, configs: dict[str, str]) -> PartitionLog:
@@ -257,6 +297,7 @@ class ReplicaManager:
         hosted.state = state
         if hosted.leader == self.broker_id:
             hosted.advance_high_watermark(self.broker_id)
+        hosted.wake_produce_waiters()
 
     async def stop_replicas(self, request: broker_pb2.StopReplicaRequest) -> None:
         async with self._state_change:
@@ -274,6 +315,7 @@ class ReplicaManager:
                 await self.run_io(shutil.rmtree, self.data_dir / f"{key[0]}-{key[1]}", True)
             return
         partition.notify_appended()
+        partition.wake_produce_waiters()
         await self.run_io(partition.log.delete if delete else partition.log.close)
 
     def _update_gauges(self) -> None:
@@ -305,7 +347,7 @@ class ReplicaManager:
         if not hosted.advance_high_watermark(self.broker_id):  # a moved HW already woke the waiters
             hosted.notify_appended()
         if acks == -1:
-            await self._wait_replicated(hosted, info.last_offset + 1, timeout_s)
+            await self._wait_replicated(hosted, leader_epoch, info.last_offset + 1, timeout_s)
             if len(hosted.state.isr) < min_insync:
                 raise RemoteError(
                     ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
@@ -341,11 +383,32 @@ class ReplicaManager:
         except TidelogError as error:
             return PartitionRead(fetch.topic, fetch.partition, b"", -1, -1, -1, int(error.code), error.message)
 
-    async def _wait_replicated(self, hosted: Partition, offset: int, timeout_s: float) -> None:
+    def leads_in(self, hosted: Partition, leader_epoch: int) -> bool:
+        """This broker still leads `hosted`, in `leader_epoch`, and hosts that very replica."""
+        return (
+            hosted.leader == self.broker_id
+            and hosted.state.leader_epoch == leader_epoch
+            and self.partitions.get((hosted.topic, hosted.partition)) is hosted
+        )
+
+    async def _wait_replicated(self, hosted: Partition, leader_epoch: int, offset: int, timeout_s: float) -> None:
+        """Return once the HW passed `offset` while this broker led in `leader_epoch` all along.
+
+        As Kafka's DelayedProduce: leadership is checked before the HW, at every wake-up. A leader
+        deposed while it waits may come back as a follower, truncate the very batch it appended,
+        fetch another one into the same offsets and see its HW pass them: the offset would then be
+        someone else's record. Within one leader epoch the leader's log is never truncated, so
+        "still leader in the same epoch and HW past the offset" means this batch is committed.
+        """
         deadline = asyncio.get_running_loop().time() + timeout_s
-        while hosted.log.high_watermark < offset:
-            if hosted.leader != self.broker_id or self.partitions.get((hosted.topic, hosted.partition)) is not hosted:
-                raise NotLeaderOrFollowerError(f"{hosted.topic}-{hosted.partition}: leadership moved during the wait")
+        while True:
+            if not self.leads_in(hosted, leader_epoch):
+                raise NotLeaderOrFollowerError(
+                    f"{hosted.topic}-{hosted.partition}: leader epoch {leader_epoch} ended during the wait "
+                    f"(leader now {hosted.leader}, epoch {hosted.state.leader_epoch}); the batch may not be kept"
+                )
+            if hosted.log.high_watermark >= offset:
+                return
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
                 raise RequestTimedOutError(f"{hosted.topic}-{hosted.partition}: the ISR did not replicate in time")
@@ -353,7 +416,7 @@ class ReplicaManager:
                 await asyncio.wait_for(hosted.high_watermark_moved.wait(), min(remaining, 0.5))
 
     def record_follower_fetch(
-        self, replica_id: int, fetches: list[broker_pb2.FetchPartition]
+        self, replica_id: int, incarnation: str, fetches: list[broker_pb2.FetchPartition]
     ) -> dict[tuple[str, int], int]:
         """Leader: note each follower's position; errors (by partition) for fetches it must refuse."""
         errors: dict[tuple[str, int], int] = {}
@@ -372,10 +435,7 @@ class ReplicaManager:
                 continue
             if replica_id not in hosted.state.replicas:
                 continue
-            hosted.follower_end[replica_id] = fetch.fetch_offset
-            hosted.follower_fetched_s[replica_id] = now
-            if fetch.fetch_offset >= hosted.log.log_end_offset:
-                hosted.follower_caught_up_s[replica_id] = now
+            hosted.note_follower_fetch(replica_id, incarnation, fetch.fetch_offset, now)
             hosted.advance_high_watermark(self.broker_id)
         return errors
 

@@ -630,6 +630,15 @@ class Controller:
                 return _alter_error(
                     ErrorCode.INELIGIBLE_REPLICA, "only live brokers not shutting down join the ISR", current
                 )
+            stale = sorted(
+                broker
+                for broker in joining
+                if request.new_isr_incarnations.get(broker) != self.state.brokers[broker].incarnation
+            )
+            if stale:  # the leader judged them on fetches of a life that is over (KIP-903)
+                return _alter_error(
+                    ErrorCode.INELIGIBLE_REPLICA, f"brokers {stale} joined on fetches of an earlier life", current
+                )
             next_state = state.changed(isr=new_isr, controller_epoch=self.epoch)
             await self._write_states({key: next_state})
             log.info("isr_changed", topic=request.topic, partition=request.partition, isr=new_isr)

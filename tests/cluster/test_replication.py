@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
-from tidelog.common.errors import NotEnoughReplicasError
+from tidelog.common.errors import ErrorCode, NotEnoughReplicasError
 from tidelog.local_cluster import LocalCluster
-from tidelog.v1 import broker_pb2
+from tidelog.v1 import broker_pb2, controller_pb2
 
 from .conftest import started_cluster, wait_until
 
@@ -155,3 +155,54 @@ async def test_unclean_leader_election_is_the_topics_choice(fresh_cluster: Local
             assert state.leader == follower and list(state.isr) == [follower]
         else:
             assert state.leader == -1 and list(state.isr) == [leader]  # offline, waiting for the in-sync replica
+
+
+async def test_a_replica_joins_the_isr_only_on_fetches_of_its_registered_life(
+    cluster: LocalCluster, admin: AdminClient, topic_name: str
+) -> None:
+    # KIP-903: the controller admits a joining replica only if the leader saw fetches from the life
+    # registered now. A leader still holding a restarted broker's old position must be refused.
+    await admin.create_topic(topic_name, 1, 3)
+    incarnations = {broker.broker_id: broker.incarnation for broker in (await admin.describe_cluster()).brokers}
+    controller = admin.connections.controller(
+        cluster.controller_endpoints[(await admin.describe_cluster()).controller_id - 1]
+    )
+    response = await controller.AlterPartition(  # a request for no state at all: answered with the current one
+        controller_pb2.AlterPartitionRequest(topic=topic_name, partition=0, partition_epoch=-1), timeout=5
+    )
+    current = response.state
+
+    async def alter(isr: list[int], lives: dict[int, str]) -> controller_pb2.AlterPartitionResponse | None:
+        nonlocal current
+        answer = await controller.AlterPartition(
+            controller_pb2.AlterPartitionRequest(
+                broker_id=current.leader,
+                topic=topic_name,
+                partition=0,
+                leader_epoch=current.leader_epoch,
+                partition_epoch=current.partition_epoch,
+                new_isr=isr,
+                new_isr_incarnations=lives,
+            ),
+            timeout=5,
+        )
+        current = answer.state
+        # The leader's own ISR check may change the state between our read and our request.
+        return None if answer.error_code == ErrorCode.INVALID_UPDATE_VERSION else answer
+
+    follower = next(broker for broker in current.replicas if broker != current.leader)
+    # Frozen, the follower fetches nothing, so its leader will not re-add it on its own meanwhile
+    # (well within its etcd session: it stays registered).
+    cluster.signal(f"broker-{follower}", signal.SIGSTOP)
+    try:
+        shrunk = await wait_until(lambda: alter([b for b in current.isr if b != follower], {}), what="a shrink")
+        assert shrunk.error_code == 0 and follower not in shrunk.state.isr
+        stale = {follower: "an-earlier-life"}
+        refused = await wait_until(lambda: alter([*current.isr, follower], stale), what="an answer")
+        assert refused.error_code == ErrorCode.INELIGIBLE_REPLICA, refused
+        assert "earlier life" in refused.error_message
+        live = {follower: incarnations[follower]}
+        answered = await wait_until(lambda: alter([*current.isr, follower], live), what="an answer")
+        assert answered.error_code == 0 and follower in answered.state.isr
+    finally:
+        cluster.signal(f"broker-{follower}", signal.SIGCONT)

@@ -40,7 +40,12 @@ from tidelog.broker.storage.producer_state import ProducerStateManager
 from tidelog.broker.storage.retention import segments_past_retention
 from tidelog.broker.storage.segment import LOG_SUFFIX, BadBatchError, LogSegment
 from tidelog.common.clock import wall_clock_ms
-from tidelog.common.errors import InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError
+from tidelog.common.errors import (
+    InvalidRecordError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
 from tidelog.common.record.batch import (
     BATCH_OVERHEAD,
     BatchHeader,
@@ -112,6 +117,12 @@ class PartitionLog:
         self._unflushed_records = 0
         self._last_flush_ms = clock()
         self._closed = False
+        # Appends as leader in an epoch below this are refused (fence_leader_epoch). The broker
+        # raises it before the replica starts following; an append checks it under the lock, so one
+        # admitted in an older epoch cannot land after a follower's truncation, where it would
+        # leave this replica's log diverged from the leader's (Kafka's leaderIsrUpdateLock).
+        self._epoch_fence = -1
+        self._recovered_from = -1  # the first segment recovery scanned on open (-1: none)
 
     # ---- opening ---------------------------------------------------------------------------
 
@@ -163,6 +174,8 @@ class PartitionLog:
                 except BadBatchError:
                     must_recover = True  # flushed data corrupted on disk: cut this segment only
             if must_recover:
+                if self._recovered_from < 0:
+                    self._recovered_from = len(self._segments)
                 truncated = segment.recover(self.config.max_message_bytes)
                 if truncated:
                     log.warning("segment_tail_truncated", segment=segment.log_path.name, bytes=truncated)
@@ -209,8 +222,30 @@ class PartitionLog:
         self.leader_epochs = LeaderEpochCache.load(self.directory / LEADER_EPOCH_FILE)
         self.leader_epochs.truncate_from_end(log_end)
         self.leader_epochs.truncate_from_start(self._log_start_offset)
+        self._assign_epochs_of_recovered_segments()
         self._rebuild_producer_state()
         self._write_checkpoints()
+
+    def _assign_epochs_of_recovered_segments(self) -> None:
+        """Add epochs that batches in the recovered (unflushed) segments carry and the checkpoint lacks.
+
+        Epochs are checkpointed before any batch of theirs is written (`_assign_epoch`), so this
+        finds nothing in logs this version wrote; it mends logs whose checkpoint fell behind their
+        data (as Kafka's recovery assigns epochs from the segments it recovers).
+        """
+        if self._recovered_from < 0:
+            return
+        for segment in self._segments[self._recovered_from :]:
+            for _, header, _, _ in segment.scan():
+                if header.partition_leader_epoch > self.leader_epochs.latest_epoch:
+                    log.warning(
+                        "leader_epoch_recovered_from_log",
+                        log=self.directory.name,
+                        epoch=header.partition_leader_epoch,
+                        start_offset=header.base_offset,
+                    )
+                    self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
+        self._recovered_from = -1
 
     def _rebuild_producer_state(self) -> None:
         """Newest producer snapshot at or below the log end, then replay batch headers after it."""
@@ -271,8 +306,26 @@ class PartitionLog:
         """This replica becomes leader in `leader_epoch`: the epoch starts at the log end (KIP-101)."""
         with self._lock:
             self._check_open()
-            self.leader_epochs.assign(leader_epoch, self.log_end_offset)
-            self.leader_epochs.flush()
+            self._assign_epoch(leader_epoch, self.log_end_offset)
+
+    def fence_leader_epoch(self, leader_epoch: int) -> None:
+        """From now on refuse appends as leader in epochs below `leader_epoch` (a newer leader's).
+
+        A plain store, no lock: the broker calls it on its event loop, which must not wait for an
+        append holding the lock. An append that read the old fence under the lock completes before
+        any truncation the new epoch brings, since truncation takes the lock after this store.
+        """
+        self._epoch_fence = max(self._epoch_fence, leader_epoch)
+
+    def _assign_epoch(self, leader_epoch: int, start_offset: int) -> None:
+        """Record a new epoch durably before any batch of it is written or served.
+
+        A history that lacks an epoch its log holds makes truncation after a restart wrong in both
+        directions (an uncommitted tail kept, or committed records cut), so the checkpoint is
+        written on every new epoch, as Kafka's LeaderEpochFileCache does; epochs change rarely.
+        """
+        self.leader_epochs.assign(leader_epoch, start_offset)
+        self.leader_epochs.flush()
 
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
         """(largest epoch ≤ `leader_epoch`, where it ends in this log) — OffsetsForLeaderEpoch."""
@@ -332,8 +385,14 @@ class PartitionLog:
                     bytes=0,
                     duplicate=True,
                 )
+            newest = max(self._epoch_fence, self.leader_epochs.latest_epoch)
+            if leader_epoch < newest:
+                raise NotLeaderOrFollowerError(
+                    f"{self.directory.name}: append as leader in epoch {leader_epoch}, "
+                    f"but this replica has seen epoch {newest}"
+                )
             data = bytearray(records)
-            self.leader_epochs.assign(leader_epoch, self.log_end_offset)
+            self._assign_epoch(leader_epoch, self.log_end_offset)
             next_offset = self.log_end_offset
             append_time = self.clock() if self.config.message_timestamp_type == "LogAppendTime" else None
             position = 0
@@ -365,7 +424,7 @@ class PartitionLog:
                     )
                 expected = header.next_offset
             for header in headers:
-                self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
+                self._assign_epoch(header.partition_leader_epoch, header.base_offset)
             return self._append_locked(records, headers, -1)
 
     def _append_locked(

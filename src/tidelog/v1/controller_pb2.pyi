@@ -148,20 +148,29 @@ class DescribeClusterResponse(_message.Message):
     def __init__(self, error_code: _Optional[int] = ..., controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., controller_endpoint: _Optional[str] = ..., brokers: _Optional[_Iterable[_Union[_common_pb2.BrokerEndpoint, _Mapping]]] = ..., controllers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AlterPartitionRequest(_message.Message):
-    __slots__ = ("broker_id", "topic", "partition", "leader_epoch", "partition_epoch", "new_isr")
+    __slots__ = ("broker_id", "topic", "partition", "leader_epoch", "partition_epoch", "new_isr", "new_isr_incarnations")
+    class NewIsrIncarnationsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: str
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[str] = ...) -> None: ...
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     PARTITION_EPOCH_FIELD_NUMBER: _ClassVar[int]
     NEW_ISR_FIELD_NUMBER: _ClassVar[int]
+    NEW_ISR_INCARNATIONS_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     topic: str
     partition: int
     leader_epoch: int
     partition_epoch: int
     new_isr: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, broker_id: _Optional[int] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., partition_epoch: _Optional[int] = ..., new_isr: _Optional[_Iterable[int]] = ...) -> None: ...
+    new_isr_incarnations: _containers.ScalarMap[int, str]
+    def __init__(self, broker_id: _Optional[int] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., partition_epoch: _Optional[int] = ..., new_isr: _Optional[_Iterable[int]] = ..., new_isr_incarnations: _Optional[_Mapping[int, str]] = ...) -> None: ...
 
 class AlterPartitionResponse(_message.Message):
     __slots__ = ("error_code", "error_message", "state", "controller_endpoint")

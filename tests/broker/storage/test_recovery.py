@@ -12,9 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tidelog.broker.storage import LogConfig, PartitionLog
-from tidelog.broker.storage.partition_log import CLEAN_SHUTDOWN_FILE
+from tidelog.broker.storage.checkpoint import write_checkpoint
+from tidelog.broker.storage.partition_log import CLEAN_SHUTDOWN_FILE, LEADER_EPOCH_FILE
 from tidelog.common.errors import KafkaStorageError
-from tidelog.common.record.batch import encode_batch, read_header
+from tidelog.common.record.batch import encode_batch, read_header, restamp
 
 from .conftest import FakeClock, OpenLog, read_all, records_of
 
@@ -270,3 +271,37 @@ def test_any_damage_anywhere_never_crashes_open_or_serves_bad_data(
                 break
         finally:
             recovered.close_without_flush()
+
+
+def _stamped(values: list[bytes], base_offset: int, leader_epoch: int) -> bytes:
+    """A batch as a leader stored it: offsets and its epoch assigned (what a follower appends)."""
+    data = bytearray(encode_batch(values, timestamps=1000))
+    restamp(memoryview(data), base_offset=base_offset, partition_leader_epoch=leader_epoch, log_append_time=None)
+    return bytes(data)
+
+
+def test_a_follower_s_epoch_history_survives_a_crash(open_log: OpenLog) -> None:
+    # Issue 12: followers kept new epochs in memory until a flush, so after kill -9 a log holding
+    # five epochs could come back with none, and truncation after the restart went wrong. The
+    # history is written before any batch of a new epoch.
+    partition_log = open_log()
+    for epoch, base in ((1, 0), (3, 4), (4, 8)):
+        partition_log.append_as_follower(_stamped(_values(base, 4), base, epoch))
+    _crash(partition_log)
+    recovered = open_log()
+    assert recovered.leader_epochs.entries() == [(1, 0), (3, 4), (4, 8)]
+    assert recovered.end_offset_for_epoch(3) == (3, 8)
+
+
+def test_epochs_missing_from_the_checkpoint_are_recovered_from_the_log(open_log: OpenLog, tmp_path: Path) -> None:
+    # A log written before the history was kept durably: its checkpoint lags its data. Recovery
+    # assigns the epochs the unflushed batches carry, as Kafka's recovery does.
+    partition_log = open_log()
+    partition_log.append_as_follower(_stamped(_values(0, 4), 0, 1))
+    partition_log.flush()
+    partition_log.append_as_follower(_stamped(_values(4, 4), 4, 2))
+    partition_log.append_as_follower(_stamped(_values(8, 4), 8, 5))
+    _crash(partition_log)
+    write_checkpoint(tmp_path / "topic-0" / LEADER_EPOCH_FILE, [(1, 0)])  # as the old code left it
+    recovered = open_log()
+    assert recovered.leader_epochs.entries() == [(1, 0), (2, 4), (5, 8)]

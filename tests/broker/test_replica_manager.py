@@ -1,0 +1,139 @@
+"""The replica manager's leader side on real partition logs, without the network: what an
+acks=all produce may acknowledge when leadership moves under it, and what a leader believes of
+its followers across their restarts (issue 12).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.conftest import wait_until
+from tidelog.broker.replica_manager import ReplicaManager
+from tidelog.common.errors import NotLeaderOrFollowerError
+from tidelog.common.record.batch import encode_batch, restamp
+from tidelog.v1 import broker_pb2, common_pb2
+
+TOPIC = "t"
+ME = 1
+OTHER = 2
+
+
+@pytest.fixture
+async def replicas(tmp_path: Path) -> AsyncIterator[ReplicaManager]:
+    manager = ReplicaManager(ME, tmp_path, io_threads=2)
+    try:
+        yield manager
+    finally:
+        await manager.close()
+
+
+async def _apply(
+    manager: ReplicaManager, *, leader: int, leader_epoch: int, partition_epoch: int, isr: list[int]
+) -> None:
+    state = common_pb2.PartitionState(
+        topic=TOPIC,
+        partition=0,
+        leader=leader,
+        isr=isr,
+        replicas=[ME, OTHER],
+        leader_epoch=leader_epoch,
+        partition_epoch=partition_epoch,
+        controller_epoch=1,
+        topic_id="id-1",
+    )
+    errors = await manager.leader_and_isr(
+        broker_pb2.LeaderAndIsrRequest(
+            controller_id=1, controller_epoch=1, partitions=[state], broker_incarnation=manager.incarnation
+        )
+    )
+    assert not errors
+
+
+def _fetch(offset: int, leader_epoch: int) -> broker_pb2.FetchPartition:
+    return broker_pb2.FetchPartition(topic=TOPIC, partition=0, fetch_offset=offset, current_leader_epoch=leader_epoch)
+
+
+async def test_a_deposed_leader_never_acknowledges_a_batch_it_truncated(replicas: ReplicaManager) -> None:
+    # The run in issue 12: a leader appends a batch at offset 0 and waits for the ISR (acks=all). It
+    # is frozen; another replica is elected (epoch 2) and writes another producer's record at
+    # offset 0. Resumed, the old leader becomes a follower, truncates its batch, fetches the new
+    # leader's record and takes its high watermark, 1. Its waiting produce must fail, not answer
+    # "offset 0": offset 0 holds someone else's record.
+    await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER])
+    partition = replicas.partitions[(TOPIC, 0)]
+    waiting = asyncio.create_task(replicas.append(TOPIC, 0, encode_batch([b"mine"]), acks=-1, timeout_s=10))
+    await wait_until(lambda: _end_is(replicas, 1), timeout_s=10, what="the leader's append")
+    assert not waiting.done()
+
+    await _apply(replicas, leader=OTHER, leader_epoch=2, partition_epoch=2, isr=[OTHER])
+    # What the follower path does next (the fetcher here has no endpoint for broker 2):
+    partition.log.truncate_to(0)
+    other_log_batch = bytearray(encode_batch([b"theirs"]))
+    restamp(memoryview(other_log_batch), base_offset=0, partition_leader_epoch=2, log_append_time=None)
+    partition.log.append_as_follower(bytes(other_log_batch))
+    partition.log.update_high_watermark(1)
+
+    with pytest.raises(NotLeaderOrFollowerError, match="leader epoch 1 ended"):
+        await asyncio.wait_for(waiting, 5)
+    assert partition.log.read(0, 1 << 20)  # offset 0 is the other producer's, and was not acknowledged
+
+
+async def test_a_leader_deposed_and_elected_again_does_not_acknowledge_its_old_epoch(
+    replicas: ReplicaManager,
+) -> None:
+    # A → B → A: back as leader in epoch 3, the HW passes the offset again, but the batch of epoch 1
+    # may have been truncated in between; only "still leader in the epoch of the append" counts.
+    await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER])
+    waiting = asyncio.create_task(replicas.append(TOPIC, 0, encode_batch([b"mine"]), acks=-1, timeout_s=10))
+    await wait_until(lambda: _end_is(replicas, 1), timeout_s=10, what="the leader's append")
+    await _apply(replicas, leader=OTHER, leader_epoch=2, partition_epoch=2, isr=[OTHER, ME])
+    await _apply(replicas, leader=ME, leader_epoch=3, partition_epoch=3, isr=[ME])  # HW may now pass 1
+    with pytest.raises(NotLeaderOrFollowerError):
+        await asyncio.wait_for(waiting, 5)
+
+
+async def test_acks_all_completes_when_the_follower_has_the_batch(replicas: ReplicaManager) -> None:
+    await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER])
+    waiting = asyncio.create_task(replicas.append(TOPIC, 0, encode_batch([b"a", b"b"]), acks=-1, timeout_s=10))
+    await wait_until(lambda: _end_is(replicas, 2), timeout_s=10, what="the leader's append")
+    assert replicas.record_follower_fetch(OTHER, "life-1", [_fetch(1, 1)]) == {}
+    await asyncio.sleep(0)
+    assert not waiting.done(), "the follower has offset 0 only"
+    replicas.record_follower_fetch(OTHER, "life-1", [_fetch(2, 1)])
+    info = await asyncio.wait_for(waiting, 5)
+    assert (info.first_offset, info.last_offset) == (0, 1)
+
+
+async def test_an_append_admitted_in_an_older_epoch_is_refused_once_fenced(replicas: ReplicaManager) -> None:
+    # The append runs on the I/O pool; if the replica became a follower meanwhile, the append must
+    # not land after the follower's truncation (a record the new leader never had, at an offset it
+    # will fill with another): the log refuses appends as leader in an epoch below its fence.
+    await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER])
+    partition_log = replicas.partitions[(TOPIC, 0)].log
+    await _apply(replicas, leader=OTHER, leader_epoch=2, partition_epoch=2, isr=[OTHER, ME])
+    with pytest.raises(NotLeaderOrFollowerError, match="has seen epoch 2"):
+        partition_log.append_as_leader(encode_batch([b"late"]), leader_epoch=1)
+    assert partition_log.log_end_offset == 0
+
+
+async def test_a_restarted_follower_is_judged_on_its_new_life_only(replicas: ReplicaManager) -> None:
+    # Issue 12, third finding: the leader re-added a restarted broker to the ISR on its previous
+    # life's fetch position. A fetch from a new life resets what the leader knows of it.
+    await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME])
+    partition = replicas.partitions[(TOPIC, 0)]
+    await replicas.append(TOPIC, 0, encode_batch([b"x"] * 10), acks=1)
+    replicas.record_follower_fetch(OTHER, "life-1", [_fetch(10, 1)])
+    assert partition.follower_end[OTHER] == 10
+    assert OTHER in partition.follower_caught_up_s
+    replicas.record_follower_fetch(OTHER, "life-2", [_fetch(4, 1)])  # restarted, truncated to 4
+    assert partition.follower_end[OTHER] == 4
+    assert OTHER not in partition.follower_caught_up_s, "the new life has not caught up yet"
+    assert partition.follower_incarnation[OTHER] == "life-2"
+
+
+async def _end_is(replicas: ReplicaManager, offset: int) -> bool:
+    return replicas.partitions[(TOPIC, 0)].log.log_end_offset == offset
