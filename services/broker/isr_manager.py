@@ -4,13 +4,16 @@ Every check interval (half of `replica.lag.time.max.ms`, at most 500 ms) each pa
 leads is examined: an ISR follower whose last caught-up fetch (reaching our log end) is older than
 `replica.lag.time.max.ms` leaves; a replica outside the ISR whose log end reached the high
 watermark and the start of the current leader epoch, by a fetch within the lag time, joins. The
-request names the life (incarnation) of each member whose fetches it saw; the controller admits a
-joining replica only if that life is the one registered now (KIP-903), so a restarted broker never
-joins on what its previous life had fetched. The
 change goes to the active controller as AlterPartition for the exact (leader epoch, partition
 epoch) we hold; the controller commits it to etcd and answers with the state in force, which we
 apply at once (a shrink may let the high watermark move). One request per partition at a time.
-"""
+
+While a change is in flight the high watermark waits for the union of the old and the new ISR
+(KIP-497's maximal ISR): the controller may commit it and elect a replica it added before the
+answer reaches us (a leader frozen meanwhile learns it seconds later). The request names the life
+(incarnation) of each member whose fetches the leader saw; the controller admits a joining replica
+only if that life is the one registered now (KIP-903), so a restarted broker never joins on what
+its previous life had fetched."""
 
 from __future__ import annotations
 
@@ -97,6 +100,8 @@ class IsrManager:
         if stub is None:
             return
         self._pending.add(key)
+        # Before the request leaves: from now on the HW waits for the union of both ISRs.
+        partition.pending_isr = (partition.state.partition_epoch, tuple(wanted))
         try:
             request = controller_pb2.AlterPartitionRequest(
                 broker_id=self.replicas.broker_id,
@@ -113,6 +118,7 @@ class IsrManager:
             )
             response = await stub.AlterPartition(request, timeout=5)
             if response.error_code and response.error_code != ErrorCode.INVALID_UPDATE_VERSION:
+                partition.pending_isr = None  # refused: nothing was committed
                 log.info(
                     "alter_partition_refused",
                     topic=partition.topic,

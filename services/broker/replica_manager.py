@@ -89,6 +89,11 @@ class Partition:
     follower_incarnation: dict[int, str] = dataclasses.field(default_factory=dict)
     leader_since_s: float = dataclasses.field(default_factory=time.monotonic)
     configs: dict[str, str] = dataclasses.field(default_factory=dict)  # the topic's own, as last applied
+    # An ISR change sent to the controller and not yet answered: (the partition epoch it was asked
+    # against, the ISR asked for). Until a state with a newer partition epoch arrives, the high
+    # watermark counts the union of both ISRs (KIP-497's maximal ISR): the controller may already
+    # have committed the change, and a replica it added may be elected even if we never learn of it.
+    pending_isr: tuple[int, tuple[int, ...]] | None = None
     high_watermark_moved: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
 
     @property
@@ -134,10 +139,17 @@ class Partition:
         self.appended.set()
         self.appended = asyncio.Event()
 
+    def maximal_isr(self) -> set[int]:
+        """The ISR the high watermark must wait for: the committed one and any change in flight."""
+        isr = set(self.state.isr)
+        if self.pending_isr is not None and self.pending_isr[0] == self.state.partition_epoch:
+            isr.update(self.pending_isr[1])
+        return isr
+
     def advance_high_watermark(self, broker_id: int) -> bool:
-        """Leader: HW = the smallest log end offset in the ISR (never going back); True if it moved."""
+        """Leader: HW = the smallest log end offset in the maximal ISR (never going back); True if it moved."""
         ends = [self.log.log_end_offset]
-        for member in self.state.isr:
+        for member in self.maximal_isr():
             if member != broker_id:
                 ends.append(self.follower_end.get(member, -1))
         candidate = min(ends)

@@ -9,17 +9,21 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from tests.cluster.conftest import wait_until
+from tidelog.broker.isr_manager import IsrManager
+from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.common.errors import NotLeaderOrFollowerError
 from tidelog.common.record.batch import encode_batch, restamp
-from tidelog.v1 import broker_pb2, common_pb2
+from tidelog.v1 import broker_pb2, common_pb2, controller_pb2, controller_pb2_grpc
 
 TOPIC = "t"
 ME = 1
 OTHER = 2
+THIRD = 3
 
 
 @pytest.fixture
@@ -32,14 +36,20 @@ async def replicas(tmp_path: Path) -> AsyncIterator[ReplicaManager]:
 
 
 async def _apply(
-    manager: ReplicaManager, *, leader: int, leader_epoch: int, partition_epoch: int, isr: list[int]
+    manager: ReplicaManager,
+    *,
+    leader: int,
+    leader_epoch: int,
+    partition_epoch: int,
+    isr: list[int],
+    extra: tuple[int, ...] | list[int] = (),
 ) -> None:
     state = common_pb2.PartitionState(
         topic=TOPIC,
         partition=0,
         leader=leader,
         isr=isr,
-        replicas=[ME, OTHER],
+        replicas=[ME, OTHER, *extra],
         leader_epoch=leader_epoch,
         partition_epoch=partition_epoch,
         controller_epoch=1,
@@ -137,3 +147,71 @@ async def test_a_restarted_follower_is_judged_on_its_new_life_only(replicas: Rep
 
 async def _end_is(replicas: ReplicaManager, offset: int) -> bool:
     return replicas.partitions[(TOPIC, 0)].log.log_end_offset == offset
+
+
+class _SlowController(controller_pb2_grpc.ControllerServicer):
+    """Commits every AlterPartition at once but answers only when released (a leader frozen meanwhile)."""
+
+    def __init__(self) -> None:
+        self.received = asyncio.Event()
+        self.release = asyncio.Event()
+        self.request: controller_pb2.AlterPartitionRequest | None = None
+
+    async def AlterPartition(  # noqa: N802
+        self, request: controller_pb2.AlterPartitionRequest, context: object
+    ) -> controller_pb2.AlterPartitionResponse:
+        self.request = request
+        self.received.set()
+        await self.release.wait()
+        return controller_pb2.AlterPartitionResponse(
+            state=common_pb2.PartitionState(
+                topic=request.topic,
+                partition=request.partition,
+                leader=request.broker_id,
+                isr=list(request.new_isr),
+                replicas=[ME, OTHER, THIRD],
+                leader_epoch=request.leader_epoch,
+                partition_epoch=request.partition_epoch + 1,
+                topic_id="id-1",
+            )
+        )
+
+
+async def test_the_high_watermark_waits_for_a_replica_joining_the_isr(replicas: ReplicaManager) -> None:
+    # Issue 12, found by the nemesis: a leader asked to add broker 3 (caught up to the HW then);
+    # the controller committed it, but the answer reached the leader only seconds later (it was
+    # frozen). Meanwhile the leader advanced its HW with the old ISR {1, 2}, past what broker 3
+    # held; the controller then elected broker 3 and the records a consumer had read were gone.
+    # While an ISR change is in flight the HW counts both ISRs (KIP-497's maximal ISR).
+    controller = _SlowController()
+    server = grpc.aio.server()
+    controller_pb2_grpc.add_ControllerServicer_to_server(controller, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    metadata = MetadataCache()
+    metadata.controller_endpoint = f"127.0.0.1:{port}"
+    isr = IsrManager(replicas, metadata, lag_time_max_ms=10_000)
+    try:
+        await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER], extra=[THIRD])
+        partition = replicas.partitions[(TOPIC, 0)]
+        await replicas.append(TOPIC, 0, encode_batch([b"x"] * 5), acks=1)
+        replicas.record_follower_fetch(OTHER, "life-2", [_fetch(5, 1)])
+        replicas.record_follower_fetch(THIRD, "life-3", [_fetch(5, 1)])  # caught up: may join
+        assert partition.log.high_watermark == 5
+        checking = asyncio.create_task(isr.check_once())
+        await asyncio.wait_for(controller.received.wait(), 5)
+        assert controller.request is not None and set(controller.request.new_isr) == {ME, OTHER, THIRD}
+        assert dict(controller.request.new_isr_incarnations) == {OTHER: "life-2", THIRD: "life-3"}
+
+        await replicas.append(TOPIC, 0, encode_batch([b"y"] * 5), acks=1)
+        replicas.record_follower_fetch(OTHER, "life-2", [_fetch(10, 1)])
+        assert partition.log.high_watermark == 5, "broker 3, maybe in the ISR already, has only 5"
+        replicas.record_follower_fetch(THIRD, "life-3", [_fetch(10, 1)])
+        assert partition.log.high_watermark == 10
+        controller.release.set()
+        await asyncio.wait_for(checking, 5)
+        assert set(partition.state.isr) == {ME, OTHER, THIRD} and partition.state.partition_epoch == 2
+    finally:
+        controller.release.set()
+        await isr.close()
+        await server.stop(None)
