@@ -106,6 +106,7 @@ async def serve(args: argparse.Namespace) -> None:
             args.id, args.advertised_host or args.host, args.port, args.rack, incarnation=replicas.incarnation
         ),
         ttl_s=max(1, args.session_timeout_ms // 1000),
+        on_replaced=stopping.set,  # another process registered this broker id: stop, fenced anyway
     )
     await registration.register()
     replicas.cleaner.start()

@@ -2,20 +2,27 @@
 
 The key vanishes when the broker dies (its lease expires after `broker.session.timeout.ms`) or
 stops cleanly (the lease is revoked): the controller watches the prefix and moves leadership.
-A broker whose session is lost registers again with a new one. Starting while the key is still
-held by an earlier incarnation's lease waits (bounded) for that lease to expire.
+A broker whose session is lost registers again with a new one.
+
+A new life (a restart) takes the key over at once from an earlier life whose lease has not expired
+yet, instead of waiting up to a session for it: the registration carries the incarnation, so the
+controller sees a new life, takes it out of every ISR, moves the leadership it held, and fences
+whatever the earlier life still sends (KIP-380). The earlier lease is revoked. A live process that
+finds its key held by another life when it re-registers stops instead of taking the key back: two
+processes configured with one broker id then leave one running, not both alternating.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
+from collections.abc import Callable
 
 import structlog
 from etcd3aio import Etcd3Client
 from etcd3aio.kv import KVService
 
+from tidelog.common.etcd.compare import compare_mod_revision
 from tidelog.common.etcd.session import Session
 from tidelog.common.metadata import BrokerRegistration, broker_key
 
@@ -25,44 +32,78 @@ log = structlog.get_logger(__name__)
 
 
 class Registration:
-    def __init__(self, etcd: Etcd3Client, broker: BrokerRegistration, *, ttl_s: int) -> None:
+    def __init__(
+        self,
+        etcd: Etcd3Client,
+        broker: BrokerRegistration,
+        *,
+        ttl_s: int,
+        on_replaced: Callable[[], None] = lambda: None,
+    ) -> None:
         self.etcd = etcd
         self.broker = broker
         self.ttl_s = ttl_s
+        self.on_replaced = on_replaced  # another life holds our key: this process must stop
         self.session: Session | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def register(self) -> None:
-        """Register once (waiting out an old incarnation's lease), then keep registered."""
-        await self._register_once(deadline=time.monotonic() + 3 * self.ttl_s + 5)
+        """Register once (taking the key over from an earlier life), then keep registered."""
+        await self._register_once(take_over=True)
         self._task = asyncio.create_task(self._stay_registered())
 
-    async def _register_once(self, deadline: float) -> None:
+    async def _register_once(self, *, take_over: bool) -> bool:
+        """Put our registration under a new session; False if another life holds the key."""
         assert self.etcd.kv is not None
         key = broker_key(self.broker.broker_id)
+        log.info("broker_registering", broker=self.broker.broker_id)
+        session = await Session(self.etcd, ttl_s=self.ttl_s).start()
         while True:
-            log.info("broker_registering", broker=self.broker.broker_id)
-            session = await Session(self.etcd, ttl_s=self.ttl_s).start()
             response = await self.etcd.kv.txn(
                 compare=[KVService.txn_compare_create_revision(key, 0)],
                 success=[KVService.txn_op_put(key, self.broker.to_json(), lease=session.lease_id)],
+                failure=[KVService.txn_op_get(key)],
             )
             if response.succeeded:
-                self.session = session
-                log.info("broker_registered", broker=self.broker.broker_id, lease=hex(session.lease_id))
-                return
-            await session.close()
-            log.info("broker_id_still_registered", broker=self.broker.broker_id, waiting_for="the old lease to expire")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"broker id {self.broker.broker_id} is registered by another live broker")
-            await asyncio.sleep(0.5)
+                break
+            held = response.responses[0].response_range.kvs
+            if not held:
+                continue  # the old lease expired between the compare and the read: try again
+            holder = BrokerRegistration.from_json(held[0].value)
+            if holder.incarnation == self.broker.incarnation:
+                break  # ours already (a retry after an answer we did not see)
+            if not take_over:
+                await session.close(revoke=True)
+                log.error(
+                    "broker_id_taken_by_another_life",
+                    broker=self.broker.broker_id,
+                    holder=holder.incarnation,
+                    endpoint=f"{holder.host}:{holder.port}",
+                )
+                return False
+            replaced = await self.etcd.kv.txn(
+                compare=[compare_mod_revision(key, int(held[0].mod_revision))],
+                success=[KVService.txn_op_put(key, self.broker.to_json(), lease=session.lease_id)],
+            )
+            if replaced.succeeded:
+                log.info("broker_registration_taken_over", broker=self.broker.broker_id, previous=holder.incarnation)
+                assert self.etcd.lease is not None
+                with contextlib.suppress(Exception):  # already expired: nothing to revoke
+                    await self.etcd.lease.revoke(int(held[0].lease))
+                break
+        self.session = session
+        log.info("broker_registered", broker=self.broker.broker_id, lease=hex(session.lease_id))
+        return True
 
     async def _stay_registered(self) -> None:
         while True:
             assert self.session is not None
             await self.session.done.wait()
             log.warning("broker_session_lost", broker=self.broker.broker_id)
-            await self._register_once(deadline=time.monotonic() + 3 * self.ttl_s + 5)
+            if not await self._register_once(take_over=False):
+                self.session = None
+                self.on_replaced()
+                return
 
     async def deregister(self) -> None:
         """Revoke the lease: the controller sees this broker leave at once."""

@@ -116,6 +116,10 @@ class Controller:
         self._shutting_down: set[int] = set()  # brokers in controlled shutdown: never elected again
         self._stopping = asyncio.Event()
         self._deposed = asyncio.Event()
+        # A preferred replica rejoined an ISR while another broker leads: check the balance now
+        # rather than at the next interval (after a few failovers every leadership can sit on one
+        # broker, whose next failure would then stop every partition at once).
+        self._preferred_returned = asyncio.Event()
 
     @property
     def kv(self) -> KVService:
@@ -642,6 +646,8 @@ class Controller:
             next_state = state.changed(isr=new_isr, controller_epoch=self.epoch)
             await self._write_states({key: next_state})
             log.info("isr_changed", topic=request.topic, partition=request.partition, isr=new_isr)
+            if replicas and replicas[0] in joining and replicas[0] != state.leader:
+                self._preferred_returned.set()
             await self._advance_reassignments([key])  # phase A may just have ended
             committed = self.state.partition_proto(*key)
         # The leader applies the answer itself; the others learn it in the background (a stalled
@@ -690,11 +696,14 @@ class Controller:
         return results, changes
 
     async def _rebalance_leaders(self) -> None:
-        """auto.leader.rebalance.enable: every check interval, preferred elections where imbalanced."""
+        """auto.leader.rebalance.enable: preferred elections where imbalanced, every check interval
+        and as soon as a preferred replica rejoins an ISR."""
         if not self.config.auto_leader_rebalance_enable:
             return
         while True:
-            await asyncio.sleep(self.config.leader_imbalance_check_interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._preferred_returned.wait(), self.config.leader_imbalance_check_interval_s)
+            self._preferred_returned.clear()
             try:
                 async with self._mutex:
                     if not self.active.is_set():

@@ -66,9 +66,36 @@ async def test_preferred_leader_election_and_the_automatic_rebalance(tmp_path: P
         assert results[("missing", 0)] is not None
 
 
-async def test_preferred_election_on_request(fresh_cluster: LocalCluster) -> None:
-    # Controllers here keep the default 300 s check interval: only the request moves leadership.
+async def test_a_preferred_replica_back_in_sync_leads_again_without_waiting_for_the_interval(
+    fresh_cluster: LocalCluster,
+) -> None:
+    # The check interval stays at 300 s: the rejoin itself wakes the balance check (issue 12: after
+    # a few failovers every leadership sat on one broker for minutes).
     async with AdminClient(fresh_cluster.bootstrap, controllers=fresh_cluster.controller_endpoints) as admin:
+        await admin.create_topic("comeback", 1, 3)
+        preferred, _, _ = await _state(admin, "comeback")
+        fresh_cluster.signal(f"broker-{preferred}", signal.SIGKILL)
+
+        async def moved() -> bool:
+            return (await _state(admin, "comeback"))[0] not in (preferred, -1)
+
+        await wait_until(moved, what="a leader other than the preferred one")
+        fresh_cluster.start_broker(preferred)
+
+        async def preferred_leads() -> bool:
+            return (await _state(admin, "comeback"))[0] == preferred
+
+        await wait_until(preferred_leads, timeout_s=60, what="the preferred replica to lead again")
+
+
+async def test_preferred_election_on_request(tmp_path: Path) -> None:
+    # The automatic rebalance is off here: only the request moves leadership.
+    async with (
+        started_cluster(
+            tmp_path / "cluster", controller_args=["--auto-leader-rebalance-enable", "false"]
+        ) as fresh_cluster,
+        AdminClient(fresh_cluster.bootstrap, controllers=fresh_cluster.controller_endpoints) as admin,
+    ):
         await admin.create_topic("asked", 1, 3)
         preferred, _, _ = await _state(admin, "asked")
         fresh_cluster.signal(f"broker-{preferred}", signal.SIGKILL)

@@ -24,10 +24,11 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import itertools
 import random
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 from tests.cluster.conftest import started_cluster, wait_until
@@ -111,7 +112,11 @@ def parse_value(value: bytes) -> tuple[int, int] | None:
 
 
 class Writers:
-    """PRODUCERS idempotent producers, acks=all, each sending its numbered values round the partitions."""
+    """PRODUCERS idempotent producers, acks=all; each writes its numbered values to every partition.
+
+    One loop per (producer, partition) with a few records in flight: a partition that stalls holds
+    up only its own loops, so the time to the next acknowledgement is that partition's own.
+    """
 
     def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
@@ -128,26 +133,28 @@ class Writers:
             self.cluster.bootstrap, acks="all", linger_ms=2, retry_backoff_ms=50, delivery_timeout_ms=30_000
         ) as producer:
             assert producer.idempotent
-            number = 0
-            while not self._stop.is_set():
-                window = []  # a few records in flight per producer: batches, retries and ordering matter
-                for _ in range(8):
-                    value = value_of(producer_id, number)
-                    partition = number % PARTITIONS
-                    self.sent.add(value)
-                    delivery = await producer.send(TOPIC, value, partition=partition)
-                    window.append((number, partition, time.monotonic(), delivery))
-                    number += 1
-                for sent_number, partition, sent_at, delivery in window:
-                    try:
-                        metadata = await delivery
-                    except Exception as error:  # not acknowledged: not counted, but reported
-                        self.failed[type(error).__name__] += 1
-                        continue
-                    assert metadata.partition == partition
-                    self.acks.append(
-                        Ack(producer_id, sent_number, partition, metadata.offset, sent_at, time.monotonic())
-                    )
+            numbers = itertools.count()  # shared by the partitions' loops: increasing per producer
+            await asyncio.gather(
+                *(self._to_partition(producer, producer_id, partition, numbers) for partition in range(PARTITIONS))
+            )
+
+    async def _to_partition(self, producer: Producer, producer_id: int, partition: int, numbers: Iterator[int]) -> None:
+        while not self._stop.is_set():
+            window = []  # a few records in flight: batches, retries and ordering matter
+            for _ in range(4):
+                number = next(numbers)
+                value = value_of(producer_id, number)
+                self.sent.add(value)
+                delivery = await producer.send(TOPIC, value, partition=partition)
+                window.append((number, time.monotonic(), delivery))
+            for number, sent_at, delivery in window:
+                try:
+                    metadata = await delivery
+                except Exception as error:  # not acknowledged: not counted, but reported
+                    self.failed[type(error).__name__] += 1
+                    continue
+                assert metadata.partition == partition
+                self.acks.append(Ack(producer_id, number, partition, metadata.offset, sent_at, time.monotonic()))
 
     def acked_per_partition(self) -> collections.Counter[int]:
         return collections.Counter(ack.partition for ack in self.acks)

@@ -276,7 +276,7 @@ CONTROLLER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
         "leader.imbalance.check.interval.seconds",
         ConfigType.DOUBLE,
         300.0,
-        "How often the active controller checks the leader balance.",
+        "How often the active controller checks the leader balance (also when a preferred replica rejoins an ISR).",
         minimum=0.1,
     ),
     _int(
