@@ -26,6 +26,7 @@ import structlog
 
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.replica_manager import Partition, ReplicaManager
+from tidelog.broker.replica_role import ReplicaRole
 from tidelog.common.errors import ErrorCode
 from tidelog.common.runtime import GRPC_OPTIONS
 from tidelog.v1 import controller_pb2, controller_pb2_grpc
@@ -78,7 +79,7 @@ class IsrManager:
         now = time.monotonic()
         changes = []
         for key, partition in list(self.replicas.partitions.items()):
-            if partition.leader != self.replicas.broker_id or key in self._pending:
+            if partition.role is not ReplicaRole.LEADER or key in self._pending:
                 continue
             wanted = self.wanted_isr(partition, now)
             if set(wanted) != set(partition.state.isr):

@@ -29,6 +29,7 @@ import structlog
 from prometheus_client import Counter, Gauge
 
 from tidelog.broker.replica_fetcher import FollowedPartition, ReplicaFetcherManager
+from tidelog.broker.replica_role import ReplicaRole, role_in, transition
 from tidelog.broker.storage import LogCleaner, LogConfig, PartitionLog
 from tidelog.broker.storage.partition_log import AppendInfo
 from tidelog.common.errors import (
@@ -78,6 +79,7 @@ class Partition:
     topic_id: str
     log: PartitionLog
     state: common_pb2.PartitionState
+    role: ReplicaRole
     appended: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     # Leader only: each follower's log end offset as its last fetch said, and when it was last
     # caught up with our log end (for replica.lag.time.max.ms). Reset at every new leader epoch.
@@ -99,6 +101,17 @@ class Partition:
     @property
     def leader(self) -> int:
         return self.state.leader
+
+    def move_to(self, state: common_pb2.PartitionState, broker_id: int) -> ReplicaRole:
+        """Take the controller's newer `state` (checked by replica_role.transition); the role before."""
+        before = self.role
+        self.role = transition(self.role, self.state, state, broker_id)
+        self.state = state
+        return before
+
+    def delete(self) -> None:
+        assert self.role is not ReplicaRole.DELETED, "a replica is deleted once"
+        self.role = ReplicaRole.DELETED
 
     def forget_followers(self) -> None:
         """A new leader epoch: what followers fetched in an older one proves nothing now."""
@@ -258,8 +271,7 @@ class ReplicaManager:
                     ErrorCode.FENCED_LEADER_EPOCH,
                     f"partition epoch {state.partition_epoch} is older than {existing.state.partition_epoch}",
                 )
-            assert state.leader_epoch >= existing.state.leader_epoch, "leader epochs never go back"
-            existing.state = state
+            existing.move_to(state, self.broker_id)
             if configs != existing.configs:  # whole state arrives at every change: act on real changes only
                 new_config = LogConfig.from_configs({**self.log_defaults, **configs})
                 await self.run_io(existing.log.update_config, new_config)  # waits for the log's lock
@@ -268,9 +280,17 @@ class ReplicaManager:
             if existing is not None:  # the topic was deleted and created again under the same name
                 await self._stop(key, delete=True)
             partition_log = await self.run_io(self._open_log, state.topic, state.partition, state.topic_id, configs)
-            existing = Partition(state.topic, state.partition, state.topic_id, partition_log, state, configs=configs)
+            existing = Partition(
+                state.topic,
+                state.partition,
+                state.topic_id,
+                partition_log,
+                state,
+                role_in(state, self.broker_id),
+                configs=configs,
+            )
             self.partitions[key] = existing
-        if existing.leader == self.broker_id:
+        if existing.role is ReplicaRole.LEADER:
             self.fetchers.unfollow(key)
             if existing.log.leader_epochs.latest_epoch < state.leader_epoch:
                 await self.run_io(existing.log.assign_leader_epoch, state.leader_epoch)
@@ -280,7 +300,7 @@ class ReplicaManager:
             # Before anything can truncate this log as a follower: an append admitted while we led
             # must not land after the truncation (it would leave a record the leader never had).
             existing.log.fence_leader_epoch(state.leader_epoch)
-            if existing.leader >= 0:
+            if existing.role is ReplicaRole.FOLLOWER:
                 self.fetchers.follow(
                     FollowedPartition(state.topic, state.partition, existing.log, existing.leader, state.leader_epoch)
                 )
@@ -301,14 +321,18 @@ class ReplicaManager:
         return partition_log
 
     def apply_committed_state(self, state: common_pb2.PartitionState) -> None:
-        """The controller committed this state for a partition we lead (AlterPartition's answer)."""
+        """The controller committed this ISR for a partition we lead (AlterPartition's answer).
+
+        Only an ISR change within our leadership is applied here; a state that moved the leadership
+        waits for its LeaderAndIsr, which also fences and re-points the replica (`_apply_state`).
+        """
         hosted = self.partitions.get((state.topic, state.partition))
         if hosted is None or state.partition_epoch <= hosted.state.partition_epoch:
             return
-        assert state.leader_epoch >= hosted.state.leader_epoch, "leader epochs never go back"
-        hosted.state = state
-        if hosted.leader == self.broker_id:
-            hosted.advance_high_watermark(self.broker_id)
+        if hosted.role is not ReplicaRole.LEADER or state.leader_epoch != hosted.state.leader_epoch:
+            return
+        hosted.move_to(state, self.broker_id)
+        hosted.advance_high_watermark(self.broker_id)
         hosted.wake_produce_waiters()
 
     async def stop_replicas(self, request: broker_pb2.StopReplicaRequest) -> None:
@@ -326,13 +350,14 @@ class ReplicaManager:
             if delete:
                 await self.run_io(shutil.rmtree, self.data_dir / f"{key[0]}-{key[1]}", True)
             return
+        partition.delete()
         partition.notify_appended()
         partition.wake_produce_waiters()
         await self.run_io(partition.log.delete if delete else partition.log.close)
 
     def _update_gauges(self) -> None:
         HOSTED_PARTITIONS.set(len(self.partitions))
-        LEADER_PARTITIONS.set(sum(1 for p in self.partitions.values() if p.leader == self.broker_id))
+        LEADER_PARTITIONS.set(sum(1 for p in self.partitions.values() if p.role is ReplicaRole.LEADER))
 
     # ---- data path -------------------------------------------------------------------------
 
@@ -340,7 +365,7 @@ class ReplicaManager:
         hosted = self.partitions.get((topic, partition))
         if hosted is None:
             raise UnknownTopicOrPartitionError(f"this broker hosts no replica of {topic}-{partition}")
-        if hosted.leader != self.broker_id:
+        if hosted.role is not ReplicaRole.LEADER:
             raise NotLeaderOrFollowerError(f"broker {self.broker_id} is not the leader of {topic}-{partition}")
         return hosted
 
@@ -398,7 +423,7 @@ class ReplicaManager:
     def leads_in(self, hosted: Partition, leader_epoch: int) -> bool:
         """This broker still leads `hosted`, in `leader_epoch`, and hosts that very replica."""
         return (
-            hosted.leader == self.broker_id
+            hosted.role is ReplicaRole.LEADER
             and hosted.state.leader_epoch == leader_epoch
             and self.partitions.get((hosted.topic, hosted.partition)) is hosted
         )
@@ -436,7 +461,7 @@ class ReplicaManager:
         for fetch in fetches:
             key = (fetch.topic, fetch.partition)
             hosted = self.partitions.get(key)
-            if hosted is None or hosted.leader != self.broker_id:
+            if hosted is None or hosted.role is not ReplicaRole.LEADER:
                 continue  # answered as NOT_LEADER / UNKNOWN by the read
             if fetch.current_leader_epoch >= 0 and fetch.current_leader_epoch != hosted.state.leader_epoch:
                 errors[key] = int(
