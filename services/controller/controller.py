@@ -64,6 +64,7 @@ from tidelog.controller.assignment import assign_replicas, rack_alternated
 from tidelog.controller.broker_requests import BrokerRequests
 from tidelog.controller.cluster_state import ClusterState, Versioned
 from tidelog.controller.controller_config import ControllerConfig
+from tidelog.controller.controller_role import ControllerRole, Role
 from tidelog.controller.leader_balance import imbalanced_partitions, preferred_state, unclean_state
 from tidelog.v1 import common_pb2, controller_pb2
 
@@ -102,7 +103,8 @@ class Controller:
         self.rng = rng or random.Random()
         self.state = ClusterState()
         self.epoch = -1
-        self.active = asyncio.Event()
+        self.role = ControllerRole(config.controller_id)
+        self.active = self.role.active  # set exactly while the role is ACTIVE
         self._election: Election | None = None
         self._mutex = asyncio.Lock()
         # Pushes to one broker run one at a time, each with the state as it is when it starts: a
@@ -114,8 +116,6 @@ class Controller:
         self._background: set[asyncio.Task[None]] = set()
         self._unsynced: set[int] = set()  # live brokers the last whole-state push did not reach
         self._shutting_down: set[int] = set()  # brokers in controlled shutdown: never elected again
-        self._stopping = asyncio.Event()
-        self._deposed = asyncio.Event()
         # A preferred replica rejoined an ISR while another broker leads: check the balance now
         # rather than at the next interval (after a few failovers every leadership can sit on one
         # broker, whose next failure would then stop every partition at once).
@@ -130,30 +130,33 @@ class Controller:
 
     async def run(self) -> None:
         """Campaign, lead while elected, campaign again; until `stop()`."""
-        while not self._stopping.is_set():
+        while not self.role.stopping.is_set():
+            self.role.move(Role.CANDIDATE, reason="campaigning")
             session = await Session(self.etcd, ttl_s=self.config.session_ttl_s).start()
             election = Election(session, CONTROLLER_ELECTION_PREFIX)
             try:
                 record = ControllerRecord(self.config.controller_id, -1, self.config.endpoint)
                 await self._until_stopping(election.campaign(record.to_json()))
-                if self._stopping.is_set():
+                if self.role.stopping.is_set():
                     break
+                self.role.move(Role.LOADING, reason="elected")
                 self._election = election
                 await self._lead(election, session)
+                self.role.move(Role.DEPOSED, reason="session lost")
             except (NotLeaderError, FencedError, ConflictError) as error:
                 log.warning("controller_deposed", controller=self.config.controller_id, reason=str(error))
+                self.role.move(Role.DEPOSED, reason=str(error))
             finally:
-                self.active.clear()
                 self._election = None
                 with contextlib.suppress(Exception):
                     await election.resign()
                 await session.close()
-            if not self._stopping.is_set():
+            if not self.role.stopping.is_set():
                 await asyncio.sleep(CAMPAIGN_RETRY_S)
 
     async def _until_stopping(self, work: Any) -> None:
         task = asyncio.ensure_future(work)
-        stopping = asyncio.ensure_future(self._stopping.wait())
+        stopping = asyncio.ensure_future(self.role.stopping.wait())
         done, _ = await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
         for pending in (task, stopping):
             if pending not in done:
@@ -164,12 +167,12 @@ class Controller:
             task.result()
 
     async def stop(self) -> None:
-        self._stopping.set()
+        self.role.move(Role.STOPPING, reason="stop requested")
 
     async def _lead(self, election: Election, session: Session) -> None:
-        self._deposed.clear()
         async with self._mutex:
             self.epoch = await self._bump_epoch(election)
+            self.role.lead_under(self.epoch)
             revision = await self._load()
             log.info(
                 "controller_elected",
@@ -181,13 +184,14 @@ class Controller:
             await self._initialise_missing_states()
             await self._elect_leaders(lambda state: state.leader not in self.state.brokers)
             await self._advance_reassignments()  # a move the previous controller left under way
-            self.active.set()
+            if not self.role.move(Role.ACTIVE, reason=f"epoch {self.epoch}"):
+                return  # stopping meanwhile
         await self.propagate(self.state.brokers)
         watcher = asyncio.create_task(self._watch_brokers(revision + 1))
         resync = asyncio.create_task(self._resync())
         rebalance = asyncio.create_task(self._rebalance_leaders())
         try:
-            await self._until_stopping(self._first_of(session.done.wait(), self._deposed.wait(), watcher))
+            await self._until_stopping(self._first_of(session.done.wait(), self.role.deposed.wait(), watcher))
         finally:
             for task in (watcher, resync, rebalance, *self._background):
                 task.cancel()
@@ -261,8 +265,7 @@ class Controller:
         if not response.succeeded:
             # Fenced out, or etcd holds something our copy does not: either way this term is over;
             # the next one (here or elsewhere) reloads everything from etcd.
-            self.active.clear()
-            self._deposed.set()
+            self.role.move(Role.DEPOSED, reason="a fenced metadata write did not apply")
             raise ConflictError("a fenced metadata write did not apply; the controller steps down")
         return int(response.header.revision)
 
@@ -433,13 +436,13 @@ class Controller:
             await asyncio.sleep(RESYNC_INTERVAL_S)
             stale = {broker for broker in self._unsynced if broker in self.state.brokers}
             self._unsynced &= stale
-            if stale and self.active.is_set():
+            if stale and self.role.is_active:
                 await self.propagate(stale)
 
     # ---- admin requests (called by the admin service) --------------------------------------
 
     def _require_active(self) -> None:
-        if not self.active.is_set():
+        if not self.role.is_active:
             raise NotControllerError(f"controller {self.config.controller_id} is not the active controller")
 
     async def active_endpoint(self) -> str:
@@ -706,7 +709,7 @@ class Controller:
             self._preferred_returned.clear()
             try:
                 async with self._mutex:
-                    if not self.active.is_set():
+                    if not self.role.is_active:
                         continue
                     moving = {
                         (topic, int(partition))
