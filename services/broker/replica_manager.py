@@ -169,8 +169,7 @@ class Partition:
         before = self.log.high_watermark
         if candidate <= before:
             return False
-        self.log.update_high_watermark(candidate)
-        assert self.log.high_watermark <= self.log.log_end_offset
+        self.log.advance_high_watermark(candidate)
         self.wake_produce_waiters()
         self.notify_appended()
         return True

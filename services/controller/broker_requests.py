@@ -17,6 +17,7 @@ import structlog
 
 from tidelog.common.errors import ErrorCode
 from tidelog.common.metadata import BrokerRegistration
+from tidelog.common.runtime import GRPC_OPTIONS
 from tidelog.controller.cluster_state import ClusterState
 from tidelog.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 
@@ -32,7 +33,7 @@ class BrokerRequests:
 
     def _stub(self, endpoint: str) -> broker_pb2_grpc.BrokerStub:
         if endpoint not in self._channels:
-            channel = grpc.aio.insecure_channel(endpoint)
+            channel = grpc.aio.insecure_channel(endpoint, options=GRPC_OPTIONS)
             self._channels[endpoint] = (channel, broker_pb2_grpc.BrokerStub(channel))
         return self._channels[endpoint][1]
 

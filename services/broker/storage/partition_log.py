@@ -338,12 +338,25 @@ class PartitionLog:
             self.config = config
 
     def update_high_watermark(self, offset: int) -> int:
-        """Set the high watermark, clamped to [log start, log end]; returns the value set."""
+        """Follower (and tools): take a high watermark bounded by this log; returns the value set.
+
+        A follower's may go back: a new leader's HW can be behind its predecessor's (Kafka's
+        UnifiedLog.updateHighWatermark). Leaders only move theirs forward: `advance_high_watermark`.
+        """
         with self._lock:
-            clamped = min(max(offset, self._log_start_offset), self.log_end_offset)
-            self._high_watermark = clamped
-            assert self._log_start_offset <= self._high_watermark <= self.log_end_offset
-            return clamped
+            self._high_watermark = min(max(offset, self._log_start_offset), self.log_end_offset)
+            return self._high_watermark
+
+    def advance_high_watermark(self, offset: int) -> None:
+        """Leader: move the high watermark forward to `offset`, which the whole ISR holds.
+
+        The HW a leader exposes never goes back and never passes its log end: consumers read below
+        it and acks=all answers rest on it (Kafka's maybeIncrementHighWatermark).
+        """
+        with self._lock:
+            assert offset >= self._high_watermark, f"{self.directory.name}: HW {self._high_watermark} → {offset}"
+            assert offset <= self.log_end_offset, f"{self.directory.name}: HW {offset} past LEO {self.log_end_offset}"
+            self._high_watermark = offset
 
     # ---- appending -------------------------------------------------------------------------
 

@@ -239,8 +239,20 @@ def test_truncate_fully_and_start_at(open_log: OpenLog) -> None:
 def test_high_watermark_stays_within_the_log(open_log: OpenLog) -> None:
     partition_log = open_log()
     partition_log.append_as_leader(batch_of(5), leader_epoch=0)
-    assert partition_log.update_high_watermark(10) == 5
-    assert partition_log.update_high_watermark(3) == 3
+    assert partition_log.update_high_watermark(10) == 5  # a follower's: bounded by its own log
+    assert partition_log.update_high_watermark(3) == 3  # ... and it may go back (a new leader's)
+
+
+def test_a_leader_s_high_watermark_never_goes_back_nor_past_the_log_end(open_log: OpenLog) -> None:
+    partition_log = open_log()
+    partition_log.append_as_leader(batch_of(5), leader_epoch=0)
+    partition_log.advance_high_watermark(3)
+    partition_log.advance_high_watermark(5)
+    with pytest.raises(AssertionError, match="past LEO"):
+        partition_log.advance_high_watermark(6)
+    with pytest.raises(AssertionError, match="HW 5 → 4"):
+        partition_log.advance_high_watermark(4)
+    assert partition_log.high_watermark == 5
 
 
 # ---- durability: flush policy, checkpoints, reopen -------------------------------------------
