@@ -27,7 +27,7 @@ from tidelog.client.connections import Connections
 from tidelog.common.clock import wall_clock_ms
 from tidelog.common.errors import RETRIABLE_CODES, ErrorCode, RemoteError, TidelogError, error_for
 from tidelog.common.metadata import CONSUMER_OFFSETS_TOPIC
-from tidelog.common.record.batch import encode_batch
+from tidelog.common.record.batch import encode_batch, next_sequence
 from tidelog.v1 import broker_pb2
 
 __all__ = ["OFFSETS_PRODUCER_ID_BASE", "FencedOffsetsWriter"]
@@ -35,7 +35,6 @@ __all__ = ["OFFSETS_PRODUCER_ID_BASE", "FencedOffsetsWriter"]
 log = structlog.get_logger(__name__)
 
 OFFSETS_PRODUCER_ID_BASE: Final = 1 << 62  # far above any id InitProducerId hands out
-SEQUENCE_LIMIT: Final = 2**31
 RETRY_BACKOFF_S: Final = 0.05
 
 
@@ -86,7 +85,7 @@ class FencedOffsetsWriter:
             except Exception:
                 owned.broken = True
                 raise
-            owned.next_sequence = (owned.next_sequence + len(records)) % SEQUENCE_LIMIT
+            owned.next_sequence = next_sequence(owned.next_sequence, len(records))
             return offset
 
     async def _send(self, partition: int, batch: bytes) -> int:

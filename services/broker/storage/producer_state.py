@@ -34,7 +34,7 @@ import structlog
 
 from tidelog.broker.storage.checkpoint import write_atomically
 from tidelog.common.errors import InvalidProducerEpochError, OutOfOrderSequenceError
-from tidelog.common.record.batch import BatchHeader
+from tidelog.common.record.batch import BatchHeader, next_sequence
 
 __all__ = [
     "PRODUCER_BATCHES_RETAINED",
@@ -48,13 +48,7 @@ log = structlog.get_logger(__name__)
 PRODUCER_BATCHES_RETAINED: Final = 5  # Kafka's NumBatchesToRetain; also the client's in-flight bound
 SNAPSHOT_SUFFIX: Final = ".snapshot"
 SNAPSHOT_VERSION: Final = 1
-SEQUENCE_MAX: Final = 2**31 - 1
 _SNAPSHOT_NAME: Final = re.compile(r"^(\d{20})\.snapshot$")
-
-
-def next_sequence(sequence: int, increment: int = 1) -> int:
-    """Sequences wrap from 2**31 - 1 to 0, as Kafka's do."""
-    return (sequence + increment) % (SEQUENCE_MAX + 1)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

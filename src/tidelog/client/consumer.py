@@ -201,7 +201,7 @@ class Consumer:
                         found[TopicPartition(result.topic, result.partition)] = result.offset
             if len(found) == len(set(partitions)):
                 return found
-            await asyncio.sleep(0.1 * (attempt + 1))
+            await asyncio.sleep(self.retry_backoff_s * (attempt + 1))  # retry.backoff.ms, growing
             await self.metadata.refresh()
         missing = sorted(set(partitions) - set(found))
         raise error_for(ErrorCode.LEADER_NOT_AVAILABLE, f"no offsets for {', '.join(map(str, missing))}")

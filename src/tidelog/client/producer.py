@@ -52,6 +52,7 @@ from tidelog.common.record.batch import (
     RECORD_COLUMNS_BYTES,
     Headers,
     encode_batch,
+    next_sequence,
 )
 from tidelog.common.record.compression import CompressionType
 from tidelog.v1 import broker_pb2
@@ -61,7 +62,6 @@ __all__ = ["BulkDelivery", "Producer", "RecordDelivery", "RecordMetadata"]
 log = structlog.get_logger(__name__)
 
 ACKS: Final = {"0": 0, "1": 1, "all": -1, "-1": -1}
-SEQUENCE_LIMIT: Final = 2**31  # sequences wrap to 0 after 2**31 - 1
 PRODUCER_EPOCH_MAX: Final = 2**15 - 1
 
 
@@ -457,7 +457,7 @@ class Producer:
             self._producer_epoch,
             sequence,
         )
-        self._next_sequence[key] = (sequence + len(batch.values)) % SEQUENCE_LIMIT
+        self._next_sequence[key] = next_sequence(sequence, len(batch.values))
         self._unacked.setdefault(key, collections.deque()).append(batch)
 
     def _reset_sequences(self, reason: str) -> None:

@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidelog.broker.storage import LogConfig, PartitionLog
-from tidelog.broker.storage.producer_state import PRODUCER_BATCHES_RETAINED, SEQUENCE_MAX
+from tidelog.broker.storage.producer_state import PRODUCER_BATCHES_RETAINED
 from tidelog.common.errors import InvalidProducerEpochError, OutOfOrderSequenceError
-from tidelog.common.record.batch import encode_batch
+from tidelog.common.record.batch import SEQUENCE_MAX, encode_batch
 
 from .conftest import OpenLog, read_all, records_of
 

@@ -63,10 +63,19 @@ __all__ = [
     "decode_batches",
     "encode_batch",
     "iter_headers",
+    "next_sequence",
     "read_header",
     "restamp",
     "validate_batch",
 ]
+
+SEQUENCE_MAX: Final = 2**31 - 1  # a batch's base sequence is an int32; sequences wrap to 0 after it
+
+
+def next_sequence(sequence: int, increment: int = 1) -> int:
+    """The sequence `increment` records after `sequence`: wraps from 2**31 - 1 to 0, as Kafka's do."""
+    return (sequence + increment) % (SEQUENCE_MAX + 1)
+
 
 MAGIC: Final = 1
 HEADER: Final = struct.Struct("<qiibIhiqqqhii")
