@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import filecmp
 import subprocess
 import sys
@@ -75,3 +76,17 @@ def test_stubs_import_and_build_messages() -> None:
     request = broker_pb2.ProduceRequest(acks=-1, partitions=[broker_pb2.ProducePartition(topic="t")])
     assert broker_pb2.ProduceRequest.FromString(request.SerializeToString()) == request
     assert hasattr(broker_pb2_grpc, "BrokerStub")
+
+
+def test_the_cli_reaches_into_the_broker_only_through_its_storage_package() -> None:
+    # `tidelog log` works on log folders offline (Kafka's kafka-dump-log.sh): the storage engine's
+    # public package, never the broker's services (import contract in pyproject.toml for the rest).
+    cli = Path(__file__).resolve().parents[2] / "src" / "tidelog" / "cli"
+    reached = set()
+    for path in cli.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tidelog.broker"):
+                reached.add(node.module)
+            elif isinstance(node, ast.Import):
+                reached.update(alias.name for alias in node.names if alias.name.startswith("tidelog.broker"))
+    assert reached == {"tidelog.broker.storage"}
