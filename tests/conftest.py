@@ -27,3 +27,17 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer
     server.start()
     yield server
     server.stop()
+
+
+from collections.abc import AsyncIterator  # noqa: E402
+
+from etcd3aio import Etcd3Client  # noqa: E402
+
+
+@pytest.fixture
+async def etcd_client(etcd_server: EtcdServer) -> AsyncIterator[Etcd3Client]:
+    """A connected client of the shared etcd server."""
+    etcd = Etcd3Client([etcd_server.endpoint])
+    await etcd.connect()
+    yield etcd
+    await etcd.close()

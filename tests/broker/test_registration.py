@@ -4,56 +4,48 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
 
-import pytest
 from etcd3aio import Etcd3Client
 
 from tests.cluster.conftest import wait_until
 from tidelog.broker.registration import Registration
-from tidelog.common.etcd.server import EtcdServer
 from tidelog.common.metadata import BrokerRegistration, broker_key
 
 TTL_S = 6  # the old life keeps its lease alive: without a takeover the new one would wait forever
 
 
-@pytest.fixture
-async def client(etcd_server: EtcdServer) -> AsyncIterator[Etcd3Client]:
-    etcd = Etcd3Client([etcd_server.endpoint])
-    await etcd.connect()
-    yield etcd
-    await etcd.close()
-
-
-async def _holder(client: Etcd3Client, broker_id: int) -> str:
-    assert client.kv is not None
-    found = (await client.kv.get(broker_key(broker_id))).kvs
+async def _holder(etcd_client: Etcd3Client, broker_id: int) -> str:
+    assert etcd_client.kv is not None
+    found = (await etcd_client.kv.get(broker_key(broker_id))).kvs
     return BrokerRegistration.from_json(found[0].value).incarnation if found else ""
 
 
-async def test_a_new_life_takes_the_key_over_and_the_old_one_stops(client: Etcd3Client) -> None:
+async def test_a_new_life_takes_the_key_over_and_the_old_one_stops(etcd_client: Etcd3Client) -> None:
     broker_id = random.randrange(10_000, 1_000_000)
     replaced = asyncio.Event()
     old = Registration(
-        client, BrokerRegistration(broker_id, "127.0.0.1", 1, incarnation="old"), ttl_s=TTL_S, on_replaced=replaced.set
+        etcd_client,
+        BrokerRegistration(broker_id, "127.0.0.1", 1, incarnation="old"),
+        ttl_s=TTL_S,
+        on_replaced=replaced.set,
     )
     await old.register()
-    assert await _holder(client, broker_id) == "old"
+    assert await _holder(etcd_client, broker_id) == "old"
 
     # A restart within the old life's session (kill -9, then start): no wait for the lease.
-    new = Registration(client, BrokerRegistration(broker_id, "127.0.0.1", 1, incarnation="new"), ttl_s=TTL_S)
+    new = Registration(etcd_client, BrokerRegistration(broker_id, "127.0.0.1", 1, incarnation="new"), ttl_s=TTL_S)
     await asyncio.wait_for(new.register(), 5)
-    assert await _holder(client, broker_id) == "new"
+    assert await _holder(etcd_client, broker_id) == "new"
 
     # The old life, were it still running, loses its revoked session and stops instead of taking
     # the key back (two processes with one id must not alternate).
     await asyncio.wait_for(replaced.wait(), 10)
-    assert await _holder(client, broker_id) == "new"
+    assert await _holder(etcd_client, broker_id) == "new"
     await old.deregister()
-    assert await _holder(client, broker_id) == "new", "the old life's clean stop leaves the new key alone"
+    assert await _holder(etcd_client, broker_id) == "new", "the old life's clean stop leaves the new key alone"
     await new.deregister()
-    await wait_until(lambda: _gone(client, broker_id), timeout_s=5, what="the key gone with its lease")
+    await wait_until(lambda: _gone(etcd_client, broker_id), timeout_s=5, what="the key gone with its lease")
 
 
-async def _gone(client: Etcd3Client, broker_id: int) -> bool:
-    return await _holder(client, broker_id) == ""
+async def _gone(etcd_client: Etcd3Client, broker_id: int) -> bool:
+    return await _holder(etcd_client, broker_id) == ""

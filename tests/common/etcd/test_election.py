@@ -4,23 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 from etcd3aio import Etcd3Client
 from etcd3aio.kv import KVService
 
 from tidelog.common.etcd.election import Election, NotLeaderError
-from tidelog.common.etcd.server import EtcdServer
 from tidelog.common.etcd.session import Session
-
-
-@pytest.fixture
-async def client(etcd_server: EtcdServer) -> AsyncIterator[Etcd3Client]:
-    etcd = Etcd3Client([etcd_server.endpoint])
-    await etcd.connect()
-    yield etcd
-    await etcd.close()
 
 
 @pytest.fixture
@@ -28,18 +18,18 @@ def prefix() -> str:
     return f"/test/{uuid.uuid4().hex}/election"
 
 
-async def test_leased_key_vanishes_when_the_session_closes(client: Etcd3Client, prefix: str) -> None:
-    session = await Session(client, ttl_s=5).start()
-    assert client.kv is not None
-    await client.kv.put(prefix + "/broker", b"1", lease=session.lease_id)
+async def test_leased_key_vanishes_when_the_session_closes(etcd_client: Etcd3Client, prefix: str) -> None:
+    session = await Session(etcd_client, ttl_s=5).start()
+    assert etcd_client.kv is not None
+    await etcd_client.kv.put(prefix + "/broker", b"1", lease=session.lease_id)
     await session.close()
     assert session.done.is_set()
-    assert not (await client.kv.get(prefix + "/broker")).kvs
+    assert not (await etcd_client.kv.get(prefix + "/broker")).kvs
 
 
-async def test_candidates_queue_and_the_next_takes_over(client: Etcd3Client, prefix: str) -> None:
-    first = Election(await Session(client, ttl_s=5).start(), prefix)
-    second = Election(await Session(client, ttl_s=5).start(), prefix)
+async def test_candidates_queue_and_the_next_takes_over(etcd_client: Etcd3Client, prefix: str) -> None:
+    first = Election(await Session(etcd_client, ttl_s=5).start(), prefix)
+    second = Election(await Session(etcd_client, ttl_s=5).start(), prefix)
     await asyncio.wait_for(first.campaign(b"one"), timeout=10)
     waiting = asyncio.create_task(second.campaign(b"two"))
     await asyncio.sleep(0.2)  # give it every chance to win wrongly; it must still be waiting
@@ -54,25 +44,25 @@ async def test_candidates_queue_and_the_next_takes_over(client: Etcd3Client, pre
     await first.session.close()
 
 
-async def test_a_deposed_leader_is_fenced(client: Etcd3Client, prefix: str) -> None:
-    session = await Session(client, ttl_s=5).start()
+async def test_a_deposed_leader_is_fenced(etcd_client: Etcd3Client, prefix: str) -> None:
+    session = await Session(etcd_client, ttl_s=5).start()
     election = Election(session, prefix)
     await asyncio.wait_for(election.campaign(b"one"), timeout=10)
     fence = election.fence()
-    assert client.kv is not None
-    ok = await client.kv.txn(compare=[fence], success=[KVService.txn_op_put(prefix + "-state", b"a")])
+    assert etcd_client.kv is not None
+    ok = await etcd_client.kv.txn(compare=[fence], success=[KVService.txn_op_put(prefix + "-state", b"a")])
     assert ok.succeeded
     await session.close()  # the lease goes: our key goes with it
-    stale = await client.kv.txn(compare=[fence], success=[KVService.txn_op_put(prefix + "-state", b"b")])
+    stale = await etcd_client.kv.txn(compare=[fence], success=[KVService.txn_op_put(prefix + "-state", b"b")])
     assert not stale.succeeded
-    assert (await client.kv.get(prefix + "-state")).kvs[0].value == b"a"
+    assert (await etcd_client.kv.get(prefix + "-state")).kvs[0].value == b"a"
     with pytest.raises(NotLeaderError):
         await election.proclaim(b"again")
 
 
-async def test_session_notices_its_lease_is_gone(client: Etcd3Client) -> None:
-    session = await Session(client, ttl_s=2).start()
-    assert client.lease is not None
-    await client.lease.revoke(session.lease_id)
+async def test_session_notices_its_lease_is_gone(etcd_client: Etcd3Client) -> None:
+    session = await Session(etcd_client, ttl_s=2).start()
+    assert etcd_client.lease is not None
+    await etcd_client.lease.revoke(session.lease_id)
     await asyncio.wait_for(session.done.wait(), timeout=10)
     await session.close()
