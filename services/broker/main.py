@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import grpc
 import structlog
 from etcd3aio import Etcd3Client
 
@@ -20,7 +21,7 @@ from tidelog.broker.producer_id_manager import ProducerIdManager
 from tidelog.broker.registration import Registration
 from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.common.metadata import BrokerRegistration
-from tidelog.common.runtime import configure_logging, grpc_server, mark_serving, start_metrics, stop_on_signals
+from tidelog.common.runtime import run_service
 from tidelog.v1 import broker_pb2_grpc
 
 log = structlog.get_logger(__name__)
@@ -75,77 +76,89 @@ async def _every(interval_ms: int, replicas: ReplicaManager, work: Callable[[], 
             log.exception("background_task_failed")
 
 
-async def serve(args: argparse.Namespace) -> None:
-    configure_logging("broker", broker_id=args.id)
-    start_metrics(args.metrics_port)
-    stopping = stop_on_signals()
-    defaults = dict(item.split("=", 1) for item in args.log_config)
-    replicas = ReplicaManager(
-        args.id,
-        Path(args.data_dir),
-        io_threads=args.io_threads,
-        log_defaults=defaults,
-        fetcher_options={
-            "wait_max_ms": args.replica_fetch_wait_max_ms,
-            "fetch_max_bytes": args.replica_fetch_max_bytes,
-            "backoff_ms": args.replica_fetch_backoff_ms,
-        },
-    )
-    metadata = MetadataCache()
-    etcd = Etcd3Client([args.etcd])
-    server, health = grpc_server()
-    broker_pb2_grpc.add_BrokerServicer_to_server(
-        BrokerService(replicas, metadata, ProducerIdManager(etcd, args.id), etcd), server
-    )
-    server.add_insecure_port(f"{args.host}:{args.port}")
-    await server.start()
-    await etcd.connect()
-    registration = Registration(
-        etcd,
-        BrokerRegistration(
-            args.id, args.advertised_host or args.host, args.port, args.rack, incarnation=replicas.incarnation
-        ),
-        ttl_s=max(1, args.session_timeout_ms // 1000),
-        on_replaced=stopping.set,  # another process registered this broker id: stop, fenced anyway
-    )
-    await registration.register()
-    replicas.cleaner.start()
-    isr_manager = IsrManager(replicas, metadata, lag_time_max_ms=args.replica_lag_time_max_ms)
-    background = [
-        asyncio.create_task(isr_manager.run()),
-        asyncio.create_task(_every(args.flush_interval_ms, replicas, replicas.flush_due)),
-        asyncio.create_task(_every(args.retention_check_interval_ms, replicas, replicas.apply_retention)),
-        asyncio.create_task(
-            _every(
-                args.retention_check_interval_ms,
-                replicas,
-                lambda: replicas.expire_producers(args.producer_id_expiration_ms),
-            )
-        ),
-    ]
-    await mark_serving(health, ["tidelog.v1.Broker"])
-    log.info("broker_started", endpoint=f"{args.host}:{args.port}", data_dir=args.data_dir)
-    await stopping.wait()
-    log.info("broker_stopping")
-    if args.controlled_shutdown_enable == "true":
-        await controlled_shutdown(
-            metadata,
+class _Broker:
+    """The broker's parts of the shared service sequence (tidelog.common.runtime.run_service)."""
+
+    def __init__(self, args: argparse.Namespace, stopping: asyncio.Event) -> None:
+        self.args = args
+        defaults = dict(item.split("=", 1) for item in args.log_config)
+        self.replicas = ReplicaManager(
             args.id,
-            replicas.incarnation,
-            max_retries=args.controlled_shutdown_max_retries,
-            backoff_ms=args.controlled_shutdown_retry_backoff_ms,
+            Path(args.data_dir),
+            io_threads=args.io_threads,
+            log_defaults=defaults,
+            fetcher_options={
+                "wait_max_ms": args.replica_fetch_wait_max_ms,
+                "fetch_max_bytes": args.replica_fetch_max_bytes,
+                "backoff_ms": args.replica_fetch_backoff_ms,
+            },
         )
-    await mark_serving(health, ["tidelog.v1.Broker"], serving=False)
-    await registration.deregister()  # the controller moves leadership away now, not after a timeout
-    await server.stop(grace=2)
-    for task in background:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    await isr_manager.close()
-    await replicas.close()  # flushes every log and leaves the clean-shutdown marker
-    await etcd.close()
-    log.info("broker_stopped")
+        self.metadata = MetadataCache()
+        self.etcd = Etcd3Client([args.etcd])
+        self.registration = Registration(
+            self.etcd,
+            BrokerRegistration(
+                args.id, args.advertised_host or args.host, args.port, args.rack, incarnation=self.replicas.incarnation
+            ),
+            ttl_s=max(1, args.session_timeout_ms // 1000),
+            on_replaced=stopping.set,  # another process registered this broker id: stop, fenced anyway
+        )
+        self.isr_manager = IsrManager(self.replicas, self.metadata, lag_time_max_ms=args.replica_lag_time_max_ms)
+        self.background: list[asyncio.Task[None]] = []
+
+    def add_to(self, server: grpc.aio.Server) -> list[str]:
+        service = BrokerService(self.replicas, self.metadata, ProducerIdManager(self.etcd, self.args.id), self.etcd)
+        broker_pb2_grpc.add_BrokerServicer_to_server(service, server)
+        return ["tidelog.v1.Broker"]
+
+    async def start(self) -> None:
+        args, replicas = self.args, self.replicas
+        await self.etcd.connect()
+        await self.registration.register()
+        replicas.cleaner.start()
+        self.background = [
+            asyncio.create_task(self.isr_manager.run()),
+            asyncio.create_task(_every(args.flush_interval_ms, replicas, replicas.flush_due)),
+            asyncio.create_task(_every(args.retention_check_interval_ms, replicas, replicas.apply_retention)),
+            asyncio.create_task(
+                _every(
+                    args.retention_check_interval_ms,
+                    replicas,
+                    lambda: replicas.expire_producers(args.producer_id_expiration_ms),
+                )
+            ),
+        ]
+
+    async def drain(self) -> None:
+        if self.args.controlled_shutdown_enable == "true":
+            await controlled_shutdown(
+                self.metadata,
+                self.args.id,
+                self.replicas.incarnation,
+                max_retries=self.args.controlled_shutdown_max_retries,
+                backoff_ms=self.args.controlled_shutdown_retry_backoff_ms,
+            )
+
+    async def leave(self) -> None:
+        await self.registration.deregister()  # the controller moves leadership away now, not after a timeout
+
+    async def close(self) -> None:
+        for task in self.background:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.isr_manager.close()
+        await self.replicas.close()  # flushes every log and leaves the clean-shutdown marker
+        await self.etcd.close()
+
+
+async def serve(args: argparse.Namespace) -> None:
+    async def build(stopping: asyncio.Event) -> _Broker:
+        return _Broker(args, stopping)
+
+    await run_service(
+        "broker", listen=f"{args.host}:{args.port}", metrics_port=args.metrics_port, build=build, broker_id=args.id
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

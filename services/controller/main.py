@@ -6,10 +6,11 @@ import argparse
 import asyncio
 import contextlib
 
+import grpc
 import structlog
 from etcd3aio import Etcd3Client
 
-from tidelog.common.runtime import configure_logging, grpc_server, mark_serving, start_metrics, stop_on_signals
+from tidelog.common.runtime import run_service
 from tidelog.controller.admin_service import AdminService
 from tidelog.controller.controller import Controller
 from tidelog.controller.controller_config import ControllerConfig
@@ -36,41 +37,58 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+class _Controller:
+    """The controller's parts of the shared service sequence (tidelog.common.runtime.run_service)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.config = ControllerConfig(
+            controller_id=args.id,
+            endpoint=f"{args.advertised_host or args.host}:{args.port}",
+            num_partitions=args.num_partitions,
+            default_replication_factor=args.default_replication_factor,
+            delete_topic_enable=args.delete_topic_enable == "true",
+            session_ttl_s=max(1, args.session_timeout_ms // 1000),
+            auto_leader_rebalance_enable=args.auto_leader_rebalance_enable == "true",
+            leader_imbalance_check_interval_s=args.leader_imbalance_check_interval_seconds,
+            leader_imbalance_per_broker_percentage=args.leader_imbalance_per_broker_percentage,
+        )
+        self.etcd = Etcd3Client([args.etcd])
+        self.controller = Controller(self.config, self.etcd)
+        self.running: asyncio.Task[None] | None = None
+
+    def add_to(self, server: grpc.aio.Server) -> list[str]:
+        controller_pb2_grpc.add_ControllerServicer_to_server(AdminService(self.controller), server)
+        return ["tidelog.v1.Controller"]
+
+    async def start(self) -> None:
+        await self.etcd.connect()
+        self.running = asyncio.create_task(self.controller.run())
+
+    async def drain(self) -> None:
+        pass  # brokers move their own leadership; the controller only steps down (leave)
+
+    async def leave(self) -> None:
+        await self.controller.stop()
+        if self.running is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(self.running, timeout=10)
+
+    async def close(self) -> None:
+        await self.controller.broker_requests.close()
+        await self.etcd.close()
+
+
 async def serve(args: argparse.Namespace) -> None:
-    configure_logging("controller", controller_id=args.id)
-    start_metrics(args.metrics_port)
-    config = ControllerConfig(
+    async def build(stopping: asyncio.Event) -> _Controller:
+        return _Controller(args)
+
+    await run_service(
+        "controller",
+        listen=f"{args.host}:{args.port}",
+        metrics_port=args.metrics_port,
+        build=build,
         controller_id=args.id,
-        endpoint=f"{args.advertised_host or args.host}:{args.port}",
-        num_partitions=args.num_partitions,
-        default_replication_factor=args.default_replication_factor,
-        delete_topic_enable=args.delete_topic_enable == "true",
-        session_ttl_s=max(1, args.session_timeout_ms // 1000),
-        auto_leader_rebalance_enable=args.auto_leader_rebalance_enable == "true",
-        leader_imbalance_check_interval_s=args.leader_imbalance_check_interval_seconds,
-        leader_imbalance_per_broker_percentage=args.leader_imbalance_per_broker_percentage,
     )
-    stopping = stop_on_signals()
-    etcd = Etcd3Client([args.etcd])
-    await etcd.connect()
-    controller = Controller(config, etcd)
-    server, health = grpc_server()
-    controller_pb2_grpc.add_ControllerServicer_to_server(AdminService(controller), server)
-    server.add_insecure_port(f"{args.host}:{args.port}")
-    await server.start()
-    await mark_serving(health, ["tidelog.v1.Controller"])
-    log.info("controller_started", endpoint=config.endpoint, etcd=args.etcd)
-    running = asyncio.create_task(controller.run())
-    await stopping.wait()
-    log.info("controller_stopping")
-    await mark_serving(health, ["tidelog.v1.Controller"], serving=False)
-    await controller.stop()
-    with contextlib.suppress(asyncio.CancelledError):
-        await asyncio.wait_for(running, timeout=10)
-    await server.stop(grace=2)
-    await controller.broker_requests.close()
-    await etcd.close()
-    log.info("controller_stopped")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import time
 
+import grpc
 import structlog
 from etcd3aio import Etcd3Client
 
@@ -21,7 +22,7 @@ from tidelog.client.connections import Connections
 from tidelog.common.errors import ErrorCode, TidelogError
 from tidelog.common.etcd.registry import registered_brokers
 from tidelog.common.metadata import CONSUMER_OFFSETS_TOPIC, CoordinatorInstanceRecord
-from tidelog.common.runtime import configure_logging, grpc_server, mark_serving, start_metrics, stop_on_signals
+from tidelog.common.runtime import run_service
 from tidelog.coordinator import coordinator_metrics
 from tidelog.coordinator.coordinator_service import CoordinatorService
 from tidelog.coordinator.group_coordinator import CoordinatorConfig, GroupCoordinator
@@ -103,74 +104,91 @@ async def _load(
         return False
 
 
+class _Coordinator:
+    """The coordinator's parts of the shared service sequence (tidelog.common.runtime.run_service)."""
+
+    def __init__(self, args: argparse.Namespace, etcd: Etcd3Client, bootstrap: list[str]) -> None:
+        self.etcd = etcd
+        self.bootstrap = bootstrap
+        self.connections = Connections()
+        writer = FencedOffsetsWriter(ClusterMetadata(bootstrap, self.connections), self.connections)
+        coordinator = GroupCoordinator(
+            writer,
+            CoordinatorConfig(
+                partition_count=args.offsets_topic_num_partitions,
+                min_session_timeout_ms=args.group_min_session_timeout_ms,
+                max_session_timeout_ms=args.group_max_session_timeout_ms,
+                initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
+                offsets_retention_ms=args.offsets_retention_minutes * 60_000,
+                max_members=args.group_max_size,
+            ),
+        )
+        coordinator_metrics.register(coordinator)
+
+        async def lost(partition: int) -> None:
+            coordinator.unload(partition)
+            writer.disown(partition)
+
+        self.coordinator = coordinator
+        self.ownership = PartitionOwnership(
+            etcd,
+            CoordinatorInstanceRecord(args.id, f"{args.advertised_host or args.host}:{args.port}"),
+            args.offsets_topic_num_partitions,
+            ttl_s=max(1, args.session_timeout_ms // 1000),
+            gained=lambda partition, epoch: _load(coordinator, writer, bootstrap, partition, epoch),
+            lost=lost,
+            broken=writer.broken,
+        )
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def add_to(self, server: grpc.aio.Server) -> list[str]:
+        service = CoordinatorService(self.coordinator, self.ownership, self.connections)
+        coordinator_pb2_grpc.add_CoordinatorServicer_to_server(service, server)
+        return ["tidelog.v1.Coordinator"]
+
+    async def start(self) -> None:
+        async def ticking() -> None:
+            while True:
+                await asyncio.sleep(TICK_S)
+                try:
+                    await self.coordinator.tick()
+                except Exception:
+                    log.exception("coordinator_tick_failed")
+
+        self.tasks = [asyncio.create_task(self.ownership.run()), asyncio.create_task(ticking())]
+        log.info("coordinator_brokers", brokers=self.bootstrap)
+
+    async def drain(self) -> None:
+        pass  # groups move with the partitions' ownership (leave)
+
+    async def leave(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.ownership.close()  # the lease goes: other instances take the partitions at once
+
+    async def close(self) -> None:
+        await self.connections.close()
+        await self.etcd.close()
+
+
 async def serve(args: argparse.Namespace) -> None:
-    configure_logging("coordinator", coordinator_id=args.id)
-    start_metrics(args.metrics_port)
-    stopping = stop_on_signals()
-    etcd = Etcd3Client([args.etcd])
-    await etcd.connect()
-    bootstrap = await registered_brokers(etcd)
-    await _ensure_offsets_topic(bootstrap, args.offsets_topic_num_partitions, args.offsets_topic_replication_factor)
-    connections = Connections()
-    writer = FencedOffsetsWriter(ClusterMetadata(bootstrap, connections), connections)
-    coordinator = GroupCoordinator(
-        writer,
-        CoordinatorConfig(
-            partition_count=args.offsets_topic_num_partitions,
-            min_session_timeout_ms=args.group_min_session_timeout_ms,
-            max_session_timeout_ms=args.group_max_session_timeout_ms,
-            initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
-            offsets_retention_ms=args.offsets_retention_minutes * 60_000,
-            max_members=args.group_max_size,
-        ),
+    async def build(stopping: asyncio.Event) -> _Coordinator:
+        etcd = Etcd3Client([args.etcd])
+        await etcd.connect()
+        bootstrap = await registered_brokers(etcd)
+        await _ensure_offsets_topic(bootstrap, args.offsets_topic_num_partitions, args.offsets_topic_replication_factor)
+        return _Coordinator(args, etcd, bootstrap)
+
+    await run_service(
+        "coordinator",
+        listen=f"{args.host}:{args.port}",
+        metrics_port=args.metrics_port,
+        build=build,
+        grace_s=1.0,
+        coordinator_id=args.id,
     )
-
-    coordinator_metrics.register(coordinator)
-
-    async def lost(partition: int) -> None:
-        coordinator.unload(partition)
-        writer.disown(partition)
-
-    endpoint = f"{args.advertised_host or args.host}:{args.port}"
-    ownership = PartitionOwnership(
-        etcd,
-        CoordinatorInstanceRecord(args.id, endpoint),
-        args.offsets_topic_num_partitions,
-        ttl_s=max(1, args.session_timeout_ms // 1000),
-        gained=lambda partition, epoch: _load(coordinator, writer, bootstrap, partition, epoch),
-        lost=lost,
-        broken=writer.broken,
-    )
-    server, health = grpc_server()
-    coordinator_pb2_grpc.add_CoordinatorServicer_to_server(
-        CoordinatorService(coordinator, ownership, connections), server
-    )
-    server.add_insecure_port(f"{args.host}:{args.port}")
-    await server.start()
-
-    async def ticking() -> None:
-        while True:
-            await asyncio.sleep(TICK_S)
-            try:
-                await coordinator.tick()
-            except Exception:
-                log.exception("coordinator_tick_failed")
-
-    tasks = [asyncio.create_task(ownership.run()), asyncio.create_task(ticking())]
-    await mark_serving(health, ["tidelog.v1.Coordinator"])
-    log.info("coordinator_started", endpoint=endpoint, brokers=bootstrap)
-    await stopping.wait()
-    log.info("coordinator_stopping")
-    await mark_serving(health, ["tidelog.v1.Coordinator"], serving=False)
-    for task in tasks:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    await ownership.close()  # the lease goes: other instances take the partitions at once
-    await server.stop(grace=1)
-    await connections.close()
-    await etcd.close()
-    log.info("coordinator_stopped")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,7 +7,8 @@ import asyncio
 import logging
 import signal
 import sys
-from typing import Final
+from collections.abc import Awaitable, Callable
+from typing import Final, Protocol
 
 import grpc
 import structlog
@@ -18,9 +19,11 @@ from prometheus_client import start_http_server
 __all__ = [
     "GRPC_MESSAGE_BYTES_MAX",
     "GRPC_OPTIONS",
+    "ServiceParts",
     "configure_logging",
     "grpc_server",
     "mark_serving",
+    "run_service",
     "start_metrics",
     "stop_on_signals",
 ]
@@ -104,3 +107,65 @@ def _log_tasks() -> None:
             )
             awaiting = getattr(awaiting, "cr_await", None)
         log.info("task_dump", task=task.get_name(), awaiting=" <- ".join(chain))
+
+
+class ServiceParts(Protocol):
+    """What one service adds to the shared start/stop sequence of `run_service`."""
+
+    def add_to(self, server: grpc.aio.Server) -> list[str]:
+        """Add the servicers; the gRPC service names health reports on."""
+        ...
+
+    async def start(self) -> None:
+        """The server is listening: register, start background work."""
+        ...
+
+    async def drain(self) -> None:
+        """SIGTERM, still serving: hand work away (controlled shutdown)."""
+        ...
+
+    async def leave(self) -> None:
+        """Health says NOT_SERVING, the server still answers: give up what others must take over."""
+        ...
+
+    async def close(self) -> None:
+        """The server has stopped: release everything else."""
+        ...
+
+
+async def run_service(
+    service: str,
+    *,
+    listen: str,
+    metrics_port: int,
+    build: Callable[[asyncio.Event], Awaitable[ServiceParts]],
+    grace_s: float = 2.0,
+    **context: object,
+) -> None:
+    """The one start/stop sequence of every gRPC service process.
+
+    Logging, metrics and signal handling first; then `build(stopping)` makes the service (it may
+    set `stopping` itself, e.g. a broker whose id another process took); the gRPC server with
+    health starts, `start()`, SERVING, and the process runs until SIGTERM or SIGINT. Stopping:
+    `drain()`, NOT_SERVING, `leave()`, the server stops (in-flight calls get `grace_s`), `close()`.
+    """
+    configure_logging(service, **context)
+    log = structlog.get_logger(service)
+    start_metrics(metrics_port)
+    stopping = stop_on_signals()
+    parts = await build(stopping)
+    server, health = grpc_server()
+    names = parts.add_to(server)
+    server.add_insecure_port(listen)
+    await server.start()
+    await parts.start()
+    await mark_serving(health, names)
+    log.info(f"{service}_started", endpoint=listen)
+    await stopping.wait()
+    log.info(f"{service}_stopping")
+    await parts.drain()
+    await mark_serving(health, names, serving=False)
+    await parts.leave()
+    await server.stop(grace=grace_s)
+    await parts.close()
+    log.info(f"{service}_stopped")
