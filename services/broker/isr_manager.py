@@ -81,6 +81,13 @@ class IsrManager:
         for key, partition in list(self.replicas.partitions.items()):
             if partition.role is not ReplicaRole.LEADER or key in self._pending:
                 continue
+            pending = partition.pending_isr
+            if pending is not None and pending[0] == partition.state.partition_epoch:
+                # Asked before and never answered: the controller may have committed it or not.
+                # Ask the same again until an answer settles it (Kafka's AlterPartitionManager);
+                # a fresh request in its place would leave the old one counting in the HW forever.
+                changes.append(self._alter(partition, list(pending[1])))
+                continue
             wanted = self.wanted_isr(partition, now)
             if set(wanted) != set(partition.state.isr):
                 changes.append(self._alter(partition, wanted))
@@ -119,7 +126,11 @@ class IsrManager:
             )
             response = await stub.AlterPartition(request, timeout=5)
             if response.error_code and response.error_code != ErrorCode.INVALID_UPDATE_VERSION:
-                partition.pending_isr = None  # refused: nothing was committed
+                # Refused for the very partition epoch we hold: nothing of ours was committed since.
+                # (FENCED_LEADER_EPOCH is checked first and proves nothing: we are deposed, and
+                # the next LeaderAndIsr replaces the state and with it the pending change.)
+                if response.error_code != ErrorCode.FENCED_LEADER_EPOCH:
+                    partition.pending_isr = None
                 log.info(
                     "alter_partition_refused",
                     topic=partition.topic,

@@ -16,7 +16,7 @@ from tests.cluster.conftest import wait_until
 from tidelog.broker.isr_manager import IsrManager
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.replica_manager import ReplicaManager
-from tidelog.common.errors import NotLeaderOrFollowerError
+from tidelog.common.errors import ErrorCode, NotLeaderOrFollowerError
 from tidelog.common.record.batch import encode_batch, restamp
 from tidelog.v1 import broker_pb2, common_pb2, controller_pb2, controller_pb2_grpc
 
@@ -213,5 +213,58 @@ async def test_the_high_watermark_waits_for_a_replica_joining_the_isr(replicas: 
         assert set(partition.state.isr) == {ME, OTHER, THIRD} and partition.state.partition_epoch == 2
     finally:
         controller.release.set()
+        await isr.close()
+        await server.stop(None)
+
+
+class _UnansweredThenRefusing(controller_pb2_grpc.ControllerServicer):
+    """The first AlterPartition gets no answer (UNAVAILABLE); later ones are refused as ineligible."""
+
+    def __init__(self) -> None:
+        self.requests: list[controller_pb2.AlterPartitionRequest] = []
+
+    async def AlterPartition(  # noqa: N802
+        self, request: controller_pb2.AlterPartitionRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> controller_pb2.AlterPartitionResponse:
+        self.requests.append(request)
+        if len(self.requests) == 1:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the controller went away")
+        return controller_pb2.AlterPartitionResponse(
+            error_code=int(ErrorCode.INELIGIBLE_REPLICA), error_message="only live brokers join the ISR"
+        )
+
+
+async def test_an_unanswered_isr_change_is_asked_again_until_settled(replicas: ReplicaManager) -> None:
+    # Found by the nemesis (a partition stalled after every fault had healed): a leader asked to
+    # add broker 3, got no answer, and broker 3 died before asking again. The unanswered change kept
+    # counting in the HW (it may have been committed), the leader computed a fresh ISR without 3
+    # and never re-sent the old one: acks=all waited forever on a dead replica. An unanswered
+    # change is re-sent until an answer settles it.
+    controller = _UnansweredThenRefusing()
+    server = grpc.aio.server()
+    controller_pb2_grpc.add_ControllerServicer_to_server(controller, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    metadata = MetadataCache()
+    metadata.controller_endpoint = f"127.0.0.1:{port}"
+    isr = IsrManager(replicas, metadata, lag_time_max_ms=10_000)
+    try:
+        await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER], extra=[THIRD])
+        partition = replicas.partitions[(TOPIC, 0)]
+        await replicas.append(TOPIC, 0, encode_batch([b"x"] * 5), acks=1)
+        replicas.record_follower_fetch(OTHER, "life-2", [_fetch(5, 1)])
+        replicas.record_follower_fetch(THIRD, "life-3", [_fetch(5, 1)])
+        await isr.check_once()  # asks for {1, 2, 3}: no answer
+        assert partition.pending_isr == (1, (ME, OTHER, THIRD))
+        await replicas.append(TOPIC, 0, encode_batch([b"y"] * 5), acks=1)
+        replicas.record_follower_fetch(OTHER, "life-2", [_fetch(10, 1)])
+        assert partition.log.high_watermark == 5, "broker 3 may be in the ISR: the HW waits for it"
+        partition.follower_fetched_s[THIRD] = -1e9  # broker 3 is gone: no longer wanted in the ISR
+        await isr.check_once()  # the same change again, now refused: the HW needs only {1, 2}
+        assert [set(request.new_isr) for request in controller.requests] == [{ME, OTHER, THIRD}] * 2
+        assert partition.pending_isr is None
+        replicas.record_follower_fetch(OTHER, "life-2", [_fetch(10, 1)])
+        assert partition.log.high_watermark == 10
+    finally:
         await isr.close()
         await server.stop(None)

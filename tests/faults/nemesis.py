@@ -43,6 +43,7 @@ BROKER_ARGS = ["--replica-lag-time-max-ms", "2000"]
 FAULT_GAP_S = (1.0, 3.0)  # between the starts of two faults (they overlap: heals come later)
 STOP_S = (1.0, 4.5)  # how long a SIGSTOP lasts
 DOWN_S = (0.3, 3.0)  # how long a killed process stays dead
+HEALED_WAIT_S = 60.0  # every partition acknowledges again within this after healing
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -72,10 +73,11 @@ class Report:
     replaced: list[str]
     failed_sends: dict[str, int]
     unavailability: list[tuple[str, float]]
+    stalled: str = ""  # set when a partition acknowledged nothing for long after everything healed
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.duplicated or self.reordered or self.unsent or self.replaced)
+        return not (self.lost or self.duplicated or self.reordered or self.unsent or self.replaced or self.stalled)
 
     def summary(self) -> str:
         failed = ", ".join(f"{name} {count}" for name, count in sorted(self.failed_sends.items())) or "none"
@@ -92,6 +94,8 @@ class Report:
         lines += [
             f"  after {what}: {seconds:.2f} s without an acknowledgement" for what, seconds in self.unavailability
         ]
+        if self.stalled:
+            lines.append(f"  stalled after healing: {self.stalled}")
         for name in ("lost", "duplicated", "reordered", "unsent", "replaced"):
             items: list[str] = getattr(self, name)
             if items:
@@ -210,7 +214,7 @@ class Nemesis:
     def _faulty_brokers(self) -> int:
         return sum(1 for name in self.down | self.stopped if name.startswith("broker"))
 
-    async def _leaders(self) -> dict[int, tuple[int, list[int]]]:
+    async def leaders(self) -> dict[int, tuple[int, list[int]]]:
         """partition → (leader, replicas) as the cluster describes it now (may be stale)."""
         described = (await self.admin.describe_topics([TOPIC]))[TOPIC]
         if isinstance(described, Exception):
@@ -281,7 +285,7 @@ class Nemesis:
     async def _a_running_leader(self) -> tuple[int, int, list[int]] | None:
         running = set(self._running_brokers())
         candidates = [
-            (p, leader, replicas) for p, (leader, replicas) in (await self._leaders()).items() if leader in running
+            (p, leader, replicas) for p, (leader, replicas) in (await self.leaders()).items() if leader in running
         ]
         return self.random.choice(candidates) if candidates else None
 
@@ -439,17 +443,31 @@ async def run_nemesis(data_dir: Path, seed: int, duration_s: float) -> Report:
         await admin.create_topic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
         writers, reader = Writers(cluster), LiveReader(cluster)
         nemesis = Nemesis(cluster, admin, seed)
+        stalled_note = ""
         tasks = [asyncio.create_task(writers.run()), asyncio.create_task(reader.run())]
         try:
             await wait_until(lambda: _acked_everywhere(writers, 50), timeout_s=60, what="acks before the faults")
             await nemesis.run(duration_s)
             await cluster.wait_ready()
             before = writers.acked_per_partition()
-            await wait_until(
-                lambda: _acked_everywhere(writers, 50, before),
-                timeout_s=90,
-                what="acks on every partition after healing",
-            )
+            try:
+                await wait_until(
+                    lambda: _acked_everywhere(writers, 50, before),
+                    timeout_s=HEALED_WAIT_S,
+                    what="acks on every partition after healing",
+                )
+            except AssertionError:
+                after = writers.acked_per_partition()
+                counts = {p: after[p] - before[p] for p in range(PARTITIONS)}
+                leaders = await nemesis.leaders()
+                stalled_note = (
+                    f"acks per partition in {HEALED_WAIT_S:.0f} s after healing: {counts}; (leader, replicas) "
+                    f"per partition: {leaders}; writers ended: {tasks[0].done()}"
+                    f"{f' ({tasks[0].exception()!r})' if tasks[0].done() and not tasks[0].cancelled() else ''}; "
+                    f"every process logged its asyncio tasks (SIGUSR1) in {cluster.data_dir}"
+                )
+                for name in list(cluster.processes):
+                    cluster.signal(name, signal.SIGUSR1)
         finally:
             writers.stop()
             with contextlib.suppress(Exception):
@@ -460,7 +478,9 @@ async def run_nemesis(data_dir: Path, seed: int, duration_s: float) -> Report:
             await nemesis.heal_all()
         ends = {p: max((a.offset + 1 for a in writers.acks if a.partition == p), default=0) for p in range(PARTITIONS)}
         final = await read_everything(cluster, ends)
-        return check(writers, reader, final, nemesis.faults, seed)
+        report = check(writers, reader, final, nemesis.faults, seed)
+        report.stalled = stalled_note
+        return report
 
 
 async def _acked_everywhere(writers: Writers, count: int, before: collections.Counter[int] | None = None) -> bool:
