@@ -65,7 +65,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     def _leader_hint(self, topic: str, partition: int) -> int:
         return self.metadata.leader_of(topic, partition)
 
-    async def Produce(self, request: Any, context: Context) -> Any:  # noqa: N802
+    async def Produce(self, request: broker_pb2.ProduceRequest, context: Context) -> broker_pb2.ProduceResponse:  # noqa: N802
         started = time.perf_counter()
         response = broker_pb2.ProduceResponse()
         if request.acks not in (-1, 0, 1):
@@ -112,7 +112,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             result.base_offset = -1
         return result
 
-    async def InitProducerId(self, request: Any, context: Context) -> Any:  # noqa: N802
+    async def InitProducerId(  # noqa: N802
+        self, request: broker_pb2.InitProducerIdRequest, context: Context
+    ) -> broker_pb2.InitProducerIdResponse:
         response = broker_pb2.InitProducerIdResponse(producer_id=-1, producer_epoch=-1)
         if request.transactional_id:
             response.error_code = int(ErrorCode.INVALID_REQUEST)
@@ -131,7 +133,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         REQUESTS.labels("InitProducerId", "ok").inc()
         return response
 
-    async def FindCoordinator(self, request: Any, context: Context) -> Any:  # noqa: N802
+    async def FindCoordinator(  # noqa: N802
+        self, request: coordinator_pb2.FindCoordinatorRequest, context: Context
+    ) -> coordinator_pb2.FindCoordinatorResponse:
         partitions = self.metadata.topics.get(CONSUMER_OFFSETS_TOPIC, [])
         if not partitions or self.etcd is None or self.etcd.kv is None:
             return coordinator_pb2.FindCoordinatorResponse(
@@ -149,7 +153,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         claim = CoordinatorClaimRecord.from_json(found.kvs[0].value)
         return coordinator_pb2.FindCoordinatorResponse(endpoint=claim.endpoint, partition=partition)
 
-    async def Fetch(self, request: Any, context: Context) -> Any:  # noqa: N802
+    async def Fetch(self, request: broker_pb2.FetchRequest, context: Context) -> broker_pb2.FetchResponse:  # noqa: N802
         started = time.perf_counter()
         max_bytes = min(request.max_bytes if request.max_bytes > 0 else FETCH_BYTES_MAX, FETCH_BYTES_MAX)
         deadline = time.monotonic() + min(max(request.max_wait_ms, 0), FETCH_WAIT_MS_MAX) / 1000
@@ -204,7 +208,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             reads.append(read)
         return reads
 
-    async def ListOffsets(self, request: Any, context: Context) -> Any:  # noqa: N802
+    async def ListOffsets(  # noqa: N802
+        self, request: broker_pb2.ListOffsetsRequest, context: Context
+    ) -> broker_pb2.ListOffsetsResponse:
         response = broker_pb2.ListOffsetsResponse()
         for entry in request.partitions:
             result = response.partitions.add(topic=entry.topic, partition=entry.partition, offset=-1, timestamp=-1)
@@ -224,17 +230,21 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         REQUESTS.labels("ListOffsets", "ok").inc()
         return response
 
-    async def OffsetsForLeaderEpoch(self, request: Any, context: Context) -> Any:  # noqa: N802
+    async def OffsetsForLeaderEpoch(  # noqa: N802
+        self, request: broker_pb2.OffsetsForLeaderEpochRequest, context: Context
+    ) -> broker_pb2.OffsetsForLeaderEpochResponse:
         REQUESTS.labels("OffsetsForLeaderEpoch", "ok").inc()
         return broker_pb2.OffsetsForLeaderEpochResponse(
             partitions=[self.replicas.end_offset_for_epoch(query) for query in request.partitions]
         )
 
-    async def Metadata(self, request: Any, context: Context) -> Any:  # noqa: N802
+    async def Metadata(self, request: broker_pb2.MetadataRequest, context: Context) -> broker_pb2.MetadataResponse:  # noqa: N802
         REQUESTS.labels("Metadata", "ok").inc()
         return self.metadata.describe(list(request.topics))
 
-    async def LeaderAndIsr(self, request: Any, context: Context) -> Any:  # noqa: N802
+    async def LeaderAndIsr(  # noqa: N802
+        self, request: broker_pb2.LeaderAndIsrRequest, context: Context
+    ) -> broker_pb2.LeaderAndIsrResponse:
         try:
             errors = await self.replicas.leader_and_isr(request)
         except TidelogError as error:  # a stale controller epoch, or a request for another broker life
@@ -243,14 +253,18 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         REQUESTS.labels("LeaderAndIsr", "ok").inc()
         return broker_pb2.LeaderAndIsrResponse(partitions=errors)
 
-    async def StopReplica(self, request: Any, context: Context) -> Any:  # noqa: N802
+    async def StopReplica(  # noqa: N802
+        self, request: broker_pb2.StopReplicaRequest, context: Context
+    ) -> broker_pb2.StopReplicaResponse:
         try:
             await self.replicas.stop_replicas(request)
         except TidelogError as error:
             return broker_pb2.StopReplicaResponse(error_code=int(error.code))
         return broker_pb2.StopReplicaResponse()
 
-    async def UpdateMetadata(self, request: Any, context: Context) -> Any:  # noqa: N802
+    async def UpdateMetadata(  # noqa: N802
+        self, request: broker_pb2.UpdateMetadataRequest, context: Context
+    ) -> broker_pb2.UpdateMetadataResponse:
         try:
             self.replicas.check_controller_epoch(request.controller_epoch)
         except StaleControllerEpochError:

@@ -55,7 +55,11 @@ def transition(
     assert new.partition_epoch >= old.partition_epoch, "partition epochs never go back"
     assert new.leader_epoch >= old.leader_epoch, "leader epochs never go back"
     if new.leader != old.leader:
-        assert new.leader_epoch > old.leader_epoch, "a new leader comes with a new leader epoch"
+        assert new.leader_epoch > old.leader_epoch, (
+            f"a new leader comes with a new leader epoch: {new.topic}-{new.partition} leader {old.leader} → "
+            f"{new.leader} in epoch {old.leader_epoch} → {new.leader_epoch} (partition epoch "
+            f"{old.partition_epoch} → {new.partition_epoch})"
+        )
     following = role_in(new, broker_id)
     assert following in LEGAL_TRANSITIONS[current], f"{current.name} → {following.name} is not a legal move"
     return following

@@ -6,7 +6,8 @@ endpoint. Per-topic problems come back per topic, with Kafka's error codes.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 import grpc
 from prometheus_client import Counter
@@ -17,6 +18,19 @@ from tidelog.v1 import controller_pb2, controller_pb2_grpc
 
 __all__ = ["AdminService"]
 
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+
+
+class _AnsweredWhole(Protocol):
+    """A response that carries one error for the whole request (and where the active controller is)."""
+
+    error_code: int
+    controller_endpoint: str
+
+
+Whole = TypeVar("Whole", bound=_AnsweredWhole)
+
 ADMIN_REQUESTS = Counter("tidelog_controller_admin_requests_total", "Admin requests handled", ["method", "outcome"])
 
 
@@ -24,7 +38,14 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
     def __init__(self, controller: Controller) -> None:
         self.controller = controller
 
-    async def _topics(self, method: str, handler: Any, request: Any, response_type: Any, names: list[str]) -> Any:
+    async def _topics(
+        self,
+        method: str,
+        handler: Callable[[Request], Awaitable[Sequence[controller_pb2.TopicResult]]],
+        request: Request,
+        response_type: Callable[..., Response],
+        names: list[str],
+    ) -> Response:
         try:
             results = await handler(request)
             ADMIN_REQUESTS.labels(method, "ok").inc()
@@ -40,7 +61,9 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
             ADMIN_REQUESTS.labels(method, "error").inc()
             return response_type(topics=[_result(name, error) for name in names])
 
-    async def CreateTopics(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:  # noqa: N802
+    async def CreateTopics(  # noqa: N802
+        self, request: controller_pb2.CreateTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> controller_pb2.CreateTopicsResponse:
         return await self._topics(
             "CreateTopics",
             self.controller.create_topics,
@@ -49,7 +72,9 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
             [topic.name for topic in request.topics],
         )
 
-    async def DeleteTopics(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:  # noqa: N802
+    async def DeleteTopics(  # noqa: N802
+        self, request: controller_pb2.DeleteTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> controller_pb2.DeleteTopicsResponse:
         return await self._topics(
             "DeleteTopics",
             self.controller.delete_topics,
@@ -58,7 +83,9 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
             list(request.names),
         )
 
-    async def CreatePartitions(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:  # noqa: N802
+    async def CreatePartitions(  # noqa: N802
+        self, request: controller_pb2.CreatePartitionsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> controller_pb2.CreatePartitionsResponse:
         return await self._topics(
             "CreatePartitions",
             self.controller.create_partitions,
@@ -67,7 +94,9 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
             [change.topic for change in request.topics],
         )
 
-    async def AlterConfigs(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:  # noqa: N802
+    async def AlterConfigs(  # noqa: N802
+        self, request: controller_pb2.AlterConfigsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> controller_pb2.AlterConfigsResponse:
         return await self._topics(
             "AlterConfigs",
             self.controller.alter_configs,
@@ -76,7 +105,9 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
             [change.topic for change in request.changes],
         )
 
-    async def AlterPartition(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:  # noqa: N802
+    async def AlterPartition(  # noqa: N802
+        self, request: controller_pb2.AlterPartitionRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> controller_pb2.AlterPartitionResponse:
         try:
             response = await self.controller.alter_partition(request)
             ADMIN_REQUESTS.labels("AlterPartition", "error" if response.error_code else "ok").inc()
@@ -89,7 +120,7 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
                 controller_endpoint=await self.controller.active_endpoint(),
             )
 
-    async def _whole(self, method: str, response: Any, work: Any) -> Any:
+    async def _whole(self, method: str, response: Whole, work: Callable[[], Awaitable[Whole]]) -> Whole:
         """Requests answered as a whole: NOT_CONTROLLER (with the active endpoint) or the result."""
         try:
             result = await work()
@@ -107,15 +138,17 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
                 response.error_message = error.message
             return response
 
-    async def ElectLeaders(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:  # noqa: N802
+    async def ElectLeaders(  # noqa: N802
+        self, request: controller_pb2.ElectLeadersRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> controller_pb2.ElectLeadersResponse:
         async def work() -> controller_pb2.ElectLeadersResponse:
             return controller_pb2.ElectLeadersResponse(partitions=await self.controller.elect_leaders(request))
 
         return await self._whole("ElectLeaders", controller_pb2.ElectLeadersResponse(), work)
 
     async def AlterPartitionReassignments(  # noqa: N802
-        self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> Any:
+        self, request: controller_pb2.AlterPartitionReassignmentsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> controller_pb2.AlterPartitionReassignmentsResponse:
         async def work() -> controller_pb2.AlterPartitionReassignmentsResponse:
             results = await self.controller.alter_reassignments(request)
             return controller_pb2.AlterPartitionReassignmentsResponse(partitions=results)
@@ -125,8 +158,8 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
         )
 
     async def ListPartitionReassignments(  # noqa: N802
-        self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> Any:
+        self, request: controller_pb2.ListPartitionReassignmentsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> controller_pb2.ListPartitionReassignmentsResponse:
         async def work() -> controller_pb2.ListPartitionReassignmentsResponse:
             return controller_pb2.ListPartitionReassignmentsResponse(
                 reassignments=self.controller.ongoing_reassignments()
@@ -136,7 +169,9 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
             "ListPartitionReassignments", controller_pb2.ListPartitionReassignmentsResponse(), work
         )
 
-    async def ControlledShutdown(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:  # noqa: N802
+    async def ControlledShutdown(  # noqa: N802
+        self, request: controller_pb2.ControlledShutdownRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> controller_pb2.ControlledShutdownResponse:
         async def work() -> controller_pb2.ControlledShutdownResponse:
             remaining = await self.controller.controlled_shutdown(request.broker_id, request.broker_incarnation)
             return controller_pb2.ControlledShutdownResponse(
@@ -145,7 +180,9 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
 
         return await self._whole("ControlledShutdown", controller_pb2.ControlledShutdownResponse(), work)
 
-    async def DescribeCluster(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:  # noqa: N802
+    async def DescribeCluster(  # noqa: N802
+        self, request: controller_pb2.DescribeClusterRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> controller_pb2.DescribeClusterResponse:
         controller = self.controller
         if not controller.active.is_set():
             return controller_pb2.DescribeClusterResponse(

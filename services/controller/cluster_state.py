@@ -39,12 +39,15 @@ class ClusterState:
         record = self.topics[topic].value
         state = self.partitions.get((topic, partition))
         if state is None:  # created but not yet initialised: offline until the controller does
+            # Epochs -1: older than the first real state (epochs 0), which brings the first leader.
             return common_pb2.PartitionState(
                 topic=topic,
                 partition=partition,
                 leader=-1,
                 replicas=record.replicas(partition),
                 topic_id=record.topic_id,
+                leader_epoch=-1,
+                partition_epoch=-1,
             )
         return common_pb2.PartitionState(
             topic=topic,

@@ -52,7 +52,9 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         finally:
             LATENCY.labels(api).observe(time.perf_counter() - started)
 
-    async def FindCoordinator(self, request: Any, context: Context) -> Any:  # noqa: N802
+    async def FindCoordinator(  # noqa: N802
+        self, request: coordinator_pb2.FindCoordinatorRequest, context: Context
+    ) -> coordinator_pb2.FindCoordinatorResponse:
         partition = self.coordinator.partition_of(request.group_id)
         claim = self.ownership.claims.get(partition)
         if claim is None:
@@ -63,40 +65,54 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
             )
         return coordinator_pb2.FindCoordinatorResponse(endpoint=claim.endpoint, partition=partition)
 
-    async def JoinGroup(self, request: Any, context: Context) -> Any:  # noqa: N802
+    async def JoinGroup(  # noqa: N802
+        self, request: coordinator_pb2.JoinGroupRequest, context: Context
+    ) -> coordinator_pb2.JoinGroupResponse:
         return await self._answer(
             "JoinGroup", coordinator_pb2.JoinGroupResponse(), lambda: self.coordinator.join_group(request)
         )
 
-    async def SyncGroup(self, request: Any, context: Context) -> Any:  # noqa: N802
+    async def SyncGroup(  # noqa: N802
+        self, request: coordinator_pb2.SyncGroupRequest, context: Context
+    ) -> coordinator_pb2.SyncGroupResponse:
         return await self._answer(
             "SyncGroup", coordinator_pb2.SyncGroupResponse(), lambda: self.coordinator.sync_group(request)
         )
 
-    async def Heartbeat(self, request: Any, context: Context) -> Any:  # noqa: N802
+    async def Heartbeat(  # noqa: N802
+        self, request: coordinator_pb2.HeartbeatRequest, context: Context
+    ) -> coordinator_pb2.HeartbeatResponse:
         async def work() -> coordinator_pb2.HeartbeatResponse:
             return self.coordinator.heartbeat(request)
 
         return await self._answer("Heartbeat", coordinator_pb2.HeartbeatResponse(), work)
 
-    async def LeaveGroup(self, request: Any, context: Context) -> Any:  # noqa: N802
+    async def LeaveGroup(  # noqa: N802
+        self, request: coordinator_pb2.LeaveGroupRequest, context: Context
+    ) -> coordinator_pb2.LeaveGroupResponse:
         async def work() -> coordinator_pb2.LeaveGroupResponse:
             return self.coordinator.leave_group(request)
 
         return await self._answer("LeaveGroup", coordinator_pb2.LeaveGroupResponse(), work)
 
-    async def OffsetCommit(self, request: Any, context: Context) -> Any:  # noqa: N802
+    async def OffsetCommit(  # noqa: N802
+        self, request: coordinator_pb2.OffsetCommitRequest, context: Context
+    ) -> coordinator_pb2.OffsetCommitResponse:
         return await self._answer(
             "OffsetCommit", coordinator_pb2.OffsetCommitResponse(), lambda: self.coordinator.commit_offsets(request)
         )
 
-    async def OffsetFetch(self, request: Any, context: Context) -> Any:  # noqa: N802
+    async def OffsetFetch(  # noqa: N802
+        self, request: coordinator_pb2.OffsetFetchRequest, context: Context
+    ) -> coordinator_pb2.OffsetFetchResponse:
         async def work() -> coordinator_pb2.OffsetFetchResponse:
             return self.coordinator.fetch_offsets(request)
 
         return await self._answer("OffsetFetch", coordinator_pb2.OffsetFetchResponse(), work)
 
-    async def ListGroups(self, request: Any, context: Context) -> Any:  # noqa: N802
+    async def ListGroups(  # noqa: N802
+        self, request: coordinator_pb2.ListGroupsRequest, context: Context
+    ) -> coordinator_pb2.ListGroupsResponse:
         groups = self.coordinator.list_groups()
         if not request.local_only:  # groups live on every instance: ask the others too
             others = {claim.endpoint for claim in self.ownership.claims.values()} - {self.ownership.instance.endpoint}
@@ -113,12 +129,16 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         groups.sort(key=lambda group: str(group.group_id))
         return coordinator_pb2.ListGroupsResponse(groups=groups)
 
-    async def DescribeGroups(self, request: Any, context: Context) -> Any:  # noqa: N802
+    async def DescribeGroups(  # noqa: N802
+        self, request: coordinator_pb2.DescribeGroupsRequest, context: Context
+    ) -> coordinator_pb2.DescribeGroupsResponse:
         return coordinator_pb2.DescribeGroupsResponse(
             groups=[self.coordinator.describe_group(group_id) for group_id in request.group_ids]
         )
 
-    async def DeleteGroups(self, request: Any, context: Context) -> Any:  # noqa: N802
+    async def DeleteGroups(  # noqa: N802
+        self, request: coordinator_pb2.DeleteGroupsRequest, context: Context
+    ) -> coordinator_pb2.DeleteGroupsResponse:
         response = coordinator_pb2.DeleteGroupsResponse()
         for group_id in request.group_ids:
             result = response.groups.add(group_id=group_id)
