@@ -125,6 +125,7 @@ class Writers:
     def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
         self.acks: list[Ack] = []
+        self.producers: list[Producer] = []
         self.sent: set[bytes] = set()
         self.failed: collections.Counter[str] = collections.Counter()
         self._stop = asyncio.Event()
@@ -137,6 +138,7 @@ class Writers:
             self.cluster.bootstrap, acks="all", linger_ms=2, retry_backoff_ms=50, delivery_timeout_ms=30_000
         ) as producer:
             assert producer.idempotent
+            self.producers.append(producer)
             numbers = itertools.count()  # shared by the partitions' loops: increasing per producer
             await asyncio.gather(
                 *(self._to_partition(producer, producer_id, partition, numbers) for partition in range(PARTITIONS))
@@ -159,6 +161,21 @@ class Writers:
                     continue
                 assert metadata.partition == partition
                 self.acks.append(Ack(producer_id, number, partition, metadata.offset, sent_at, time.monotonic()))
+
+    def producer_queues(self) -> str:
+        """What each producer holds, for a stall report: where the stalled partition's batches wait."""
+        lines = []
+        for number, producer in enumerate(self.producers):
+            try:
+                in_flight = {endpoint: task.done() for endpoint, task in producer._in_flight.items()}
+                lines.append(
+                    f"producer {number}: in flight (endpoint: done) {in_flight}, sending {sorted(producer._sending)}, "
+                    f"ready {sorted({batch.key for batch in producer._ready})}, open {sorted(producer._open)}, "
+                    f"leaders { ({t: [p.leader for p in ps] for t, ps in producer.metadata.partitions.items()}) }"
+                )
+            except Exception as error:  # diagnostics only: never hide the stall itself
+                lines.append(f"producer {number}: {error!r}")
+        return "; ".join(lines)
 
     def acked_per_partition(self) -> collections.Counter[int]:
         return collections.Counter(ack.partition for ack in self.acks)
@@ -462,7 +479,8 @@ async def run_nemesis(data_dir: Path, seed: int, duration_s: float) -> Report:
                 leaders = await nemesis.leaders()
                 stalled_note = (
                     f"acks per partition in {HEALED_WAIT_S:.0f} s after healing: {counts}; (leader, replicas) "
-                    f"per partition: {leaders}; writers ended: {tasks[0].done()}"
+                    f"per partition: {leaders}; producers: {writers.producer_queues()}; "
+                    f"writers ended: {tasks[0].done()}"
                     f"{f' ({tasks[0].exception()!r})' if tasks[0].done() and not tasks[0].cancelled() else ''}; "
                     f"every process logged its asyncio tasks (SIGUSR1) in {cluster.data_dir}"
                 )
