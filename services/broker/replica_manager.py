@@ -102,12 +102,10 @@ class Partition:
     def leader(self) -> int:
         return self.state.leader
 
-    def move_to(self, state: common_pb2.PartitionState, broker_id: int) -> ReplicaRole:
-        """Take the controller's newer `state` (checked by replica_role.transition); the role before."""
-        before = self.role
+    def move_to(self, state: common_pb2.PartitionState, broker_id: int) -> None:
+        """Take the controller's newer `state`, checked by replica_role.transition."""
         self.role = transition(self.role, self.state, state, broker_id)
         self.state = state
-        return before
 
     def delete(self) -> None:
         assert self.role is not ReplicaRole.DELETED, "a replica is deleted once"

@@ -102,7 +102,6 @@ class Controller:
         self.broker_requests = broker_requests or BrokerRequests(timeout_s=config.broker_request_timeout_s)
         self.rng = rng or random.Random()
         self.state = ClusterState()
-        self.epoch = -1
         self.role = ControllerRole(config.controller_id)
         self.active = self.role.active  # set exactly while the role is ACTIVE
         self._election: Election | None = None
@@ -120,6 +119,11 @@ class Controller:
         # rather than at the next interval (after a few failovers every leadership can sit on one
         # broker, whose next failure would then stop every partition at once).
         self._preferred_returned = asyncio.Event()
+
+    @property
+    def epoch(self) -> int:
+        """The controller epoch of this instance's current (or last) leadership; -1 before any."""
+        return self.role.epoch
 
     @property
     def kv(self) -> KVService:
@@ -171,8 +175,7 @@ class Controller:
 
     async def _lead(self, election: Election, session: Session) -> None:
         async with self._mutex:
-            self.epoch = await self._bump_epoch(election)
-            self.role.lead_under(self.epoch)
+            self.role.lead_under(await self._bump_epoch(election))
             revision = await self._load()
             log.info(
                 "controller_elected",

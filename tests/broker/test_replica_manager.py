@@ -6,6 +6,7 @@ its followers across their restarts (issue 12).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 from tests.cluster.conftest import wait_until
 from tidelog.broker.isr_manager import IsrManager
 from tidelog.broker.metadata_cache import MetadataCache
-from tidelog.broker.replica_manager import ReplicaManager
+from tidelog.broker.replica_manager import Partition, ReplicaManager
 from tidelog.common.errors import ErrorCode, NotLeaderOrFollowerError
 from tidelog.common.record.batch import encode_batch, restamp
 from tidelog.v1 import broker_pb2, common_pb2, controller_pb2, controller_pb2_grpc
@@ -149,6 +150,30 @@ async def _end_is(replicas: ReplicaManager, offset: int) -> bool:
     return replicas.partitions[(TOPIC, 0)].log.log_end_offset == offset
 
 
+@contextlib.asynccontextmanager
+async def _leading_with_third_caught_up(
+    replicas: ReplicaManager, controller: controller_pb2_grpc.ControllerServicer
+) -> AsyncIterator[tuple[IsrManager, Partition]]:
+    """This broker leads with ISR {1, 2}, 5 records, broker 3 caught up and eligible to join;
+    its ISR manager talks to `controller`, served in this process."""
+    server = grpc.aio.server()
+    controller_pb2_grpc.add_ControllerServicer_to_server(controller, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    metadata = MetadataCache()
+    metadata.controller_endpoint = f"127.0.0.1:{port}"
+    isr = IsrManager(replicas, metadata, lag_time_max_ms=10_000)
+    try:
+        await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER], extra=[THIRD])
+        await replicas.append(TOPIC, 0, encode_batch([b"x"] * 5), acks=1)
+        replicas.record_follower_fetch(OTHER, "life-2", [_fetch(5, 1)])
+        replicas.record_follower_fetch(THIRD, "life-3", [_fetch(5, 1)])
+        yield isr, replicas.partitions[(TOPIC, 0)]
+    finally:
+        await isr.close()
+        await server.stop(None)  # no grace: a handler still waiting is cancelled
+
+
 class _SlowController(controller_pb2_grpc.ControllerServicer):
     """Commits every AlterPartition at once but answers only when released (a leader frozen meanwhile)."""
 
@@ -184,19 +209,7 @@ async def test_the_high_watermark_waits_for_a_replica_joining_the_isr(replicas: 
     # held; the controller then elected broker 3 and the records a consumer had read were gone.
     # While an ISR change is in flight the HW counts both ISRs (KIP-497's maximal ISR).
     controller = _SlowController()
-    server = grpc.aio.server()
-    controller_pb2_grpc.add_ControllerServicer_to_server(controller, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    metadata = MetadataCache()
-    metadata.controller_endpoint = f"127.0.0.1:{port}"
-    isr = IsrManager(replicas, metadata, lag_time_max_ms=10_000)
-    try:
-        await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER], extra=[THIRD])
-        partition = replicas.partitions[(TOPIC, 0)]
-        await replicas.append(TOPIC, 0, encode_batch([b"x"] * 5), acks=1)
-        replicas.record_follower_fetch(OTHER, "life-2", [_fetch(5, 1)])
-        replicas.record_follower_fetch(THIRD, "life-3", [_fetch(5, 1)])  # caught up: may join
+    async with _leading_with_third_caught_up(replicas, controller) as (isr, partition):
         assert partition.log.high_watermark == 5
         checking = asyncio.create_task(isr.check_once())
         await asyncio.wait_for(controller.received.wait(), 5)
@@ -211,10 +224,6 @@ async def test_the_high_watermark_waits_for_a_replica_joining_the_isr(replicas: 
         controller.release.set()
         await asyncio.wait_for(checking, 5)
         assert set(partition.state.isr) == {ME, OTHER, THIRD} and partition.state.partition_epoch == 2
-    finally:
-        controller.release.set()
-        await isr.close()
-        await server.stop(None)
 
 
 class _UnansweredThenRefusing(controller_pb2_grpc.ControllerServicer):
@@ -241,19 +250,7 @@ async def test_an_unanswered_isr_change_is_asked_again_until_settled(replicas: R
     # and never re-sent the old one: acks=all waited forever on a dead replica. An unanswered
     # change is re-sent until an answer settles it.
     controller = _UnansweredThenRefusing()
-    server = grpc.aio.server()
-    controller_pb2_grpc.add_ControllerServicer_to_server(controller, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    metadata = MetadataCache()
-    metadata.controller_endpoint = f"127.0.0.1:{port}"
-    isr = IsrManager(replicas, metadata, lag_time_max_ms=10_000)
-    try:
-        await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER], extra=[THIRD])
-        partition = replicas.partitions[(TOPIC, 0)]
-        await replicas.append(TOPIC, 0, encode_batch([b"x"] * 5), acks=1)
-        replicas.record_follower_fetch(OTHER, "life-2", [_fetch(5, 1)])
-        replicas.record_follower_fetch(THIRD, "life-3", [_fetch(5, 1)])
+    async with _leading_with_third_caught_up(replicas, controller) as (isr, partition):
         await isr.check_once()  # asks for {1, 2, 3}: no answer
         assert partition.pending_isr == (1, (ME, OTHER, THIRD))
         await replicas.append(TOPIC, 0, encode_batch([b"y"] * 5), acks=1)
@@ -265,6 +262,3 @@ async def test_an_unanswered_isr_change_is_asked_again_until_settled(replicas: R
         assert partition.pending_isr is None
         replicas.record_follower_fetch(OTHER, "life-2", [_fetch(10, 1)])
         assert partition.log.high_watermark == 10
-    finally:
-        await isr.close()
-        await server.stop(None)
