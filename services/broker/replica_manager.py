@@ -20,7 +20,7 @@ import json
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -150,12 +150,15 @@ class Partition:
         self.appended.set()
         self.appended = asyncio.Event()
 
-    def maximal_isr(self) -> set[int]:
-        """The ISR the high watermark must wait for: the committed one and any change in flight."""
-        isr = set(self.state.isr)
-        if self.pending_isr is not None and self.pending_isr[0] == self.state.partition_epoch:
-            isr.update(self.pending_isr[1])
-        return isr
+    def maximal_isr(self) -> Collection[int]:
+        """The ISR the high watermark must wait for: the committed one and any change in flight.
+
+        On every append and follower fetch: no set is built unless a change is in flight.
+        """
+        committed: Collection[int] = self.state.isr
+        if self.pending_isr is None or self.pending_isr[0] != self.state.partition_epoch:
+            return committed
+        return {*self.state.isr, *self.pending_isr[1]}
 
     def advance_high_watermark(self, broker_id: int) -> bool:
         """Leader: HW = the smallest log end offset in the maximal ISR (never going back); True if it moved."""

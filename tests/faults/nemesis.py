@@ -76,8 +76,14 @@ class Report:
     stalled: str = ""  # set when a partition acknowledged nothing for long after everything healed
 
     @property
+    def safe(self) -> bool:
+        """Nothing acknowledged lost, duplicated, reordered; nothing unsent read; nothing read replaced."""
+        return not (self.lost or self.duplicated or self.reordered or self.unsent or self.replaced)
+
+    @property
     def ok(self) -> bool:
-        return not (self.lost or self.duplicated or self.reordered or self.unsent or self.replaced or self.stalled)
+        """Safe, and every partition served again once everything healed."""
+        return self.safe and not self.stalled
 
     def summary(self) -> str:
         failed = ", ".join(f"{name} {count}" for name, count in sorted(self.failed_sends.items())) or "none"
