@@ -239,6 +239,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         )
 
     async def Metadata(self, request: broker_pb2.MetadataRequest, context: Context) -> broker_pb2.MetadataResponse:  # noqa: N802
+        if not self.metadata.initialised:
+            # A broker that (re)started and has not yet been sent the cluster's state would answer
+            # "no such topic" and "no brokers": clients would forget what they know. As a KRaft
+            # broker serves no clients before it has caught up, it refuses, and clients ask another.
+            REQUESTS.labels("Metadata", "not_ready").inc()
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "this broker has no cluster metadata yet")
         REQUESTS.labels("Metadata", "ok").inc()
         return self.metadata.describe(list(request.topics))
 

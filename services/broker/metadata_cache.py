@@ -32,6 +32,11 @@ class MetadataCache:
         self.topics = {name: sorted(states, key=lambda state: state.partition) for name, states in topics.items()}
         self.configs = {name: json.loads(value) for name, value in request.topic_configs_json.items()}
 
+    @property
+    def initialised(self) -> bool:
+        """Whether a controller has sent this broker the cluster's state since it started."""
+        return self.controller_epoch >= 0
+
     def leader_of(self, topic: str, partition: int) -> int:
         for state in self.topics.get(topic, ()):
             if state.partition == partition:

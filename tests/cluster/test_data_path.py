@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import urllib.request
+from collections.abc import Coroutine
+from typing import Any
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
 from tidelog.client.murmur2 import partition_for_key
 from tidelog.client.sync import SyncAdminClient, SyncConsumer, SyncProducer
-from tidelog.common.errors import ErrorCode
+from tidelog.common.errors import ErrorCode, UnknownTopicOrPartitionError
 from tidelog.common.record.batch import encode_batch
 from tidelog.local_cluster import LocalCluster
 from tidelog.v1 import broker_pb2
@@ -202,3 +205,28 @@ async def test_a_bulk_send_larger_than_buffer_memory_is_sent_as_it_is_buffered(
         assert sum(count for _, _, count in await delivery) == len(values)
     consumed = await _consume_all(cluster, topic_name, 2, len(values))
     assert sorted(value for partition in consumed.values() for value in partition) == values
+
+
+async def _refused(coroutine: Coroutine[Any, Any, object]) -> UnknownTopicOrPartitionError:
+    with pytest.raises(UnknownTopicOrPartitionError) as caught:
+        await coroutine
+    return caught.value
+
+
+async def test_send_waits_up_to_max_block_ms_for_a_topic_to_appear(
+    admin: AdminClient, cluster: LocalCluster, topic_name: str
+) -> None:
+    async with Producer(cluster.bootstrap, max_block_ms=30_000, retry_backoff_ms=20) as producer:
+        # Kafka's send() waits for metadata: a topic created while it waits is produced to.
+        sending = asyncio.create_task(producer.send(topic_name, b"early", partition=1))
+        await admin.create_topic(topic_name, 2, 1)
+        delivered = await (await asyncio.wait_for(sending, 30))
+        assert (delivered.partition, delivered.offset) == (1, 0)
+
+    async with Producer(cluster.bootstrap, max_block_ms=300, retry_backoff_ms=20) as producer:
+        missing = await _refused(producer.send("never-created", b"x"))
+        assert "not present in metadata after max.block.ms=300" in str(missing)
+        beyond = await _refused(producer.send(topic_name, b"x", partition=2))
+        assert "partition 2" in str(beyond) and "(2 partitions)" in str(beyond)
+        negative = await _refused(producer.send_batch(topic_name, [b"x"], partition=-1))
+        assert "no partition -1" in str(negative)

@@ -6,6 +6,8 @@ import functools
 import signal
 import uuid
 
+import grpc
+
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
 from tidelog.common.errors import ErrorCode
 from tidelog.local_cluster import LocalCluster
@@ -85,6 +87,51 @@ async def test_broker_restart_keeps_its_data(fresh_cluster: LocalCluster) -> Non
 
         await wait_until(everything, what="all records back")
     assert sorted(got) == values
+
+
+async def test_a_restarted_broker_serves_no_metadata_until_a_controller_sent_it(fresh_cluster: LocalCluster) -> None:
+    """A broker back before any controller told it the cluster's state would answer "no such topic,
+    no brokers"; it refuses instead, so a client that asks it first forgets nothing and asks another."""
+    topic = "told"
+    async with AdminClient(fresh_cluster.bootstrap, controllers=fresh_cluster.controller_endpoints) as admin:
+        await admin.create_topic(topic, 3, 3)
+    restarted = fresh_cluster.broker_endpoint(1)
+    async with Producer(fresh_cluster.bootstrap, acks="all", retry_backoff_ms=50) as producer:
+        assert producer.metadata.bootstrap[0] == restarted
+        await (await producer.send(topic, b"before", partition=0))
+        for controller_id in fresh_cluster.controller_ids:
+            fresh_cluster.signal(f"controller-{controller_id}", signal.SIGSTOP)
+        try:
+            fresh_cluster.signal("broker-1", signal.SIGKILL)
+            fresh_cluster.start_broker(1)
+            stub = producer.connections.broker(restarted)
+
+            async def refused() -> bool:
+                try:
+                    await stub.Metadata(broker_pb2.MetadataRequest(topics=[topic]), timeout=1)
+                except grpc.aio.AioRpcError as error:
+                    return error.code() == grpc.StatusCode.UNAVAILABLE and "no cluster metadata" in (
+                        error.details() or ""
+                    )
+                return False
+
+            await wait_until(refused, what="the restarted broker to refuse Metadata")
+            await producer.metadata.refresh([topic])  # broker 1 is asked first, refuses; another answers
+            assert len(producer.metadata.partitions[topic]) == 3
+            assert len(producer.metadata.brokers) == 3
+        finally:
+            for controller_id in fresh_cluster.controller_ids:
+                fresh_cluster.signal(f"controller-{controller_id}", signal.SIGCONT)
+        deliveries = [await producer.send(topic, b"after", partition=partition) for partition in range(3)]
+        assert [metadata.offset >= 0 for metadata in [await delivery for delivery in deliveries]] == [True] * 3
+
+    async def served() -> bool:
+        answer = await stub.Metadata(broker_pb2.MetadataRequest(topics=[topic]), timeout=1)
+        return len(answer.topics[0].partitions) == 3
+
+    async with Producer([restarted]) as told:
+        stub = told.connections.broker(restarted)
+        await wait_until(served, what="broker 1 to serve metadata once a controller sent it")
 
 
 async def test_the_client_follows_a_leader_that_moved(fresh_cluster: LocalCluster) -> None:

@@ -74,6 +74,7 @@ class Report:
     failed_sends: dict[str, int]
     unavailability: list[tuple[str, float]]
     stalled: str = ""  # set when a partition acknowledged nothing for long after everything healed
+    send_errors: list[str] = dataclasses.field(default_factory=list)  # what send() itself raised
 
     @property
     def safe(self) -> bool:
@@ -82,8 +83,9 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        """Safe, and every partition served again once everything healed."""
-        return self.safe and not self.stalled
+        """Safe, every partition served again once everything healed, and no send() refused (it
+        blocks up to max.block.ms for metadata, longer than any fault here lasts)."""
+        return self.safe and not self.stalled and not any(name.startswith("send()") for name in self.failed_sends)
 
     def summary(self) -> str:
         failed = ", ".join(f"{name} {count}" for name, count in sorted(self.failed_sends.items())) or "none"
@@ -102,7 +104,7 @@ class Report:
         ]
         if self.stalled:
             lines.append(f"  stalled after healing: {self.stalled}")
-        for name in ("lost", "duplicated", "reordered", "unsent", "replaced"):
+        for name in ("lost", "duplicated", "reordered", "unsent", "replaced", "send_errors"):
             items: list[str] = getattr(self, name)
             if items:
                 lines.append(f"  {name}: {items[:10]}")
@@ -134,6 +136,7 @@ class Writers:
         self.producers: list[Producer] = []
         self.sent: set[bytes] = set()
         self.failed: collections.Counter[str] = collections.Counter()
+        self.send_errors: list[str] = []  # first few messages of errors raised by send() itself
         self._stop = asyncio.Event()
 
     async def run(self) -> None:
@@ -157,7 +160,13 @@ class Writers:
                 number = next(numbers)
                 value = value_of(producer_id, number)
                 self.sent.add(value)
-                delivery = await producer.send(TOPIC, value, partition=partition)
+                try:
+                    delivery = await producer.send(TOPIC, value, partition=partition)
+                except Exception as error:  # refused before queueing: reported, and the loop goes on
+                    self.failed[f"send() {type(error).__name__}"] += 1
+                    if len(self.send_errors) < 20:
+                        self.send_errors.append(f"p{partition}: {error}")
+                    break
                 window.append((number, time.monotonic(), delivery))
             for number, sent_at, delivery in window:
                 try:
@@ -504,6 +513,7 @@ async def run_nemesis(data_dir: Path, seed: int, duration_s: float) -> Report:
         final = await read_everything(cluster, ends)
         report = check(writers, reader, final, nemesis.faults, seed)
         report.stalled = stalled_note
+        report.send_errors = writers.send_errors
         return report
 
 

@@ -7,6 +7,11 @@ request, one request in flight per broker so retries cannot reorder a partition.
 (NOT_LEADER_OR_FOLLOWER, no leader, timeouts, a broker gone) refresh the metadata and retry after
 `retry.backoff.ms` until `delivery.timeout.ms`; other errors fail the records' deliveries.
 
+`send()` blocks (as Kafka's) for at most `max.block.ms`: while the topic or the partition is not in
+the producer's metadata yet (a new topic, or a broker that restarted and has not been told the
+cluster's state), and while `buffer.memory` is full. Its metadata refreshes ask only for the topics
+it produces to, so one broker's partial answer cannot make it forget a topic in use.
+
 Idempotence (KIP-98; on by default with acks=all, as in Kafka ≥ 3.0): the producer takes a
 producer id from any broker (InitProducerId) and numbers each partition's batches with sequences
 when they are first sent; a retry resends the same bytes, so the leader writes it once and answers
@@ -203,6 +208,7 @@ class Producer:
         retry_backoff_ms: int = 100,
         delivery_timeout_ms: int = 120_000,
         request_timeout_ms: int = 30_000,
+        max_block_ms: int = 60_000,
         connections: Connections | None = None,
     ) -> None:
         if str(acks) not in ACKS:
@@ -221,12 +227,14 @@ class Producer:
         self.retry_backoff_s = retry_backoff_ms / 1000
         self.delivery_timeout_s = delivery_timeout_ms / 1000
         self.request_timeout_s = request_timeout_ms / 1000
+        self.max_block_s = max_block_ms / 1000
         self.connections = connections or Connections()
         self._owns_connections = connections is None
         self.metadata = ClusterMetadata(bootstrap, self.connections, request_timeout_s=self.request_timeout_s)
         self._open: dict[tuple[str, int], _Batch] = {}
         self._ready: collections.deque[_Batch] = collections.deque()
         self._sticky: dict[str, int] = {}
+        self._topics: set[str] = set()  # the topics produced to: what metadata refreshes ask for
         self._in_flight: dict[str, asyncio.Task[None]] = {}
         self._buffered = 0
         self._buffer_freed = asyncio.Event()
@@ -255,15 +263,44 @@ class Producer:
 
     # ---- appending -------------------------------------------------------------------------
 
-    async def _partition_count(self, topic: str) -> int:
+    async def _partition_count(self, topic: str, partition: int | None = None) -> int:
+        """The topic's partition count once the metadata holds the topic (and `partition`).
+
+        Waits up to max.block.ms as Kafka's producer does (`waitOnMetadata`): a topic just created,
+        or one a restarted broker has not yet been told about, appears within a refresh or two.
+        """
+        self._topics.add(topic)
+        deadline = time.monotonic() + self.max_block_s
+        while not self._in_metadata(topic, partition):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._not_in_metadata(topic, partition)
+            try:
+                await asyncio.wait_for(self.metadata.refresh(sorted(self._topics)), remaining)
+            except (ConnectionError, TimeoutError) as error:
+                log.info("metadata_refresh_failed", topic=topic, error=str(error))
+            if not self._in_metadata(topic, partition):
+                await asyncio.sleep(max(min(self.retry_backoff_s, deadline - time.monotonic()), 0))
+        return len(self.metadata.partitions[topic])
+
+    def _in_metadata(self, topic: str, partition: int | None) -> bool:
         partitions = self.metadata.partitions.get(topic)
-        if partitions is None:
-            partitions = await self.metadata.partitions_of(topic)
-        return len(partitions)
+        return partitions is not None and (partition is None or partition < len(partitions))
+
+    def _not_in_metadata(self, topic: str, partition: int | None) -> TidelogError:
+        waited = f"after max.block.ms={self.max_block_s * 1000:.0f}"
+        known = self.metadata.partitions.get(topic)
+        if known is None:
+            code = self.metadata.topic_errors.get(topic, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            return error_for(code, f"topic {topic!r} not present in metadata {waited}")
+        return error_for(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            f"partition {partition} of topic {topic!r} ({len(known)} partitions) not present in metadata {waited}",
+        )
 
     async def _reserve(self, size: int) -> None:
-        """Wait while buffer.memory is full (bounded by delivery.timeout.ms)."""
-        deadline = time.monotonic() + self.delivery_timeout_s
+        """Wait while buffer.memory is full (bounded by max.block.ms)."""
+        deadline = time.monotonic() + self.max_block_s
         while self._buffered + size > self.buffer_memory and self._buffered:
             # What fills the buffer must be on its way out: a bulk send that has queued batches
             # but not yet started (or woken) the sender would otherwise wait for itself.
@@ -272,7 +309,7 @@ class Producer:
             self._buffer_freed.clear()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise RequestTimedOutError("buffer.memory stayed full for delivery.timeout.ms")
+                raise RequestTimedOutError("buffer.memory stayed full for max.block.ms")
             try:
                 await asyncio.wait_for(self._buffer_freed.wait(), remaining)
             except TimeoutError:
@@ -302,11 +339,11 @@ class Producer:
         """Queue one record; await the returned delivery for its offset."""
         if self._closed:
             raise RuntimeError("producer is closed")
-        count = await self._partition_count(topic)
+        if partition is not None and partition < 0:
+            raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {partition}")
+        count = await self._partition_count(topic, partition)
         if partition is None:
             partition = partition_for_key(key, count) if key is not None else self._sticky_partition(topic, count)
-        elif not 0 <= partition < count:
-            raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {partition}")
         size = self.record_size(value, key, headers)
         await self._reserve(size)
         batch = self._open.get((topic, partition))
@@ -361,7 +398,9 @@ class Producer:
         timestamp: int | None = None,
     ) -> BulkDelivery:
         """Bulk path: queue many records at once as ready batches of about batch.size bytes."""
-        count = await self._partition_count(topic)
+        if partition is not None and partition < 0:
+            raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {partition}")
+        count = await self._partition_count(topic, partition)
         per_record = RECORD_COLUMNS_BYTES + (len(values[0] or b"") if values else 0)
         chunk = max(1, (self.batch_size - BATCH_OVERHEAD) // max(per_record, 1))
         batches: list[_Batch] = []
@@ -520,7 +559,7 @@ class Producer:
         self._ready.extend(waiting)
         if refresh:
             try:
-                await self.metadata.refresh(sorted({batch.topic for batch in waiting}))
+                await self.metadata.refresh(sorted(self._topics))
             except ConnectionError as error:
                 log.info("metadata_refresh_failed", error=str(error))
         return retry_at
@@ -578,7 +617,7 @@ class Producer:
 
     async def _refresh_quietly(self) -> None:
         try:
-            await self.metadata.refresh()
+            await self.metadata.refresh(sorted(self._topics))
         except ConnectionError as error:
             log.info("metadata_refresh_failed", error=str(error))
 

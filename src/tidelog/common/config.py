@@ -385,12 +385,18 @@ PRODUCER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
         "Codec of produced batches.",
         choices=("none", "gzip", "snappy", "lz4", "zstd"),
     ),
-    _long("buffer.memory", 32 * MIB, "Bytes of records waiting to be sent; send() waits beyond it.", minimum=1024),
+    _long("buffer.memory", 32 * MIB, "Bytes of records waiting to be sent; send() blocks beyond it.", minimum=1024),
     _int("max.request.size", MIB, "Largest produce request (and record).", minimum=1024),
     _int("retries", INT_MAX, "Retries of a batch on retriable errors, within delivery.timeout.ms."),
     _long("retry.backoff.ms", 100, "Wait before retrying a batch."),
     _long("delivery.timeout.ms", 120_000, "A record not acknowledged by then fails.", minimum=1),
     _int("request.timeout.ms", 30_000, "Deadline of one request to a broker.", minimum=1),
+    _long(
+        "max.block.ms",
+        60_000,
+        "How long send() waits for the topic's metadata, or for room in buffer.memory.",
+        minimum=0,
+    ),
 )
 
 CONSUMER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
