@@ -33,8 +33,6 @@ __all__ = ["BrokerService"]
 
 log = structlog.get_logger(__name__)
 
-FETCH_WAIT_MS_MAX: Final = 30_000  # bound on a consumer's max_wait_ms
-FETCH_BYTES_MAX: Final = 55 * 1024 * 1024  # fetch.max.bytes
 PRODUCE_TIMEOUT_MS_MAX: Final = 300_000  # bound on a produce request's acks=all wait
 EARLIEST: Final = -2
 LATEST: Final = -1
@@ -56,7 +54,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         metadata: MetadataCache,
         producer_ids: ProducerIdManager,
         etcd: Etcd3Client | None = None,
+        *,
+        fetch_max_bytes: int,
+        fetch_wait_max_ms: int,
     ) -> None:
+        self.fetch_max_bytes = fetch_max_bytes  # fetch.max.bytes: the most one response carries
+        self.fetch_wait_max_ms = fetch_wait_max_ms  # fetch.max.wait.ms.max: the longest long poll
         self.replicas = replicas
         self.metadata = metadata
         self.producer_ids = producer_ids
@@ -155,8 +158,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     async def Fetch(self, request: broker_pb2.FetchRequest, context: Context) -> broker_pb2.FetchResponse:  # noqa: N802
         started = time.perf_counter()
-        max_bytes = min(request.max_bytes if request.max_bytes > 0 else FETCH_BYTES_MAX, FETCH_BYTES_MAX)
-        deadline = time.monotonic() + min(max(request.max_wait_ms, 0), FETCH_WAIT_MS_MAX) / 1000
+        limit = self.fetch_max_bytes
+        max_bytes = min(request.max_bytes if request.max_bytes > 0 else limit, limit)
+        deadline = time.monotonic() + min(max(request.max_wait_ms, 0), self.fetch_wait_max_ms) / 1000
         keys = [(entry.topic, entry.partition) for entry in request.partitions]
         follower = request.replica_id >= 0
         # Once per request: a long poll that wakes up is the same fetch, not a new sign of life.

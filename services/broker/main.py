@@ -22,6 +22,7 @@ from tidelog.broker.registration import Registration
 from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.common.metadata import BrokerRegistration
 from tidelog.common.runtime import run_service
+from tidelog.common.settings import BrokerSettings
 from tidelog.v1 import broker_pb2_grpc
 
 log = structlog.get_logger(__name__)
@@ -37,26 +38,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--metrics-port", type=int, default=0)
     parser.add_argument("--etcd", required=True, help="etcd endpoint host:port")
     parser.add_argument("--data-dir", required=True, help="log.dirs: where partition logs live")
-    parser.add_argument("--session-timeout-ms", type=int, default=6000, help="broker.session.timeout.ms")
-    parser.add_argument("--io-threads", type=int, default=8, help="num.io.threads")
-    parser.add_argument("--flush-interval-ms", type=int, default=1000, help="log.flush.scheduler.interval.ms")
-    parser.add_argument(
-        "--retention-check-interval-ms", type=int, default=300_000, help="log.retention.check.interval.ms"
-    )
-    parser.add_argument("--replica-lag-time-max-ms", type=int, default=30_000, help="replica.lag.time.max.ms")
-    parser.add_argument("--replica-fetch-wait-max-ms", type=int, default=500, help="replica.fetch.wait.max.ms")
-    parser.add_argument("--replica-fetch-max-bytes", type=int, default=1024 * 1024, help="replica.fetch.max.bytes")
-    parser.add_argument("--replica-fetch-backoff-ms", type=int, default=200, help="replica.fetch.backoff.ms")
-    parser.add_argument("--producer-id-expiration-ms", type=int, default=86_400_000, help="producer.id.expiration.ms")
-    parser.add_argument(
-        "--controlled-shutdown-enable", choices=["true", "false"], default="true", help="controlled.shutdown.enable"
-    )
-    parser.add_argument(
-        "--controlled-shutdown-max-retries", type=int, default=3, help="controlled.shutdown.max.retries"
-    )
-    parser.add_argument(
-        "--controlled-shutdown-retry-backoff-ms", type=int, default=5000, help="controlled.shutdown.retry.backoff.ms"
-    )
     parser.add_argument(
         "--log-config",
         action="append",
@@ -64,7 +45,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="NAME=VALUE",
         help="default topic config for this broker's logs (repeatable)",
     )
-    return parser.parse_args(argv)
+    BrokerSettings.add_arguments(parser)
+    args = parser.parse_args(argv)
+    args.settings = BrokerSettings.parse_into(parser, args)
+    return args
 
 
 async def _every(interval_ms: int, replicas: ReplicaManager, work: Callable[[], Any]) -> None:
@@ -81,16 +65,18 @@ class _Broker:
 
     def __init__(self, args: argparse.Namespace, stopping: asyncio.Event) -> None:
         self.args = args
+        self.settings: BrokerSettings = args.settings
+        settings = self.settings
         defaults = dict(item.split("=", 1) for item in args.log_config)
         self.replicas = ReplicaManager(
             args.id,
             Path(args.data_dir),
-            io_threads=args.io_threads,
+            io_threads=settings.num_io_threads,
             log_defaults=defaults,
             fetcher_options={
-                "wait_max_ms": args.replica_fetch_wait_max_ms,
-                "fetch_max_bytes": args.replica_fetch_max_bytes,
-                "backoff_ms": args.replica_fetch_backoff_ms,
+                "wait_max_ms": settings.replica_fetch_wait_max_ms,
+                "fetch_max_bytes": settings.replica_fetch_max_bytes,
+                "backoff_ms": settings.replica_fetch_backoff_ms,
             },
         )
         self.metadata = MetadataCache()
@@ -100,43 +86,50 @@ class _Broker:
             BrokerRegistration(
                 args.id, args.advertised_host or args.host, args.port, args.rack, incarnation=self.replicas.incarnation
             ),
-            ttl_s=max(1, args.session_timeout_ms // 1000),
+            ttl_s=max(1, settings.broker_session_timeout_ms // 1000),
             on_replaced=stopping.set,  # another process registered this broker id: stop, fenced anyway
         )
-        self.isr_manager = IsrManager(self.replicas, self.metadata, lag_time_max_ms=args.replica_lag_time_max_ms)
+        self.isr_manager = IsrManager(self.replicas, self.metadata, lag_time_max_ms=settings.replica_lag_time_max_ms)
         self.background: list[asyncio.Task[None]] = []
 
     def add_to(self, server: grpc.aio.Server) -> list[str]:
-        service = BrokerService(self.replicas, self.metadata, ProducerIdManager(self.etcd, self.args.id), self.etcd)
+        service = BrokerService(
+            self.replicas,
+            self.metadata,
+            ProducerIdManager(self.etcd, self.args.id),
+            self.etcd,
+            fetch_max_bytes=self.settings.fetch_max_bytes,
+            fetch_wait_max_ms=self.settings.fetch_max_wait_ms_max,
+        )
         broker_pb2_grpc.add_BrokerServicer_to_server(service, server)
         return ["tidelog.v1.Broker"]
 
     async def start(self) -> None:
-        args, replicas = self.args, self.replicas
+        settings, replicas = self.settings, self.replicas
         await self.etcd.connect()
         await self.registration.register()
         replicas.cleaner.start()
         self.background = [
             asyncio.create_task(self.isr_manager.run()),
-            asyncio.create_task(_every(args.flush_interval_ms, replicas, replicas.flush_due)),
-            asyncio.create_task(_every(args.retention_check_interval_ms, replicas, replicas.apply_retention)),
+            asyncio.create_task(_every(settings.log_flush_scheduler_interval_ms, replicas, replicas.flush_due)),
+            asyncio.create_task(_every(settings.log_retention_check_interval_ms, replicas, replicas.apply_retention)),
             asyncio.create_task(
                 _every(
-                    args.retention_check_interval_ms,
+                    settings.log_retention_check_interval_ms,
                     replicas,
-                    lambda: replicas.expire_producers(args.producer_id_expiration_ms),
+                    lambda: replicas.expire_producers(settings.producer_id_expiration_ms),
                 )
             ),
         ]
 
     async def drain(self) -> None:
-        if self.args.controlled_shutdown_enable == "true":
+        if self.settings.controlled_shutdown_enable:
             await controlled_shutdown(
                 self.metadata,
                 self.args.id,
                 self.replicas.incarnation,
-                max_retries=self.args.controlled_shutdown_max_retries,
-                backoff_ms=self.args.controlled_shutdown_retry_backoff_ms,
+                max_retries=self.settings.controlled_shutdown_max_retries,
+                backoff_ms=self.settings.controlled_shutdown_retry_backoff_ms,
             )
 
     async def leave(self) -> None:
@@ -157,7 +150,12 @@ async def serve(args: argparse.Namespace) -> None:
         return _Broker(args, stopping)
 
     await run_service(
-        "broker", listen=f"{args.host}:{args.port}", metrics_port=args.metrics_port, build=build, broker_id=args.id
+        "broker",
+        listen=f"{args.host}:{args.port}",
+        metrics_port=args.metrics_port,
+        build=build,
+        max_message_bytes=args.settings.socket_request_max_bytes,
+        broker_id=args.id,
     )
 
 

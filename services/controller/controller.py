@@ -99,7 +99,9 @@ class Controller:
     ) -> None:
         self.config = config
         self.etcd = etcd
-        self.broker_requests = broker_requests or BrokerRequests(timeout_s=config.broker_request_timeout_s)
+        self.broker_requests = broker_requests or BrokerRequests(
+            timeout_s=config.settings.controller_socket_timeout_ms / 1000
+        )
         self.rng = rng or random.Random()
         self.state = ClusterState()
         self.role = ControllerRole(config.controller_id)
@@ -481,11 +483,11 @@ class Controller:
 
     async def _create_topic(self, new_topic: controller_pb2.NewTopic, validate_only: bool) -> None:
         validate_topic_name(new_topic.name)
-        partitions = new_topic.num_partitions if new_topic.num_partitions != -1 else self.config.num_partitions
+        partitions = new_topic.num_partitions if new_topic.num_partitions != -1 else self.config.settings.num_partitions
         factor = (
             new_topic.replication_factor
             if new_topic.replication_factor != -1
-            else self.config.default_replication_factor
+            else self.config.settings.default_replication_factor
         )
         if partitions > PARTITIONS_PER_TOPIC_MAX:
             raise InvalidPartitionsError(f"at most {PARTITIONS_PER_TOPIC_MAX} partitions per topic")
@@ -521,7 +523,7 @@ class Controller:
             self._require_active()
             for name in request.names:
                 try:
-                    if not self.config.delete_topic_enable:
+                    if not self.config.settings.delete_topic_enable:
                         raise TopicDeletionDisabledError("topic deletion is disabled (delete.topic.enable=false)")
                     if name not in self.state.topics:
                         raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
@@ -704,11 +706,13 @@ class Controller:
     async def _rebalance_leaders(self) -> None:
         """auto.leader.rebalance.enable: preferred elections where imbalanced, every check interval
         and as soon as a preferred replica rejoins an ISR."""
-        if not self.config.auto_leader_rebalance_enable:
+        if not self.config.settings.auto_leader_rebalance_enable:
             return
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._preferred_returned.wait(), self.config.leader_imbalance_check_interval_s)
+                await asyncio.wait_for(
+                    self._preferred_returned.wait(), self.config.settings.leader_imbalance_check_interval_seconds
+                )
             self._preferred_returned.clear()
             try:
                 async with self._mutex:
@@ -729,7 +733,7 @@ class Controller:
                         assignments,
                         states,
                         set(self.state.brokers) - self._shutting_down,
-                        self.config.leader_imbalance_per_broker_percentage,
+                        self.config.settings.leader_imbalance_per_broker_percentage,
                     )
                     _, changes = self._elections(keys, unclean=False)
                     if changes:

@@ -11,6 +11,7 @@ import structlog
 from etcd3aio import Etcd3Client
 
 from tidelog.common.runtime import run_service
+from tidelog.common.settings import ControllerSettings
 from tidelog.controller.admin_service import AdminService
 from tidelog.controller.controller import Controller
 from tidelog.controller.controller_config import ControllerConfig
@@ -27,14 +28,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, required=True, help="admin gRPC port")
     parser.add_argument("--metrics-port", type=int, default=0)
     parser.add_argument("--etcd", required=True, help="etcd endpoint host:port")
-    parser.add_argument("--num-partitions", type=int, default=1)
-    parser.add_argument("--default-replication-factor", type=int, default=1)
-    parser.add_argument("--delete-topic-enable", choices=["true", "false"], default="true")
-    parser.add_argument("--session-timeout-ms", type=int, default=6000)
-    parser.add_argument("--auto-leader-rebalance-enable", choices=["true", "false"], default="true")
-    parser.add_argument("--leader-imbalance-check-interval-seconds", type=float, default=300.0)
-    parser.add_argument("--leader-imbalance-per-broker-percentage", type=int, default=10)
-    return parser.parse_args(argv)
+    ControllerSettings.add_arguments(parser)
+    args = parser.parse_args(argv)
+    args.settings = ControllerSettings.parse_into(parser, args)
+    return args
 
 
 class _Controller:
@@ -44,13 +41,7 @@ class _Controller:
         self.config = ControllerConfig(
             controller_id=args.id,
             endpoint=f"{args.advertised_host or args.host}:{args.port}",
-            num_partitions=args.num_partitions,
-            default_replication_factor=args.default_replication_factor,
-            delete_topic_enable=args.delete_topic_enable == "true",
-            session_ttl_s=max(1, args.session_timeout_ms // 1000),
-            auto_leader_rebalance_enable=args.auto_leader_rebalance_enable == "true",
-            leader_imbalance_check_interval_s=args.leader_imbalance_check_interval_seconds,
-            leader_imbalance_per_broker_percentage=args.leader_imbalance_per_broker_percentage,
+            settings=args.settings,
         )
         self.etcd = Etcd3Client([args.etcd])
         self.controller = Controller(self.config, self.etcd)

@@ -18,19 +18,20 @@ import dataclasses
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import Final, Protocol
 
 import structlog
 
 from tidelog.common.clock import wall_clock_ms
 from tidelog.common.errors import ErrorCode, RemoteError, TidelogError
 from tidelog.common.metadata import offsets_partition_for
+from tidelog.common.settings import CoordinatorSettings
 from tidelog.coordinator.group import Group, Member, OffsetEntry
 from tidelog.coordinator.group_state import GroupState
 from tidelog.coordinator.offsets_records import decode_key, group_key, offset_key
 from tidelog.v1 import coordinator_pb2
 
-__all__ = ["CoordinatorConfig", "GroupCoordinator", "OffsetsWriter"]
+__all__ = ["GroupCoordinator", "OffsetsWriter"]
 
 log = structlog.get_logger(__name__)
 
@@ -42,15 +43,7 @@ class OffsetsWriter(Protocol):
         """Durably append (acks=all) to one __consumer_offsets partition, or raise."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class CoordinatorConfig:
-    partition_count: int = 50  # offsets.topic.num.partitions
-    min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
-    max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
-    initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
-    offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
-    max_members: int = 1000  # group.max.size
-    group_id_bytes_max: int = 1024
+GROUP_ID_BYTES_MAX: Final = 1024  # a group id longer than this is INVALID_GROUP_ID
 
 
 def _error(code: ErrorCode, message: str) -> RemoteError:
@@ -59,7 +52,7 @@ def _error(code: ErrorCode, message: str) -> RemoteError:
 
 class GroupCoordinator:
     def __init__(
-        self, writer: OffsetsWriter, config: CoordinatorConfig, *, clock_ms: Callable[[], int] = wall_clock_ms
+        self, writer: OffsetsWriter, config: CoordinatorSettings, *, clock_ms: Callable[[], int] = wall_clock_ms
     ) -> None:
         self.writer = writer
         self.config = config
@@ -72,7 +65,7 @@ class GroupCoordinator:
     # ---- ownership -------------------------------------------------------------------------
 
     def partition_of(self, group_id: str) -> int:
-        return offsets_partition_for(group_id, self.config.partition_count)
+        return offsets_partition_for(group_id, self.config.offsets_topic_num_partitions)
 
     def begin_loading(self, partition: int) -> None:
         self.loading.add(partition)
@@ -94,7 +87,7 @@ class GroupCoordinator:
         log.info("offsets_partition_unloaded", partition=partition)
 
     def _group(self, group_id: str, *, create: bool = False) -> Group:
-        if not group_id or len(group_id.encode()) > self.config.group_id_bytes_max:
+        if not group_id or len(group_id.encode()) > GROUP_ID_BYTES_MAX:
             raise _error(ErrorCode.INVALID_GROUP_ID, "group id must be 1 to 1024 bytes")
         partition = self.partition_of(group_id)
         if partition in self.loading:
@@ -184,10 +177,11 @@ class GroupCoordinator:
 
     async def join_group(self, request: coordinator_pb2.JoinGroupRequest) -> coordinator_pb2.JoinGroupResponse:
         config = self.config
-        if not config.min_session_timeout_ms <= request.session_timeout_ms <= config.max_session_timeout_ms:
+        low, high = config.group_min_session_timeout_ms, config.group_max_session_timeout_ms
+        if not low <= request.session_timeout_ms <= high:
             raise _error(
                 ErrorCode.INVALID_SESSION_TIMEOUT,
-                f"session.timeout.ms must be within [{config.min_session_timeout_ms}, {config.max_session_timeout_ms}]",
+                f"session.timeout.ms must be within [{low}, {high}]",
             )
         protocols = [(protocol.name, bytes(protocol.metadata)) for protocol in request.protocols]
         if not protocols or not request.protocol_type:
@@ -205,8 +199,8 @@ class GroupCoordinator:
                 return self._static_rejoin(group, known, request, protocols)
         if member_id and member_id not in group.members:
             raise _error(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {group.group_id!r}")
-        if not member_id and len(group.members) >= config.max_members:
-            raise _error(ErrorCode.REBALANCE_IN_PROGRESS, f"group.max.size={config.max_members} reached")
+        if not member_id and len(group.members) >= config.group_max_size:
+            raise _error(ErrorCode.REBALANCE_IN_PROGRESS, f"group.max.size={config.group_max_size} reached")
         future: asyncio.Future[coordinator_pb2.JoinGroupResponse] = asyncio.get_running_loop().create_future()
         member = group.members.get(member_id) if member_id else None
         if member is None:
@@ -237,7 +231,7 @@ class GroupCoordinator:
             self._prepare_rebalance(group, reason=f"member {member.member_id} joined")
         elif group.join_ready_at:  # still in the initial delay: each newcomer extends it
             group.join_ready_at = min(
-                time.monotonic() + config.initial_rebalance_delay_ms / 1000, group.rebalance_deadline
+                time.monotonic() + config.group_initial_rebalance_delay_ms / 1000, group.rebalance_deadline
             )
         self._maybe_complete_join(group)
         return await future
@@ -302,7 +296,9 @@ class GroupCoordinator:
         timeout_ms = max((member.rebalance_timeout_ms for member in group.members.values()), default=0)
         group.rebalance_deadline = now + timeout_ms / 1000
         group.join_ready_at = (
-            min(now + self.config.initial_rebalance_delay_ms / 1000, group.rebalance_deadline) if was_empty else 0.0
+            min(now + self.config.group_initial_rebalance_delay_ms / 1000, group.rebalance_deadline)
+            if was_empty
+            else 0.0
         )
         log.info("rebalance_started", group=group.group_id, generation=group.generation_id, reason=reason)
 
@@ -565,7 +561,7 @@ class GroupCoordinator:
                 if group.state == GroupState.EMPTY and (group.offsets or group.generation_id):
                     # Retention counts from when the group became empty, or from its last commit.
                     last_commit = max((entry.commit_timestamp_ms for entry in group.offsets.values()), default=0)
-                    if now_ms - max(group.empty_since_ms, last_commit) > self.config.offsets_retention_ms:
+                    if now_ms - max(group.empty_since_ms, last_commit) > self.config.offsets_retention_minutes * 60_000:
                         expired_groups.append(group)
         for group in expired_groups:
             log.info("group_offsets_expired", group=group.group_id, offsets=len(group.offsets))

@@ -23,9 +23,10 @@ from tidelog.common.errors import ErrorCode, TidelogError
 from tidelog.common.etcd.registry import registered_brokers
 from tidelog.common.metadata import CONSUMER_OFFSETS_TOPIC, CoordinatorInstanceRecord
 from tidelog.common.runtime import run_service
+from tidelog.common.settings import CoordinatorSettings
 from tidelog.coordinator import coordinator_metrics
 from tidelog.coordinator.coordinator_service import CoordinatorService
-from tidelog.coordinator.group_coordinator import CoordinatorConfig, GroupCoordinator
+from tidelog.coordinator.group_coordinator import GroupCoordinator
 from tidelog.coordinator.offsets_records import FENCE_KEY
 from tidelog.coordinator.offsets_writer import FencedOffsetsWriter
 from tidelog.coordinator.partition_ownership import PartitionOwnership
@@ -45,15 +46,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--metrics-port", type=int, default=0)
     parser.add_argument("--etcd", required=True, help="etcd endpoint host:port")
-    parser.add_argument("--session-timeout-ms", type=int, default=6000, help="coordinator.session.timeout.ms")
-    parser.add_argument("--offsets-topic-num-partitions", type=int, default=50)
-    parser.add_argument("--offsets-topic-replication-factor", type=int, default=3)
-    parser.add_argument("--group-min-session-timeout-ms", type=int, default=6000)
-    parser.add_argument("--group-max-session-timeout-ms", type=int, default=1_800_000)
-    parser.add_argument("--group-initial-rebalance-delay-ms", type=int, default=3000)
-    parser.add_argument("--offsets-retention-minutes", type=int, default=10080)
-    parser.add_argument("--group-max-size", type=int, default=1000)
-    return parser.parse_args(argv)
+    CoordinatorSettings.add_arguments(parser)
+    args = parser.parse_args(argv)
+    args.settings = CoordinatorSettings.parse_into(parser, args)
+    return args
 
 
 async def _ensure_offsets_topic(bootstrap: list[str], partitions: int, factor: int) -> None:
@@ -112,17 +108,8 @@ class _Coordinator:
         self.bootstrap = bootstrap
         self.connections = Connections()
         writer = FencedOffsetsWriter(ClusterMetadata(bootstrap, self.connections), self.connections)
-        coordinator = GroupCoordinator(
-            writer,
-            CoordinatorConfig(
-                partition_count=args.offsets_topic_num_partitions,
-                min_session_timeout_ms=args.group_min_session_timeout_ms,
-                max_session_timeout_ms=args.group_max_session_timeout_ms,
-                initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
-                offsets_retention_ms=args.offsets_retention_minutes * 60_000,
-                max_members=args.group_max_size,
-            ),
-        )
+        settings: CoordinatorSettings = args.settings
+        coordinator = GroupCoordinator(writer, settings)
         coordinator_metrics.register(coordinator)
 
         async def lost(partition: int) -> None:
@@ -133,8 +120,8 @@ class _Coordinator:
         self.ownership = PartitionOwnership(
             etcd,
             CoordinatorInstanceRecord(args.id, f"{args.advertised_host or args.host}:{args.port}"),
-            args.offsets_topic_num_partitions,
-            ttl_s=max(1, args.session_timeout_ms // 1000),
+            settings.offsets_topic_num_partitions,
+            ttl_s=max(1, settings.coordinator_session_timeout_ms // 1000),
             gained=lambda partition, epoch: _load(coordinator, writer, bootstrap, partition, epoch),
             lost=lost,
             broken=writer.broken,
@@ -178,7 +165,10 @@ async def serve(args: argparse.Namespace) -> None:
         etcd = Etcd3Client([args.etcd])
         await etcd.connect()
         bootstrap = await registered_brokers(etcd)
-        await _ensure_offsets_topic(bootstrap, args.offsets_topic_num_partitions, args.offsets_topic_replication_factor)
+        settings: CoordinatorSettings = args.settings
+        await _ensure_offsets_topic(
+            bootstrap, settings.offsets_topic_num_partitions, settings.offsets_topic_replication_factor
+        )
         return _Coordinator(args, etcd, bootstrap)
 
     await run_service(

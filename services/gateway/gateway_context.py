@@ -1,4 +1,4 @@
-"""What the routes share: the clients over the cluster, the instance registry, the limits."""
+"""What the routes share: the clients over the cluster, the instance registry, the settings."""
 
 from __future__ import annotations
 
@@ -8,27 +8,16 @@ from fastapi import Request
 
 from tidelog.client import AdminClient, Consumer, Producer
 from tidelog.client.connections import Connections
+from tidelog.common.settings import GatewaySettings
 from tidelog.gateway.access import ANONYMOUS
 from tidelog.gateway.instance_registry import InstanceRegistry
 
-__all__ = ["GatewayContext", "GatewayLimits", "context", "principal"]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class GatewayLimits:
-    """The gateway's settings, named as in docs/configuration.md (scope gateway)."""
-
-    consumer_instance_timeout_ms: int = 300_000
-    consumer_request_timeout_ms: int = 1000
-    consumer_request_max_bytes: int = 64 * 1024 * 1024
-    consumer_instances_max: int = 1000
-    rest_request_max_bytes: int = 16 * 1024 * 1024
-    produce_records_max: int = 10_000
+__all__ = ["GatewayContext", "context", "principal"]
 
 
 @dataclasses.dataclass(slots=True)
 class GatewayContext:
-    limits: GatewayLimits
+    limits: GatewaySettings
     bootstrap: list[str]
     connections: Connections
     producer: Producer

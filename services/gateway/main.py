@@ -26,9 +26,10 @@ from tidelog.client.connections import Connections
 from tidelog.common.etcd.registry import cluster_id, registered_brokers
 from tidelog.common.etcd.session import Session
 from tidelog.common.runtime import configure_logging, grpc_server, mark_serving, start_metrics, stop_on_signals
+from tidelog.common.settings import GatewaySettings
 from tidelog.gateway.access import load_credentials
 from tidelog.gateway.app import create_app
-from tidelog.gateway.gateway_context import GatewayContext, GatewayLimits
+from tidelog.gateway.gateway_context import GatewayContext
 from tidelog.gateway.instance_registry import InstanceRegistry
 
 log = structlog.get_logger(__name__)
@@ -45,17 +46,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--health-port", type=int, default=0, help="gRPC health (0: off)")
     parser.add_argument("--metrics-port", type=int, default=0)
     parser.add_argument("--etcd", required=True, help="etcd endpoint host:port")
-    parser.add_argument("--session-timeout-ms", type=int, default=6000, help="TTL of the gateway's etcd lease")
     parser.add_argument("--credentials-file", type=Path, help="'credential principal' per line: turns auth on")
-    defaults = GatewayLimits()
-    parser.add_argument("--consumer-instance-timeout-ms", type=int, default=defaults.consumer_instance_timeout_ms)
-    parser.add_argument("--consumer-request-timeout-ms", type=int, default=defaults.consumer_request_timeout_ms)
-    parser.add_argument("--consumer-request-max-bytes", type=int, default=defaults.consumer_request_max_bytes)
-    parser.add_argument("--consumer-instances-max", type=int, default=defaults.consumer_instances_max)
-    parser.add_argument("--rest-request-max-bytes", type=int, default=defaults.rest_request_max_bytes)
-    parser.add_argument("--produce-records-max", type=int, default=defaults.produce_records_max)
     parser.add_argument("--linger-ms", type=int, default=2, help="linger.ms of the gateway's producer")
-    return parser.parse_args(argv)
+    GatewaySettings.add_arguments(parser)
+    args = parser.parse_args(argv)
+    args.settings = GatewaySettings.parse_into(parser, args)
+    return args
 
 
 class _Server(uvicorn.Server):
@@ -71,16 +67,9 @@ async def serve(args: argparse.Namespace) -> None:
     credentials = load_credentials(args.credentials_file) if args.credentials_file else {}
     etcd = Etcd3Client([args.etcd])
     await etcd.connect()
-    session = await Session(etcd, ttl_s=max(1, args.session_timeout_ms // 1000)).start()
+    limits: GatewaySettings = args.settings
+    session = await Session(etcd, ttl_s=max(1, limits.gateway_session_timeout_ms // 1000)).start()
     bootstrap = await registered_brokers(etcd)
-    limits = GatewayLimits(
-        consumer_instance_timeout_ms=args.consumer_instance_timeout_ms,
-        consumer_request_timeout_ms=args.consumer_request_timeout_ms,
-        consumer_request_max_bytes=args.consumer_request_max_bytes,
-        consumer_instances_max=args.consumer_instances_max,
-        rest_request_max_bytes=args.rest_request_max_bytes,
-        produce_records_max=args.produce_records_max,
-    )
     url = args.advertised_url or f"http://{args.host}:{args.port}"
     connections = Connections()
     registry = InstanceRegistry(

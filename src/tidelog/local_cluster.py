@@ -158,7 +158,7 @@ class LocalCluster:
             str(port),
             "--etcd",
             self.etcd.endpoint,
-            "--session-timeout-ms",
+            f"--{kind}-session-timeout-ms",  # broker.session.timeout.ms, controller.session.timeout.ms, ...
             str(self.session_timeout_ms),
         ]
         if self.metrics:

@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from tidelog.common.errors import ErrorCode, TidelogError
-from tidelog.coordinator.group_coordinator import CoordinatorConfig, GroupCoordinator
+from tidelog.common.settings import CoordinatorSettings
+from tidelog.coordinator.group_coordinator import GroupCoordinator
 from tidelog.coordinator.group_state import GroupState, IllegalTransitionError, check_transition
 from tidelog.v1 import coordinator_pb2
 
@@ -20,10 +21,11 @@ class RecordingWriter:
         self.records.extend((partition, key, value) for key, value in records)
 
 
-def coordinator(writer: RecordingWriter, **config: int) -> GroupCoordinator:
-    config.setdefault("initial_rebalance_delay_ms", 0)
-    config.setdefault("partition_count", 1)
-    group_coordinator = GroupCoordinator(writer, CoordinatorConfig(**config))
+def coordinator(writer: RecordingWriter) -> GroupCoordinator:
+    settings = CoordinatorSettings.from_configs(
+        {"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 1}
+    )
+    group_coordinator = GroupCoordinator(writer, settings)
     group_coordinator.begin_loading(0)
     group_coordinator.finish_loading(0)
     return group_coordinator

@@ -28,7 +28,8 @@ __all__ = [
     "stop_on_signals",
 ]
 
-# socket.request.max.bytes (Kafka's default): the largest request a service accepts.
+# socket.request.max.bytes's default (a broker takes it from its settings): the largest message a
+# service accepts or sends, and the bound of every client channel.
 GRPC_MESSAGE_BYTES_MAX: Final = 100 * 1024 * 1024
 # reconnect.backoff.ms / reconnect.backoff.max.ms (Kafka's defaults): how soon a channel tries a
 # peer again after failing to connect. gRPC's own default grows to 120 s, so a peer that was
@@ -69,8 +70,12 @@ def start_metrics(port: int, host: str = "127.0.0.1") -> None:
         start_http_server(port, addr=host)
 
 
-def grpc_server() -> tuple[grpc.aio.Server, HealthServicer]:
-    server = grpc.aio.server(options=GRPC_OPTIONS)
+def grpc_server(max_message_bytes: int = GRPC_MESSAGE_BYTES_MAX) -> tuple[grpc.aio.Server, HealthServicer]:
+    limits = [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+    ]
+    server = grpc.aio.server(options=[*GRPC_OPTIONS, *limits])  # the later of two equal keys wins
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     return server, health
@@ -140,6 +145,7 @@ async def run_service(
     metrics_port: int,
     build: Callable[[asyncio.Event], Awaitable[ServiceParts]],
     grace_s: float = 2.0,
+    max_message_bytes: int = GRPC_MESSAGE_BYTES_MAX,
     **context: object,
 ) -> None:
     """The one start/stop sequence of every gRPC service process.
@@ -154,7 +160,7 @@ async def run_service(
     start_metrics(metrics_port)
     stopping = stop_on_signals()
     parts = await build(stopping)
-    server, health = grpc_server()
+    server, health = grpc_server(max_message_bytes)
     names = parts.add_to(server)
     server.add_insecure_port(listen)
     await server.start()
