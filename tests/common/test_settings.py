@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tidelog.broker import main as broker_main
+from tidelog.client import Consumer, GroupConsumer, Producer
+from tidelog.client.assignors import ASSIGNORS
 from tidelog.common.config import ALL_CONFIGS, ConfigScope, ConfigType
 from tidelog.common.errors import InvalidConfigError
 from tidelog.common.settings import (
@@ -128,3 +131,25 @@ def test_help_lists_every_setting_with_its_meaning() -> None:
     text = parser.format_help()
     for definition in BrokerSettings.DEFINITIONS:
         assert "--" + definition.name.replace(".", "-") in text
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: Producer(["b:1"], linger_ms=-1), "linger.ms: -1 is below the minimum 0"),
+        (lambda: Producer(["b:1"], acks="2"), "acks: '2' is not one of 0, 1, all, -1"),
+        (lambda: Producer(["b:1"], batch_size=2 * 1024 * 1024), "batch.size=2097152 exceeds max.request.size"),
+        (lambda: Consumer(["b:1"], auto_offset_reset="smallest"), "auto.offset.reset: 'smallest' is not one of"),
+        (lambda: GroupConsumer(["b:1"], "g", partition_assignment_strategy=["fair"]), "'fair' is not one of"),
+        (lambda: GroupConsumer(["b:1"], "g", heartbeat_interval_ms=0), "heartbeat.interval.ms: 0 is below"),
+    ],
+)
+def test_clients_check_their_settings_against_the_registry(make: Callable[[], object], message: str) -> None:
+    with pytest.raises(InvalidConfigError) as refused:
+        make()
+    assert message in str(refused.value)
+
+
+def test_the_registry_offers_exactly_the_assignors_the_client_has() -> None:
+    strategy = next(d for d in ConsumerSettings.DEFINITIONS if d.name == "partition.assignment.strategy")
+    assert set(strategy.choices or ()) == set(ASSIGNORS)

@@ -26,6 +26,7 @@ from tidelog.client.cluster_metadata import ClusterMetadata, TopicPartition
 from tidelog.client.connections import Connections
 from tidelog.common.errors import ErrorCode, OffsetOutOfRangeError, TidelogError, error_for
 from tidelog.common.record.batch import Headers, RecordBatch, decode_batches
+from tidelog.common.settings import ConsumerSettings
 from tidelog.v1 import broker_pb2
 
 __all__ = ["Consumer", "ConsumerRecord", "FetchedPartition", "first_offsets", "next_offsets"]
@@ -34,7 +35,7 @@ log = structlog.get_logger(__name__)
 
 EARLIEST: Final = -2
 LATEST: Final = -1
-RESET_POLICIES: Final = ("earliest", "latest", "none")
+DEFAULTS: Final = ConsumerSettings.from_configs()  # the registry's (docs/configuration.md)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -81,17 +82,26 @@ class Consumer:
         self,
         bootstrap: Sequence[str],
         *,
-        auto_offset_reset: str = "latest",
-        fetch_min_bytes: int = 1,
-        fetch_max_wait_ms: int = 500,
-        fetch_max_bytes: int = 50 * 1024 * 1024,
-        max_partition_fetch_bytes: int = 1024 * 1024,
-        request_timeout_ms: int = 30_000,
-        retry_backoff_ms: int = 100,
+        auto_offset_reset: str = DEFAULTS.auto_offset_reset,
+        fetch_min_bytes: int = DEFAULTS.fetch_min_bytes,
+        fetch_max_wait_ms: int = DEFAULTS.fetch_max_wait_ms,
+        fetch_max_bytes: int = DEFAULTS.fetch_max_bytes,
+        max_partition_fetch_bytes: int = DEFAULTS.max_partition_fetch_bytes,
+        request_timeout_ms: int = DEFAULTS.request_timeout_ms,
+        retry_backoff_ms: int = DEFAULTS.retry_backoff_ms,
         connections: Connections | None = None,
     ) -> None:
-        if auto_offset_reset not in RESET_POLICIES:
-            raise ValueError(f"auto.offset.reset must be one of {RESET_POLICIES}")
+        ConsumerSettings.from_configs(  # the registry's bounds: an InvalidConfigError names a bad value
+            {
+                "auto.offset.reset": auto_offset_reset,
+                "fetch.min.bytes": fetch_min_bytes,
+                "fetch.max.wait.ms": fetch_max_wait_ms,
+                "fetch.max.bytes": fetch_max_bytes,
+                "max.partition.fetch.bytes": max_partition_fetch_bytes,
+                "request.timeout.ms": request_timeout_ms,
+                "retry.backoff.ms": retry_backoff_ms,
+            }
+        )
         self.auto_offset_reset = auto_offset_reset
         self.fetch_min_bytes = fetch_min_bytes
         self.fetch_max_wait_ms = fetch_max_wait_ms

@@ -18,7 +18,7 @@ import contextlib
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import Final, Protocol
 
 import structlog
 
@@ -35,10 +35,12 @@ from tidelog.client.connections import Connections
 from tidelog.client.consumer import Consumer, ConsumerRecord, next_offsets
 from tidelog.client.coordinator_link import CoordinatorLink
 from tidelog.common.errors import ErrorCode, RemoteError, TidelogError, error_for
+from tidelog.common.settings import ConsumerSettings
 from tidelog.v1 import coordinator_pb2
 
 __all__ = ["GroupConsumer", "RebalanceListener"]
 
+DEFAULTS: Final = ConsumerSettings.from_configs()  # the registry's (docs/configuration.md)
 log = structlog.get_logger(__name__)
 
 REJOIN_CODES = {ErrorCode.REBALANCE_IN_PROGRESS}
@@ -57,24 +59,34 @@ class GroupConsumer:
         bootstrap: Sequence[str],
         group_id: str,
         *,
-        client_id: str = "tidelog",
-        group_instance_id: str = "",
-        session_timeout_ms: int = 45_000,
-        heartbeat_interval_ms: int = 3000,
-        max_poll_interval_ms: int = 300_000,
-        max_poll_records: int = 500,
-        enable_auto_commit: bool = True,
-        auto_commit_interval_ms: int = 5000,
-        partition_assignment_strategy: Sequence[str] = ("range", "cooperative-sticky"),
-        auto_offset_reset: str = "latest",
-        request_timeout_ms: int = 30_000,
-        retry_backoff_ms: int = 100,
+        client_id: str = DEFAULTS.client_id,
+        group_instance_id: str = DEFAULTS.group_instance_id,
+        session_timeout_ms: int = DEFAULTS.session_timeout_ms,
+        heartbeat_interval_ms: int = DEFAULTS.heartbeat_interval_ms,
+        max_poll_interval_ms: int = DEFAULTS.max_poll_interval_ms,
+        max_poll_records: int = DEFAULTS.max_poll_records,
+        enable_auto_commit: bool = DEFAULTS.enable_auto_commit,
+        auto_commit_interval_ms: int = DEFAULTS.auto_commit_interval_ms,
+        partition_assignment_strategy: Sequence[str] = DEFAULTS.partition_assignment_strategy,
+        auto_offset_reset: str = DEFAULTS.auto_offset_reset,
+        request_timeout_ms: int = DEFAULTS.request_timeout_ms,
+        retry_backoff_ms: int = DEFAULTS.retry_backoff_ms,
         connections: Connections | None = None,
         **fetch_options: int,
     ) -> None:
-        unknown = [name for name in partition_assignment_strategy if name not in ASSIGNORS]
-        if unknown or not partition_assignment_strategy:
-            raise ValueError(f"partition.assignment.strategy: unknown {unknown}; known {sorted(ASSIGNORS)}")
+        ConsumerSettings.from_configs(  # the registry's bounds: an InvalidConfigError names a bad value
+            {
+                "client.id": client_id,
+                "group.instance.id": group_instance_id,
+                "session.timeout.ms": session_timeout_ms,
+                "heartbeat.interval.ms": heartbeat_interval_ms,
+                "max.poll.interval.ms": max_poll_interval_ms,
+                "max.poll.records": max_poll_records,
+                "enable.auto.commit": enable_auto_commit,
+                "auto.commit.interval.ms": auto_commit_interval_ms,
+                "partition.assignment.strategy": tuple(partition_assignment_strategy),
+            }
+        )
         if not group_id:
             raise ValueError("group.id is required")
         self.group_id = group_id

@@ -45,7 +45,7 @@ from tidelog.common.clock import wall_clock_ms
 from tidelog.common.errors import (
     RETRIABLE_CODES,
     ErrorCode,
-    InvalidRequestError,
+    InvalidConfigError,
     RecordTooLargeError,
     RequestTimedOutError,
     TidelogError,
@@ -60,6 +60,7 @@ from tidelog.common.record.batch import (
     next_sequence,
 )
 from tidelog.common.record.compression import CompressionType
+from tidelog.common.settings import ProducerSettings
 from tidelog.v1 import broker_pb2
 
 __all__ = ["BulkDelivery", "Producer", "RecordDelivery", "RecordMetadata"]
@@ -67,6 +68,7 @@ __all__ = ["BulkDelivery", "Producer", "RecordDelivery", "RecordMetadata"]
 log = structlog.get_logger(__name__)
 
 ACKS: Final = {"0": 0, "1": 1, "all": -1, "-1": -1}
+DEFAULTS: Final = ProducerSettings.from_configs()  # the registry's (docs/configuration.md)
 PRODUCER_EPOCH_MAX: Final = 2**15 - 1
 
 
@@ -197,24 +199,39 @@ class Producer:
         self,
         bootstrap: Sequence[str],
         *,
-        acks: str | int = "all",
-        enable_idempotence: bool = True,
-        batch_size: int = 16_384,
-        linger_ms: int = 5,
-        compression_type: str = "none",
-        buffer_memory: int = 32 * 1024 * 1024,
-        max_request_size: int = 1024 * 1024,
-        retries: int = 2**31 - 1,
-        retry_backoff_ms: int = 100,
-        delivery_timeout_ms: int = 120_000,
-        request_timeout_ms: int = 30_000,
-        max_block_ms: int = 60_000,
+        acks: str | int = DEFAULTS.acks,
+        enable_idempotence: bool = DEFAULTS.enable_idempotence,
+        batch_size: int = DEFAULTS.batch_size,
+        linger_ms: int = DEFAULTS.linger_ms,
+        compression_type: str = DEFAULTS.compression_type,
+        buffer_memory: int = DEFAULTS.buffer_memory,
+        max_request_size: int = DEFAULTS.max_request_size,
+        retries: int = DEFAULTS.retries,
+        retry_backoff_ms: int = DEFAULTS.retry_backoff_ms,
+        delivery_timeout_ms: int = DEFAULTS.delivery_timeout_ms,
+        request_timeout_ms: int = DEFAULTS.request_timeout_ms,
+        max_block_ms: int = DEFAULTS.max_block_ms,
         connections: Connections | None = None,
     ) -> None:
-        if str(acks) not in ACKS:
-            raise InvalidRequestError(f"acks must be 0, 1 or all, not {acks!r}")
-        if not 0 < batch_size <= max_request_size:
-            raise InvalidRequestError("batch.size must be positive and at most max.request.size")
+        # Checked against the registry's bounds: a bad value is an InvalidConfigError naming it.
+        self.settings = ProducerSettings.from_configs(
+            {
+                "acks": str(acks),
+                "enable.idempotence": enable_idempotence,
+                "batch.size": batch_size,
+                "linger.ms": linger_ms,
+                "compression.type": compression_type,
+                "buffer.memory": buffer_memory,
+                "max.request.size": max_request_size,
+                "retries": retries,
+                "retry.backoff.ms": retry_backoff_ms,
+                "delivery.timeout.ms": delivery_timeout_ms,
+                "request.timeout.ms": request_timeout_ms,
+                "max.block.ms": max_block_ms,
+            }
+        )
+        if batch_size > max_request_size:
+            raise InvalidConfigError(f"batch.size={batch_size} exceeds max.request.size={max_request_size}")
         self.acks = ACKS[str(acks)]
         # Idempotence needs acks=all; with other acks it is off (as Kafka >= 3.0 does when unset).
         self.idempotent = enable_idempotence and self.acks == -1
