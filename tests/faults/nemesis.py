@@ -182,10 +182,12 @@ class Writers:
         lines = []
         for number, producer in enumerate(self.producers):
             try:
-                in_flight = {endpoint: task.done() for endpoint, task in producer._in_flight.items()}
+                sender = producer.sender
+                in_flight = {endpoint: task.done() for endpoint, task in sender.in_flight.items()}
+                waiting = sorted({(batch.key, batch.state.value) for batch in producer.accumulator.waiting()})
                 lines.append(
-                    f"producer {number}: in flight (endpoint: done) {in_flight}, sending {sorted(producer._sending)}, "
-                    f"ready {sorted({batch.key for batch in producer._ready})}, open {sorted(producer._open)}, "
+                    f"producer {number}: in flight (endpoint: done) {in_flight}, sending {sorted(sender.sending)}, "
+                    f"waiting {waiting}, "
                     f"leaders { ({t: [p.leader for p in ps] for t, ps in producer.metadata.partitions.items()}) }"
                 )
             except Exception as error:  # diagnostics only: never hide the stall itself

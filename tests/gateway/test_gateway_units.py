@@ -151,5 +151,5 @@ async def test_a_record_too_large_refuses_the_request_before_any_record_is_queue
     with pytest.raises(RestError) as refused:
         await produce(producer, TwoPartitions(), "t", records)  # type: ignore[arg-type]
     assert refused.value.error_code == 42206 and "records[3]" in refused.value.message
-    assert not producer._open and not producer._ready and producer._sender is None
+    assert not list(producer.accumulator.waiting()) and producer._sender_task is None  # nothing started
     await producer.close()

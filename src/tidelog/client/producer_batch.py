@@ -1,0 +1,133 @@
+"""A producer batch and its life (Kafka's ProducerBatch and its final states).
+
+    OPEN ──full / linger.ms / flush──▶ READY ──drained into a request──▶ IN_FLIGHT ──▶ ACKNOWLEDGED
+                                        │  ▲                               │
+                                        │  └──── retriable error ──────────┤
+                                        └────────▶ FAILED ◀── fatal error, retries or time out
+
+A batch is in exactly one place for each state: the accumulator's open batches (OPEN), its ready
+queue (READY), one request of the sender (IN_FLIGHT); ACKNOWLEDGED and FAILED are final and settle
+the delivery future. Every change goes through `move_to`, which refuses one the table does not list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from typing import Final
+
+from tidelog.common.clock import wall_clock_ms
+from tidelog.common.record.batch import BATCH_OVERHEAD, NO_PRODUCER_ID, Headers, encode_batch
+from tidelog.common.record.compression import CompressionType
+
+__all__ = ["BatchState", "IllegalBatchTransitionError", "ProducerBatch"]
+
+
+class BatchState(enum.Enum):
+    OPEN = "open"
+    READY = "ready"
+    IN_FLIGHT = "in-flight"
+    ACKNOWLEDGED = "acknowledged"
+    FAILED = "failed"
+
+
+# The states each state may be entered from.
+VALID_PREVIOUS: Final[dict[BatchState, frozenset[BatchState]]] = {
+    BatchState.OPEN: frozenset(),
+    BatchState.READY: frozenset({BatchState.OPEN, BatchState.IN_FLIGHT}),
+    BatchState.IN_FLIGHT: frozenset({BatchState.READY}),
+    BatchState.ACKNOWLEDGED: frozenset({BatchState.IN_FLIGHT}),
+    BatchState.FAILED: frozenset({BatchState.READY, BatchState.IN_FLIGHT}),
+}
+
+
+class IllegalBatchTransitionError(AssertionError):
+    pass
+
+
+class ProducerBatch:
+    __slots__ = (
+        "attempts",
+        "base_sequence",
+        "created",
+        "encoded",
+        "future",
+        "headers",
+        "keys",
+        "next_attempt_at",
+        "partition",
+        "producer_epoch",
+        "producer_id",
+        "reserved",
+        "serial",
+        "size",
+        "state",
+        "timestamp",
+        "timestamps",
+        "topic",
+        "values",
+    )
+
+    def __init__(
+        self, topic: str, partition: int, loop: asyncio.AbstractEventLoop, serial: int, created: float | None = None
+    ) -> None:
+        self.serial = serial  # creation order: a partition's batches are sent in this order
+        self.topic = topic
+        self.partition = partition
+        self.state = BatchState.OPEN
+        self.values: list[bytes | None] = []
+        self.keys: list[bytes | None] | None = None
+        self.timestamps: list[int] | None = None
+        self.headers: list[Headers] | None = None
+        self.size = BATCH_OVERHEAD
+        self.created = time.monotonic() if created is None else created
+        self.timestamp = wall_clock_ms()
+        self.future: asyncio.Future[tuple[int, int]] = loop.create_future()
+        self.attempts = 0
+        self.next_attempt_at = 0.0
+        self.reserved = 0  # bytes of buffer.memory this batch holds
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = -1
+        self.base_sequence = -1  # set when first sent (idempotence), kept for every retry
+        self.encoded: bytes | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+    @property
+    def done(self) -> bool:
+        return self.state in (BatchState.ACKNOWLEDGED, BatchState.FAILED)
+
+    def move_to(self, target: BatchState) -> None:
+        if self.state not in VALID_PREVIOUS[target]:
+            raise IllegalBatchTransitionError(
+                f"batch {self.serial} of {self.topic}-{self.partition} cannot go from {self.state.value} to "
+                f"{target.value}"
+            )
+        self.state = target
+
+    def acknowledge(self, result: tuple[int, int]) -> None:
+        self.move_to(BatchState.ACKNOWLEDGED)
+        self.future.set_result(result)
+
+    def fail(self, error: BaseException) -> None:
+        self.move_to(BatchState.FAILED)
+        self.future.set_exception(error)
+        self.future.exception()  # retrieved: a failed delivery nobody awaits is not an "unhandled" error
+
+    def encode(self, compression: CompressionType) -> bytes:
+        """The batch's bytes, encoded once: a retry sends exactly what the first attempt did."""
+        if self.encoded is None:
+            self.encoded = encode_batch(
+                self.values,
+                keys=self.keys,
+                headers=self.headers,
+                timestamps=self.timestamp if self.timestamps is None else self.timestamps,
+                compression=compression,
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                base_sequence=self.base_sequence,
+            )
+        return self.encoded

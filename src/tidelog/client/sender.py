@@ -1,0 +1,253 @@
+"""The producer's background task (Kafka's Sender): ready batches → one Produce request per leader.
+
+Each round closes batches past linger.ms, then drains the ready queue: everything bound for one
+broker goes in one request (up to max.request.size), one request in flight per broker, and a
+partition's batches in creation order — once one of them cannot go now (backing off, no leader,
+its leader busy, or one of its batches in flight), the later ones wait behind it. Retriable errors
+(NOT_LEADER_OR_FOLLOWER, no leader, timeouts, a broker gone) refresh the metadata and put the batch
+back after retry.backoff.ms, until retries or delivery.timeout.ms run out; other errors fail it.
+A batch still waiting when delivery.timeout.ms has passed fails too (Kafka's expired batches).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+
+import grpc
+import structlog
+
+from tidelog.client.cluster_metadata import ClusterMetadata
+from tidelog.client.connections import Connections
+from tidelog.client.producer_batch import BatchState, ProducerBatch
+from tidelog.client.producer_sequences import ProducerSequences
+from tidelog.client.record_accumulator import RecordAccumulator
+from tidelog.common.errors import RETRIABLE_CODES, ErrorCode, RequestTimedOutError, TidelogError, error_for
+from tidelog.common.record.compression import CompressionType
+from tidelog.v1 import broker_pb2
+
+__all__ = ["Sender", "SenderOptions"]
+
+log = structlog.get_logger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SenderOptions:
+    acks: int  # -1, 0 or 1
+    idempotent: bool
+    compression: CompressionType
+    max_request_size: int
+    retries: int
+    retry_backoff_s: float
+    delivery_timeout_s: float
+    request_timeout_s: float
+
+
+class Sender:
+    def __init__(
+        self,
+        options: SenderOptions,
+        accumulator: RecordAccumulator,
+        sequences: ProducerSequences,
+        *,
+        metadata: ClusterMetadata,
+        connections: Connections,
+        topics: Callable[[], Sequence[str]],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.options = options
+        self.accumulator = accumulator
+        self.sequences = sequences
+        self.metadata = metadata
+        self.connections = connections
+        self.topics = topics  # what metadata refreshes ask for: the topics produced to
+        self.clock = clock
+        self.in_flight: dict[str, asyncio.Task[None]] = {}  # endpoint → its one request
+        self.sending: set[tuple[str, int]] = set()  # partitions with a batch in a request in flight
+        self.wakeup = asyncio.Event()
+        self.flushing = 0
+        self.closed = False
+
+    @property
+    def idle(self) -> bool:
+        return not (self.accumulator.has_open or self.accumulator.has_ready or self.in_flight)
+
+    async def run(self) -> None:
+        while True:
+            self.wakeup.clear()
+            next_expiry = self.accumulator.close_expired(everything=bool(self.flushing) or self.closed)
+            if self.options.idempotent and not self.sequences.has_id and self.accumulator.has_ready:
+                retry_at: float | None = await self._init_producer_id()
+            else:
+                retry_at = await self._drain()
+            if self.closed and self.idle:
+                return
+            waits = [at for at in (next_expiry, retry_at) if at is not None]
+            timeout = max(min(waits) - self.clock(), 0) if waits else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wakeup.wait(), timeout)
+
+    async def _init_producer_id(self) -> float | None:
+        """InitProducerId from any broker; the time to try again when none gave one."""
+        request = broker_pb2.InitProducerIdRequest()
+        for endpoint in [*self.metadata.bootstrap, *self.metadata.brokers.values()]:
+            try:
+                response = await self.connections.broker(endpoint).InitProducerId(
+                    request, timeout=self.options.request_timeout_s
+                )
+            except grpc.aio.AioRpcError as error:
+                log.info("init_producer_id_failed", endpoint=endpoint, error=error.code().name)
+                continue
+            if response.error_code == 0:
+                self.sequences.set_id(response.producer_id, response.producer_epoch)
+                log.info("producer_id_assigned", producer_id=response.producer_id)
+                return self.clock()
+            log.info("init_producer_id_failed", endpoint=endpoint, error=response.error_message)
+        waiting = self.accumulator.take_ready()
+        kept = []
+        for batch in waiting:
+            if self._expired(batch):
+                self.fail(batch, RequestTimedOutError("no producer id could be obtained within delivery.timeout.ms"))
+            else:
+                kept.append(batch)
+        self.accumulator.put_back(kept)
+        return self.clock() + self.options.retry_backoff_s
+
+    def _expired(self, batch: ProducerBatch) -> bool:
+        return self.clock() - batch.created > self.options.delivery_timeout_s
+
+    async def _drain(self) -> float | None:
+        """Start one request per idle leader with its ready batches; the next retry time, if any."""
+        now = self.clock()
+        by_leader: dict[str, list[ProducerBatch]] = {}
+        waiting: list[ProducerBatch] = []
+        retry_at: float | None = None
+        refresh = False
+        blocked = set(self.sending)
+        for batch in self.accumulator.take_ready():
+            if batch.key in blocked:
+                waiting.append(batch)
+                continue
+            if self._expired(batch):  # waited past delivery.timeout.ms without going out again
+                self.fail(batch, RequestTimedOutError(f"{batch.topic}-{batch.partition}: delivery.timeout.ms passed"))
+                blocked.add(batch.key)  # the next ones may now have a sequence gap: not before a new epoch
+                continue
+            if batch.next_attempt_at > now:
+                waiting.append(batch)
+                blocked.add(batch.key)
+                retry_at = batch.next_attempt_at if retry_at is None else min(retry_at, batch.next_attempt_at)
+                continue
+            try:
+                endpoint = self.metadata.leader_endpoint(batch.topic, batch.partition)
+            except TidelogError as error:
+                refresh = True
+                blocked.add(batch.key)
+                if self._schedule_retry(batch, error):
+                    waiting.append(batch)
+                    retry_at = batch.next_attempt_at if retry_at is None else min(retry_at, batch.next_attempt_at)
+                continue
+            if endpoint in self.in_flight:
+                waiting.append(batch)
+                blocked.add(batch.key)
+                continue
+            by_leader.setdefault(endpoint, []).append(batch)
+        for endpoint, batches in by_leader.items():
+            request_batches, rest = _fit(batches, self.options.max_request_size)
+            waiting.extend(rest)
+            for batch in request_batches:
+                if self.options.idempotent and batch.base_sequence < 0:
+                    self.sequences.assign(batch)
+                batch.move_to(BatchState.IN_FLIGHT)
+            self.sending.update(batch.key for batch in request_batches)
+            self.in_flight[endpoint] = asyncio.create_task(self._send(endpoint, request_batches))
+        self.accumulator.put_back(waiting)
+        if refresh:
+            await self.refresh_quietly()
+        return retry_at
+
+    async def _send(self, endpoint: str, batches: list[ProducerBatch]) -> None:
+        try:
+            encoded = [batch.encode(self.options.compression) for batch in batches]
+            request = broker_pb2.ProduceRequest(
+                acks=self.options.acks,
+                timeout_ms=int(self.options.request_timeout_s * 1000),
+                partitions=[
+                    broker_pb2.ProducePartition(topic=batch.topic, partition=batch.partition, record_batches=data)
+                    for batch, data in zip(batches, encoded, strict=True)
+                ],
+            )
+            try:
+                response = await self.connections.broker(endpoint).Produce(
+                    request, timeout=self.options.request_timeout_s
+                )
+            except grpc.aio.AioRpcError as error:
+                failure = error_for(ErrorCode.REQUEST_TIMED_OUT, f"{endpoint}: {error.code().name}")
+                for batch in batches:
+                    self._retry_or_fail(batch, failure)
+                await self.refresh_quietly()
+                return
+            retried = False
+            for batch, result in zip(batches, response.partitions, strict=True):
+                if result.error_code == 0:
+                    self.complete(batch, (result.base_offset, result.log_append_time_ms))
+                elif result.error_code in RETRIABLE_CODES or (
+                    self.options.idempotent and self.sequences.behind_a_retry(batch, result.error_code)
+                ):
+                    self._retry_or_fail(batch, error_for(result.error_code, result.error_message))
+                    retried = True
+                else:
+                    self.fail(batch, error_for(result.error_code, result.error_message))
+            if retried:
+                await self.refresh_quietly()
+        except Exception as error:  # never leave deliveries hanging
+            for batch in batches:
+                if batch.state is BatchState.IN_FLIGHT:
+                    self.fail(batch, error)
+            raise
+        finally:
+            self.in_flight.pop(endpoint, None)
+            self.sending.difference_update(batch.key for batch in batches)
+            self.wakeup.set()
+
+    def _retry_or_fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        if self._schedule_retry(batch, error):
+            self.accumulator.requeue(batch)
+
+    def _schedule_retry(self, batch: ProducerBatch, error: BaseException) -> bool:
+        """Another attempt after retry.backoff.ms; False (and the batch failed) when retries or time ran out."""
+        batch.attempts += 1
+        if batch.attempts > self.options.retries or self._expired(batch):
+            self.fail(batch, error)
+            return False
+        batch.next_attempt_at = self.clock() + self.options.retry_backoff_s
+        return True
+
+    async def refresh_quietly(self) -> None:
+        try:
+            await self.metadata.refresh(sorted(self.topics()))
+        except ConnectionError as error:
+            log.info("metadata_refresh_failed", error=str(error))
+
+    def complete(self, batch: ProducerBatch, result: tuple[int, int]) -> None:
+        self.accumulator.release(batch)
+        self.sequences.forget(batch)
+        batch.acknowledge(result)
+
+    def fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        self.accumulator.release(batch)
+        self.accumulator.remove_ready(batch)
+        self.sequences.failed_for_good(batch, str(error))
+        batch.fail(error)
+
+
+def _fit(batches: list[ProducerBatch], max_request_size: int) -> tuple[list[ProducerBatch], list[ProducerBatch]]:
+    """The leading batches that fit one request (at least one), and the rest."""
+    total = 0
+    for index, batch in enumerate(batches):
+        total += batch.size
+        if index and total > max_request_size:
+            return batches[:index], batches[index:]
+    return batches, []
