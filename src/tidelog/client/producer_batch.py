@@ -55,6 +55,7 @@ class ProducerBatch:
         "future",
         "headers",
         "keys",
+        "last_error",
         "next_attempt_at",
         "partition",
         "producer_epoch",
@@ -86,6 +87,7 @@ class ProducerBatch:
         self.future: asyncio.Future[tuple[int, int]] = loop.create_future()
         self.attempts = 0
         self.next_attempt_at = 0.0
+        self.last_error: BaseException | None = None  # why the last attempt failed, if it did
         self.reserved = 0  # bytes of buffer.memory this batch holds
         self.producer_id = NO_PRODUCER_ID
         self.producer_epoch = -1

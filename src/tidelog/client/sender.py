@@ -132,7 +132,8 @@ class Sender:
                 waiting.append(batch)
                 continue
             if self._expired(batch):  # waited past delivery.timeout.ms without going out again
-                self.fail(batch, RequestTimedOutError(f"{batch.topic}-{batch.partition}: delivery.timeout.ms passed"))
+                timed_out = RequestTimedOutError(f"{batch.topic}-{batch.partition}: delivery.timeout.ms passed")
+                self.fail(batch, batch.last_error or timed_out)  # the last attempt's error says more
                 blocked.add(batch.key)  # the next ones may now have a sequence gap: not before a new epoch
                 continue
             if batch.next_attempt_at > now:
@@ -219,6 +220,7 @@ class Sender:
     def _schedule_retry(self, batch: ProducerBatch, error: BaseException) -> bool:
         """Another attempt after retry.backoff.ms; False (and the batch failed) when retries or time ran out."""
         batch.attempts += 1
+        batch.last_error = error
         if batch.attempts > self.options.retries or self._expired(batch):
             self.fail(batch, error)
             return False

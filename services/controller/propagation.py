@@ -1,0 +1,112 @@
+"""Getting the controller's state to the brokers (the pushing half of Kafka's channel manager).
+
+Every push is the whole state (full LeaderAndIsr and UpdateMetadata), so pushes are idempotent
+and the newest wins. Pushes to one broker run one at a time, each with the state as it is when it
+starts: a broker never receives an older whole state after a newer one (a full LeaderAndIsr stops
+replicas it does not list, so an old one arriving late would stop a new partition). Each broker has
+its own queue, so a stalled broker delays only its own updates; a broker a push did not reach is
+pushed again every RESYNC_INTERVAL_S.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Coroutine, Iterable
+from typing import Any, Final
+
+from tidelog.controller.broker_requests import BrokerRequests
+from tidelog.controller.controller_role import ControllerRole
+from tidelog.controller.metadata_store import MetadataStore
+from tidelog.v1 import common_pb2
+
+__all__ = ["Propagation"]
+
+RESYNC_INTERVAL_S: Final = 1.0
+
+
+class Propagation:
+    def __init__(
+        self,
+        broker_requests: BrokerRequests,
+        store: MetadataStore,
+        role: ControllerRole,
+        *,
+        controller_id: int,
+        endpoint: str,
+    ) -> None:
+        self.broker_requests = broker_requests
+        self.store = store
+        self.role = role
+        self.controller_id = controller_id
+        self.endpoint = endpoint
+        self._push_locks: dict[int, asyncio.Lock] = {}
+        self._queued_push: dict[int, asyncio.Future[None]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        self._unsynced: set[int] = set()  # live brokers the last whole-state push did not reach
+
+    async def propagate(self, brokers: Iterable[int]) -> None:
+        """Push full LeaderAndIsr and UpdateMetadata to `brokers` (idempotent, newest wins)."""
+        await asyncio.gather(*(self._push(broker_id) for broker_id in set(brokers)))
+
+    def propagate_soon(self, brokers: Iterable[int]) -> None:
+        """`propagate` in the background: for callers that must not wait on a slow broker."""
+        self._in_background(self.propagate(list(brokers)))
+
+    def stop_replicas_soon(self, stopped: list[common_pb2.PartitionState]) -> None:
+        """Tell the brokers to stop and delete these replicas, in the background."""
+        state = self.store.state
+        self._in_background(
+            self.broker_requests.stop_replicas(stopped, self.controller_id, self.role.epoch, state.brokers, delete=True)
+        )
+
+    async def stop_replicas(self, stopped: list[common_pb2.PartitionState]) -> None:
+        state = self.store.state
+        await self.broker_requests.stop_replicas(
+            stopped, self.controller_id, self.role.epoch, state.brokers, delete=True
+        )
+
+    def _in_background(self, work: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def cancel_background(self) -> None:
+        """At the end of a term: what this term started in the background stops."""
+        for task in list(self._background):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _push(self, broker_id: int) -> None:
+        queued = self._queued_push.get(broker_id)
+        if queued is not None:
+            # A push not yet started will carry the state as of its start: newer than ours.
+            await asyncio.shield(queued)
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queued_push[broker_id] = done
+        try:
+            async with self._push_locks.setdefault(broker_id, asyncio.Lock()):
+                if self._queued_push.get(broker_id) is done:
+                    del self._queued_push[broker_id]  # later changes need a push of their own
+                reached = await self.broker_requests.send_state(
+                    self.store.state, self.controller_id, self.role.epoch, self.endpoint, broker_id
+                )
+                if reached:
+                    self._unsynced.discard(broker_id)
+                else:
+                    self._unsynced.add(broker_id)
+        finally:
+            if self._queued_push.get(broker_id) is done:
+                del self._queued_push[broker_id]
+            done.set_result(None)
+
+    async def resync(self) -> None:
+        """Push whole state again, every second, to live brokers a push did not reach."""
+        while True:
+            await asyncio.sleep(RESYNC_INTERVAL_S)
+            stale = {broker for broker in self._unsynced if broker in self.store.state.brokers}
+            self._unsynced &= stale
+            if stale and self.role.is_active:
+                await self.propagate(stale)
