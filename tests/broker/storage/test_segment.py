@@ -1,0 +1,88 @@
+"""One segment on its own: appends index sparsely, reads whole batches, truncation cuts at batch
+boundaries, and a read never serves a batch that fails its CRC."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tidelog.broker.storage.segment import LogSegment
+from tidelog.common.errors import KafkaStorageError
+from tidelog.common.record.batch import decode_batches, encode_batch, read_header
+
+
+@pytest.fixture
+def segment(tmp_path: Path) -> Iterator[LogSegment]:
+    opened = LogSegment(tmp_path, 100, index_interval_bytes=200, max_index_entries=64, rolling_base_ms=0)
+    yield opened
+    opened.close()
+
+
+def _append(segment: LogSegment, base_offset: int, count: int, timestamp: int = 1000) -> int:
+    data = encode_batch([b"v%03d" % i + b"." * 60 for i in range(count)], base_offset=base_offset, timestamps=timestamp)
+    return segment.append(data, read_header(data))
+
+
+def test_appends_grow_offsets_and_index_every_interval(segment: LogSegment) -> None:
+    positions = [_append(segment, 100 + 3 * n, 3, timestamp=1000 + n) for n in range(10)]
+    assert segment.next_offset == 130 and segment.last_offset == 129
+    assert positions[0] == 0 and positions == sorted(positions)
+    # Entries only every index.interval.bytes (200 here), never at position 0.
+    assert 0 < len(segment.offset_index) < 10
+    for offset, position in zip(segment.offset_index.keys, segment.offset_index.values, strict=True):
+        assert position in positions and position > 0
+        assert read_header(segment.read_at(61, position)).base_offset == 100 + offset
+    with pytest.raises(AssertionError, match="must grow"):
+        _append(segment, 110, 1)
+
+
+def test_a_read_returns_whole_batches_from_the_one_holding_the_offset(segment: LogSegment) -> None:
+    for n in range(5):
+        _append(segment, 100 + 2 * n, 2)
+    data = segment.read(105, max_bytes=10_000, max_offset=10_000, min_one_batch=False)
+    assert [batch.header.base_offset for batch in decode_batches(bytes(data))] == [104, 106, 108]
+    limited = segment.read(100, max_bytes=1, max_offset=10_000, min_one_batch=True)
+    assert [batch.header.base_offset for batch in decode_batches(bytes(limited))] == [100]  # KIP-74: at least one
+    assert segment.read(100, max_bytes=1, max_offset=10_000, min_one_batch=False) == bytearray()
+    below_hw = segment.read(100, max_bytes=10_000, max_offset=104, min_one_batch=False)
+    assert [batch.header.base_offset for batch in decode_batches(bytes(below_hw))] == [100, 102]
+    assert segment.read(200, max_bytes=10_000, max_offset=10_000, min_one_batch=False) == bytearray()
+
+
+def test_truncation_cuts_at_the_batch_holding_the_offset_and_appends_resume(segment: LogSegment) -> None:
+    for n in range(6):
+        _append(segment, 100 + 2 * n, 2)
+    size = segment.size
+    removed = segment.truncate_to(105)  # 105 is inside the batch 104-105: that batch goes too
+    assert removed > 0 and segment.size == size - removed
+    assert segment.next_offset == 104
+    assert all(100 + key < 104 for key in segment.offset_index.keys)
+    _append(segment, 104, 1)
+    data = segment.read(100, max_bytes=10_000, max_offset=10_000, min_one_batch=False)
+    assert [batch.header.base_offset for batch in decode_batches(bytes(data))] == [100, 102, 104]
+
+
+def test_a_corrupt_batch_is_never_served_and_the_good_ones_before_it_are(segment: LogSegment) -> None:
+    _append(segment, 100, 2)
+    second = _append(segment, 102, 2)
+    descriptor = os.open(segment.log_path, os.O_WRONLY)
+    try:
+        os.pwrite(descriptor, b"X", second + 70)  # a byte inside the second batch's records
+    finally:
+        os.close(descriptor)
+    served = segment.read(100, max_bytes=10_000, max_offset=10_000, min_one_batch=False)
+    assert [batch.header.base_offset for batch in decode_batches(bytes(served))] == [100]
+    with pytest.raises(KafkaStorageError, match="fails validation"):
+        segment.read(102, max_bytes=10_000, max_offset=10_000, min_one_batch=False)
+
+
+def test_timestamps_find_the_first_record_at_or_after(segment: LogSegment) -> None:
+    for n in range(4):
+        _append(segment, 100 + 2 * n, 2, timestamp=1000 * (n + 1))
+    found = segment.find_offset_by_timestamp(2500)
+    assert found == (104, 3000)
+    assert segment.find_offset_by_timestamp(1) == (100, 1000)
+    assert segment.find_offset_by_timestamp(10_000) is None
