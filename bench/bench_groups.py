@@ -58,7 +58,7 @@ def _stable(members: list[GroupConsumer], partitions: int) -> bool:
     return (
         len(owned) == partitions == len(set(owned))
         and len({member.generation_id for member in members}) == 1
-        and all(not member._needs_rejoin and member._join_task is None for member in members)
+        and all(not member.membership.rejoin_needed and member._join_task is None for member in members)
     )
 
 
@@ -141,7 +141,7 @@ async def _member_process(bootstrap: list[str]) -> None:
     go = asyncio.create_task(stdin.readline())
     while not go.done():
         await member.poll(50)
-        steady = not member._needs_rejoin and member._join_task is None
+        steady = not member.membership.rejoin_needed and member._join_task is None
         partitions = sorted(tp.partition for tp in member.assignment())
         print(json.dumps({"generation": member.generation_id, "steady": steady, "partitions": partitions}), flush=True)
     owned = sorted(member.assignment())

@@ -165,7 +165,7 @@ async def test_a_member_that_stops_heartbeating_is_dropped_after_its_session(gro
 
     await wait_until(taken_over, timeout_s=30, what="the silent member's partition to move after its session")
     await alive.close()
-    dying._closed = True
+    dying.membership.close()
     await dying.consumer.close()
     await dying.connections.close()
 
@@ -174,7 +174,7 @@ def _silence(member: GroupConsumer) -> None:
     """As a process killed with -9: no LeaveGroup, no heartbeats, no more polls."""
     assert member._heartbeat_task is not None
     member._heartbeat_task.cancel()
-    member._closed = True
+    member.membership.close()
 
 
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
@@ -302,7 +302,7 @@ async def test_a_join_revokes_only_what_moves_when_cooperative_and_everything_wh
             return (
                 all(len(partitions) == 6 // size for partitions in owned)
                 and len(set().union(*owned)) == 6
-                and all(not member._needs_rejoin for member in members)
+                and all(not member.membership.rejoin_needed for member in members)
             )
 
         return check

@@ -34,6 +34,7 @@ from tidelog.client.cluster_metadata import TopicPartition
 from tidelog.client.connections import Connections
 from tidelog.client.consumer import Consumer, ConsumerRecord, next_offsets
 from tidelog.client.coordinator_link import CoordinatorLink
+from tidelog.client.membership import Membership, MemberState
 from tidelog.common.errors import ErrorCode, RemoteError, TidelogError, error_for
 from tidelog.common.settings import ConsumerSettings
 from tidelog.v1 import coordinator_pb2
@@ -122,10 +123,7 @@ class GroupConsumer:
         self._topics: list[str] = []
         self._pattern: re.Pattern[str] | None = None
         self._listener: RebalanceListener | None = None
-        self.member_id = ""
-        self.generation_id = -1
-        self.protocol = ""
-        self._needs_rejoin = False
+        self.membership = Membership(static=bool(group_instance_id))
         self._owned: set[TopicPartition] = set()
         self._buffer: list[ConsumerRecord] = []
         self._consumed: dict[TopicPartition, int] = {}  # next offset after what poll() returned
@@ -134,7 +132,22 @@ class GroupConsumer:
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._join_task: asyncio.Task[None] | None = None
         self._pending_commits: set[asyncio.Task[None]] = set()
-        self._closed = False
+
+    @property
+    def member_id(self) -> str:
+        return self.membership.member_id
+
+    @property
+    def generation_id(self) -> int:
+        return self.membership.generation_id
+
+    @property
+    def protocol(self) -> str:
+        return self.membership.protocol
+
+    @property
+    def _closed(self) -> bool:
+        return self.membership.at(MemberState.CLOSED)
 
     async def __aenter__(self) -> GroupConsumer:
         return self
@@ -152,7 +165,7 @@ class GroupConsumer:
         if not self._topics and self._pattern is None:
             raise ValueError("subscribe to topics or a pattern")
         self._listener = listener
-        self._needs_rejoin = True
+        self.membership.rejoin_needed = True
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._owned)
@@ -164,13 +177,14 @@ class GroupConsumer:
             with contextlib.suppress(asyncio.CancelledError, TidelogError):
                 await self._join_task
             self._join_task = None
-        if self._owned and self.generation_id >= 0:
+        if self._owned and self.membership.has_generation:
             await self._revoke(set(self._owned))
         await self._leave()
         self._owned.clear()
         self.consumer.assign(())
         self._buffer.clear()
-        self._topics, self._pattern, self._needs_rejoin = [], None, False
+        self._topics, self._pattern = [], None
+        self.membership.rejoin_needed = False  # nothing to join until the next subscribe
 
     async def _subscribed_topics(self) -> list[str]:
         if self._pattern is None:
@@ -190,7 +204,7 @@ class GroupConsumer:
         bounds a rebalance by its timeout). True once this is a member with an assignment."""
         if self._heartbeat_task is None:
             self._heartbeat_task = asyncio.create_task(self._heartbeats(), name=f"heartbeat-{self.group_id}")
-        if self._join_task is None and (self._needs_rejoin or self.generation_id < 0):
+        if self._join_task is None and self.membership.must_join:
             self._join_task = asyncio.create_task(self._join_until_member(), name=f"join-{self.group_id}")
         if self._join_task is not None:
             await asyncio.wait({self._join_task}, timeout=timeout_s)
@@ -198,11 +212,15 @@ class GroupConsumer:
                 return False
             task, self._join_task = self._join_task, None
             task.result()  # a fatal membership error surfaces here
-        return self.generation_id >= 0
+        return self.membership.has_generation
 
     async def _join_until_member(self) -> None:
-        while self._needs_rejoin or self.generation_id < 0:
-            await self._rejoin()
+        while self.membership.must_join:
+            try:
+                await self._rejoin()
+            except BaseException:
+                self.membership.join_failed()  # a fatal error, or cancelled: the next poll starts over
+                raise
 
     async def _rejoin(self) -> None:
         assignor = ASSIGNORS[self.strategies[0]]
@@ -225,14 +243,16 @@ class GroupConsumer:
             ],
             client_id=self.client_id,
         )
-        self._needs_rejoin = False
+        self.membership.begin_join()
         joined = await self._call("JoinGroup", request, timeout_s=self.max_poll_interval_s + 5)
         assert isinstance(joined, coordinator_pb2.JoinGroupResponse)
+        if not self.membership.at(MemberState.JOINING):
+            return  # left the group meanwhile (max.poll.interval.ms): the next poll joins again
         if joined.error_code:
             await self._handle_membership_error(joined.error_code, joined.error_message)
-            self._needs_rejoin = True
+            self.membership.join_failed()
             return
-        self.member_id, self.generation_id, self.protocol = joined.member_id, joined.generation_id, joined.protocol_name
+        self.membership.joined(joined.member_id, joined.generation_id, joined.protocol_name)
         assignments: list[coordinator_pb2.Assignment] = []
         if joined.leader == joined.member_id and joined.members:
             assignments = await self._lead(joined)
@@ -248,10 +268,13 @@ class GroupConsumer:
             timeout_s=self.max_poll_interval_s + 5,
         )
         assert isinstance(synced, coordinator_pb2.SyncGroupResponse)
+        if not self.membership.at(MemberState.SYNCING):
+            return  # left the group meanwhile
         if synced.error_code:
             await self._handle_membership_error(synced.error_code, synced.error_message)
-            self._needs_rejoin = True
+            self.membership.join_failed()
             return
+        self.membership.synced()
         await self._apply_assignment(set(decode_assignment(synced.assignment)))
 
     async def _lead(self, joined: coordinator_pb2.JoinGroupResponse) -> list[coordinator_pb2.Assignment]:
@@ -275,7 +298,7 @@ class GroupConsumer:
         revoked = self._owned - assigned
         if revoked:
             await self._revoke(revoked)  # cooperative: only what moved; then rejoin to let it go
-            self._needs_rejoin = True
+            self.membership.rejoin_needed = True
         added = assigned - self._owned
         self._owned = assigned
         self.consumer.assign(assigned)
@@ -295,7 +318,7 @@ class GroupConsumer:
             await self._listener.on_partitions_assigned(added)
 
     async def _revoke(self, partitions: set[TopicPartition]) -> None:
-        if self.enable_auto_commit and self.generation_id >= 0:
+        if self.enable_auto_commit and self.membership.has_generation:
             with contextlib.suppress(TidelogError):
                 await self.commit({tp: pos for tp, pos in self._positions().items() if tp in partitions})
         if self._listener is not None:
@@ -304,18 +327,18 @@ class GroupConsumer:
         self.consumer.assign(self._owned)
 
     async def _lose(self) -> None:
+        """The membership is gone: its partitions are lost (not revoked: someone else may own them)."""
         lost = set(self._owned)
         self._owned.clear()
         self.consumer.assign(())
         self._buffer.clear()
-        self.generation_id = -1
         if lost and self._listener is not None:
             await self._listener.on_partitions_lost(lost)
 
     async def _handle_membership_error(self, code: int, message: str) -> None:
         if code in LOST_CODES:
             log.info("group_membership_lost", group=self.group_id, error=ErrorCode(code).name)
-            self.member_id = "" if code != ErrorCode.ILLEGAL_GENERATION else self.member_id
+            self.membership.lose(code)
             await self._lose()
             if code == ErrorCode.FENCED_INSTANCE_ID:
                 raise error_for(code, message)
@@ -325,7 +348,7 @@ class GroupConsumer:
     async def _heartbeats(self) -> None:
         while not self._closed:
             await asyncio.sleep(self.heartbeat_interval_s)
-            if self.generation_id < 0 or not self.member_id:
+            if not self.membership.has_generation or not self.member_id:
                 continue
             if time.monotonic() - self._last_poll > self.max_poll_interval_s:
                 log.warning("max_poll_interval_exceeded", group=self.group_id, member=self.member_id)
@@ -350,12 +373,9 @@ class GroupConsumer:
             if generation != self.generation_id or (joining and response.error_code in REJOIN_CODES):
                 continue  # about a rebalance that the join under way (or already done) takes part in
             if response.error_code in REJOIN_CODES:
-                self._needs_rejoin = True
+                self.membership.rejoin_needed = True
             elif response.error_code in LOST_CODES:
-                self._needs_rejoin = True
-                self.generation_id = -1  # poll() reports the loss and rejoins
-                if response.error_code != ErrorCode.ILLEGAL_GENERATION:
-                    self.member_id = ""
+                self.membership.lose(response.error_code)  # poll() reports the loss and rejoins
 
     async def _leave(self) -> None:
         if self.member_id and not self.group_instance_id:  # static members keep their place
@@ -363,9 +383,7 @@ class GroupConsumer:
                 await self._call(
                     "LeaveGroup", coordinator_pb2.LeaveGroupRequest(group_id=self.group_id, member_id=self.member_id)
                 )
-            self.member_id = ""
-        self.generation_id = -1
-        self._needs_rejoin = True
+        self.membership.leave()
 
     # ---- polling ---------------------------------------------------------------------------
 
@@ -374,7 +392,7 @@ class GroupConsumer:
         if self._closed:
             raise RuntimeError("consumer is closed")
         self._last_poll = time.monotonic()
-        if self.generation_id < 0 and self._owned and self._join_task is None:
+        if not self.membership.has_generation and self._owned and self._join_task is None:
             await self._lose()
         started = time.monotonic()
         if not await self._ensure_member(timeout_ms / 1000):
@@ -432,7 +450,7 @@ class GroupConsumer:
         assert isinstance(response, coordinator_pb2.OffsetCommitResponse)
         if response.error_code:
             if response.error_code in (*REJOIN_CODES, *LOST_CODES):
-                self._needs_rejoin = True
+                self.membership.rejoin_needed = True
             raise error_for(response.error_code, response.error_message)
         failed = [entry for entry in response.partitions if entry.error_code]
         if failed:
@@ -475,7 +493,7 @@ class GroupConsumer:
         if self._closed:
             return
         try:
-            if self.enable_auto_commit and self._owned and self.generation_id >= 0:
+            if self.enable_auto_commit and self._owned and self.membership.has_generation:
                 with contextlib.suppress(TidelogError):
                     await self.commit()
             if self._pending_commits:
@@ -484,7 +502,7 @@ class GroupConsumer:
                 await self._listener.on_partitions_revoked(set(self._owned))
             await self._leave()
         finally:
-            self._closed = True
+            self.membership.close()
             if self._join_task is not None:
                 self._join_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, TidelogError):
