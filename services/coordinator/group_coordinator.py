@@ -5,6 +5,12 @@ produces the records that make the change durable, appends them to the group's p
 `__consumer_offsets` (OffsetsWriter), and only then answers; `replay(record)` rebuilds the same
 state from the partition when an instance takes it over (the seeds' loadGroupsAndOffsets).
 
+Offsets and deletions take the shape "handle request → (response, records)": the handler changes
+nothing, the records are written, then applied by `replay` — the path loading takes, so what a
+commit does and what a reload rebuilds cannot differ. Membership is the exception: a group record
+is a snapshot written from the in-memory group, whose waiting joins and heartbeat times are not
+in any record, so it is applied in memory first and replayed only when loading.
+
 JoinGroup and SyncGroup wait: a join is answered when every known member has rejoined (or the
 rebalance timeout dropped the rest, or `group.initial.rebalance.delay.ms` has passed for a group
 that was empty); a follower's sync is answered when the leader's assignment is written.
@@ -52,11 +58,17 @@ def _error(code: ErrorCode, message: str) -> RemoteError:
 
 class GroupCoordinator:
     def __init__(
-        self, writer: OffsetsWriter, config: CoordinatorSettings, *, clock_ms: Callable[[], int] = wall_clock_ms
+        self,
+        writer: OffsetsWriter,
+        config: CoordinatorSettings,
+        *,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.writer = writer
         self.config = config
-        self.clock_ms = clock_ms
+        self.clock_ms = clock_ms  # wall time: commit timestamps and offset retention
+        self.monotonic = monotonic  # sessions, rebalance deadlines, the initial delay
         self.groups: dict[int, dict[str, Group]] = {}  # owned and loaded partitions → their groups
         self.loading: set[int] = set()
         self.rebalances_completed = 0  # generations made here (metrics)
@@ -73,7 +85,7 @@ class GroupCoordinator:
 
     def finish_loading(self, partition: int) -> None:
         self.loading.discard(partition)
-        now = time.monotonic()
+        now = self.monotonic()
         for group in self.groups.get(partition, {}).values():
             for member in group.members.values():
                 member.last_heartbeat = now  # sessions restart at takeover
@@ -144,6 +156,7 @@ class GroupCoordinator:
                         stored_member.rebalance_timeout_ms,
                         [(stored_group.protocol_name, stored_member.subscription)],
                         assignment=stored_member.assignment,
+                        last_heartbeat=self.monotonic(),
                     )
                 )
             group.leader = stored_group.leader if stored_group.leader in group.members else group.leader
@@ -211,6 +224,7 @@ class GroupCoordinator:
                 request.session_timeout_ms,
                 request.rebalance_timeout_ms or request.session_timeout_ms,
                 protocols,
+                last_heartbeat=self.monotonic(),
             )
             group.add(member)
             group.protocol_type = request.protocol_type
@@ -222,7 +236,7 @@ class GroupCoordinator:
             member.rebalance_timeout_ms = request.rebalance_timeout_ms or request.session_timeout_ms
         if member.join is not None and not member.join.done():
             member.join.set_exception(_error(ErrorCode.REBALANCE_IN_PROGRESS, "superseded by a newer join"))
-        member.last_heartbeat = time.monotonic()
+        member.last_heartbeat = self.monotonic()
         if group.state == GroupState.STABLE and not changed:
             # A follower rejoining with what it had: nothing to rebalance (Kafka does the same).
             return self._join_response(group, member, with_members=False)
@@ -231,7 +245,7 @@ class GroupCoordinator:
             self._prepare_rebalance(group, reason=f"member {member.member_id} joined")
         elif group.join_ready_at:  # still in the initial delay: each newcomer extends it
             group.join_ready_at = min(
-                time.monotonic() + config.group_initial_rebalance_delay_ms / 1000, group.rebalance_deadline
+                self.monotonic() + config.group_initial_rebalance_delay_ms / 1000, group.rebalance_deadline
             )
         self._maybe_complete_join(group)
         return await future
@@ -252,7 +266,7 @@ class GroupCoordinator:
         member = dataclasses.replace(
             old, member_id=new_id, client_id=request.client_id, protocols=protocols, join=None, sync=None
         )
-        member.last_heartbeat = time.monotonic()
+        member.last_heartbeat = self.monotonic()
         group.add(member)
         if was_leader:
             group.leader = new_id
@@ -292,7 +306,7 @@ class GroupCoordinator:
                 member.sync = None
         was_empty = group.state == GroupState.EMPTY
         group.transition(GroupState.PREPARING_REBALANCE)
-        now = time.monotonic()
+        now = self.monotonic()
         timeout_ms = max((member.rebalance_timeout_ms for member in group.members.values()), default=0)
         group.rebalance_deadline = now + timeout_ms / 1000
         group.join_ready_at = (
@@ -305,7 +319,7 @@ class GroupCoordinator:
     def _maybe_complete_join(self, group: Group, *, deadline_passed: bool = False) -> None:
         if group.state != GroupState.PREPARING_REBALANCE:
             return
-        now = time.monotonic()
+        now = self.monotonic()
         if deadline_passed:
             for member in [member for member in group.members.values() if member.join is None]:
                 log.info("member_removed_by_rebalance_timeout", group=group.group_id, member=member.member_id)
@@ -334,7 +348,7 @@ class GroupCoordinator:
         if group.leader not in group.members:
             group.leader = next(iter(group.members))
         group.transition(GroupState.COMPLETING_REBALANCE)
-        now = time.monotonic()
+        now = self.monotonic()
         for member in group.members.values():
             member.assignment = b""
             member.last_heartbeat = now
@@ -405,7 +419,7 @@ class GroupCoordinator:
     def heartbeat(self, request: coordinator_pb2.HeartbeatRequest) -> coordinator_pb2.HeartbeatResponse:
         group = self._group(request.group_id)
         member = self._member(group, request.member_id, request.group_instance_id, None)
-        member.last_heartbeat = time.monotonic()
+        member.last_heartbeat = self.monotonic()
         if request.generation_id != group.generation_id:
             raise _error(
                 ErrorCode.ILLEGAL_GENERATION,
@@ -445,6 +459,15 @@ class GroupCoordinator:
     async def commit_offsets(
         self, request: coordinator_pb2.OffsetCommitRequest
     ) -> coordinator_pb2.OffsetCommitResponse:
+        response, records = self._offset_commit(request)
+        await self._append_and_replay(self.partition_of(request.group_id), records)
+        return response
+
+    def _offset_commit(
+        self, request: coordinator_pb2.OffsetCommitRequest
+    ) -> tuple[coordinator_pb2.OffsetCommitResponse, list[Record]]:
+        """An OffsetCommit: its response and the records that make it true. Nothing changes here:
+        the records change the state through `replay` once written, as they do when loading."""
         group = self._group(request.group_id, create=request.generation_id < 0)
         if request.generation_id < 0:
             if group.members:
@@ -463,15 +486,21 @@ class GroupCoordinator:
                 continue
             value = coordinator_pb2.OffsetValue(offset=entry.offset, metadata=entry.metadata, commit_timestamp_ms=now)
             records.append((offset_key(group.group_id, entry.topic, entry.partition), value.SerializeToString()))
-        if records:
-            try:
-                await self.writer.append(self.partition_of(group.group_id), records)
-            except Exception as error:
-                raise _error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"offsets could not be written: {error}") from error
-            for entry in request.partitions:
-                if entry.offset >= 0 and len(entry.metadata) <= 4096:
-                    group.offsets[(entry.topic, entry.partition)] = OffsetEntry(entry.offset, entry.metadata, now)
-        return response
+        return response, records
+
+    async def _append_and_replay(self, partition: int, records: list[Record]) -> None:
+        """Write a handler's records (acks=all), then apply them through `replay`: handling and
+        loading change the state by one path. A partition lost meanwhile is left to its new owner,
+        which loads the records from the log."""
+        if not records:
+            return
+        try:
+            await self.writer.append(partition, records)
+        except Exception as error:
+            raise _error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"records could not be written: {error}") from error
+        if partition in self.groups and partition not in self.loading:
+            for key, value in records:
+                self.replay(partition, key, value)
 
     def fetch_offsets(self, request: coordinator_pb2.OffsetFetchRequest) -> coordinator_pb2.OffsetFetchResponse:
         try:
@@ -537,17 +566,16 @@ class GroupCoordinator:
         if group.members:
             raise _error(ErrorCode.NON_EMPTY_GROUP, f"group {group_id!r} has members")
         records: list[Record] = [(offset_key(group_id, topic, partition), None) for topic, partition in group.offsets]
-        records.append((group_key(group_id), None))
-        await self.writer.append(self.partition_of(group_id), records)
+        records.append((group_key(group_id), None))  # tombstones: compaction removes the group for good
+        await self._append_and_replay(self.partition_of(group_id), records)
         group.transition(GroupState.DEAD)
-        self.groups[self.partition_of(group_id)].pop(group_id, None)
         log.info("group_deleted", group=group_id)
 
     # ---- clocks ----------------------------------------------------------------------------
 
     async def tick(self) -> None:
         """Session expiry, rebalance deadlines, the initial delay, offset retention."""
-        now = time.monotonic()
+        now = self.monotonic()
         now_ms = self.clock_ms()
         expired_groups: list[Group] = []
         for partition, groups in list(self.groups.items()):

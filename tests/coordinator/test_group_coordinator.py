@@ -21,11 +21,21 @@ class RecordingWriter:
         self.records.extend((partition, key, value) for key, value in records)
 
 
-def coordinator(writer: RecordingWriter) -> GroupCoordinator:
+class FakeClock:
+    """Seconds that move only when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def coordinator(writer: RecordingWriter, clock: FakeClock | None = None) -> GroupCoordinator:
     settings = CoordinatorSettings.from_configs(
         {"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 1}
     )
-    group_coordinator = GroupCoordinator(writer, settings)
+    group_coordinator = GroupCoordinator(writer, settings, monotonic=clock or FakeClock())
     group_coordinator.begin_loading(0)
     group_coordinator.finish_loading(0)
     return group_coordinator
@@ -127,3 +137,88 @@ async def test_a_group_made_by_a_standalone_commit_is_kept_and_its_offsets_are_r
         replayed.replay(0, key, value)
     again = replayed.fetch_offsets(coordinator_pb2.OffsetFetchRequest(group_id="g"))
     assert [(entry.topic, entry.offset) for entry in again.partitions] == [("t", 7)]
+
+
+class FailingWriter(RecordingWriter):
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        raise OSError("the offsets partition has no leader")
+
+
+def _commit(offset: int, *, metadata: str = "") -> coordinator_pb2.OffsetCommitRequest:
+    return coordinator_pb2.OffsetCommitRequest(
+        group_id="g",
+        generation_id=-1,
+        partitions=[coordinator_pb2.OffsetCommitPartition(topic="t", partition=0, offset=offset, metadata=metadata)],
+    )
+
+
+def _offsets(group_coordinator: GroupCoordinator) -> list[tuple[str, int, int]]:
+    fetched = group_coordinator.fetch_offsets(coordinator_pb2.OffsetFetchRequest(group_id="g"))
+    return [(entry.topic, entry.partition, entry.offset) for entry in fetched.partitions]
+
+
+async def test_a_commit_changes_the_state_only_through_its_written_records() -> None:
+    group_coordinator = coordinator(RecordingWriter())
+    await group_coordinator.commit_offsets(_commit(5))
+    group_coordinator.writer = FailingWriter()
+    with pytest.raises(TidelogError) as refused:
+        await group_coordinator.commit_offsets(_commit(9))
+    assert refused.value.code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert _offsets(group_coordinator) == [("t", 0, 5)]  # nothing of the unwritten commit is visible
+
+
+async def test_a_commit_answered_while_the_partition_moved_away_leaves_it_to_the_new_owner() -> None:
+    class MovingWriter(RecordingWriter):
+        def __init__(self, owner: list[GroupCoordinator]) -> None:
+            super().__init__()
+            self.owner = owner
+
+        async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+            await super().append(partition, records)
+            self.owner[0].unload(partition)  # lost ownership while the write was under way
+
+    owner: list[GroupCoordinator] = []
+    group_coordinator = coordinator(MovingWriter(owner))
+    owner.append(group_coordinator)
+    await group_coordinator.commit_offsets(_commit(3))
+    assert 0 not in group_coordinator.groups  # replay did not bring the partition back to life
+
+
+async def test_a_deleted_group_is_tombstoned_and_gone_on_reload_too() -> None:
+    writer = RecordingWriter()
+    group_coordinator = coordinator(writer)
+    await group_coordinator.commit_offsets(_commit(5))
+    await group_coordinator.delete_group("g")
+    assert _offsets(group_coordinator) == []
+    assert [value for _, _, value in writer.records[-2:]] == [None, None]  # offset and group tombstones
+    described = group_coordinator.describe_group("g")
+    assert (described.state, described.error_code) == (GroupState.DEAD.value, 0)
+    reloaded = coordinator(RecordingWriter())
+    for _, key, value in writer.records:
+        reloaded.replay(0, key, value)
+    assert _offsets(reloaded) == []
+
+
+async def test_a_silent_member_expires_after_its_session_and_a_heartbeating_one_does_not() -> None:
+    clock = FakeClock()
+    group_coordinator = coordinator(RecordingWriter(), clock)
+    joined = await group_coordinator.join_group(join())  # session.timeout.ms 10 s
+    sync = coordinator_pb2.SyncGroupRequest(
+        group_id="g", generation_id=joined.generation_id, member_id=joined.member_id
+    )
+    await group_coordinator.sync_group(sync)
+    beat = coordinator_pb2.HeartbeatRequest(
+        group_id="g", generation_id=joined.generation_id, member_id=joined.member_id
+    )
+    for _ in range(3):  # 3 x 6 s with a heartbeat each time: alive at 18 s, past one session
+        clock.now += 6
+        group_coordinator.heartbeat(beat)
+        await group_coordinator.tick()
+    assert group_coordinator.describe_group("g").state == GroupState.STABLE.value
+    clock.now += 10.001  # silent for longer than session.timeout.ms
+    await group_coordinator.tick()
+    described = group_coordinator.describe_group("g")
+    assert (described.state, len(described.members)) == (GroupState.EMPTY.value, 0)
+    with pytest.raises(TidelogError) as gone:
+        group_coordinator.heartbeat(beat)
+    assert gone.value.code == ErrorCode.UNKNOWN_MEMBER_ID
