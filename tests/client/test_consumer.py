@@ -1,0 +1,60 @@
+"""The consumer's own bookkeeping, without a cluster: positions across assign, pause and seek;
+fetch results applied to positions; the offsets a commit stores."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidelog.client import Consumer, TopicPartition
+from tidelog.client.consumer import ConsumerRecord, FetchedPartition, first_offsets, next_offsets
+from tidelog.common.errors import ErrorCode
+from tidelog.common.record.batch import encode_batch
+from tidelog.v1 import broker_pb2
+
+A, B, C = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("u", 0)
+
+
+def _record(tp: TopicPartition, offset: int) -> ConsumerRecord:
+    return ConsumerRecord(tp.topic, tp.partition, offset, 0, None, b"v", ())
+
+
+def test_commit_offsets_are_one_past_each_partitions_last_record() -> None:
+    records = [_record(A, 5), _record(A, 6), _record(B, 0), _record(C, 41), _record(C, 42)]
+    assert next_offsets(records) == {A: 7, B: 1, C: 43}
+    assert first_offsets(records) == {A: 5, B: 0, C: 41}
+    assert next_offsets([]) == {}
+
+
+async def test_assign_keeps_the_positions_of_partitions_still_assigned() -> None:
+    consumer = Consumer(["127.0.0.1:9"])
+    consumer.assign([A, B])
+    consumer.seek(A, 10)
+    consumer.pause([B, C])  # C is not assigned: pausing it is a no-op
+    assert consumer.paused() == {B}
+    consumer.assign([A, C])
+    assert consumer.assignment() == {A, C}
+    assert consumer._positions == {A: 10, C: None}  # B's pause and position went with it
+    assert consumer.paused() == set()
+    with pytest.raises(ValueError, match="not assigned"):
+        consumer.seek(B, 0)
+    with pytest.raises(ValueError, match="not negative"):
+        consumer.seek(A, -1)
+    await consumer.close()
+
+
+async def test_a_fetch_result_moves_the_position_past_its_last_batch_and_records_the_hw() -> None:
+    consumer = Consumer(["127.0.0.1:9"])
+    consumer.assign([A])
+    consumer.seek(A, 3)
+    data = encode_batch([b"a", b"b"], base_offset=2) + encode_batch([b"c"], base_offset=4)
+    fetched: dict[TopicPartition, FetchedPartition] = {}
+    result = broker_pb2.FetchPartitionResult(high_watermark=9, record_batches=data)
+    assert consumer._handle_result(A, result, fetched) is False
+    assert consumer._positions[A] == 5 and consumer.high_watermarks[A] == 9
+    assert fetched[A].start_offset == 3  # record 2 was consumed before: poll() skips it
+    # Out of range: the position is reset by auto.offset.reset at the next poll; other errors refresh.
+    out_of_range = broker_pb2.FetchPartitionResult(error_code=ErrorCode.OFFSET_OUT_OF_RANGE)
+    assert consumer._handle_result(A, out_of_range, {}) is False and consumer._positions[A] is None
+    not_leader = broker_pb2.FetchPartitionResult(error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    assert consumer._handle_result(A, not_leader, {}) is True
+    await consumer.close()
