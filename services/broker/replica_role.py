@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 from typing import Final
 
+from tidelog.common.state_machine import Transitions
 from tidelog.v1 import common_pb2
 
 __all__ = ["LEGAL_TRANSITIONS", "ReplicaRole", "role_in", "transition"]
@@ -32,12 +33,15 @@ _LIVE: Final = frozenset({ReplicaRole.LEADER, ReplicaRole.FOLLOWER, ReplicaRole.
 
 # Any live role may become any other (a state push can move a replica anywhere); nothing comes
 # back from DELETED: a topic created again under the same name is a new Partition object.
-LEGAL_TRANSITIONS: Final[dict[ReplicaRole, frozenset[ReplicaRole]]] = {
-    ReplicaRole.LEADER: _LIVE | {ReplicaRole.DELETED},
-    ReplicaRole.FOLLOWER: _LIVE | {ReplicaRole.DELETED},
-    ReplicaRole.OFFLINE: _LIVE | {ReplicaRole.DELETED},
-    ReplicaRole.DELETED: frozenset(),
-}
+LEGAL_TRANSITIONS: Final = Transitions(
+    "a replica",
+    {
+        ReplicaRole.LEADER: _LIVE | {ReplicaRole.DELETED},
+        ReplicaRole.FOLLOWER: _LIVE | {ReplicaRole.DELETED},
+        ReplicaRole.OFFLINE: _LIVE | {ReplicaRole.DELETED},
+        ReplicaRole.DELETED: set(),
+    },
+)
 
 
 def role_in(state: common_pb2.PartitionState, broker_id: int) -> ReplicaRole:
@@ -61,5 +65,5 @@ def transition(
             f"{old.partition_epoch} → {new.partition_epoch})"
         )
     following = role_in(new, broker_id)
-    assert following in LEGAL_TRANSITIONS[current], f"{current.name} → {following.name} is not a legal move"
+    LEGAL_TRANSITIONS.check(current, following)
     return following

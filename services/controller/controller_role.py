@@ -7,8 +7,9 @@
     STOPPING   shutting down: nothing after it
 
 Other code asks `role.is_active` or waits on the events (`active`, `deposed`, `stopping`) instead
-of keeping flags of its own; every move is checked against LEGAL_TRANSITIONS, and the controller
-epoch an instance leads under only grows.
+of keeping flags of its own; every move is checked against LEGAL_TRANSITIONS (a table in the form
+common/state_machine.py gives every state machine), and the controller epoch an instance leads
+under only grows.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import enum
 from typing import Final
 
 import structlog
+
+from tidelog.common.state_machine import Transitions
 
 __all__ = ["LEGAL_TRANSITIONS", "ControllerRole", "Role"]
 
@@ -32,13 +35,16 @@ class Role(enum.Enum):
     STOPPING = "stopping"
 
 
-LEGAL_TRANSITIONS: Final[dict[Role, frozenset[Role]]] = {
-    Role.CANDIDATE: frozenset({Role.LOADING, Role.STOPPING}),
-    Role.LOADING: frozenset({Role.ACTIVE, Role.DEPOSED, Role.STOPPING}),
-    Role.ACTIVE: frozenset({Role.DEPOSED, Role.STOPPING}),
-    Role.DEPOSED: frozenset({Role.CANDIDATE, Role.STOPPING}),
-    Role.STOPPING: frozenset(),
-}
+LEGAL_TRANSITIONS: Final = Transitions(
+    "a controller",
+    {
+        Role.CANDIDATE: {Role.LOADING, Role.STOPPING},
+        Role.LOADING: {Role.ACTIVE, Role.DEPOSED, Role.STOPPING},
+        Role.ACTIVE: {Role.DEPOSED, Role.STOPPING},
+        Role.DEPOSED: {Role.CANDIDATE, Role.STOPPING},
+        Role.STOPPING: set(),
+    },
+)
 
 
 class ControllerRole:
@@ -58,7 +64,7 @@ class ControllerRole:
         """Move to `to`; False (and nothing changes) when already there or stopping."""
         if to is self.current or (self.current is Role.STOPPING and to is not Role.STOPPING):
             return False
-        assert to in LEGAL_TRANSITIONS[self.current], f"controller role {self.current.name} → {to.name}"
+        LEGAL_TRANSITIONS.check(self.current, to)
         log.info("controller_role", controller=self.controller_id, role=to.value, was=self.current.value, reason=reason)
         self.current = to
         if to is Role.ACTIVE:

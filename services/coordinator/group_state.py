@@ -16,7 +16,9 @@ from __future__ import annotations
 import enum
 from typing import Final
 
-__all__ = ["GroupState", "IllegalTransitionError", "check_transition"]
+from tidelog.common.state_machine import IllegalTransitionError, Transitions
+
+__all__ = ["TRANSITIONS", "GroupState", "IllegalTransitionError", "check_transition"]
 
 
 class GroupState(enum.Enum):
@@ -27,30 +29,23 @@ class GroupState(enum.Enum):
     DEAD = "Dead"
 
 
-# The states each state may be entered from (Kafka's validPreviousStates).
-VALID_PREVIOUS: Final[dict[GroupState, frozenset[GroupState]]] = {
-    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE, GroupState.EMPTY}),
-    GroupState.PREPARING_REBALANCE: frozenset(
-        {GroupState.EMPTY, GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.PREPARING_REBALANCE}
-    ),
-    GroupState.COMPLETING_REBALANCE: frozenset({GroupState.PREPARING_REBALANCE}),
-    GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
-    GroupState.DEAD: frozenset(
-        {
-            GroupState.EMPTY,
+# Kafka's validPreviousStates, written the other way round: each state and where it may go.
+TRANSITIONS: Final = Transitions(
+    "a group",
+    {
+        GroupState.EMPTY: {GroupState.EMPTY, GroupState.PREPARING_REBALANCE, GroupState.DEAD},
+        GroupState.PREPARING_REBALANCE: {
             GroupState.PREPARING_REBALANCE,
             GroupState.COMPLETING_REBALANCE,
-            GroupState.STABLE,
+            GroupState.EMPTY,
             GroupState.DEAD,
-        }
-    ),
-}
-
-
-class IllegalTransitionError(AssertionError):
-    pass
+        },
+        GroupState.COMPLETING_REBALANCE: {GroupState.STABLE, GroupState.PREPARING_REBALANCE, GroupState.DEAD},
+        GroupState.STABLE: {GroupState.PREPARING_REBALANCE, GroupState.DEAD},
+        GroupState.DEAD: {GroupState.DEAD},
+    },
+)
 
 
 def check_transition(current: GroupState, target: GroupState) -> None:
-    if current not in VALID_PREVIOUS[target]:
-        raise IllegalTransitionError(f"a group cannot go from {current.value} to {target.value}")
+    TRANSITIONS.check(current, target)

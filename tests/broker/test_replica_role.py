@@ -46,8 +46,8 @@ def test_an_epoch_going_back_is_refused(
 
 
 def test_nothing_comes_back_from_deleted() -> None:
-    assert LEGAL_TRANSITIONS[ReplicaRole.DELETED] == frozenset()
+    assert LEGAL_TRANSITIONS.legal[ReplicaRole.DELETED] == frozenset()
     with pytest.raises(AssertionError, match="deleted replica"):
         transition(ReplicaRole.DELETED, _state(ME, 1, 1), _state(ME, 1, 2), ME)
     for role in (ReplicaRole.LEADER, ReplicaRole.FOLLOWER, ReplicaRole.OFFLINE):
-        assert ReplicaRole.DELETED in LEGAL_TRANSITIONS[role]
+        assert ReplicaRole.DELETED in LEGAL_TRANSITIONS.legal[role]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tidelog.client.membership import IllegalMemberTransitionError, Membership, MemberState
+from tidelog.client.membership import Membership, MemberState
 from tidelog.common.errors import ErrorCode
+from tidelog.common.state_machine import IllegalTransitionError
 
 LEGAL = {
     (MemberState.UNJOINED, MemberState.UNJOINED),
@@ -29,7 +30,7 @@ def test_only_the_listed_moves_are_allowed(source: MemberState, target: MemberSt
         membership.move(target)
         assert membership.state is target
     else:
-        with pytest.raises(IllegalMemberTransitionError):
+        with pytest.raises(IllegalTransitionError):
             membership.move(target)
 
 

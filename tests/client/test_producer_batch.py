@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 
-from tidelog.client.producer_batch import BatchState, IllegalBatchTransitionError, ProducerBatch
+from tidelog.client.producer_batch import BatchState, ProducerBatch
 from tidelog.common.record.compression import CompressionType
+from tidelog.common.state_machine import IllegalTransitionError
 
 ALL = list(BatchState)
 LEGAL = {
@@ -29,7 +30,7 @@ async def test_only_the_listed_transitions_are_allowed(source: BatchState, targe
         batch.move_to(target)
         assert batch.state is target
     else:
-        with pytest.raises(IllegalBatchTransitionError, match=f"from {source.value} to {target.value}"):
+        with pytest.raises(IllegalTransitionError, match=f"from {source.value} to {target.value}"):
             batch.move_to(target)
         assert batch.state is source
 
@@ -40,7 +41,7 @@ async def test_an_acknowledged_batch_settles_its_delivery_once() -> None:
     batch.move_to(BatchState.IN_FLIGHT)
     batch.acknowledge((42, -1))
     assert batch.done and await batch.future == (42, -1)
-    with pytest.raises(IllegalBatchTransitionError):
+    with pytest.raises(IllegalTransitionError):
         batch.fail(RuntimeError("late"))  # a second answer for the same batch is a bug, not a no-op
 
 

@@ -20,8 +20,9 @@ import enum
 from typing import Final
 
 from tidelog.common.errors import ErrorCode
+from tidelog.common.state_machine import Transitions
 
-__all__ = ["IllegalMemberTransitionError", "MemberState", "Membership"]
+__all__ = ["TRANSITIONS", "MemberState", "Membership"]
 
 
 class MemberState(enum.Enum):
@@ -32,21 +33,18 @@ class MemberState(enum.Enum):
     CLOSED = "closed"
 
 
-VALID_PREVIOUS: Final[dict[MemberState, frozenset[MemberState]]] = {
-    MemberState.UNJOINED: frozenset(
-        {MemberState.UNJOINED, MemberState.JOINING, MemberState.SYNCING, MemberState.STABLE}
-    ),
-    MemberState.JOINING: frozenset({MemberState.UNJOINED, MemberState.STABLE}),
-    MemberState.SYNCING: frozenset({MemberState.JOINING}),
-    MemberState.STABLE: frozenset({MemberState.SYNCING}),
-    MemberState.CLOSED: frozenset(set(MemberState) - {MemberState.CLOSED}),
-}
+TRANSITIONS: Final = Transitions(
+    "a group member",
+    {
+        MemberState.UNJOINED: {MemberState.UNJOINED, MemberState.JOINING, MemberState.CLOSED},
+        MemberState.JOINING: {MemberState.SYNCING, MemberState.UNJOINED, MemberState.CLOSED},
+        MemberState.SYNCING: {MemberState.STABLE, MemberState.UNJOINED, MemberState.CLOSED},
+        MemberState.STABLE: {MemberState.JOINING, MemberState.UNJOINED, MemberState.CLOSED},
+        MemberState.CLOSED: set(),
+    },
+)
 
 NO_GENERATION: Final = -1
-
-
-class IllegalMemberTransitionError(AssertionError):
-    pass
 
 
 class Membership:
@@ -59,8 +57,7 @@ class Membership:
         self.rejoin_needed = False
 
     def move(self, target: MemberState) -> None:
-        if self.state not in VALID_PREVIOUS[target]:
-            raise IllegalMemberTransitionError(f"a member cannot go from {self.state.value} to {target.value}")
+        TRANSITIONS.check(self.state, target)
         self.state = target
 
     def at(self, state: MemberState) -> bool:

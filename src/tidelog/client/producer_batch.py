@@ -20,8 +20,9 @@ from typing import Final
 from tidelog.common.clock import wall_clock_ms
 from tidelog.common.record.batch import BATCH_OVERHEAD, NO_PRODUCER_ID, Headers, encode_batch
 from tidelog.common.record.compression import CompressionType
+from tidelog.common.state_machine import Transitions
 
-__all__ = ["BatchState", "IllegalBatchTransitionError", "ProducerBatch"]
+__all__ = ["TRANSITIONS", "BatchState", "ProducerBatch"]
 
 
 class BatchState(enum.Enum):
@@ -32,18 +33,16 @@ class BatchState(enum.Enum):
     FAILED = "failed"
 
 
-# The states each state may be entered from.
-VALID_PREVIOUS: Final[dict[BatchState, frozenset[BatchState]]] = {
-    BatchState.OPEN: frozenset(),
-    BatchState.READY: frozenset({BatchState.OPEN, BatchState.IN_FLIGHT}),
-    BatchState.IN_FLIGHT: frozenset({BatchState.READY}),
-    BatchState.ACKNOWLEDGED: frozenset({BatchState.IN_FLIGHT}),
-    BatchState.FAILED: frozenset({BatchState.READY, BatchState.IN_FLIGHT}),
-}
-
-
-class IllegalBatchTransitionError(AssertionError):
-    pass
+TRANSITIONS: Final = Transitions(
+    "a producer batch",
+    {
+        BatchState.OPEN: {BatchState.READY},
+        BatchState.READY: {BatchState.IN_FLIGHT, BatchState.FAILED},
+        BatchState.IN_FLIGHT: {BatchState.ACKNOWLEDGED, BatchState.READY, BatchState.FAILED},
+        BatchState.ACKNOWLEDGED: set(),
+        BatchState.FAILED: set(),
+    },
+)
 
 
 class ProducerBatch:
@@ -103,11 +102,7 @@ class ProducerBatch:
         return self.state in (BatchState.ACKNOWLEDGED, BatchState.FAILED)
 
     def move_to(self, target: BatchState) -> None:
-        if self.state not in VALID_PREVIOUS[target]:
-            raise IllegalBatchTransitionError(
-                f"batch {self.serial} of {self.topic}-{self.partition} cannot go from {self.state.value} to "
-                f"{target.value}"
-            )
+        TRANSITIONS.check(self.state, target)
         self.state = target
 
     def acknowledge(self, result: tuple[int, int]) -> None:
