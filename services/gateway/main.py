@@ -15,6 +15,7 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import httpx
 import structlog
 import uvicorn
@@ -25,7 +26,7 @@ from tidelog.client import AdminClient, Consumer, Producer
 from tidelog.client.connections import Connections
 from tidelog.common.etcd.registry import cluster_id, registered_brokers
 from tidelog.common.etcd.session import Session
-from tidelog.common.runtime import configure_logging, grpc_server, mark_serving, start_metrics, stop_on_signals
+from tidelog.common.runtime import run_service
 from tidelog.common.settings import GatewaySettings
 from tidelog.gateway.access import load_credentials
 from tidelog.gateway.app import create_app
@@ -47,7 +48,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--metrics-port", type=int, default=0)
     parser.add_argument("--etcd", required=True, help="etcd endpoint host:port")
     parser.add_argument("--credentials-file", type=Path, help="'credential principal' per line: turns auth on")
-    parser.add_argument("--linger-ms", type=int, default=2, help="linger.ms of the gateway's producer")
     GatewaySettings.add_arguments(parser)
     args = parser.parse_args(argv)
     args.settings = GatewaySettings.parse_into(parser, args)
@@ -60,78 +60,113 @@ class _Server(uvicorn.Server):
         yield  # SIGTERM and SIGINT are this process's own (stop_on_signals)
 
 
-async def serve(args: argparse.Namespace) -> None:
-    configure_logging("gateway", gateway_id=args.id)
-    start_metrics(args.metrics_port)
-    stopping = stop_on_signals()
-    credentials = load_credentials(args.credentials_file) if args.credentials_file else {}
-    etcd = Etcd3Client([args.etcd])
-    await etcd.connect()
-    limits: GatewaySettings = args.settings
-    session = await Session(etcd, ttl_s=max(1, limits.gateway_session_timeout_ms // 1000)).start()
-    bootstrap = await registered_brokers(etcd)
-    url = args.advertised_url or f"http://{args.host}:{args.port}"
-    connections = Connections()
-    registry = InstanceRegistry(
-        etcd,
-        session,
-        gateway_id=str(args.id),
-        url=url,
-        instance_timeout_ms=limits.consumer_instance_timeout_ms,
-        instances_max=limits.consumer_instances_max,
-    )
-    producer = Producer(bootstrap, linger_ms=args.linger_ms, connections=connections)
-    context = GatewayContext(
-        limits=limits,
-        bootstrap=bootstrap,
-        connections=connections,
-        producer=producer,
-        admin=AdminClient(bootstrap, connections=connections),
-        offsets=Consumer(bootstrap, connections=connections),
-        registry=registry,
-        cluster_id=await cluster_id(etcd),
-    )
-    forward_client = httpx.AsyncClient(timeout=FORWARD_TIMEOUT_S)
-    _, stack = create_app(context, credentials=credentials, forward_client=forward_client)
-    listener = socket.create_server((args.host, args.port), reuse_port=False)
-    server = _Server(
-        uvicorn.Config(
-            stack,
-            log_config=None,
-            log_level="warning",  # uvicorn's own lines are plain text; ours are JSON (and name the same events)
-            access_log=False,
-            lifespan="off",
-            timeout_graceful_shutdown=10,
-            http="httptools",
+class _Gateway:
+    """The gateway's parts of the shared service sequence (tidelog.common.runtime.run_service):
+    HTTP through uvicorn on this event loop; gRPC health only (on --health-port)."""
+
+    def __init__(self, args: argparse.Namespace, etcd: Etcd3Client, stopping: asyncio.Event) -> None:
+        self.args = args
+        self.settings: GatewaySettings = args.settings
+        self.etcd = etcd
+        self.stopping = stopping
+        self.credentials = load_credentials(args.credentials_file) if args.credentials_file else {}
+        self.url = args.advertised_url or f"http://{args.host}:{args.port}"
+        self.connections = Connections()
+        self.forward_client = httpx.AsyncClient(timeout=FORWARD_TIMEOUT_S)
+        self.background: list[asyncio.Task[None]] = []
+        self.serving: asyncio.Task[None] | None = None
+
+    async def build(self) -> _Gateway:
+        settings = self.settings
+        self.session = await Session(self.etcd, ttl_s=max(1, settings.gateway_session_timeout_ms // 1000)).start()
+        bootstrap = await registered_brokers(self.etcd)
+        self.registry = InstanceRegistry(
+            self.etcd,
+            self.session,
+            gateway_id=str(self.args.id),
+            url=self.url,
+            instance_timeout_ms=settings.consumer_instance_timeout_ms,
+            instances_max=settings.consumer_instances_max,
         )
+        self.producer = Producer(bootstrap, linger_ms=settings.producer_linger_ms, connections=self.connections)
+        self.context = GatewayContext(
+            limits=settings,
+            bootstrap=bootstrap,
+            connections=self.connections,
+            producer=self.producer,
+            admin=AdminClient(bootstrap, connections=self.connections),
+            offsets=Consumer(bootstrap, connections=self.connections),
+            registry=self.registry,
+            cluster_id=await cluster_id(self.etcd),
+        )
+        _, stack = create_app(self.context, credentials=self.credentials, forward_client=self.forward_client)
+        self.server = _Server(
+            uvicorn.Config(
+                stack,
+                log_config=None,
+                log_level="warning",  # uvicorn's own lines are plain text; ours are JSON (and name the same events)
+                access_log=False,
+                lifespan="off",
+                timeout_graceful_shutdown=10,
+                http="httptools",
+            )
+        )
+        return self
+
+    def add_to(self, server: grpc.aio.Server) -> list[str]:
+        return ["tidelog.v1.Gateway"]  # health only: the API is HTTP
+
+    async def start(self) -> None:
+        listener = socket.create_server((self.args.host, self.args.port), reuse_port=False)
+        self.serving = asyncio.create_task(self.server.serve(sockets=[listener]))
+        self.serving.add_done_callback(lambda _: self.stopping.set())  # HTTP gone: the process goes too
+        self.background = [
+            asyncio.create_task(self.registry.expire()),
+            asyncio.create_task(self.registry.keep_registered()),
+        ]
+        log.info(
+            "gateway_serving",
+            url=self.url,
+            brokers=self.context.bootstrap,
+            auth=bool(self.credentials),
+            cluster_id=self.context.cluster_id,
+        )
+
+    async def drain(self) -> None:
+        pass  # nothing to hand over while serving: NOT_SERVING first, then HTTP stops (leave)
+
+    async def leave(self) -> None:
+        self.server.should_exit = True  # stop taking connections, finish the requests under way
+        if self.serving is not None:
+            await self.serving
+        for task in self.background:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.registry.close()  # every instance leaves its group; the lease goes
+
+    async def close(self) -> None:
+        await self.producer.close()
+        await self.forward_client.aclose()
+        await self.context.offsets.close()
+        await self.connections.close()
+        await self.etcd.close()
+
+
+async def serve(args: argparse.Namespace) -> None:
+    async def build(stopping: asyncio.Event) -> _Gateway:
+        etcd = Etcd3Client([args.etcd])
+        await etcd.connect()
+        return await _Gateway(args, etcd, stopping).build()
+
+    await run_service(
+        "gateway",
+        listen=f"{args.host}:{args.health_port}" if args.health_port else None,
+        metrics_port=args.metrics_port,
+        build=build,
+        grace_s=1.0,
+        gateway_id=args.id,
     )
-    health_server, health = grpc_server()
-    if args.health_port:
-        health_server.add_insecure_port(f"{args.host}:{args.health_port}")
-        await health_server.start()
-    serving = asyncio.create_task(server.serve(sockets=[listener]))
-    background = [asyncio.create_task(registry.expire()), asyncio.create_task(registry.keep_registered())]
-    await mark_serving(health, ["tidelog.v1.Gateway"])
-    log.info("gateway_started", url=url, brokers=bootstrap, auth=bool(credentials), cluster_id=context.cluster_id)
-    stop_waiting = asyncio.create_task(stopping.wait())
-    await asyncio.wait({serving, stop_waiting}, return_when=asyncio.FIRST_COMPLETED)
-    stop_waiting.cancel()
-    log.info("gateway_stopping")
-    await mark_serving(health, ["tidelog.v1.Gateway"], serving=False)
-    server.should_exit = True
-    await serving
-    for task in background:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    await registry.close()  # every instance leaves its group; the lease goes
-    await producer.close()
-    await forward_client.aclose()
-    await context.offsets.close()
-    await connections.close()
-    await health_server.stop(grace=1)
-    await etcd.close()
-    log.info("gateway_stopped")
 
 
 def main(argv: list[str] | None = None) -> None:

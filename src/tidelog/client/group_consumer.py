@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final, Protocol
 
 import structlog
@@ -73,6 +73,7 @@ class GroupConsumer:
         request_timeout_ms: int = DEFAULTS.request_timeout_ms,
         retry_backoff_ms: int = DEFAULTS.retry_backoff_ms,
         connections: Connections | None = None,
+        clock: Callable[[], float] = time.monotonic,
         **fetch_options: int,
     ) -> None:
         ConsumerSettings.from_configs(  # the registry's bounds: an InvalidConfigError names a bad value
@@ -127,8 +128,9 @@ class GroupConsumer:
         self._owned: set[TopicPartition] = set()
         self._buffer: list[ConsumerRecord] = []
         self._consumed: dict[TopicPartition, int] = {}  # next offset after what poll() returned
-        self._last_poll = time.monotonic()
-        self._last_auto_commit = time.monotonic()
+        self.clock = clock  # max.poll.interval.ms and auto.commit.interval.ms are measured on it
+        self._last_poll = clock()
+        self._last_auto_commit = clock()
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._join_task: asyncio.Task[None] | None = None
         self._pending_commits: set[asyncio.Task[None]] = set()
@@ -350,7 +352,7 @@ class GroupConsumer:
             await asyncio.sleep(self.heartbeat_interval_s)
             if not self.membership.has_generation or not self.member_id:
                 continue
-            if time.monotonic() - self._last_poll > self.max_poll_interval_s:
+            if self.clock() - self._last_poll > self.max_poll_interval_s:
                 log.warning("max_poll_interval_exceeded", group=self.group_id, member=self.member_id)
                 await self._leave()
                 continue
@@ -391,21 +393,21 @@ class GroupConsumer:
         """Up to `max.poll.records` records; joins, rebalances and auto-commits happen here."""
         if self._closed:
             raise RuntimeError("consumer is closed")
-        self._last_poll = time.monotonic()
+        self._last_poll = self.clock()
         if not self.membership.has_generation and self._owned and self._join_task is None:
             await self._lose()
-        started = time.monotonic()
+        started = self.clock()
         if not await self._ensure_member(timeout_ms / 1000):
             return []
         if not self._buffer:
-            remaining_ms = max(int(timeout_ms - (time.monotonic() - started) * 1000), 0)
+            remaining_ms = max(int(timeout_ms - (self.clock() - started) * 1000), 0)
             self._buffer = await self.consumer.poll(remaining_ms) if self._owned else []
             if not self._owned:
                 await asyncio.sleep(min(remaining_ms, 100) / 1000)
         records, self._buffer = self._buffer[: self.max_poll_records], self._buffer[self.max_poll_records :]
         self._consumed.update(next_offsets(records))  # what to commit: after each partition's last record
-        if self.enable_auto_commit and time.monotonic() - self._last_auto_commit >= self.auto_commit_interval_s:
-            self._last_auto_commit = time.monotonic()
+        if self.enable_auto_commit and self.clock() - self._last_auto_commit >= self.auto_commit_interval_s:
+            self._last_auto_commit = self.clock()
             self.commit_async()
         return records
 

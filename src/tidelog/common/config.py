@@ -366,6 +366,12 @@ GATEWAY_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
         maximum=1 * GIB,
     ),
     _int("produce.records.max", 10_000, "Records one produce request may carry.", minimum=1),
+    _long(
+        "producer.linger.ms",
+        2,
+        "linger.ms of the gateway's producer (REST Proxy's producer.* pass-through).",
+        minimum=0,
+    ),
 )
 
 PRODUCER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(

@@ -141,7 +141,7 @@ class ServiceParts(Protocol):
 async def run_service(
     service: str,
     *,
-    listen: str,
+    listen: str | None,
     metrics_port: int,
     build: Callable[[asyncio.Event], Awaitable[ServiceParts]],
     grace_s: float = 2.0,
@@ -162,7 +162,8 @@ async def run_service(
     parts = await build(stopping)
     server, health = grpc_server(max_message_bytes)
     names = parts.add_to(server)
-    server.add_insecure_port(listen)
+    if listen is not None:  # None: a service that serves elsewhere (the gateway's HTTP) and wants no health port
+        server.add_insecure_port(listen)
     await server.start()
     await parts.start()
     await mark_serving(health, names)

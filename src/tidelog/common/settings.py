@@ -225,6 +225,7 @@ class GatewaySettings(Settings):
     consumer_instances_max: int
     rest_request_max_bytes: int
     produce_records_max: int
+    producer_linger_ms: int
 
 
 @settings_of(ConfigScope.PRODUCER)
