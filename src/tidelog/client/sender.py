@@ -6,7 +6,8 @@ partition's batches in creation order — once one of them cannot go now (backin
 its leader busy, or one of its batches in flight), the later ones wait behind it. Retriable errors
 (NOT_LEADER_OR_FOLLOWER, no leader, timeouts, a broker gone) refresh the metadata and put the batch
 back after retry.backoff.ms, until retries or delivery.timeout.ms run out; other errors fail it.
-A batch still waiting when delivery.timeout.ms has passed fails too (Kafka's expired batches).
+A batch that never went out and is still waiting when delivery.timeout.ms has passed fails too
+(Kafka's expired batches).
 """
 
 from __future__ import annotations
@@ -131,10 +132,14 @@ class Sender:
             if batch.key in blocked:
                 waiting.append(batch)
                 continue
-            if self._expired(batch):  # waited past delivery.timeout.ms without going out again
+            if batch.base_sequence < 0 and self._expired(batch):
+                # Waited past delivery.timeout.ms without ever going out (Kafka expires such batches in
+                # its accumulator). One that was sent keeps its sequence and expires only when its
+                # retry is scheduled: failing it here, behind a request whose outcome is unknown,
+                # would leave a sequence gap that fails every later batch of the partition.
                 timed_out = RequestTimedOutError(f"{batch.topic}-{batch.partition}: delivery.timeout.ms passed")
                 self.fail(batch, batch.last_error or timed_out)  # the last attempt's error says more
-                blocked.add(batch.key)  # the next ones may now have a sequence gap: not before a new epoch
+                blocked.add(batch.key)
                 continue
             if batch.next_attempt_at > now:
                 waiting.append(batch)
