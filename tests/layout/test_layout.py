@@ -90,3 +90,21 @@ def test_the_cli_reaches_into_the_broker_only_through_its_storage_package() -> N
             elif isinstance(node, ast.Import):
                 reached.update(alias.name for alias in node.names if alias.name.startswith("tidelog.broker"))
     assert reached == {"tidelog.broker.storage"}
+
+
+def test_the_operator_reaches_the_cluster_only_through_the_client() -> None:
+    # operator/ is a namespace portion (no __init__.py, see ADR 0001), which import-linter cannot
+    # see; this test is its contract: the operator is a client of the cluster, like the CLI.
+    allowed = ("tidelog.client", "tidelog.common", "tidelog.operator", "tidelog.v1")
+    for path in sorted((ROOT / "operator").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            for name in names:
+                if name.startswith("tidelog"):
+                    assert name.startswith(allowed), f"{path.name} imports {name}"
