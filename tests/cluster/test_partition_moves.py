@@ -136,6 +136,26 @@ async def test_reassignment_moves_the_data_and_removes_the_old_replica(fresh_clu
     assert sorted(await _consume_all(fresh_cluster, "moving", len(values))) == values
 
 
+async def test_a_shrink_that_keeps_the_order_of_the_rest_is_a_reassignment(fresh_cluster: LocalCluster) -> None:
+    # [a, b, c] → [a, b]: RS (target + what leaves) equals the current list, which once made the
+    # controller answer "already there" and do nothing.
+    async with AdminClient(fresh_cluster.bootstrap, controllers=fresh_cluster.controller_endpoints) as admin:
+        await admin.create_topic("shrinking", 1, 3)
+        _, original, _ = await _state(admin, "shrinking")
+        target = original[:2]
+        assert await admin.alter_partition_reassignments({("shrinking", 0): target}) == {("shrinking", 0): None}
+
+        async def done() -> bool:
+            _, replicas, isr = await _state(admin, "shrinking")
+            return replicas == target and sorted(isr) == sorted(target)
+
+        await wait_until(done, timeout_s=30, what="the replica list to shrink")
+        await wait_until(
+            lambda: _gone(fresh_cluster.data_dir / f"broker-{original[2]}" / "shrinking-0"),
+            what="the removed replica's folder to be deleted",
+        )
+
+
 async def _gone(path: Path) -> bool:
     return not path.exists()
 
