@@ -20,6 +20,7 @@ from tidelog.common.settings import (
     ControllerSettings,
     CoordinatorSettings,
     GatewaySettings,
+    OperatorSettings,
     ProducerSettings,
     Settings,
     attribute_of,
@@ -35,6 +36,7 @@ SCOPES: list[tuple[type[Settings], ConfigScope]] = [
     (ControllerSettings, ConfigScope.CONTROLLER),
     (CoordinatorSettings, ConfigScope.COORDINATOR),
     (GatewaySettings, ConfigScope.GATEWAY),
+    (OperatorSettings, ConfigScope.OPERATOR),
     (ProducerSettings, ConfigScope.PRODUCER),
     (ConsumerSettings, ConfigScope.CONSUMER),
 ]

@@ -24,6 +24,7 @@ __all__ = [
     "COORDINATOR_CONFIGS",
     "GATEWAY_CONFIGS",
     "LOG_CONFIGS",
+    "OPERATOR_CONFIGS",
     "PRODUCER_CONFIGS",
     "ConfigDef",
     "ConfigScope",
@@ -56,6 +57,7 @@ class ConfigScope(enum.Enum):
     CONTROLLER = "controller"
     COORDINATOR = "coordinator"
     GATEWAY = "gateway"
+    OPERATOR = "operator"
     PRODUCER = "producer"
     CONSUMER = "consumer"
 
@@ -374,6 +376,23 @@ GATEWAY_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     ),
 )
 
+OPERATOR_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
+    ConfigScope.OPERATOR,
+    _long(
+        "operator.reconcile.interval.ms",
+        60_000,
+        "How often every resource is reconciled again even without a change (what was changed outside "
+        "Kubernetes is put back then).",
+        minimum=1000,
+    ),
+    _long(
+        "operator.request.timeout.ms",
+        10_000,
+        "Deadline of one request to the cluster; a cluster that does not answer is a condition, retried.",
+        minimum=100,
+    ),
+)
+
 PRODUCER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     ConfigScope.PRODUCER,
     ConfigDef(
@@ -465,6 +484,7 @@ ALL_CONFIGS: Final[tuple[ConfigDef, ...]] = (
     + CONTROLLER_CONFIGS
     + COORDINATOR_CONFIGS
     + GATEWAY_CONFIGS
+    + OPERATOR_CONFIGS
     + PRODUCER_CONFIGS
     + CONSUMER_CONFIGS
 )

@@ -32,6 +32,7 @@ __all__ = [
     "ControllerSettings",
     "CoordinatorSettings",
     "GatewaySettings",
+    "OperatorSettings",
     "ProducerSettings",
     "Settings",
     "attribute_of",
@@ -226,6 +227,14 @@ class GatewaySettings(Settings):
     rest_request_max_bytes: int
     produce_records_max: int
     producer_linger_ms: int
+
+
+@settings_of(ConfigScope.OPERATOR)
+class OperatorSettings(Settings):
+    """The operator's settings (docs/configuration.md)."""
+
+    operator_reconcile_interval_ms: int
+    operator_request_timeout_ms: int
 
 
 @settings_of(ConfigScope.PRODUCER)

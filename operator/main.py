@@ -1,0 +1,203 @@
+"""The Tidelog operator: `python -m tidelog.operator.main --bootstrap host:port [...]`.
+
+A kopf operator that reconciles `Topic` resources (group `tidelog.io`, `v1beta1`) into a Tidelog
+cluster through the client library, as `topic_reconciler.py` describes. kopf supplies the watch,
+the finalizer, retries and Kubernetes Events; this module turns a reconcile's `Outcome` into the
+resource's status (a `Ready` condition with a reason, `observedGeneration`, the topic's figures)
+and its Events:
+- create, update (spec changes) and resume (the operator restarted) reconcile at once;
+- a timer reconciles every `operator.reconcile.interval.ms` too, so what was changed outside
+  Kubernetes is put back (reported as `DriftReverted`);
+- an outcome that is not Ready yet (replicas moving, the cluster unreachable) is retried after the
+  delay it names; an invalid spec is not retried until the spec changes;
+- deletion deletes the topic (or lets it go with `deletionPolicy: Retain`), then kopf drops its
+  finalizer;
+- two resources naming the same topic: the older one owns it, the other is `ResourceConflict` and
+  changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import logging
+from collections.abc import Mapping
+from typing import Any, Final
+
+import kopf
+import structlog
+from prometheus_client import Counter, Histogram, start_http_server
+
+from tidelog.client import AdminClient
+from tidelog.common.runtime import configure_logging
+from tidelog.common.settings import OperatorSettings
+from tidelog.operator.crds import GROUP, VERSION
+from tidelog.operator.topic_reconciler import Outcome, TopicReconciler, TopicSpec
+
+__all__ = ["main"]
+
+log = structlog.get_logger(__name__)
+
+TOPICS: Final = (GROUP, VERSION, "topics")
+RECONCILES = Counter("tidelog_operator_reconciles_total", "Reconciles by kind and outcome reason", ["kind", "reason"])
+RECONCILE_SECONDS = Histogram("tidelog_operator_reconcile_seconds", "Reconcile duration by kind", ["kind"])
+ERRORS = Counter("tidelog_operator_errors_total", "Reconciles that raised, by kind", ["kind"])
+
+# Set by main() before kopf starts: the cluster the operator manages, and how.
+_state: dict[str, Any] = {}
+
+
+def _reconciler() -> TopicReconciler:
+    reconciler: TopicReconciler = _state["reconciler"]
+    return reconciler
+
+
+@kopf.on.startup()
+async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.posting.level = logging.INFO  # Events for what the operator did, not only for failures
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
+    settings.watching.server_timeout = 60
+
+
+@kopf.index(*TOPICS)
+def topics_by_name(
+    *, name: str, namespace: str | None, spec: Mapping[str, Any], meta: Mapping[str, Any], **_: Any
+) -> dict[str, Any]:
+    """Which resources name each topic, for the conflict check."""
+    return {spec.get("topicName") or name: (meta.get("creationTimestamp") or "", namespace, name)}
+
+
+def _conflict(name: str, namespace: str | None, spec: Mapping[str, Any], index: kopf.Index[str, Any]) -> str | None:
+    """Another, older resource names the same topic: who, or None."""
+    topic = spec.get("topicName") or name
+    owners = sorted(index.get(topic, []))
+    if not owners or owners[0][1:] == (namespace, name):
+        return None
+    return f"{owners[0][1]}/{owners[0][2]}"
+
+
+def _condition(outcome: Outcome, generation: int | None) -> dict[str, Any]:
+    return {
+        "type": "Ready",
+        "status": "True" if outcome.ready else "False",
+        "reason": outcome.reason,
+        "message": outcome.message,
+        "lastTransitionTime": datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        **({"observedGeneration": generation} if generation is not None else {}),
+    }
+
+
+def _record(outcome: Outcome, body: kopf.Body, patch: kopf.Patch, meta: Mapping[str, Any]) -> None:
+    """The outcome as the resource's status and Events."""
+    generation = meta.get("generation")
+    for key, value in outcome.status.items():
+        patch.status[key] = value
+    if "reassignment" not in outcome.status and (body.get("status") or {}).get("reassignment"):
+        patch.status["reassignment"] = None
+    if generation is not None:
+        patch.status["observedGeneration"] = generation
+    patch.status["conditions"] = [_condition(outcome, generation)]
+    for kind, reason, message in outcome.events:
+        kopf.event(body, type=kind, reason=reason, message=message)
+    RECONCILES.labels("Topic", outcome.reason).inc()
+
+
+async def _reconcile_topic(
+    *,
+    body: kopf.Body,
+    spec: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    name: str,
+    namespace: str | None,
+    patch: kopf.Patch,
+    topics_by_name: kopf.Index[str, Any],
+    drift: bool,
+) -> None:
+    owner = _conflict(name, namespace, spec, topics_by_name)
+    if owner is not None:
+        outcome = Outcome(False, "ResourceConflict", f"topic {spec.get('topicName') or name!r} is managed by {owner}")
+        _record(outcome, body, patch, meta)
+        return
+    with RECONCILE_SECONDS.labels("Topic").time():
+        try:
+            outcome = await _reconciler().reconcile(TopicSpec.from_resource(name, spec), drift=drift)
+        except Exception:
+            ERRORS.labels("Topic").inc()
+            raise
+    _record(outcome, body, patch, meta)
+    log.info("topic_reconciled", resource=f"{namespace}/{name}", ready=outcome.ready, reason=outcome.reason)
+    if not outcome.ready and outcome.retry_after_s is not None:
+        raise kopf.TemporaryError(outcome.message, delay=outcome.retry_after_s)
+
+
+@kopf.on.create(*TOPICS)
+@kopf.on.update(*TOPICS, field="spec")
+@kopf.on.resume(*TOPICS)
+async def topic_changed(**kwargs: Any) -> None:
+    await _reconcile_topic(**_topic_arguments(kwargs), drift=False)
+
+
+async def topic_drift(**kwargs: Any) -> None:
+    """Registered by serve() as a timer every operator.reconcile.interval.ms."""
+    await _reconcile_topic(**_topic_arguments(kwargs), drift=True)
+
+
+@kopf.on.delete(*TOPICS)
+async def topic_deleted(*, spec: Mapping[str, Any], name: str, namespace: str | None, **kwargs: Any) -> None:
+    index: kopf.Index[str, Any] = kwargs["topics_by_name"]  # kopf passes each index by its name
+    if _conflict(name, namespace, spec, index) is not None:
+        return  # never owned the topic: nothing to delete
+    outcome = await _reconciler().delete(TopicSpec.from_resource(name, spec))
+    RECONCILES.labels("Topic", outcome.reason).inc()
+    if not outcome.ready:
+        raise kopf.TemporaryError(outcome.message, delay=outcome.retry_after_s or 5.0)
+    log.info("topic_released", resource=f"{namespace}/{name}", reason=outcome.reason)
+
+
+def _topic_arguments(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    keys = ("body", "spec", "meta", "name", "namespace", "patch", "topics_by_name")
+    return {key: kwargs[key] for key in keys}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Tidelog operator (Topic resources)")
+    parser.add_argument("--bootstrap", required=True, action="append", help="a broker host:port (repeatable)")
+    parser.add_argument("--controller", action="append", default=[], help="a controller host:port (repeatable)")
+    parser.add_argument("--namespace", action="append", default=[], help="watch only these (default: all)")
+    parser.add_argument("--metrics-port", type=int, default=0)
+    parser.add_argument("--health-port", type=int, default=0, help="kopf's liveness endpoint (0: off)")
+    parser.add_argument("--standalone", action="store_true", help="no peering: the only replica")
+    OperatorSettings.add_arguments(parser)
+    args = parser.parse_args(argv)
+    args.settings = OperatorSettings.parse_into(parser, args)
+    return args
+
+
+async def serve(args: argparse.Namespace) -> None:
+    settings: OperatorSettings = args.settings
+    configure_logging("operator")
+    if args.metrics_port:
+        start_http_server(args.metrics_port)
+    async with AdminClient(
+        args.bootstrap, controllers=args.controller, request_timeout_ms=settings.operator_request_timeout_ms
+    ) as admin:
+        _state.update(settings=settings, reconciler=TopicReconciler(admin))
+        interval = settings.operator_reconcile_interval_ms / 1000
+        kopf.timer(*TOPICS, interval=interval, initial_delay=interval, idle=None)(topic_drift)
+        await kopf.operator(
+            standalone=args.standalone,
+            clusterwide=not args.namespace,
+            namespaces=args.namespace,
+            liveness_endpoint=f"http://0.0.0.0:{args.health_port}/healthz" if args.health_port else None,
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    asyncio.run(serve(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""kmock's KubernetesEmulator with the bookkeeping kopf relies on.
+
+kmock 0.8 stores objects as plain JSON: it assigns no `resourceVersion` (kopf's JSON patches test
+it), bumps no `generation`, and ignores `generateName` (every kopf Event would get one name). This
+subclass puts them into each create and update before kmock applies it, so the stored object, the
+watch event and the response all carry them: a version that grows with every write, a generation
+that grows with every change of `spec`. A JSON patch whose `test` fails is answered 422, as the API
+server does (kmock answers 500), so kopf retries on the next event with a fresh version instead of
+resending a stale one.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import aiohttp
+import attrs
+import jsonpatch
+import kmock
+
+
+@attrs.frozen
+class InvalidError(kmock.KubernetesError):
+    status: int = 422
+    reason: str = "Invalid"
+
+
+class Emulator(kmock.KubernetesEmulator):
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self._versions = itertools.count(1)
+
+    async def _handle(self, request: Any) -> aiohttp.web.StreamResponse:
+        if request.resource is not None and request.action in (kmock.action.CREATE, kmock.action.UPDATE):
+            version = str(next(self._versions))
+            if request.action == kmock.action.CREATE and isinstance(request.data, dict):
+                metadata = request.data.setdefault("metadata", {})
+                metadata["resourceVersion"], metadata["generation"] = version, 1
+                if not metadata.get("name") and metadata.get("generateName"):  # kopf's Events are named so
+                    metadata["name"] = f"{metadata['generateName']}{version}"
+            elif request.name is not None:
+                self._stamp_update(request, version)
+        return await super()._handle(request)
+
+    async def _render_error(self, exc: Exception) -> aiohttp.web.StreamResponse:
+        if isinstance(exc, jsonpatch.JsonPatchTestFailed):
+            exc = InvalidError(message=str(exc))
+        return await super()._render_error(exc)
+
+    def _stamp_update(self, request: Any, version: str) -> None:
+        key = (request.resource, request.namespace, request.name)
+        if key not in self.objects:
+            return  # kmock answers 404 itself
+        generation = int(self.objects[key].get("metadata", {}).get("generation", 1))
+        if isinstance(request.data, dict):  # a merge patch
+            touches_spec = request.subresource is None and "spec" in request.data
+            metadata = request.data.setdefault("metadata", {})
+            metadata["resourceVersion"] = version
+            if touches_spec:
+                metadata["generation"] = generation + 1
+        elif isinstance(request.data, list):  # a JSON patch: its own tests run first, on the old version
+            touches_spec = request.subresource is None and any(
+                str(op.get("path", "")).startswith("/spec") for op in request.data
+            )
+            request.data.append({"op": "add", "path": "/metadata/resourceVersion", "value": version})
+            if touches_spec:
+                request.data.append({"op": "add", "path": "/metadata/generation", "value": generation + 1})

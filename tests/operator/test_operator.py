@@ -1,0 +1,204 @@
+"""The operator as a real kopf process against kmock's Kubernetes emulator (by kopf's author) and a
+real local Tidelog cluster: resources applied over the Kubernetes API reach the cluster, and the
+resources' status and Events say what happened."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import kmock
+import pytest
+
+from tests.cluster.conftest import wait_until
+from tests.operator.kube_emulator import Emulator
+from tidelog.client import AdminClient
+from tidelog.local_cluster import LocalCluster
+
+API: str = "/apis/tidelog.io/v1beta1/namespaces/default/topics"
+RECONCILE_INTERVAL_MS = 1500  # short, so drift is put back within a test
+
+
+@pytest.fixture
+async def kubernetes(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
+    """An emulated API server that knows the Topic resource; its URL and a kubeconfig for it."""
+    async with Emulator() as emulator, kmock.Server(emulator) as server:
+        emulator.resources.load_bundled()  # without the built-in resources kopf never starts watching
+        emulator.resources["tidelog.io/v1beta1/topics"] = kmock.ResourceInfo(
+            namespaced=True,
+            kind="Topic",
+            singular="topic",
+            verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+            shortnames={"tlt"},
+            subresources={"status"},
+        )
+        url = str(server.url).rstrip("/")
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters: [{{name: k, cluster: {{server: '{url}'}}}}]\n"
+            "users: [{name: u, user: {token: test}}]\n"
+            "contexts: [{name: c, context: {cluster: k, user: u, namespace: default}}]\n"
+            "current-context: c\n"
+        )
+        yield url, kubeconfig
+
+
+@pytest.fixture
+async def operator_process(
+    kubernetes: tuple[str, Path], cluster: LocalCluster, tmp_path: Path
+) -> AsyncIterator[subprocess.Popen[bytes]]:
+    _, kubeconfig = kubernetes
+    arguments = [sys.executable, "-m", "tidelog.operator.main", "--standalone"]
+    for endpoint in cluster.bootstrap:
+        arguments += ["--bootstrap", endpoint]
+    for endpoint in cluster.controller_endpoints:
+        arguments += ["--controller", endpoint]
+    arguments += ["--config", f"operator.reconcile.interval.ms={RECONCILE_INTERVAL_MS}"]
+    log = (tmp_path / "operator.log").open("wb")
+    process = subprocess.Popen(arguments, env={**os.environ, "KUBECONFIG": str(kubeconfig)}, stdout=log, stderr=log)
+    try:
+        yield process
+    finally:
+        process.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=10)
+        process.kill()
+        log.close()
+
+
+class Kube:
+    """What kubectl would do, over the emulator's HTTP API."""
+
+    def __init__(self, url: str, session: aiohttp.ClientSession) -> None:
+        self.url, self.session = url, session
+
+    async def apply(self, name: str, spec: dict[str, Any]) -> None:
+        body = {"apiVersion": "tidelog.io/v1beta1", "kind": "Topic", "metadata": {"name": name, "namespace": "default"}}
+        async with self.session.post(f"{self.url}{API}", json={**body, "spec": spec}) as answer:
+            assert answer.status in (200, 201), await answer.text()
+
+    async def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
+        headers = {"Content-Type": "application/merge-patch+json"}
+        async with self.session.patch(f"{self.url}{API}/{name}", json={"spec": spec}, headers=headers) as answer:
+            assert answer.status == 200, await answer.text()
+
+    async def get(self, name: str) -> dict[str, Any] | None:
+        async with self.session.get(f"{self.url}{API}/{name}") as answer:
+            if answer.status == 404:
+                return None
+            found: dict[str, Any] = await answer.json()
+            return found
+
+    async def delete(self, name: str) -> None:
+        async with self.session.delete(f"{self.url}{API}/{name}") as answer:
+            assert answer.status in (200, 202), await answer.text()
+
+    async def ready(self, name: str) -> dict[str, Any] | None:
+        """The Ready condition once the operator has set one."""
+        found = await self.get(name)
+        conditions = ((found or {}).get("status") or {}).get("conditions") or []
+        return next((condition for condition in conditions if condition["type"] == "Ready"), None)
+
+    async def events(self, name: str) -> list[tuple[str, str]]:
+        async with self.session.get(f"{self.url}/api/v1/namespaces/default/events") as answer:
+            items = (await answer.json()).get("items", [])
+        return [
+            (item.get("type", ""), item.get("reason", "")) for item in items if item["involvedObject"]["name"] == name
+        ]
+
+
+@pytest.fixture
+async def kube(kubernetes: tuple[str, Path]) -> AsyncIterator[Kube]:
+    async with aiohttp.ClientSession() as session:
+        yield Kube(kubernetes[0], session)
+
+
+async def _has_event(kube: Kube, name: str, event: tuple[str, str]) -> bool:
+    return event in await kube.events(name)  # kopf posts Events in the background
+
+
+def _name() -> str:
+    return f"op-{uuid.uuid4().hex[:8]}"
+
+
+async def _until_reason(kube: Kube, name: str, reason: str, timeout_s: float = 30) -> dict[str, Any]:
+    async def reached() -> dict[str, Any] | None:
+        condition = await kube.ready(name)
+        return condition if condition and condition["reason"] == reason else None
+
+    return await wait_until(reached, timeout_s=timeout_s, what=f"{name}: Ready reason {reason}")
+
+
+@pytest.mark.usefixtures("operator_process")
+async def test_a_topic_applied_is_created_changed_and_deleted(kube: Kube, admin: AdminClient) -> None:
+    name = _name()
+    await kube.apply(name, {"partitions": 3, "replicas": 2, "config": {"retention.ms": 3_600_000}})
+    ready = await _until_reason(kube, name, "Reconciled")
+    assert ready["status"] == "True"
+    described = (await admin.describe_topics([name]))[name]
+    assert not isinstance(described, Exception)
+    assert len(described.partitions) == 3 and described.configs == {"retention.ms": "3600000"}
+    await wait_until(lambda: _has_event(kube, name, ("Normal", "Created")), what="a Created event")
+    found = await kube.get(name)
+    assert found is not None and found["status"]["partitions"] == 3
+    assert "tidelog.io/finalizer" in found["metadata"].get("finalizers", []), found["metadata"]
+
+    await kube.patch_spec(name, {"partitions": 4, "config": {"retention.ms": 60_000}})
+
+    async def grown() -> bool:
+        topic = (await admin.describe_topics([name]))[name]
+        return (
+            not isinstance(topic, Exception) and len(topic.partitions) == 4 and topic.configs["retention.ms"] == "60000"
+        )
+
+    await wait_until(grown, what="the spec change to reach the cluster")
+
+    await kube.delete(name)
+
+    async def gone() -> bool:
+        return await kube.get(name) is None and isinstance((await admin.describe_topics([name]))[name], Exception)
+
+    await wait_until(gone, what="the topic and then the resource to go")
+
+
+@pytest.mark.usefixtures("operator_process")
+async def test_drift_is_put_back_and_bad_specs_are_conditions(kube: Kube, admin: AdminClient) -> None:
+    name = _name()
+    await kube.apply(name, {"partitions": 1, "replicas": 1, "config": {"retention.ms": "60000"}})
+    await _until_reason(kube, name, "Reconciled")
+    await admin.alter_configs(name, {"retention.ms": "1"})  # someone changed it outside Kubernetes
+
+    async def reverted() -> bool:
+        topic = (await admin.describe_topics([name]))[name]
+        return not isinstance(topic, Exception) and topic.configs == {"retention.ms": "60000"}
+
+    await wait_until(reverted, what="the drift to be put back")
+    await wait_until(lambda: _has_event(kube, name, ("Warning", "DriftReverted")), what="a DriftReverted event")
+
+    smaller = _name()
+    await kube.apply(smaller, {"partitions": 2, "replicas": 1})
+    await _until_reason(kube, smaller, "Reconciled")
+    await kube.patch_spec(smaller, {"partitions": 1})
+    refused = await _until_reason(kube, smaller, "NotSupported")
+    assert refused["status"] == "False" and "cannot decrease" in refused["message"]
+
+    invalid = _name()
+    await kube.apply(invalid, {"partitions": 1, "replicas": 1, "config": {"segment.bytes": 10}})
+    condition = await _until_reason(kube, invalid, "InvalidConfig")
+    assert "segment.bytes" in condition["message"]
+    await wait_until(lambda: _has_event(kube, invalid, ("Warning", "InvalidConfig")), what="an InvalidConfig event")
+
+    twin = _name()
+    await kube.apply(twin, {"partitions": 9, "replicas": 1, "topicName": name})  # names a managed topic
+    conflict = await _until_reason(kube, twin, "ResourceConflict")
+    assert name in conflict["message"] or "managed by" in conflict["message"]
+    topic = (await admin.describe_topics([name]))[name]
+    assert not isinstance(topic, Exception) and len(topic.partitions) == 1  # untouched
