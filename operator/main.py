@@ -30,9 +30,11 @@ import structlog
 from prometheus_client import Counter, Histogram, start_http_server
 
 from tidelog.client import AdminClient
+from tidelog.client.group_admin import GroupAdmin
 from tidelog.common.runtime import configure_logging
 from tidelog.common.settings import OperatorSettings
 from tidelog.operator.crds import GROUP, VERSION
+from tidelog.operator.group_reconciler import GroupReconciler, GroupSpec
 from tidelog.operator.topic_reconciler import Outcome, TopicReconciler, TopicSpec
 
 __all__ = ["main"]
@@ -40,6 +42,7 @@ __all__ = ["main"]
 log = structlog.get_logger(__name__)
 
 TOPICS: Final = (GROUP, VERSION, "topics")
+GROUPS: Final = (GROUP, VERSION, "consumergroups")
 RECONCILES = Counter("tidelog_operator_reconciles_total", "Reconciles by kind and outcome reason", ["kind", "reason"])
 RECONCILE_SECONDS = Histogram("tidelog_operator_reconcile_seconds", "Reconcile duration by kind", ["kind"])
 ERRORS = Counter("tidelog_operator_errors_total", "Reconciles that raised, by kind", ["kind"])
@@ -50,6 +53,11 @@ _state: dict[str, Any] = {}
 
 def _reconciler() -> TopicReconciler:
     reconciler: TopicReconciler = _state["reconciler"]
+    return reconciler
+
+
+def _group_reconciler() -> GroupReconciler:
+    reconciler: GroupReconciler = _state["group_reconciler"]
     return reconciler
 
 
@@ -90,7 +98,7 @@ def _condition(outcome: Outcome, generation: int | None) -> dict[str, Any]:
     }
 
 
-def _record(outcome: Outcome, body: kopf.Body, patch: kopf.Patch, meta: Mapping[str, Any]) -> None:
+def _record(outcome: Outcome, body: kopf.Body, patch: kopf.Patch, meta: Mapping[str, Any], kind: str = "Topic") -> None:
     """The outcome as the resource's status and Events."""
     generation = meta.get("generation")
     for key, value in outcome.status.items():
@@ -100,9 +108,9 @@ def _record(outcome: Outcome, body: kopf.Body, patch: kopf.Patch, meta: Mapping[
     if generation is not None:
         patch.status["observedGeneration"] = generation
     patch.status["conditions"] = [_condition(outcome, generation)]
-    for kind, reason, message in outcome.events:
-        kopf.event(body, type=kind, reason=reason, message=message)
-    RECONCILES.labels("Topic", outcome.reason).inc()
+    for event_type, reason, message in outcome.events:
+        kopf.event(body, type=event_type, reason=reason, message=message)
+    RECONCILES.labels(kind, outcome.reason).inc()
 
 
 async def _reconcile_topic(
@@ -157,6 +165,26 @@ async def topic_deleted(*, spec: Mapping[str, Any], name: str, namespace: str | 
     log.info("topic_released", resource=f"{namespace}/{name}", reason=outcome.reason)
 
 
+async def group_changed(
+    *, body: kopf.Body, spec: Mapping[str, Any], meta: Mapping[str, Any], name: str, patch: kopf.Patch, **_: Any
+) -> None:
+    """ConsumerGroup: status from the coordinators; a reset applied once per id, when empty."""
+    last_reset = (body.get("status") or {}).get("lastReset")
+    with RECONCILE_SECONDS.labels("ConsumerGroup").time():
+        outcome = await _group_reconciler().reconcile(GroupSpec.from_resource(name, spec), last_reset=last_reset)
+    _record(outcome, body, patch, meta, kind="ConsumerGroup")
+    if not outcome.ready and outcome.retry_after_s is not None:
+        raise kopf.TemporaryError(outcome.message, delay=outcome.retry_after_s)
+
+
+@kopf.on.delete(*GROUPS)
+async def group_deleted(*, spec: Mapping[str, Any], name: str, **_: Any) -> None:
+    outcome = await _group_reconciler().delete(GroupSpec.from_resource(name, spec))
+    RECONCILES.labels("ConsumerGroup", outcome.reason).inc()
+    if not outcome.ready:
+        raise kopf.TemporaryError(outcome.message, delay=outcome.retry_after_s or 5.0)
+
+
 def _topic_arguments(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     keys = ("body", "spec", "meta", "name", "namespace", "patch", "topics_by_name")
     return {key: kwargs[key] for key in keys}
@@ -181,12 +209,19 @@ async def serve(args: argparse.Namespace) -> None:
     configure_logging("operator")
     if args.metrics_port:
         start_http_server(args.metrics_port)
-    async with AdminClient(
-        args.bootstrap, controllers=args.controller, request_timeout_ms=settings.operator_request_timeout_ms
-    ) as admin:
-        _state.update(settings=settings, reconciler=TopicReconciler(admin))
+    timeout_ms = settings.operator_request_timeout_ms
+    async with (
+        AdminClient(args.bootstrap, controllers=args.controller, request_timeout_ms=timeout_ms) as admin,
+        GroupAdmin(args.bootstrap, request_timeout_ms=timeout_ms) as groups,
+    ):
+        _state.update(
+            settings=settings, reconciler=TopicReconciler(admin), group_reconciler=GroupReconciler(groups, admin)
+        )
         interval = settings.operator_reconcile_interval_ms / 1000
         kopf.timer(*TOPICS, interval=interval, initial_delay=interval, idle=None)(topic_drift)
+        for register in (kopf.on.create(*GROUPS), kopf.on.update(*GROUPS, field="spec"), kopf.on.resume(*GROUPS)):
+            register(group_changed)
+        kopf.timer(*GROUPS, interval=interval, idle=None)(group_changed)
         await kopf.operator(
             standalone=args.standalone,
             clusterwide=not args.namespace,

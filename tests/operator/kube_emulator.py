@@ -1,7 +1,8 @@
 """kmock's KubernetesEmulator with the bookkeeping kopf relies on.
 
 kmock 0.8 stores objects as plain JSON: it assigns no `resourceVersion` (kopf's JSON patches test
-it), bumps no `generation`, and ignores `generateName` (every kopf Event would get one name). This
+it), bumps no `generation`, sets no `uid` or `creationTimestamp`, and ignores `generateName`
+(every kopf Event would get one name). This
 subclass puts them into each create and update before kmock applies it, so the stored object, the
 watch event and the response all carry them: a version that grows with every write, a generation
 that grows with every change of `spec`. A JSON patch whose `test` fails is answered 422, as the API
@@ -12,6 +13,8 @@ resending a stale one.
 from __future__ import annotations
 
 import itertools
+import time
+import uuid
 from typing import Any
 
 import aiohttp
@@ -37,6 +40,8 @@ class Emulator(kmock.KubernetesEmulator):
             if request.action == kmock.action.CREATE and isinstance(request.data, dict):
                 metadata = request.data.setdefault("metadata", {})
                 metadata["resourceVersion"], metadata["generation"] = version, 1
+                metadata.setdefault("uid", str(uuid.uuid4()))
+                metadata.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
                 if not metadata.get("name") and metadata.get("generateName"):  # kopf's Events are named so
                     metadata["name"] = f"{metadata['generateName']}{version}"
             elif request.name is not None:
