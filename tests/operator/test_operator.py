@@ -18,8 +18,8 @@ import kmock
 import pytest
 
 from tests.cluster.conftest import wait_until
-from tests.operator.kube_emulator import Emulator
 from tidelog.client import AdminClient
+from tidelog.kube_emulator import Emulator
 from tidelog.local_cluster import LocalCluster
 
 API: str = "/apis/tidelog.io/v1beta1/namespaces/default/topics"

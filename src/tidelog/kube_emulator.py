@@ -1,7 +1,9 @@
-"""kmock's KubernetesEmulator with the bookkeeping kopf relies on.
+"""kmock's KubernetesEmulator with the bookkeeping kopf relies on (for the operator's tests and
+benchmark, as `local_cluster` is for the cluster's; kmock is a test dependency).
 
 kmock 0.8 stores objects as plain JSON: it assigns no `resourceVersion` (kopf's JSON patches test
-it), bumps no `generation`, sets no `uid` or `creationTimestamp`, and ignores `generateName`
+it), bumps no `generation`, sets no `uid`, `creationTimestamp` or (from the URL) `namespace`, and
+ignores `generateName`
 (every kopf Event would get one name). This
 subclass puts them into each create and update before kmock applies it, so the stored object, the
 watch event and the response all carry them: a version that grows with every write, a generation
@@ -41,6 +43,8 @@ class Emulator(kmock.KubernetesEmulator):
                 metadata = request.data.setdefault("metadata", {})
                 metadata["resourceVersion"], metadata["generation"] = version, 1
                 metadata.setdefault("uid", str(uuid.uuid4()))
+                if request.namespace and not metadata.get("namespace"):  # as the API server: from the URL
+                    metadata["namespace"] = request.namespace
                 metadata.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
                 if not metadata.get("name") and metadata.get("generateName"):  # kopf's Events are named so
                     metadata["name"] = f"{metadata['generateName']}{version}"
