@@ -20,9 +20,11 @@ from tidelog.broker import main as broker_main
 from tidelog.controller import main as controller_main
 from tidelog.coordinator import main as coordinator_main
 from tidelog.gateway import main as gateway_main
+from tidelog.operator import main as operator_main
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "tidelog"
 RELEASE = "demo"
+NAMESPACE = "streaming"
 PLACEHOLDER = re.compile(r"\{\{\s*([^}]*?)\s*\}\}")
 
 
@@ -31,6 +33,8 @@ def render(template: str, values: dict[str, Any], chart: dict[str, Any]) -> str:
         expression = match.group(1)
         if expression == ".Release.Name":
             return RELEASE
+        if expression == ".Release.Namespace":
+            return NAMESPACE
         if expression.startswith(".Chart."):
             return str(chart[expression.removeprefix(".Chart.")[0].lower() + expression.removeprefix(".Chart.")[1:]])
         assert expression.startswith(".Values."), f"template uses more than value substitution: {expression}"
@@ -112,3 +116,39 @@ def test_gateways_run_behind_one_service_with_authentication_on(
         "http": args.port,
         "metrics": args.metrics_port,
     }
+
+
+def test_the_operator_runs_once_with_flags_it_accepts_and_a_role_for_its_resources(
+    manifests: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    deployment = manifests[("Deployment", f"{RELEASE}-operator")]
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"  # a rollout never runs two at once
+    pod = deployment["spec"]["template"]["spec"]
+    program, *arguments = shlex.split(pod["containers"][0]["args"][0].removeprefix("exec "))
+    assert program == "tidelog-operator"
+    args = operator_main.parse_args(arguments)
+    assert args.standalone
+    broker_port = manifests[("Service", f"{RELEASE}-broker")]["spec"]["ports"][0]["port"]
+    controller_port = manifests[("Service", f"{RELEASE}-controller")]["spec"]["ports"][0]["port"]
+    assert args.bootstrap == [f"{RELEASE}-broker:{broker_port}"]
+    assert args.controller == [f"{RELEASE}-controller:{controller_port}"]
+    assert pod["containers"][0]["livenessProbe"]["httpGet"]["port"] == args.health_port
+    assert pod["serviceAccountName"] == f"{RELEASE}-operator"
+    binding = manifests[("ClusterRoleBinding", f"{RELEASE}-operator")]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"{RELEASE}-operator", "namespace": NAMESPACE}]
+    rules = manifests[("ClusterRole", f"{RELEASE}-operator")]["rules"]
+    granted = {
+        (group, resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    for resource in ("topics", "consumergroups"):
+        assert {("tidelog.io", resource, verb) for verb in ("list", "watch", "patch")} <= granted
+        assert ("tidelog.io", f"{resource}/status", "patch") in granted
+    assert ("", "events", "create") in granted
+    # least privilege: nothing may delete, and nothing outside what kopf and the resources need
+    assert not any(verb in ("delete", "*") for _, _, verb in granted)
+    assert {group for group, _, _ in granted} == {"tidelog.io", "apiextensions.k8s.io", "", "events.k8s.io"}
