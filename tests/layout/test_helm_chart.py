@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +153,13 @@ def test_the_operator_runs_once_with_flags_it_accepts_and_a_role_for_its_resourc
     # least privilege: nothing may delete, and nothing outside what kopf and the resources need
     assert not any(verb in ("delete", "*") for _, _, verb in granted)
     assert {group for group, _, _ in granted} == {"tidelog.io", "apiextensions.k8s.io", "", "events.k8s.io"}
+
+
+def test_uninstall_first_releases_the_operators_finalizers(manifests: dict[tuple[str, str], dict[str, Any]]) -> None:
+    job = manifests[("Job", f"{RELEASE}-operator-release-finalizers")]
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    pod = job["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == f"{RELEASE}-operator"  # still there while pre-delete hooks run
+    assert pod["containers"][0]["command"] == ["tidelog-operator-release-finalizers"]
+    scripts = tomllib.loads((CHART.parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["tidelog-operator-release-finalizers"] == "tidelog.operator.finalizers:main"

@@ -1,0 +1,111 @@
+"""`tidelog-operator-release-finalizers` (the chart's pre-delete hook) against kmock's emulator: our
+finalizer leaves every Topic and ConsumerGroup in every namespace, anyone else's stays, and a
+resource already being deleted is let go."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import kmock
+import pytest
+
+from tidelog.kube_emulator import Emulator
+from tidelog.operator.finalizers import FINALIZER
+
+BASE = "/apis/tidelog.io/v1beta1"
+
+
+@pytest.fixture
+async def kubernetes(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
+    async with Emulator() as emulator, kmock.Server(emulator) as server:
+        emulator.resources.load_bundled()
+        for plural, kind in (("topics", "Topic"), ("consumergroups", "ConsumerGroup")):
+            emulator.resources[f"tidelog.io/v1beta1/{plural}"] = kmock.ResourceInfo(
+                namespaced=True,
+                kind=kind,
+                singular=kind.lower(),
+                verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+                subresources={"status"},
+            )
+        url = str(server.url).rstrip("/")
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters: [{{name: k, cluster: {{server: '{url}'}}}}]\n"
+            "users: [{name: u, user: {token: test}}]\n"
+            "contexts: [{name: c, context: {cluster: k, user: u, namespace: default}}]\n"
+            "current-context: c\n"
+        )
+        yield url, kubeconfig
+
+
+async def _create(
+    session: aiohttp.ClientSession, url: str, plural: str, namespace: str, name: str, *, finalizers: list[str]
+) -> None:
+    kind = {"topics": "Topic", "consumergroups": "ConsumerGroup"}[plural]
+    body: dict[str, Any] = {
+        "apiVersion": "tidelog.io/v1beta1",
+        "kind": kind,
+        "metadata": {"name": name, "namespace": namespace, "finalizers": finalizers},
+        "spec": {"partitions": 1, "replicas": 1} if plural == "topics" else {},
+    }
+    async with session.post(f"{url}{BASE}/namespaces/{namespace}/{plural}", json=body) as answer:
+        assert answer.status in (200, 201), await answer.text()
+
+
+async def _finalizers(session: aiohttp.ClientSession, url: str, plural: str, namespace: str, name: str) -> list[str]:
+    async with session.get(f"{url}{BASE}/namespaces/{namespace}/{plural}/{name}") as answer:
+        assert answer.status == 200, await answer.text()
+        found: list[str] = (await answer.json())["metadata"].get("finalizers") or []
+        return found
+
+
+async def _run_hook(kubeconfig: Path, *, expect: str) -> None:
+    """As the chart's hook Job runs it; a process of its own (the emulator lives in this loop)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tidelog.operator.finalizers",
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
+    assert process.returncode == 0, stderr.decode()
+    assert expect in stderr.decode()
+
+
+async def test_the_hook_releases_our_finalizer_everywhere_and_keeps_others(kubernetes: tuple[str, Path]) -> None:
+    url, kubeconfig = kubernetes
+    resources = [
+        ("topics", "team-a", "orders", [FINALIZER]),
+        ("topics", "team-b", "payments", ["example.com/keep", FINALIZER]),
+        ("topics", "team-b", "unmanaged", ["example.com/keep"]),
+        ("consumergroups", "team-a", "billing", [FINALIZER]),
+    ]
+    async with aiohttp.ClientSession() as session:
+        for plural, namespace, name, finalizers in resources:
+            await _create(session, url, plural, namespace, name, finalizers=finalizers)
+        await _run_hook(kubeconfig, expect="2 topics, 1 consumergroups released")
+        assert await _finalizers(session, url, "topics", "team-a", "orders") == []
+        assert await _finalizers(session, url, "topics", "team-b", "payments") == ["example.com/keep"]
+        assert await _finalizers(session, url, "topics", "team-b", "unmanaged") == ["example.com/keep"]
+        assert await _finalizers(session, url, "consumergroups", "team-a", "billing") == []
+
+
+async def test_without_the_crds_there_is_nothing_to_release(tmp_path: Path) -> None:
+    async with Emulator() as emulator, kmock.Server(emulator) as server:
+        emulator.resources.load_bundled()
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters: [{{name: k, cluster: {{server: '{str(server.url).rstrip('/')}'}}}}]\n"
+            "users: [{name: u, user: {token: test}}]\n"
+            "contexts: [{name: c, context: {cluster: k, user: u}}]\ncurrent-context: c\n"
+        )
+        await _run_hook(kubeconfig, expect="0 topics, 0 consumergroups released")
