@@ -180,3 +180,53 @@ def test_the_validation_catches_a_misspelt_field(manifests: dict[tuple[str, str]
     broken = {**deployment, "spec": {**deployment["spec"], "replica": 1}}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, KUBERNETES, strict=True)
+
+
+def _documents(rendered: dict[str, str]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        (document["kind"], document["metadata"]["name"]): document
+        for path, text in rendered.items()
+        if path.endswith(".yaml")
+        for document in yaml.safe_load_all(text)
+        if document
+    }
+
+
+@pytest.mark.parametrize("component", ["etcd", "controller", "broker", "coordinator", "gateway"])
+def test_every_component_has_probes_resources_and_spreads_over_nodes(
+    manifests: dict[tuple[str, str], dict[str, Any]], component: str
+) -> None:
+    kind = "Deployment" if component == "gateway" else "StatefulSet"
+    pod = manifests[(kind, f"{RELEASE}-{component}")]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["readinessProbe"] and container["livenessProbe"]
+    assert container["livenessProbe"]["failureThreshold"] * container["livenessProbe"]["periodSeconds"] >= 60
+    assert set(container["resources"]["requests"]) == {"cpu", "memory"}
+    term = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"]["app.kubernetes.io/name"] == f"tidelog-{component}"
+
+
+def test_a_disruption_budget_for_every_component_run_more_than_once(
+    manifests: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    budgets = {name for kind, name in manifests if kind == "PodDisruptionBudget"}
+    # etcd runs once by default: a budget of one unavailable would allow its only pod down anyway
+    assert budgets == {f"{RELEASE}-{c}" for c in ("controller", "broker", "coordinator", "gateway")}
+    for name in budgets:
+        assert manifests[("PodDisruptionBudget", name)]["spec"]["maxUnavailable"] == 1
+
+
+def test_three_etcd_members_form_one_cluster_with_a_budget() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    values["etcd"]["replicas"] = 3
+    documents = _documents(render(values))
+    etcd = documents[("StatefulSet", f"{RELEASE}-etcd")]
+    env = {item["name"]: item.get("value") for item in etcd["spec"]["template"]["spec"]["containers"][0]["env"]}
+    members = env["INITIAL_CLUSTER"].split(",")
+    assert members == [
+        f"{RELEASE}-etcd-{n}=http://{RELEASE}-etcd-{n}.{RELEASE}-etcd:{values['etcd']['peerPort']}" for n in range(3)
+    ]
+    assert ("PodDisruptionBudget", f"{RELEASE}-etcd") in documents
+    for document in documents.values():
+        kubernetes_validate.validate(document, KUBERNETES, strict=True)
