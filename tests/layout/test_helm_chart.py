@@ -230,3 +230,30 @@ def test_three_etcd_members_form_one_cluster_with_a_budget() -> None:
     assert ("PodDisruptionBudget", f"{RELEASE}-etcd") in documents
     for document in documents.values():
         kubernetes_validate.validate(document, KUBERNETES, strict=True)
+
+
+def _with(values: dict[str, Any], dotted: str, value: Any) -> None:
+    *path, last = dotted.split(".")
+    for part in path:
+        values = values.setdefault(part, {})
+    values[last] = value
+
+
+def test_skaffold_builds_the_one_image_and_its_dev_profile_renders_a_one_broker_cluster() -> None:
+    skaffold = yaml.safe_load((CHART.parents[1] / "skaffold.yaml").read_text())
+    assert [artifact["image"] for artifact in skaffold["build"]["artifacts"]] == ["tidelog"]
+    (dev,) = (profile for profile in skaffold["profiles"] if profile["name"] == "dev")
+    (patch,) = dev["patches"]
+    assert patch["path"] == "/deploy/helm/releases/0/setValues"
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for dotted, value in patch["value"].items():
+        _with(values, dotted, value)
+    documents = _documents(render(values))
+    for component in ("broker", "controller", "coordinator", "etcd"):
+        assert documents[("StatefulSet", f"{RELEASE}-{component}")]["spec"]["replicas"] == 1
+    assert not [name for kind, name in documents if kind == "PodDisruptionBudget"]  # one pod: nothing to budget
+    coordinator = documents[("StatefulSet", f"{RELEASE}-coordinator")]
+    args = coordinator_main.parse_args(_command_line(coordinator)[1:])
+    assert args.settings.offsets_topic_replication_factor == 1  # one broker can hold it
+    for document in documents.values():
+        kubernetes_validate.validate(document, KUBERNETES, strict=True)
