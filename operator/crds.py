@@ -325,7 +325,37 @@ CONSUMER_GROUP_CRD: Final = _crd(
     ],
 )
 
-CRD_FILES: Final = {"topics.tidelog.io.yaml": TOPIC_CRD, "consumergroups.tidelog.io.yaml": CONSUMER_GROUP_CRD}
+# kopf's own resource, where operator replicas meet (kopf peering: the highest priority acts), as
+# kopf's documentation defines it; installed with ours so that `operator.replicas > 1` works.
+KOPF_PEERING_CRD: Final = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "clusterkopfpeerings.kopf.dev"},
+    "spec": {
+        "scope": "Cluster",
+        "group": "kopf.dev",
+        "names": {"kind": "ClusterKopfPeering", "plural": "clusterkopfpeerings", "singular": "clusterkopfpeering"},
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {"status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                    }
+                },
+            }
+        ],
+    },
+}
+
+CRD_FILES: Final = {
+    "topics.tidelog.io.yaml": TOPIC_CRD,
+    "consumergroups.tidelog.io.yaml": CONSUMER_GROUP_CRD,
+    "clusterkopfpeerings.kopf.dev.yaml": KOPF_PEERING_CRD,
+}
 
 
 def render(crd: Schema) -> str:

@@ -68,6 +68,7 @@ async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
     settings.watching.server_timeout = 60
+    settings.peering.lifetime = max(1, _state["settings"].operator_peering_lifetime_ms // 1000)
 
 
 @kopf.index(*TOPICS)
@@ -198,6 +199,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--metrics-port", type=int, default=0)
     parser.add_argument("--health-port", type=int, default=0, help="kopf's liveness endpoint (0: off)")
     parser.add_argument("--standalone", action="store_true", help="no peering: the only replica")
+    parser.add_argument("--peering", default="tidelog", help="the ClusterKopfPeering/KopfPeering replicas meet in")
+    parser.add_argument("--priority", type=int, default=0, help="among replicas the highest acts; equal ones freeze")
     OperatorSettings.add_arguments(parser)
     args = parser.parse_args(argv)
     args.settings = OperatorSettings.parse_into(parser, args)
@@ -224,6 +227,8 @@ async def serve(args: argparse.Namespace) -> None:
         kopf.timer(*GROUPS, interval=interval, idle=None)(group_changed)
         await kopf.operator(
             standalone=args.standalone,
+            peering_name=None if args.standalone else args.peering,
+            priority=None if args.standalone else args.priority,
             clusterwide=not args.namespace,
             namespaces=args.namespace,
             liveness_endpoint=f"http://0.0.0.0:{args.health_port}/healthz" if args.health_port else None,

@@ -144,7 +144,7 @@ def test_the_operator_runs_once_with_flags_it_accepts_and_a_role_for_its_resourc
     assert ("", "events", "create") in granted
     # least privilege: nothing may delete, and nothing outside what kopf and the resources need
     assert not any(verb in ("delete", "*") for _, _, verb in granted)
-    assert {group for group, _, _ in granted} == {"tidelog.io", "apiextensions.k8s.io", "", "events.k8s.io"}
+    assert {group for group, _, _ in granted} == {"tidelog.io", "apiextensions.k8s.io", "", "events.k8s.io", "kopf.dev"}
 
 
 def test_uninstall_first_releases_the_operators_finalizers(manifests: dict[tuple[str, str], dict[str, Any]]) -> None:
@@ -257,3 +257,26 @@ def test_skaffold_builds_the_one_image_and_its_dev_profile_renders_a_one_broker_
     assert args.settings.offsets_topic_replication_factor == 1  # one broker can hold it
     for document in documents.values():
         kubernetes_validate.validate(document, KUBERNETES, strict=True)
+
+
+def test_two_operator_replicas_meet_in_kopf_peering_with_distinct_priorities() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    values["operator"]["replicas"] = 2
+    documents = _documents(render(values))
+    assert ("Deployment", f"{RELEASE}-operator") not in documents
+    statefulset = documents[("StatefulSet", f"{RELEASE}-operator")]
+    assert statefulset["spec"]["replicas"] == 2
+    assert ("ClusterKopfPeering", f"{RELEASE}-operator") in documents
+    script = statefulset["spec"]["template"]["spec"]["containers"][0]["args"][0].removeprefix("exec ")
+    priorities = set()
+    for ordinal in (0, 1):  # what the shell makes of each pod's name
+        line = script.replace("$(( 1000 - ${HOSTNAME##*-} ))", str(1000 - ordinal))
+        args = operator_main.parse_args(shlex.split(line)[1:])
+        assert not args.standalone and args.peering == f"{RELEASE}-operator"
+        priorities.add(args.priority)
+    assert len(priorities) == 2  # equal priorities would freeze both
+    crd = yaml.safe_load((CHART / "crds" / "clusterkopfpeerings.kopf.dev.yaml").read_text())
+    assert crd["spec"]["names"]["kind"] == "ClusterKopfPeering"
+    for document in documents.values():
+        if document["kind"] != "ClusterKopfPeering":  # a custom resource: not in Kubernetes' schemas
+            kubernetes_validate.validate(document, KUBERNETES, strict=True)

@@ -39,6 +39,12 @@ async def kubernetes(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
             shortnames={"tlt"},
             subresources={"status"},
         )
+        emulator.resources["kopf.dev/v1/clusterkopfpeerings"] = kmock.ResourceInfo(  # replicas meet here
+            namespaced=False,
+            kind="ClusterKopfPeering",
+            singular="clusterkopfpeering",
+            verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+        )
         url = str(server.url).rstrip("/")
         kubeconfig = tmp_path / "kubeconfig"
         kubeconfig.write_text(
@@ -51,27 +57,38 @@ async def kubernetes(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
         yield url, kubeconfig
 
 
-@pytest.fixture
-async def operator_process(
-    kubernetes: tuple[str, Path], cluster: LocalCluster, tmp_path: Path
-) -> AsyncIterator[subprocess.Popen[bytes]]:
-    _, kubeconfig = kubernetes
-    arguments = [sys.executable, "-m", "tidelog.operator.main", "--standalone"]
+def _start_operator(
+    kubeconfig: Path, cluster: LocalCluster, log_path: Path, *extra: str
+) -> tuple[subprocess.Popen[bytes], Any]:
+    arguments = [sys.executable, "-m", "tidelog.operator.main", *extra]
     for endpoint in cluster.bootstrap:
         arguments += ["--bootstrap", endpoint]
     for endpoint in cluster.controller_endpoints:
         arguments += ["--controller", endpoint]
     arguments += ["--config", f"operator.reconcile.interval.ms={RECONCILE_INTERVAL_MS}"]
-    log = (tmp_path / "operator.log").open("wb")
+    log = log_path.open("wb")
     process = subprocess.Popen(arguments, env={**os.environ, "KUBECONFIG": str(kubeconfig)}, stdout=log, stderr=log)
+    return process, log
+
+
+def _stop_operator(process: subprocess.Popen[bytes], log: Any) -> None:
+    process.terminate()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=10)
+    process.kill()
+    process.wait()
+    log.close()
+
+
+@pytest.fixture
+async def operator_process(
+    kubernetes: tuple[str, Path], cluster: LocalCluster, tmp_path: Path
+) -> AsyncIterator[subprocess.Popen[bytes]]:
+    process, log = _start_operator(kubernetes[1], cluster, tmp_path / "operator.log", "--standalone")
     try:
         yield process
     finally:
-        process.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=10)
-        process.kill()
-        log.close()
+        _stop_operator(process, log)
 
 
 class Kube:
@@ -202,3 +219,34 @@ async def test_drift_is_put_back_and_bad_specs_are_conditions(kube: Kube, admin:
     assert name in conflict["message"] or "managed by" in conflict["message"]
     topic = (await admin.describe_topics([name]))[name]
     assert not isinstance(topic, Exception) and len(topic.partitions) == 1  # untouched
+
+
+def _reconciled(log_path: Path, name: str) -> bool:
+    return f'"resource": "default/{name}"' in log_path.read_text()
+
+
+async def test_of_two_replicas_one_acts_and_the_other_takes_over_when_it_stops(
+    kubernetes: tuple[str, Path], kube: Kube, cluster: LocalCluster, tmp_path: Path
+) -> None:
+    url, kubeconfig = kubernetes
+    peering = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": "tidelog"}}
+    async with kube.session.post(f"{url}/apis/kopf.dev/v1/clusterkopfpeerings", json=peering) as answer:
+        assert answer.status in (200, 201), await answer.text()
+    logs = {priority: tmp_path / f"operator-{priority}.log" for priority in (200, 100)}
+    active = _start_operator(kubeconfig, cluster, logs[200], "--priority", "200")
+    standby = _start_operator(kubeconfig, cluster, logs[100], "--priority", "100")
+    try:
+        first = _name()
+        await kube.apply(first, {"partitions": 1, "replicas": 1})
+        await _until_reason(kube, first, "Reconciled")
+        assert _reconciled(logs[200], first)
+        assert not _reconciled(logs[100], first), "the standby acted while the active replica ran"
+
+        _stop_operator(*active)  # a graceful stop removes its peering entry: the standby resumes
+        second = _name()
+        await kube.apply(second, {"partitions": 1, "replicas": 1})
+        await _until_reason(kube, second, "Reconciled", timeout_s=60)
+        assert _reconciled(logs[100], second)
+    finally:
+        _stop_operator(*active)
+        _stop_operator(*standby)

@@ -391,6 +391,13 @@ OPERATOR_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
         "Deadline of one request to the cluster; a cluster that does not answer is a condition, retried.",
         minimum=100,
     ),
+    _long(
+        "operator.peering.lifetime.ms",
+        60_000,
+        "With several operator replicas (kopf peering): how long a silent replica counts as alive; the "
+        "standby with the next priority takes over this long after the active one stops.",
+        minimum=5000,
+    ),
 )
 
 PRODUCER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(

@@ -235,6 +235,7 @@ class OperatorSettings(Settings):
 
     operator_reconcile_interval_ms: int
     operator_request_timeout_ms: int
+    operator_peering_lifetime_ms: int
 
 
 @settings_of(ConfigScope.PRODUCER)
