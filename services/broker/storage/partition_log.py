@@ -122,7 +122,9 @@ class PartitionLog:
         # admitted in an older epoch cannot land after a follower's truncation, where it would
         # leave this replica's log diverged from the leader's (Kafka's leaderIsrUpdateLock).
         self._epoch_fence = -1
-        self._recovered_from = -1  # the first segment recovery scanned on open (-1: none)
+        # Segments recovery validated on open: only they are scanned for epochs. A flushed segment
+        # loaded by its indexes after a recovered one may hold bit rot that a read reports, not open.
+        self._recovered: list[LogSegment] = []
 
     # ---- opening ---------------------------------------------------------------------------
 
@@ -174,8 +176,7 @@ class PartitionLog:
                 except BadBatchError:
                     must_recover = True  # flushed data corrupted on disk: cut this segment only
             if must_recover:
-                if self._recovered_from < 0:
-                    self._recovered_from = len(self._segments)
+                self._recovered.append(segment)
                 truncated = segment.recover(self.config.max_message_bytes)
                 if truncated:
                     log.warning("segment_tail_truncated", segment=segment.log_path.name, bytes=truncated)
@@ -233,9 +234,10 @@ class PartitionLog:
         finds nothing in logs this version wrote; it mends logs whose checkpoint fell behind their
         data (as Kafka's recovery assigns epochs from the segments it recovers).
         """
-        if self._recovered_from < 0:
-            return
-        for segment in self._segments[self._recovered_from :]:
+        kept = {id(segment) for segment in self._segments}  # recovered, then dropped: not scanned
+        for segment in self._recovered:
+            if id(segment) not in kept:
+                continue
             for _, header, _, _ in segment.scan():
                 if header.partition_leader_epoch > self.leader_epochs.latest_epoch:
                     log.warning(
@@ -245,7 +247,7 @@ class PartitionLog:
                         start_offset=header.base_offset,
                     )
                     self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
-        self._recovered_from = -1
+        self._recovered = []
 
     def _rebuild_producer_state(self) -> None:
         """Newest producer snapshot at or below the log end, then replay batch headers after it."""

@@ -305,3 +305,35 @@ def test_epochs_missing_from_the_checkpoint_are_recovered_from_the_log(open_log:
     write_checkpoint(tmp_path / "topic-0" / LEADER_EPOCH_FILE, [(1, 0)])  # as the old code left it
     recovered = open_log()
     assert recovered.leader_epochs.entries() == [(1, 0), (2, 4), (5, 8)]
+
+
+def test_a_recovered_first_segment_does_not_make_open_scan_trusted_later_ones() -> None:
+    """Found by the property above: after a clean shutdown, bit rot in segment 0 (index and data)
+    sends it through recovery; open then scanned every later segment for leader epochs, and bit rot
+    in a later segment's batch length (one its intact indexes vouch for) crashed the open. Only
+    recovered segments are scanned now; the later damage is for reads to report."""
+    config = LogConfig.from_configs({"segment.bytes": 4096, "index.interval.bytes": 128})
+    with tempfile.TemporaryDirectory() as temporary:
+        folder = Path(temporary) / "topic-0"
+        partition_log = PartitionLog.open(folder, config, clock=FakeClock())
+        _fill(partition_log, 120)
+        partition_log.update_high_watermark(partition_log.log_end_offset)
+        partition_log.close()
+        segments = sorted(folder.glob("*.log"))
+        assert len(segments) >= 3
+        (folder / segments[0].with_suffix(".index").name).write_bytes(b"bad")  # index unusable: rebuilt
+        first = bytearray(segments[0].read_bytes())
+        first[2000] ^= 0xFF  # a CRC fails while rebuilding: segment 0 is recovered (cut at that batch)
+        segments[0].write_bytes(first)
+        second = bytearray(segments[1].read_bytes())
+        second[8:12] = (0x7FFFFFFF).to_bytes(4, "big")  # the first batch's length overruns the file
+        segments[1].write_bytes(second)
+
+        recovered = PartitionLog.open(folder, config, clock=FakeClock())
+        try:
+            assert recovered.log_start_offset == 0
+            assert recovered.log_end_offset == partition_log.log_end_offset  # later segments kept
+            with pytest.raises(KafkaStorageError):
+                read_all(recovered, int(segments[1].stem))  # the rot is reported, never served
+        finally:
+            recovered.close_without_flush()
