@@ -31,7 +31,7 @@ import aiohttp
 import kmock
 
 from tidelog.client import AdminClient
-from tidelog.kube_emulator import Emulator
+from tidelog.kube_emulator import Emulator, write_kubeconfig
 from tidelog.local_cluster import LocalCluster
 
 API = "/apis/tidelog.io/v1beta1/namespaces/default/topics"
@@ -94,14 +94,7 @@ async def run(single: int, burst: int) -> None:
                     subresources={"status"},
                 )
                 url = str(server.url).rstrip("/")
-                kubeconfig = Path(folder) / "kubeconfig"
-                kubeconfig.write_text(
-                    "apiVersion: v1\nkind: Config\n"
-                    f"clusters: [{{name: k, cluster: {{server: '{url}'}}}}]\n"
-                    "users: [{name: u, user: {token: t}}]\n"
-                    "contexts: [{name: c, context: {cluster: k, user: u, namespace: default}}]\n"
-                    "current-context: c\n"
-                )
+                kubeconfig = write_kubeconfig(url, Path(folder) / "kubeconfig")
                 arguments = [sys.executable, "-m", "tidelog.operator.main", "--standalone"]
                 for endpoint in cluster.bootstrap:
                     arguments += ["--bootstrap", endpoint]

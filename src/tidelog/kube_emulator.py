@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -75,3 +76,15 @@ class Emulator(kmock.KubernetesEmulator):
             request.data.append({"op": "add", "path": "/metadata/resourceVersion", "value": version})
             if touches_spec:
                 request.data.append({"op": "add", "path": "/metadata/generation", "value": generation + 1})
+
+
+def write_kubeconfig(server_url: str, path: Path) -> Path:
+    """A kubeconfig for the emulator at `server_url` (a token, namespace `default`), as kopf reads one."""
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: k, cluster: {{server: '{server_url.rstrip('/')}'}}}}]\n"
+        "users: [{name: u, user: {token: test}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u, namespace: default}}]\n"
+        "current-context: c\n"
+    )
+    return path

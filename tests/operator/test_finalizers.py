@@ -15,7 +15,7 @@ import aiohttp
 import kmock
 import pytest
 
-from tidelog.kube_emulator import Emulator
+from tidelog.kube_emulator import Emulator, write_kubeconfig
 from tidelog.operator.finalizers import FINALIZER
 
 BASE = "/apis/tidelog.io/v1beta1"
@@ -34,14 +34,7 @@ async def kubernetes(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
                 subresources={"status"},
             )
         url = str(server.url).rstrip("/")
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(
-            "apiVersion: v1\nkind: Config\n"
-            f"clusters: [{{name: k, cluster: {{server: '{url}'}}}}]\n"
-            "users: [{name: u, user: {token: test}}]\n"
-            "contexts: [{name: c, context: {cluster: k, user: u, namespace: default}}]\n"
-            "current-context: c\n"
-        )
+        kubeconfig = write_kubeconfig(url, tmp_path / "kubeconfig")
         yield url, kubeconfig
 
 
@@ -101,11 +94,5 @@ async def test_the_hook_releases_our_finalizer_everywhere_and_keeps_others(kuber
 async def test_without_the_crds_there_is_nothing_to_release(tmp_path: Path) -> None:
     async with Emulator() as emulator, kmock.Server(emulator) as server:
         emulator.resources.load_bundled()
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(
-            "apiVersion: v1\nkind: Config\n"
-            f"clusters: [{{name: k, cluster: {{server: '{str(server.url).rstrip('/')}'}}}}]\n"
-            "users: [{name: u, user: {token: test}}]\n"
-            "contexts: [{name: c, context: {cluster: k, user: u}}]\ncurrent-context: c\n"
-        )
+        kubeconfig = write_kubeconfig(str(server.url), tmp_path / "kubeconfig")
         await _run_hook(kubeconfig, expect="0 topics, 0 consumergroups released")

@@ -19,7 +19,7 @@ import pytest
 
 from tests.cluster.conftest import wait_until
 from tidelog.client import AdminClient
-from tidelog.kube_emulator import Emulator
+from tidelog.kube_emulator import Emulator, write_kubeconfig
 from tidelog.local_cluster import LocalCluster
 
 API: str = "/apis/tidelog.io/v1beta1/namespaces/default/topics"
@@ -46,14 +46,7 @@ async def kubernetes(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
             verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
         )
         url = str(server.url).rstrip("/")
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(
-            "apiVersion: v1\nkind: Config\n"
-            f"clusters: [{{name: k, cluster: {{server: '{url}'}}}}]\n"
-            "users: [{name: u, user: {token: test}}]\n"
-            "contexts: [{name: c, context: {cluster: k, user: u, namespace: default}}]\n"
-            "current-context: c\n"
-        )
+        kubeconfig = write_kubeconfig(url, tmp_path / "kubeconfig")
         yield url, kubeconfig
 
 
