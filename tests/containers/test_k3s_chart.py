@@ -31,7 +31,7 @@ def k3s(docker_engine: None) -> Iterator[DockerContainer]:
         yield container
 
 
-def _apply(k3s: DockerContainer, text: str, *options: str) -> tuple[int, str]:
+def _apply(k3s: DockerContainer, text: str, *options: str) -> tuple[int | None, str]:
     quoted = text.replace("'", "'\"'\"'")
     result = k3s.exec(["sh", "-c", f"printf '%s' '{quoted}' | kubectl apply {' '.join(options)} -f -"])
     return result.exit_code, result.output.decode()
