@@ -18,7 +18,7 @@ import kmock
 import pytest
 
 from tests.cluster.conftest import wait_until
-from tidelog.client import AdminClient
+from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
 from tidelog.kube_emulator import Emulator, write_kubeconfig
 from tidelog.local_cluster import LocalCluster
 
@@ -243,3 +243,39 @@ async def test_of_two_replicas_one_acts_and_the_other_takes_over_when_it_stops(
     finally:
         _stop_operator(*active)
         _stop_operator(*standby)
+
+
+async def test_an_operator_killed_mid_reconcile_and_restarted_does_nothing_twice(
+    kubernetes: tuple[str, Path], kube: Kube, cluster: LocalCluster, admin: AdminClient, tmp_path: Path
+) -> None:
+    """kill -9 as soon as the topic exists (its status, events and kopf's progress possibly unwritten);
+    records written meanwhile survive the restart, so the topic was adopted, not created again."""
+    _, kubeconfig = kubernetes
+    first = _start_operator(kubeconfig, cluster, tmp_path / "operator-1.log", "--standalone")
+    name = _name()
+    try:
+        await kube.apply(name, {"partitions": 2, "replicas": 1, "config": {"retention.ms": 3_600_000}})
+
+        async def exists() -> bool:
+            return not isinstance((await admin.describe_topics([name]))[name], Exception)
+
+        await wait_until(exists, what="the topic to be created")
+        first[0].kill()  # mid-reconcile: no graceful stop, whatever kopf had not written is lost
+    finally:
+        _stop_operator(*first)
+    async with Producer(cluster.bootstrap, acks="all") as producer:
+        delivered = await (await producer.send(name, b"written while no operator ran", partition=0))
+    second = _start_operator(kubeconfig, cluster, tmp_path / "operator-2.log", "--standalone")
+    try:
+        ready = await _until_reason(kube, name, "Reconciled")
+        assert ready["status"] == "True"
+        async with Consumer(cluster.bootstrap) as consumer:
+            ends = await consumer.list_offsets([TopicPartition(name, 0)], -1)
+        assert ends[TopicPartition(name, 0)] == delivered.offset + 1  # the record is still there
+        described = (await admin.describe_topics([name]))[name]
+        assert not isinstance(described, Exception)
+        assert len(described.partitions) == 2 and described.configs == {"retention.ms": "3600000"}
+        created = [event for event in await kube.events(name) if event == ("Normal", "Created")]
+        assert len(created) <= 1, created  # the second operator found it existing: nothing created twice
+    finally:
+        _stop_operator(*second)
