@@ -38,6 +38,10 @@ LOAD_TIMEOUT_S = 120.0
 TICK_S = 0.1
 
 
+OFFSETS_TOPIC_WAIT_S = 60.0  # how long a starting coordinator waits for brokers to know the cluster
+OFFSETS_TOPIC_RETRY_S = 0.2
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Tidelog group coordinator")
     parser.add_argument("--id", type=int, required=True, help="coordinator instance id")
@@ -52,9 +56,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-async def _ensure_offsets_topic(bootstrap: list[str], partitions: int, factor: int) -> None:
+async def _ensure_offsets_topic(
+    bootstrap: list[str], partitions: int, factor: int, *, wait_s: float = OFFSETS_TOPIC_WAIT_S
+) -> None:
+    """Create __consumer_offsets unless it exists. Brokers refuse Metadata (UNAVAILABLE) until a
+    controller has sent them the cluster's, so a coordinator starting with the cluster waits for
+    that instead of exiting (a start-up race CI met)."""
+    deadline = time.monotonic() + wait_s
     async with AdminClient(bootstrap) as admin:
-        described = (await admin.describe_topics([CONSUMER_OFFSETS_TOPIC]))[CONSUMER_OFFSETS_TOPIC]
+        while True:
+            try:
+                described = (await admin.describe_topics([CONSUMER_OFFSETS_TOPIC]))[CONSUMER_OFFSETS_TOPIC]
+                break
+            except ConnectionError as error:
+                if time.monotonic() > deadline:
+                    raise
+                log.info("waiting_for_cluster_metadata", error=str(error).splitlines()[0])
+                await asyncio.sleep(OFFSETS_TOPIC_RETRY_S)
         if not isinstance(described, TidelogError):
             return
         live = len((await admin.describe_cluster()).brokers)
