@@ -88,3 +88,28 @@ def write_kubeconfig(server_url: str, path: Path) -> Path:
         "current-context: c\n"
     )
     return path
+
+
+async def _serve() -> None:
+    """Serve an emulator that knows Tidelog's resources until stdin closes; print its URL first."""
+    import asyncio  # noqa: PLC0415 - only this entry point needs them
+    import sys  # noqa: PLC0415
+
+    async with Emulator() as emulator, kmock.Server(emulator) as server:
+        emulator.resources.load_bundled()
+        for plural, kind in (("topics", "Topic"), ("consumergroups", "ConsumerGroup")):
+            emulator.resources[f"tidelog.io/v1beta1/{plural}"] = kmock.ResourceInfo(
+                namespaced=True,
+                kind=kind,
+                singular=kind.lower(),
+                verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+                subresources={"status"},
+            )
+        print(str(server.url).rstrip("/"), flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+
+if __name__ == "__main__":  # `python -m tidelog.kube_emulator`: the emulator in a process of its own
+    import asyncio
+
+    asyncio.run(_serve())
