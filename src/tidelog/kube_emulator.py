@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -90,21 +91,36 @@ def write_kubeconfig(server_url: str, path: Path) -> Path:
     return path
 
 
+VERBS = frozenset({"get", "list", "watch", "create", "update", "patch", "delete"})
+
+
+def serve_crds(emulator: Emulator, crds: Iterable[Mapping[str, Any]]) -> None:
+    """Make the emulator serve these CRDs' resources, as the API server does once they are applied
+    (the built-in resources too: without them kopf never starts watching)."""
+    emulator.resources.load_bundled()
+    for crd in crds:
+        spec, names = crd["spec"], crd["spec"]["names"]
+        for version in spec["versions"]:
+            has_status = "status" in (version.get("subresources") or {})
+            emulator.resources[f"{spec['group']}/{version['name']}/{names['plural']}"] = kmock.ResourceInfo(
+                namespaced=spec["scope"] == "Namespaced",
+                kind=names["kind"],
+                singular=names["singular"],
+                verbs=set(VERBS),
+                shortnames=set(names.get("shortNames", ())),
+                subresources={"status"} if has_status else set(),
+            )
+
+
 async def _serve() -> None:
-    """Serve an emulator that knows Tidelog's resources until stdin closes; print its URL first."""
+    """Serve an emulator with Tidelog's CRDs until stdin closes; print its URL first."""
     import asyncio  # noqa: PLC0415 - only this entry point needs them
     import sys  # noqa: PLC0415
 
+    from tidelog.operator.crds import CRD_FILES  # noqa: PLC0415
+
     async with Emulator() as emulator, kmock.Server(emulator) as server:
-        emulator.resources.load_bundled()
-        for plural, kind in (("topics", "Topic"), ("consumergroups", "ConsumerGroup")):
-            emulator.resources[f"tidelog.io/v1beta1/{plural}"] = kmock.ResourceInfo(
-                namespaced=True,
-                kind=kind,
-                singular=kind.lower(),
-                verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
-                subresources={"status"},
-            )
+        serve_crds(emulator, CRD_FILES.values())
         print(str(server.url).rstrip("/"), flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 

@@ -15,7 +15,8 @@ import aiohttp
 import kmock
 import pytest
 
-from tidelog.kube_emulator import Emulator, write_kubeconfig
+from tidelog.kube_emulator import Emulator, serve_crds, write_kubeconfig
+from tidelog.operator.crds import CONSUMER_GROUP_CRD, TOPIC_CRD
 from tidelog.operator.finalizers import FINALIZER
 
 BASE = "/apis/tidelog.io/v1beta1"
@@ -24,15 +25,7 @@ BASE = "/apis/tidelog.io/v1beta1"
 @pytest.fixture
 async def kubernetes(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
     async with Emulator() as emulator, kmock.Server(emulator) as server:
-        emulator.resources.load_bundled()
-        for plural, kind in (("topics", "Topic"), ("consumergroups", "ConsumerGroup")):
-            emulator.resources[f"tidelog.io/v1beta1/{plural}"] = kmock.ResourceInfo(
-                namespaced=True,
-                kind=kind,
-                singular=kind.lower(),
-                verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
-                subresources={"status"},
-            )
+        serve_crds(emulator, [TOPIC_CRD, CONSUMER_GROUP_CRD])
         url = str(server.url).rstrip("/")
         kubeconfig = write_kubeconfig(url, tmp_path / "kubeconfig")
         yield url, kubeconfig

@@ -19,8 +19,9 @@ import pytest
 
 from tests.cluster.conftest import wait_until
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
-from tidelog.kube_emulator import Emulator, write_kubeconfig
+from tidelog.kube_emulator import Emulator, serve_crds, write_kubeconfig
 from tidelog.local_cluster import LocalCluster
+from tidelog.operator.crds import KOPF_PEERING_CRD, TOPIC_CRD
 
 API: str = "/apis/tidelog.io/v1beta1/namespaces/default/topics"
 RECONCILE_INTERVAL_MS = 1500  # short, so drift is put back within a test
@@ -30,21 +31,7 @@ RECONCILE_INTERVAL_MS = 1500  # short, so drift is put back within a test
 async def kubernetes(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
     """An emulated API server that knows the Topic resource; its URL and a kubeconfig for it."""
     async with Emulator() as emulator, kmock.Server(emulator) as server:
-        emulator.resources.load_bundled()  # without the built-in resources kopf never starts watching
-        emulator.resources["tidelog.io/v1beta1/topics"] = kmock.ResourceInfo(
-            namespaced=True,
-            kind="Topic",
-            singular="topic",
-            verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
-            shortnames={"tlt"},
-            subresources={"status"},
-        )
-        emulator.resources["kopf.dev/v1/clusterkopfpeerings"] = kmock.ResourceInfo(  # replicas meet here
-            namespaced=False,
-            kind="ClusterKopfPeering",
-            singular="clusterkopfpeering",
-            verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
-        )
+        serve_crds(emulator, [TOPIC_CRD, KOPF_PEERING_CRD])  # kopf replicas meet in the peering resource
         url = str(server.url).rstrip("/")
         kubeconfig = write_kubeconfig(url, tmp_path / "kubeconfig")
         yield url, kubeconfig
