@@ -150,7 +150,7 @@ async def _bench(session: aiohttp.ClientSession, url: str, admin: AdminClient, s
         pending.difference_update(name for name, ready in zip(sorted(pending), states, strict=True) if ready)
         return not pending
 
-    await _until(all_ready, deadline_s=300, poll_s=0.5)  # the emulator shares this process
+    await _until(all_ready, deadline_s=300, poll_s=0.5)
     burst_s = time.monotonic() - started
     ref, p50 = statistics.median(direct), statistics.median(applied)
     print(f"reference: AdminClient create → every leader elected, p50 {ref * 1000:.0f} ms (n={single})")
