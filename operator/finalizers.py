@@ -13,43 +13,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ssl
 import sys
 from typing import Any, Final
 
 import aiohttp
-import kopf
+
+from tidelog.operator.kube_api import ConnectionInfo, connection, session
 
 FINALIZER: Final = "tidelog.io/finalizer"
 PLURALS: Final = ("topics", "consumergroups")
 API: Final = "/apis/tidelog.io/v1beta1"
 CONFLICT_RETRIES: Final = 5  # a resource changing this often is being worked on: give up loudly
-
-
-def connection() -> kopf.ConnectionInfo:
-    """In a pod the service account's; elsewhere the kubeconfig's (as kopf logs in)."""
-    settings = kopf.OperatorSettings()
-    info = kopf.login_with_service_account(settings=settings) or kopf.login_with_kubeconfig(settings=settings)
-    if info is None:
-        raise RuntimeError("no Kubernetes credentials: neither a service account nor a kubeconfig")
-    return info
-
-
-def _session(info: kopf.ConnectionInfo) -> aiohttp.ClientSession:
-    context: ssl.SSLContext | bool = False if info.insecure else ssl.create_default_context()
-    if isinstance(context, ssl.SSLContext):
-        if info.ca_path or info.ca_data:
-            ca_data = info.ca_data.decode() if isinstance(info.ca_data, bytes) else info.ca_data
-            context.load_verify_locations(cafile=info.ca_path, cadata=ca_data)
-        if info.certificate_path and info.private_key_path:
-            context.load_cert_chain(info.certificate_path, info.private_key_path)
-    headers = {"Authorization": f"Bearer {info.token}"} if info.token else {}
-    return aiohttp.ClientSession(
-        base_url=info.server.rstrip("/") + "/",
-        headers=headers,
-        connector=aiohttp.TCPConnector(ssl=context),
-        timeout=aiohttp.ClientTimeout(total=30),
-    )
 
 
 async def _release_one(session: aiohttp.ClientSession, plural: str, item: dict[str, Any]) -> bool:
@@ -79,18 +53,18 @@ async def _release_one(session: aiohttp.ClientSession, plural: str, item: dict[s
     raise RuntimeError(f"{plural} {metadata['namespace']}/{metadata['name']} kept changing; finalizer not released")
 
 
-async def release(info: kopf.ConnectionInfo) -> dict[str, int]:
+async def release(info: ConnectionInfo) -> dict[str, int]:
     """Release every Topic and ConsumerGroup in every namespace; how many of each."""
     released: dict[str, int] = {}
-    async with _session(info) as session:
+    async with session(info) as api:
         for plural in PLURALS:
-            async with session.get(f"{API.lstrip('/')}/{plural}") as answer:
+            async with api.get(f"{API.lstrip('/')}/{plural}") as answer:
                 if answer.status == 404:  # the CRD is gone already: nothing can carry the finalizer
                     released[plural] = 0
                     continue
                 answer.raise_for_status()
                 items = (await answer.json()).get("items") or []
-            done = await asyncio.gather(*(_release_one(session, plural, item) for item in items))
+            done = await asyncio.gather(*(_release_one(api, plural, item) for item in items))
             released[plural] = sum(done)
     return released
 

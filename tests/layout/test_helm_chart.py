@@ -21,6 +21,7 @@ from tidelog.controller import main as controller_main
 from tidelog.coordinator import main as coordinator_main
 from tidelog.gateway import main as gateway_main
 from tidelog.operator import main as operator_main
+from tidelog.operator import node_rack
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "tidelog"
 RELEASE = "demo"
@@ -54,6 +55,7 @@ def _command_line(statefulset: dict[str, Any]) -> list[str]:
     container = statefulset["spec"]["template"]["spec"]["containers"][0]
     script = container["args"][0].removeprefix("exec ")
     script = script.replace("$(( ${HOSTNAME##*-} + 1 ))", "1").replace("$(HOSTNAME)", "pod-0")
+    script = script.replace('"$(cat /var/run/tidelog-rack/rack)"', "eu-west-1b")  # what the init container wrote
     return shlex.split(script)
 
 
@@ -145,6 +147,39 @@ def test_the_operator_runs_once_with_flags_it_accepts_and_a_role_for_its_resourc
     # least privilege: nothing may delete, and nothing outside what kopf and the resources need
     assert not any(verb in ("delete", "*") for _, _, verb in granted)
     assert {group for group, _, _ in granted} == {"tidelog.io", "apiextensions.k8s.io", "", "events.k8s.io", "kopf.dev"}
+
+
+def test_the_broker_takes_its_rack_from_its_nodes_zone(manifests: dict[tuple[str, str], dict[str, Any]]) -> None:
+    statefulset = manifests[("StatefulSet", f"{RELEASE}-broker")]
+    pod = statefulset["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    assert init["env"] == [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    scripts = tomllib.loads((CHART.parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
+    program, *arguments = init["command"]
+    assert scripts[program] == "tidelog.operator.node_rack:main"
+    args = node_rack.parse_args([*arguments, "--node", "n1"])
+    assert args.label == "topology.kubernetes.io/zone"
+    (written,) = [m["mountPath"] for m in init["volumeMounts"] if m["name"] == "rack"]
+    (read,) = [m["mountPath"] for m in pod["containers"][0]["volumeMounts"] if m["name"] == "rack"]
+    assert str(args.output).startswith(written + "/") and read == written
+    assert f'"$(cat {args.output})"' in pod["containers"][0]["args"][0]
+    assert broker_main.parse_args(_command_line(statefulset)[1:]).rack == "eu-west-1b"
+    # the broker's role: reading nodes, nothing else
+    assert pod["serviceAccountName"] == f"{RELEASE}-broker"
+    assert manifests[("ClusterRole", f"{RELEASE}-broker")]["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}
+    ]
+    binding = manifests[("ClusterRoleBinding", f"{RELEASE}-broker")]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"{RELEASE}-broker", "namespace": NAMESPACE}]
+
+
+def test_without_a_topology_key_brokers_run_without_a_rack_or_a_role() -> None:
+    rendered = yaml.safe_load_all(render({"broker": {"rack": {"topologyKey": ""}}})["tidelog/templates/broker.yaml"])
+    kinds = {(d["kind"], d["metadata"]["name"]): d for d in rendered if d}
+    assert set(kinds) == {("Service", f"{RELEASE}-broker"), ("StatefulSet", f"{RELEASE}-broker")}
+    pod = kinds[("StatefulSet", f"{RELEASE}-broker")]["spec"]["template"]["spec"]
+    assert "initContainers" not in pod and "volumes" not in pod and "serviceAccountName" not in pod
+    assert "--rack" not in pod["containers"][0]["args"][0]
 
 
 def test_uninstall_first_releases_the_operators_finalizers(manifests: dict[tuple[str, str], dict[str, Any]]) -> None:
