@@ -37,7 +37,7 @@ from tidelog.operator.crds import GROUP, VERSION
 from tidelog.operator.group_reconciler import GroupReconciler, GroupSpec
 from tidelog.operator.topic_reconciler import Outcome, TopicReconciler, TopicSpec
 
-__all__ = ["main"]
+__all__ = ["main", "retry_delay"]
 
 log = structlog.get_logger(__name__)
 
@@ -88,6 +88,25 @@ def _conflict(name: str, namespace: str | None, spec: Mapping[str, Any], index: 
     return f"{owners[0][1]}/{owners[0][2]}"
 
 
+# Outcomes the cluster's silence caused: retried with a growing delay, not at the outcome's pace.
+BACKOFF_REASONS: Final = frozenset({"ClusterUnavailable", "DeleteFailed"})
+
+
+def retry_delay(outcome: Outcome, retry: int, settings: OperatorSettings) -> float:
+    """Seconds until kopf runs the handler again: the outcome's own pace (a topic being created or
+    reassigned is looked at every 2 s), or, while the cluster does not answer, operator.retry.backoff.ms
+    doubled for each failure in a row (kopf's `retry`) up to operator.retry.backoff.max.ms."""
+    if outcome.reason not in BACKOFF_REASONS:
+        return outcome.retry_after_s if outcome.retry_after_s is not None else 0.0
+    delay_ms: int = min(settings.operator_retry_backoff_ms << min(retry, 30), settings.operator_retry_backoff_max_ms)
+    return delay_ms / 1000
+
+
+def _settings() -> OperatorSettings:
+    settings: OperatorSettings = _state["settings"]
+    return settings
+
+
 def _condition(outcome: Outcome, generation: int | None) -> dict[str, Any]:
     return {
         "type": "Ready",
@@ -123,6 +142,7 @@ async def _reconcile_topic(
     namespace: str | None,
     patch: kopf.Patch,
     topics_by_name: kopf.Index[str, Any],
+    retry: int,
     drift: bool,
 ) -> None:
     owner = _conflict(name, namespace, spec, topics_by_name)
@@ -139,7 +159,7 @@ async def _reconcile_topic(
     _record(outcome, body, patch, meta)
     log.info("topic_reconciled", resource=f"{namespace}/{name}", ready=outcome.ready, reason=outcome.reason)
     if not outcome.ready and outcome.retry_after_s is not None:
-        raise kopf.TemporaryError(outcome.message, delay=outcome.retry_after_s)
+        raise kopf.TemporaryError(outcome.message, delay=retry_delay(outcome, retry, _settings()))
 
 
 @kopf.on.create(*TOPICS)
@@ -155,19 +175,28 @@ async def topic_drift(**kwargs: Any) -> None:
 
 
 @kopf.on.delete(*TOPICS)
-async def topic_deleted(*, spec: Mapping[str, Any], name: str, namespace: str | None, **kwargs: Any) -> None:
+async def topic_deleted(
+    *, spec: Mapping[str, Any], name: str, namespace: str | None, retry: int, **kwargs: Any
+) -> None:
     index: kopf.Index[str, Any] = kwargs["topics_by_name"]  # kopf passes each index by its name
     if _conflict(name, namespace, spec, index) is not None:
         return  # never owned the topic: nothing to delete
     outcome = await _reconciler().delete(TopicSpec.from_resource(name, spec))
     RECONCILES.labels("Topic", outcome.reason).inc()
     if not outcome.ready:
-        raise kopf.TemporaryError(outcome.message, delay=outcome.retry_after_s or 5.0)
+        raise kopf.TemporaryError(outcome.message, delay=retry_delay(outcome, retry, _settings()))
     log.info("topic_released", resource=f"{namespace}/{name}", reason=outcome.reason)
 
 
 async def group_changed(
-    *, body: kopf.Body, spec: Mapping[str, Any], meta: Mapping[str, Any], name: str, patch: kopf.Patch, **_: Any
+    *,
+    body: kopf.Body,
+    spec: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    name: str,
+    patch: kopf.Patch,
+    retry: int = 0,  # kopf's count of failures in a row
+    **_: Any,
 ) -> None:
     """ConsumerGroup: status from the coordinators; a reset applied once per id, when empty."""
     last_reset = (body.get("status") or {}).get("lastReset")
@@ -175,19 +204,19 @@ async def group_changed(
         outcome = await _group_reconciler().reconcile(GroupSpec.from_resource(name, spec), last_reset=last_reset)
     _record(outcome, body, patch, meta, kind="ConsumerGroup")
     if not outcome.ready and outcome.retry_after_s is not None:
-        raise kopf.TemporaryError(outcome.message, delay=outcome.retry_after_s)
+        raise kopf.TemporaryError(outcome.message, delay=retry_delay(outcome, retry, _settings()))
 
 
 @kopf.on.delete(*GROUPS)
-async def group_deleted(*, spec: Mapping[str, Any], name: str, **_: Any) -> None:
+async def group_deleted(*, spec: Mapping[str, Any], name: str, retry: int, **_: Any) -> None:
     outcome = await _group_reconciler().delete(GroupSpec.from_resource(name, spec))
     RECONCILES.labels("ConsumerGroup", outcome.reason).inc()
     if not outcome.ready:
-        raise kopf.TemporaryError(outcome.message, delay=outcome.retry_after_s or 5.0)
+        raise kopf.TemporaryError(outcome.message, delay=retry_delay(outcome, retry, _settings()) or 5.0)
 
 
 def _topic_arguments(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    keys = ("body", "spec", "meta", "name", "namespace", "patch", "topics_by_name")
+    keys = ("body", "spec", "meta", "name", "namespace", "patch", "topics_by_name", "retry")
     return {key: kwargs[key] for key in keys}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -19,9 +20,12 @@ import pytest
 
 from tests.cluster.conftest import wait_until
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
+from tidelog.common.settings import OperatorSettings
 from tidelog.kube_emulator import Emulator, serve_crds, write_kubeconfig
 from tidelog.local_cluster import LocalCluster
 from tidelog.operator.crds import KOPF_PEERING_CRD, TOPIC_CRD
+from tidelog.operator.main import retry_delay
+from tidelog.operator.topic_reconciler import Outcome
 
 API: str = "/apis/tidelog.io/v1beta1/namespaces/default/topics"
 RECONCILE_INTERVAL_MS = 1500  # short, so drift is put back within a test
@@ -266,3 +270,52 @@ async def test_an_operator_killed_mid_reconcile_and_restarted_does_nothing_twice
         assert len(created) <= 1, created  # the second operator found it existing: nothing created twice
     finally:
         _stop_operator(*second)
+
+
+def test_retries_back_off_only_while_the_cluster_does_not_answer() -> None:
+    settings = OperatorSettings.from_configs(
+        {"operator.retry.backoff.ms": "1000", "operator.retry.backoff.max.ms": "5000"}
+    )
+    unreachable = Outcome(False, "ClusterUnavailable", "no answer", retry_after_s=5.0)
+    assert [retry_delay(unreachable, retry, settings) for retry in range(5)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+    assert retry_delay(unreachable, 10_000, settings) == 5.0  # no overflow after a long outage
+    creating = Outcome(False, "Creating", "leaders not elected yet", retry_after_s=2.0)
+    assert retry_delay(creating, 7, settings) == 2.0  # progress is looked at on its own pace
+
+
+async def test_a_cluster_that_stops_answering_is_a_condition_and_the_topic_follows_once_it_is_back(
+    kubernetes: tuple[str, Path], kube: Kube, cluster: LocalCluster, admin: AdminClient, tmp_path: Path
+) -> None:
+    """Every controller frozen (SIGSTOP): topics cannot be created. The operator neither crashes nor
+    gives up: the resource says ClusterUnavailable, and once the controllers run again it is created."""
+    _, kubeconfig = kubernetes
+    controllers = sorted(name for name in cluster.processes if name.startswith("controller"))
+    operator = _start_operator(
+        kubeconfig,
+        cluster,
+        tmp_path / "operator.log",
+        "--standalone",
+        "--config",
+        "operator.request.timeout.ms=1000",
+        "--config",
+        "operator.retry.backoff.ms=500",
+        "--config",
+        "operator.retry.backoff.max.ms=2000",
+    )
+    name = _name()
+    try:
+        for controller in controllers:
+            cluster.signal(controller, signal.SIGSTOP)
+        try:
+            await kube.apply(name, {"partitions": 1, "replicas": 1})
+            condition = await _until_reason(kube, name, "ClusterUnavailable")
+            assert condition["status"] == "False" and condition["message"]
+            assert operator[0].poll() is None  # no crash
+        finally:
+            for controller in controllers:
+                cluster.signal(controller, signal.SIGCONT)
+        ready = await _until_reason(kube, name, "Reconciled", timeout_s=60)
+        assert ready["status"] == "True"
+        assert not isinstance((await admin.describe_topics([name]))[name], Exception)
+    finally:
+        _stop_operator(*operator)

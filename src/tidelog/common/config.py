@@ -392,6 +392,20 @@ OPERATOR_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
         minimum=100,
     ),
     _long(
+        "operator.retry.backoff.ms",
+        1000,
+        "First delay before a reconcile the cluster did not answer is tried again; doubled on each "
+        "failure in a row up to operator.retry.backoff.max.ms (Kafka's retry.backoff.ms).",
+        minimum=100,
+    ),
+    _long(
+        "operator.retry.backoff.max.ms",
+        30_000,
+        "Longest delay between retries of a reconcile the cluster does not answer (Kafka's "
+        "retry.backoff.max.ms).",
+        minimum=100,
+    ),
+    _long(
         "operator.peering.lifetime.ms",
         60_000,
         "With several operator replicas (kopf peering): how long a silent replica counts as alive; the "

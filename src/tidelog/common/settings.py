@@ -235,6 +235,8 @@ class OperatorSettings(Settings):
 
     operator_reconcile_interval_ms: int
     operator_request_timeout_ms: int
+    operator_retry_backoff_ms: int
+    operator_retry_backoff_max_ms: int
     operator_peering_lifetime_ms: int
 
 
