@@ -18,12 +18,13 @@ import aiohttp
 import kmock
 import pytest
 
-from tests.cluster.conftest import wait_until
-from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
+from tests.cluster.conftest import COORDINATOR_ARGS, started_cluster, wait_until
+from tidelog.client import AdminClient, Consumer, GroupConsumer, Producer, TopicPartition
+from tidelog.client.group_admin import GroupAdmin
 from tidelog.common.settings import OperatorSettings
 from tidelog.kube_emulator import Emulator, serve_crds, write_kubeconfig
 from tidelog.local_cluster import LocalCluster
-from tidelog.operator.crds import KOPF_PEERING_CRD, TOPIC_CRD
+from tidelog.operator.crds import CONSUMER_GROUP_CRD, KOPF_PEERING_CRD, TOPIC_CRD
 from tidelog.operator.main import retry_delay
 from tidelog.operator.topic_reconciler import Outcome
 
@@ -35,7 +36,7 @@ RECONCILE_INTERVAL_MS = 1500  # short, so drift is put back within a test
 async def kubernetes(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
     """An emulated API server that knows the Topic resource; its URL and a kubeconfig for it."""
     async with Emulator() as emulator, kmock.Server(emulator) as server:
-        serve_crds(emulator, [TOPIC_CRD, KOPF_PEERING_CRD])  # kopf replicas meet in the peering resource
+        serve_crds(emulator, [TOPIC_CRD, CONSUMER_GROUP_CRD, KOPF_PEERING_CRD])  # replicas meet in the peering
         url = str(server.url).rstrip("/")
         kubeconfig = write_kubeconfig(url, tmp_path / "kubeconfig")
         yield url, kubeconfig
@@ -319,3 +320,79 @@ async def test_a_cluster_that_stops_answering_is_a_condition_and_the_topic_follo
         assert not isinstance((await admin.describe_topics([name]))[name], Exception)
     finally:
         _stop_operator(*operator)
+
+
+GROUPS_API = "/apis/tidelog.io/v1beta1/namespaces/default/consumergroups"
+
+
+async def test_a_consumer_group_shows_its_members_and_lag_and_a_reset_waits_for_them_to_leave(
+    kubernetes: tuple[str, Path], kube: Kube, tmp_path: Path
+) -> None:
+    """ConsumerGroup through the kopf process: status from the coordinators with a real member, an
+    offset reset that waits while the member is in the group and applies once it leaves, and a
+    deleted resource that deletes the group's committed offsets."""
+    _, kubeconfig = kubernetes
+    async with started_cluster(tmp_path / "cluster", coordinators=1, coordinator_args=COORDINATOR_ARGS) as cluster:
+        async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+            await admin.create_topic("events", 2, 1)
+        async with Producer(cluster.bootstrap) as producer:
+            await (await producer.send_batch("events", [b"%03d" % n for n in range(100)], partition=0))
+        member = GroupConsumer(cluster.bootstrap, "billing", auto_offset_reset="earliest", enable_auto_commit=False)
+        member.subscribe(["events"])
+        read = 0
+
+        async def consumed() -> bool:
+            nonlocal read
+            read += len(await member.poll(200))
+            return read >= 40
+
+        await wait_until(consumed, what="some records read")
+        await member.commit({TopicPartition("events", 0): 40})
+
+        operator = _start_operator(kubeconfig, cluster, tmp_path / "operator.log", "--standalone")
+        try:
+            body = {
+                "apiVersion": "tidelog.io/v1beta1",
+                "kind": "ConsumerGroup",
+                "metadata": {"name": "billing", "namespace": "default"},
+                "spec": {"resetOffsets": {"id": "replay-1", "to": "earliest", "topics": ["events"]}},
+            }
+            async with kube.session.post(f"{kube.url}{GROUPS_API}", json=body) as answer:
+                assert answer.status in (200, 201), await answer.text()
+
+            async def status(reason: str) -> dict[str, Any] | None:
+                async with kube.session.get(f"{kube.url}{GROUPS_API}/billing") as answer:
+                    found = (await answer.json()).get("status") or {}
+                ready = next((c for c in found.get("conditions") or [] if c["type"] == "Ready"), None)
+                return found if ready and ready["reason"] == reason else None
+
+            # Polled while waiting, so the member stays in the group (its session does not lapse).
+            async def waiting() -> dict[str, Any] | None:
+                await member.poll(50)
+                return await status("ResetWaiting")
+
+            found = await wait_until(waiting, what="the reset to wait for the member")
+            assert found["state"] == "Stable" and found["memberCount"] == 1
+            assert sorted(found["members"][0]["partitions"]) == ["events-0", "events-1"]
+            assert found["lagByTopic"]["events"] == 60 and "lastReset" not in found
+
+            await member.close()  # leaves the group: the reset may go now
+            applied = await wait_until(lambda: status("Reconciled"), what="the reset to be applied")
+            assert applied["lastReset"] == "replay-1" and applied["totalLag"] == 100
+            await wait_until(
+                lambda: _has_event(kube, "billing", ("Normal", "OffsetsReset")), what="an OffsetsReset event"
+            )
+
+            async with kube.session.delete(f"{kube.url}{GROUPS_API}/billing") as answer:
+                assert answer.status in (200, 202), await answer.text()
+            async with GroupAdmin(cluster.bootstrap) as groups:
+
+                async def deleted() -> bool:
+                    async with kube.session.get(f"{kube.url}{GROUPS_API}/billing") as answer:
+                        if answer.status != 404:
+                            return False
+                    return all(lag.committed is None for lag in (await groups.describe_group("billing")).partitions)
+
+                await wait_until(deleted, what="the resource and the group's offsets to go")
+        finally:
+            _stop_operator(*operator)
