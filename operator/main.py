@@ -27,10 +27,11 @@ from typing import Any, Final
 
 import kopf
 import structlog
-from prometheus_client import Counter, Histogram, start_http_server
+from prometheus_client import start_http_server
 
 from tidelog.client import AdminClient
 from tidelog.client.group_admin import GroupAdmin
+from tidelog.common import metrics_catalog
 from tidelog.common.runtime import configure_logging
 from tidelog.common.settings import OperatorSettings
 from tidelog.operator.crds import GROUP, VERSION
@@ -43,9 +44,11 @@ log = structlog.get_logger(__name__)
 
 TOPICS: Final = (GROUP, VERSION, "topics")
 GROUPS: Final = (GROUP, VERSION, "consumergroups")
-RECONCILES = Counter("tidelog_operator_reconciles_total", "Reconciles by kind and outcome reason", ["kind", "reason"])
-RECONCILE_SECONDS = Histogram("tidelog_operator_reconcile_seconds", "Reconcile duration by kind", ["kind"])
-ERRORS = Counter("tidelog_operator_errors_total", "Reconciles that raised, by kind", ["kind"])
+RECONCILES = metrics_catalog.counter("tidelog_operator_reconciles_total")
+RECONCILE_SECONDS = metrics_catalog.histogram(
+    "tidelog_operator_reconcile_seconds", buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+)
+ERRORS = metrics_catalog.counter("tidelog_operator_errors_total")
 
 # Set by main() before kopf starts: the cluster the operator manages, and how.
 _state: dict[str, Any] = {}

@@ -10,8 +10,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 import grpc
-from prometheus_client import Counter
 
+from tidelog.common import metrics_catalog
 from tidelog.common.errors import ErrorCode, NotControllerError, TidelogError
 from tidelog.controller.controller import Controller
 from tidelog.v1 import controller_pb2, controller_pb2_grpc
@@ -31,7 +31,7 @@ class _AnsweredWhole(Protocol):
 
 Whole = TypeVar("Whole", bound=_AnsweredWhole)
 
-ADMIN_REQUESTS = Counter("tidelog_controller_admin_requests_total", "Admin requests handled", ["method", "outcome"])
+ADMIN_REQUESTS = metrics_catalog.counter("tidelog_controller_admin_requests_total")
 
 
 class AdminService(controller_pb2_grpc.ControllerServicer):

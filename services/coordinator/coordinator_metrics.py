@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterator
+from typing import TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
+from tidelog.common.metrics_catalog import counter_family, gauge_family
 from tidelog.coordinator.group_coordinator import GroupCoordinator
 from tidelog.coordinator.group_state import GroupState
 
 __all__ = ["CoordinatorCollector", "register"]
+
+F = TypeVar("F", GaugeMetricFamily, CounterMetricFamily)
 
 
 class CoordinatorCollector(Collector):
@@ -29,23 +33,19 @@ class CoordinatorCollector(Collector):
             for group in groups.values():
                 states[group.state.value] += 1
                 members += len(group.members)
-        by_state = GaugeMetricFamily(
-            "tidelog_coordinator_groups", "Groups this instance serves, by state", labels=["state"]
-        )
+        by_state = gauge_family("tidelog_coordinator_groups")
         for state in GroupState:
             by_state.add_metric([state.value], states[state.value])
         yield by_state
-        yield GaugeMetricFamily("tidelog_coordinator_members", "Members of the groups served here", value=members)
-        yield GaugeMetricFamily(
-            "tidelog_coordinator_offsets_partitions",
-            "__consumer_offsets partitions this instance owns and has loaded",
-            value=len(set(self.coordinator.groups) - self.coordinator.loading),
-        )
-        yield CounterMetricFamily(
-            "tidelog_coordinator_rebalances",
-            "Rebalances completed (a new generation) by the groups served here",
-            value=self.coordinator.rebalances_completed,
-        )
+        yield _single(gauge_family("tidelog_coordinator_members"), members)
+        loaded = len(set(self.coordinator.groups) - self.coordinator.loading)
+        yield _single(gauge_family("tidelog_coordinator_offsets_partitions"), loaded)
+        yield _single(counter_family("tidelog_coordinator_rebalances_total"), self.coordinator.rebalances_completed)
+
+
+def _single(family: F, value: float) -> F:
+    family.add_metric([], value)
+    return family
 
 
 def register(coordinator: GroupCoordinator) -> CoordinatorCollector:

@@ -11,9 +11,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias, TypeVar
 
 import grpc
-from prometheus_client import Counter, Histogram
 
 from tidelog.client.connections import Connections
+from tidelog.common import metrics_catalog
 from tidelog.common.errors import ErrorCode, TidelogError
 from tidelog.coordinator.group_coordinator import GroupCoordinator
 from tidelog.coordinator.partition_ownership import PartitionOwnership
@@ -21,12 +21,9 @@ from tidelog.v1 import coordinator_pb2, coordinator_pb2_grpc
 
 __all__ = ["CoordinatorService"]
 
-REQUESTS = Counter("tidelog_coordinator_requests_total", "Group requests by API and error", ["api", "error"])
-LATENCY = Histogram(
-    "tidelog_coordinator_request_seconds",
-    "Group request latency (JoinGroup and SyncGroup include the rebalance wait)",
-    ["api"],
-    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 300),
+REQUESTS = metrics_catalog.counter("tidelog_coordinator_requests_total")
+LATENCY = metrics_catalog.histogram(
+    "tidelog_coordinator_request_seconds", buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 300)
 )
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 R = TypeVar("R")

@@ -6,22 +6,19 @@ from __future__ import annotations
 import time
 from typing import Final
 
-from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tidelog.common import metrics_catalog
 
 __all__ = ["RECORDS_CONSUMED", "RECORDS_PRODUCED", "RequestMetrics"]
 
-REQUESTS: Final = Counter(
-    "tidelog_gateway_requests", "HTTP requests answered, by route and status", ["method", "route", "status"]
-)
-LATENCY: Final = Histogram(
+REQUESTS: Final = metrics_catalog.counter("tidelog_gateway_requests_total")
+LATENCY: Final = metrics_catalog.histogram(
     "tidelog_gateway_request_seconds",
-    "Time to answer an HTTP request (to the start of a streamed answer), by route",
-    ["method", "route"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
-RECORDS_PRODUCED: Final = Counter("tidelog_gateway_records_produced", "Records acknowledged to REST producers")
-RECORDS_CONSUMED: Final = Counter("tidelog_gateway_records_consumed", "Records returned to REST consumers")
+RECORDS_PRODUCED: Final = metrics_catalog.counter("tidelog_gateway_records_produced_total")
+RECORDS_CONSUMED: Final = metrics_catalog.counter("tidelog_gateway_records_consumed_total")
 
 
 class RequestMetrics:

@@ -401,8 +401,7 @@ OPERATOR_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     _long(
         "operator.retry.backoff.max.ms",
         30_000,
-        "Longest delay between retries of a reconcile the cluster does not answer (Kafka's "
-        "retry.backoff.max.ms).",
+        "Longest delay between retries of a reconcile the cluster does not answer (Kafka's retry.backoff.max.ms).",
         minimum=100,
     ),
     _long(

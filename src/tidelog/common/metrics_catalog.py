@@ -1,0 +1,446 @@
+"""Every Prometheus metric Tidelog exports, defined once: name, type, labels, help, which process
+exports it, and the Kafka name it stands for. `docs/metrics.md` is generated from this table
+(`python -m tidelog.common.metrics_catalog > docs/metrics.md`; a test keeps it fresh), and each
+service builds its instruments and scrape-time families from it, so a name cannot drift between
+the code, the docs, the dashboards and the alerts.
+
+Names follow the Kafka ecosystem where Kafka has the figure, so existing dashboards and alerts work:
+- cluster, topic, partition and group state with kafka_exporter's names and labels
+  (`kafka_topic_partition_current_offset{topic, partition}`, `kafka_consumergroup_lag{...}`);
+- broker internals with the names the Prometheus JMX exporter gives Kafka's MBeans under
+  Strimzi's rules (`kafka.server:type=ReplicaManager,name=UnderReplicatedPartitions` →
+  `kafka_server_replicamanager_underreplicatedpartitions`; `...PerSec` meters → `..._total`).
+Each figure is exported by the one process that knows it, so summing a scrape of every pod never
+double-counts: cluster state by the active controller only, a partition's offsets by its leader
+only, groups by the coordinator that owns them.
+Figures Kafka has no name for keep `tidelog_*` names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterator
+from typing import Final
+
+from prometheus_client import Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+__all__ = [
+    "METRICS",
+    "Exporter",
+    "Kind",
+    "MetricDef",
+    "by_name",
+    "counter",
+    "counter_family",
+    "gauge_family",
+    "histogram",
+    "render_markdown",
+]
+
+
+class Kind(enum.Enum):
+    GAUGE = "gauge"
+    COUNTER = "counter"
+    HISTOGRAM = "histogram"
+
+
+class Exporter(enum.Enum):
+    """Which process exports a metric (and so which scrape to sum over)."""
+
+    ACTIVE_CONTROLLER = "the active controller (standbys export none)"
+    CONTROLLER = "every controller"
+    BROKER = "every broker, for what it hosts"
+    PARTITION_LEADER = "the broker leading the partition"
+    COORDINATOR = "the coordinator owning the group"
+    GATEWAY = "every gateway"
+    OPERATOR = "the operator"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MetricDef:
+    name: str  # as exposed (a counter's with `_total`, a histogram's without `_bucket`)
+    kind: Kind
+    help: str
+    labels: tuple[str, ...]
+    exporter: Exporter
+    kafka: str = ""  # the Kafka figure it stands for: kafka_exporter's, an MBean's, or "" (ours only)
+
+    def __post_init__(self) -> None:
+        assert self.name.endswith("_total") == (self.kind is Kind.COUNTER), f"{self.name}: counters end in _total"
+        assert self.name.startswith(("kafka_", "tidelog_")), self.name
+
+    @property
+    def base_name(self) -> str:
+        """The name prometheus_client wants (it appends `_total` to a counter itself)."""
+        return self.name.removesuffix("_total") if self.kind is Kind.COUNTER else self.name
+
+
+KAFKA_EXPORTER: Final = "kafka_exporter"
+TP: Final = ("topic", "partition")
+
+
+def _m(  # noqa: PLR0917 - one row of the table, in its columns' order
+    name: str, kind: Kind, labels: tuple[str, ...], exporter: Exporter, help_text: str, kafka: str = ""
+) -> MetricDef:
+    return MetricDef(name, kind, help_text, labels, exporter, kafka)
+
+
+G, C, H = Kind.GAUGE, Kind.COUNTER, Kind.HISTOGRAM
+AC, CT, BR, PL, CO, GW, OP = (
+    Exporter.ACTIVE_CONTROLLER,
+    Exporter.CONTROLLER,
+    Exporter.BROKER,
+    Exporter.PARTITION_LEADER,
+    Exporter.COORDINATOR,
+    Exporter.GATEWAY,
+    Exporter.OPERATOR,
+)
+
+METRICS: Final[tuple[MetricDef, ...]] = (
+    # ---- cluster and topics: kafka_exporter's names, from the active controller -------------------
+    _m("kafka_brokers", G, (), AC, "Brokers registered (alive) in the cluster", KAFKA_EXPORTER),
+    _m("kafka_broker_info", G, ("id", "address", "rack"), AC, "One series per live broker (value 1)", KAFKA_EXPORTER),
+    _m("kafka_topic_partitions", G, ("topic",), AC, "Partitions of the topic", KAFKA_EXPORTER),
+    _m("kafka_topic_partition_leader", G, TP, AC, "Broker id leading the partition (-1: offline)", KAFKA_EXPORTER),
+    _m("kafka_topic_partition_replicas", G, TP, AC, "Replicas assigned to the partition", KAFKA_EXPORTER),
+    _m("kafka_topic_partition_in_sync_replica", G, TP, AC, "Replicas in the partition's ISR", KAFKA_EXPORTER),
+    _m(
+        "kafka_topic_partition_leader_is_preferred",
+        G,
+        TP,
+        AC,
+        "1 if the partition is led by its preferred (first) replica",
+        KAFKA_EXPORTER,
+    ),
+    _m(
+        "kafka_topic_partition_under_replicated_partition",
+        G,
+        TP,
+        AC,
+        "1 if the partition's ISR is smaller than its replica set",
+        KAFKA_EXPORTER,
+    ),
+    # ---- partition offsets: kafka_exporter's names, from each partition's leader ----------------
+    _m(
+        "kafka_topic_partition_current_offset",
+        G,
+        TP,
+        PL,
+        "The partition's log end offset (the next offset to be written)",
+        KAFKA_EXPORTER,
+    ),
+    _m("kafka_topic_partition_oldest_offset", G, TP, PL, "The partition's log start offset", KAFKA_EXPORTER),
+    # ---- groups: kafka_exporter's names, from the owning coordinator ----------------------------
+    _m(
+        "kafka_consumergroup_current_offset",
+        G,
+        ("consumergroup", *TP),
+        CO,
+        "Offset the group committed for the partition",
+        KAFKA_EXPORTER,
+    ),
+    _m(
+        "kafka_consumergroup_current_offset_sum",
+        G,
+        ("consumergroup", "topic"),
+        CO,
+        "Sum of the group's committed offsets over the topic's partitions",
+        KAFKA_EXPORTER,
+    ),
+    _m(
+        "kafka_consumergroup_lag",
+        G,
+        ("consumergroup", *TP),
+        CO,
+        "Log end offset minus the group's committed offset (-1: nothing committed)",
+        KAFKA_EXPORTER,
+    ),
+    _m(
+        "kafka_consumergroup_lag_sum",
+        G,
+        ("consumergroup", "topic"),
+        CO,
+        "The group's lag summed over the topic's partitions (partitions without a commit left out)",
+        KAFKA_EXPORTER,
+    ),
+    _m("kafka_consumergroup_members", G, ("consumergroup",), CO, "Members of the group", KAFKA_EXPORTER),
+    # ---- controller MBeans (JMX exporter names) -------------------------------------------------
+    _m(
+        "kafka_controller_kafkacontroller_activecontrollercount",
+        G,
+        (),
+        CT,
+        "1 on the active controller, 0 on the others: the sum over controllers is 1 in a healthy cluster",
+        "kafka.controller:type=KafkaController,name=ActiveControllerCount",
+    ),
+    _m(
+        "kafka_controller_kafkacontroller_offlinepartitionscount",
+        G,
+        (),
+        AC,
+        "Partitions without a leader",
+        "kafka.controller:type=KafkaController,name=OfflinePartitionsCount",
+    ),
+    _m(
+        "kafka_controller_kafkacontroller_globalpartitioncount",
+        G,
+        (),
+        AC,
+        "Partitions in the cluster",
+        "kafka.controller:type=KafkaController,name=GlobalPartitionCount",
+    ),
+    _m(
+        "kafka_controller_kafkacontroller_globaltopiccount",
+        G,
+        (),
+        AC,
+        "Topics in the cluster",
+        "kafka.controller:type=KafkaController,name=GlobalTopicCount",
+    ),
+    _m(
+        "kafka_controller_controllerstats_leaderelections_total",
+        C,
+        (),
+        CT,
+        "Partition leader elections this controller made (a new leader, any cause)",
+        "kafka.controller:type=ControllerStats,name=LeaderElectionRateAndTimeMs (count)",
+    ),
+    _m(
+        "kafka_controller_controllerstats_uncleanleaderelections_total",
+        C,
+        (),
+        CT,
+        "Leader elections of a replica outside the ISR (unclean.leader.election.enable)",
+        "kafka.controller:type=ControllerStats,name=UncleanLeaderElectionsPerSec",
+    ),
+    # ---- broker MBeans (JMX exporter names) -----------------------------------------------------
+    _m(
+        "kafka_server_replicamanager_partitioncount",
+        G,
+        (),
+        BR,
+        "Partition replicas this broker hosts",
+        "kafka.server:type=ReplicaManager,name=PartitionCount",
+    ),
+    _m(
+        "kafka_server_replicamanager_leadercount",
+        G,
+        (),
+        BR,
+        "Partitions this broker leads",
+        "kafka.server:type=ReplicaManager,name=LeaderCount",
+    ),
+    _m(
+        "kafka_server_replicamanager_underreplicatedpartitions",
+        G,
+        (),
+        BR,
+        "Partitions this broker leads whose ISR is smaller than their replica set",
+        "kafka.server:type=ReplicaManager,name=UnderReplicatedPartitions",
+    ),
+    _m(
+        "kafka_server_replicamanager_underminisrpartitioncount",
+        G,
+        (),
+        BR,
+        "Partitions this broker leads whose ISR is smaller than min.insync.replicas",
+        "kafka.server:type=ReplicaManager,name=UnderMinIsrPartitionCount",
+    ),
+    _m(
+        "kafka_server_replicamanager_isrshrinks_total",
+        C,
+        (),
+        BR,
+        "ISR shrinks this broker (as leader) committed",
+        "kafka.server:type=ReplicaManager,name=IsrShrinksPerSec",
+    ),
+    _m(
+        "kafka_server_replicamanager_isrexpands_total",
+        C,
+        (),
+        BR,
+        "ISR expansions this broker (as leader) committed",
+        "kafka.server:type=ReplicaManager,name=IsrExpandsPerSec",
+    ),
+    _m(
+        "kafka_server_brokertopicmetrics_messagesin_total",
+        C,
+        ("topic",),
+        BR,
+        "Records appended as leader",
+        "kafka.server:type=BrokerTopicMetrics,name=MessagesInPerSec,topic=*",
+    ),
+    _m(
+        "kafka_server_brokertopicmetrics_bytesin_total",
+        C,
+        ("topic",),
+        BR,
+        "Record batch bytes appended as leader (from producers)",
+        "kafka.server:type=BrokerTopicMetrics,name=BytesInPerSec,topic=*",
+    ),
+    _m(
+        "kafka_server_brokertopicmetrics_bytesout_total",
+        C,
+        ("topic",),
+        BR,
+        "Record batch bytes served to consumers and followers",
+        "kafka.server:type=BrokerTopicMetrics,name=BytesOutPerSec,topic=*",
+    ),
+    _m(
+        "kafka_server_brokertopicmetrics_failedproducerequests_total",
+        C,
+        ("topic",),
+        BR,
+        "Produce requests for the topic answered with an error",
+        "kafka.server:type=BrokerTopicMetrics,name=FailedProduceRequestsPerSec,topic=*",
+    ),
+    _m(
+        "kafka_log_log_size",
+        G,
+        TP,
+        BR,
+        "Bytes of the partition replica's log on this broker (per partition up to "
+        'metrics.partition.series.max replicas, then summed per topic with partition="all")',
+        "kafka.log:type=Log,name=Size,topic=*,partition=*",
+    ),
+    _m(
+        "kafka_network_requestmetrics_requests_total",
+        C,
+        ("request", "error"),
+        BR,
+        "Requests answered, by type (Produce, Fetch, FetchFollower, ...) and error (NONE when none)",
+        "kafka.network:type=RequestMetrics,name=RequestsPerSec,request=*,error=*",
+    ),
+    _m(
+        "kafka_network_requestmetrics_totaltimems",
+        H,
+        ("request",),
+        BR,
+        "Time from a request's arrival to its answer, in milliseconds, by type (a histogram, where the "
+        "JMX exporter gives quantile gauges)",
+        "kafka.network:type=RequestMetrics,name=TotalTimeMs,request=*",
+    ),
+    _m(
+        "kafka_network_requestmetrics_requestqueuetimems",
+        H,
+        ("request",),
+        BR,
+        "Time a request waited for a free I/O thread before its disk work began, in milliseconds",
+        "kafka.network:type=RequestMetrics,name=RequestQueueTimeMs,request=*",
+    ),
+    # ---- ours, no Kafka equivalent --------------------------------------------------------------
+    _m("tidelog_controller_admin_requests_total", C, ("method", "outcome"), CT, "Admin requests handled"),
+    _m("tidelog_coordinator_requests_total", C, ("api", "error"), CO, "Group requests by API and error"),
+    _m(
+        "tidelog_coordinator_request_seconds",
+        H,
+        ("api",),
+        CO,
+        "Group request latency (JoinGroup and SyncGroup include the rebalance wait)",
+    ),
+    _m("tidelog_coordinator_groups", G, ("state",), CO, "Groups this instance serves, by state"),
+    _m("tidelog_coordinator_members", G, (), CO, "Members of the groups served here"),
+    _m(
+        "tidelog_coordinator_offsets_partitions",
+        G,
+        (),
+        CO,
+        "__consumer_offsets partitions this instance owns and has loaded",
+    ),
+    _m(
+        "tidelog_coordinator_rebalances_total",
+        C,
+        (),
+        CO,
+        "Rebalances completed (a new generation) by the groups served here",
+    ),
+    _m(
+        "tidelog_gateway_requests_total",
+        C,
+        ("method", "route", "status"),
+        GW,
+        "HTTP requests answered, by route template and status",
+    ),
+    _m(
+        "tidelog_gateway_request_seconds",
+        H,
+        ("method", "route"),
+        GW,
+        "Time to answer an HTTP request (to the start of a streamed answer), by route",
+    ),
+    _m("tidelog_gateway_records_produced_total", C, (), GW, "Records acknowledged to REST producers"),
+    _m("tidelog_gateway_records_consumed_total", C, (), GW, "Records returned to REST consumers"),
+    _m("tidelog_operator_reconciles_total", C, ("kind", "reason"), OP, "Reconciles by kind and outcome reason"),
+    _m("tidelog_operator_reconcile_seconds", H, ("kind",), OP, "Reconcile duration by kind"),
+    _m("tidelog_operator_errors_total", C, ("kind",), OP, "Reconciles that raised, by kind"),
+)
+
+_BY_NAME: Final = {metric.name: metric for metric in METRICS}
+assert len(_BY_NAME) == len(METRICS), "a metric is defined once"
+
+
+def by_name(name: str) -> MetricDef:
+    return _BY_NAME[name]
+
+
+def counter(name: str) -> Counter:
+    """The registered prometheus_client Counter for a catalogued counter."""
+    metric = _BY_NAME[name]
+    assert metric.kind is Kind.COUNTER, name
+    return Counter(metric.base_name, metric.help, list(metric.labels))
+
+
+def histogram(name: str, buckets: tuple[float, ...]) -> Histogram:
+    metric = _BY_NAME[name]
+    assert metric.kind is Kind.HISTOGRAM, name
+    return Histogram(metric.name, metric.help, list(metric.labels), buckets=buckets)
+
+
+def gauge_family(name: str) -> GaugeMetricFamily:
+    """An empty family for a scrape-time collector (add_metric per series)."""
+    metric = _BY_NAME[name]
+    assert metric.kind is Kind.GAUGE, name
+    return GaugeMetricFamily(metric.name, metric.help, labels=list(metric.labels))
+
+
+def counter_family(name: str) -> CounterMetricFamily:
+    metric = _BY_NAME[name]
+    assert metric.kind is Kind.COUNTER, name
+    return CounterMetricFamily(metric.base_name, metric.help, labels=list(metric.labels))
+
+
+def _rows() -> Iterator[str]:
+    for metric in METRICS:
+        labels = ", ".join(f"`{label}`" for label in metric.labels) or "—"
+        kafka = metric.kafka.replace("|", "\\|") or "—"
+        yield (
+            f"| `{metric.name}` | {metric.kind.value} | {labels} | {metric.exporter.value} | {kafka} | {metric.help} |"
+        )
+
+
+def render_markdown() -> str:
+    lines = [
+        "# Metrics",
+        "",
+        "Generated from `src/tidelog/common/metrics_catalog.py` "
+        "(`python -m tidelog.common.metrics_catalog > docs/metrics.md`); a test keeps it current.",
+        "",
+        "Names follow kafka_exporter (cluster, topics, groups) and the Prometheus JMX exporter's "
+        "names for Kafka's MBeans under Strimzi's rules (broker and controller internals), so Kafka "
+        "dashboards and alerts work unchanged. Each figure comes from one process only (the column "
+        "*exported by*): summing a scrape of every pod never double-counts. Histograms are exposed "
+        "as `_bucket`, `_sum` and `_count` series; every process also exports prometheus_client's "
+        "`process_*` and `python_*` series.",
+        "",
+        "| metric | type | labels | exported by | Kafka | meaning |",
+        "|---|---|---|---|---|---|",
+        *_rows(),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(render_markdown(), end="")
