@@ -15,11 +15,12 @@ from typing import Any, Final, TypeAlias
 import grpc
 import structlog
 from etcd3aio import Etcd3Client
-from prometheus_client import Counter, Histogram
 
+from tidelog.broker.broker_metrics import REQUEST_MS_BUCKETS
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.producer_id_manager import ProducerIdManager
 from tidelog.broker.replica_manager import PartitionRead, ReplicaManager
+from tidelog.common import metrics_catalog
 from tidelog.common.errors import ErrorCode, StaleControllerEpochError, TidelogError
 from tidelog.common.metadata import (
     CONSUMER_OFFSETS_TOPIC,
@@ -37,13 +38,10 @@ PRODUCE_TIMEOUT_MS_MAX: Final = 300_000  # bound on a produce request's acks=all
 EARLIEST: Final = -2
 LATEST: Final = -1
 
-REQUESTS = Counter("tidelog_broker_requests_total", "Requests by API and outcome", ["api", "outcome"])
-LATENCY = Histogram(
-    "tidelog_broker_request_seconds",
-    "Request latency by API",
-    ["api"],
-    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-)
+REQUESTS = metrics_catalog.counter("kafka_network_requestmetrics_requests_total")  # by request type, error
+TOTAL_TIME_MS = metrics_catalog.histogram("kafka_network_requestmetrics_totaltimems", buckets=REQUEST_MS_BUCKETS)
+FAILED_PRODUCE = metrics_catalog.counter("kafka_server_brokertopicmetrics_failedproducerequests_total")
+NONE: Final = "NONE"  # Kafka's name for "no error"
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
 
@@ -79,7 +77,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     error_code=int(ErrorCode.INVALID_REQUIRED_ACKS),
                     error_message=f"acks must be -1, 0 or 1, not {request.acks}",
                 )
-            REQUESTS.labels("Produce", "error").inc()
+            REQUESTS.labels("Produce", ErrorCode.INVALID_REQUIRED_ACKS.name).inc()
             return response
         # Partitions append at once (with acks=all they then wait for their ISRs together); the
         # entries of one partition go in request order, so its batches keep their order.
@@ -95,8 +93,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
         await asyncio.gather(*(produce_in_order(indexes) for indexes in by_partition.values()))
         response.partitions.extend(result for result in results if result is not None)
-        REQUESTS.labels("Produce", "ok").inc()
-        LATENCY.labels("Produce").observe(time.perf_counter() - started)
+        REQUESTS.labels("Produce", NONE).inc()
+        TOTAL_TIME_MS.labels("Produce").observe((time.perf_counter() - started) * 1000)
         return response
 
     async def _produce_one(self, entry: Any, acks: int, timeout_s: float) -> broker_pb2.ProducePartitionResult:
@@ -109,6 +107,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             result.log_append_time_ms = info.log_append_time_ms
             result.log_start_offset = self.replicas.partitions[(entry.topic, entry.partition)].log.log_start_offset
         except TidelogError as error:
+            FAILED_PRODUCE.labels(entry.topic).inc()
             result.error_code = int(error.code)
             result.error_message = error.message
             result.leader_hint = self._leader_hint(entry.topic, entry.partition)
@@ -122,7 +121,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         if request.transactional_id:
             response.error_code = int(ErrorCode.INVALID_REQUEST)
             response.error_message = "transactions are not supported: leave transactional_id empty"
-            REQUESTS.labels("InitProducerId", "error").inc()
+            REQUESTS.labels("InitProducerId", ErrorCode.INVALID_REQUEST.name).inc()
             return response
         try:
             response.producer_id = await self.producer_ids.next_id()
@@ -130,10 +129,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             log.warning("producer_id_claim_failed", error=str(error))
             response.error_code = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
             response.error_message = f"no producer id block could be claimed: {error}"
-            REQUESTS.labels("InitProducerId", "error").inc()
+            REQUESTS.labels("InitProducerId", ErrorCode.COORDINATOR_NOT_AVAILABLE.name).inc()
             return response
         response.producer_epoch = 0
-        REQUESTS.labels("InitProducerId", "ok").inc()
+        REQUESTS.labels("InitProducerId", NONE).inc()
         return response
 
     async def FindCoordinator(  # noqa: N802
@@ -163,6 +162,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         deadline = time.monotonic() + min(max(request.max_wait_ms, 0), self.fetch_wait_max_ms) / 1000
         keys = [(entry.topic, entry.partition) for entry in request.partitions]
         follower = request.replica_id >= 0
+        kind = "FetchFollower" if follower else "Fetch"  # as Kafka's RequestMetrics tell them apart
         # Once per request: a long poll that wakes up is the same fetch, not a new sign of life.
         refused = (
             self.replicas.record_follower_fetch(
@@ -174,7 +174,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         wanted = [entry for entry in request.partitions if (entry.topic, entry.partition) not in refused]
         while True:
             events = self.replicas.append_events(keys)  # before the read: no lost wake-up
-            reads = await self.replicas.run_io(self._read_all, wanted, max_bytes, follower)
+            reads = await self.replicas.run_io(self._read_all, wanted, max_bytes, follower, request=kind)
             reads += [
                 PartitionRead(topic, partition, b"", -1, -1, -1, code) for (topic, partition), code in refused.items()
             ]
@@ -197,8 +197,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 record_batches=read.data,
                 leader_hint=self._leader_hint(read.topic, read.partition) if read.error_code else 0,
             )
-        REQUESTS.labels("Fetch", "ok").inc()
-        LATENCY.labels("Fetch").observe(time.perf_counter() - started)
+        REQUESTS.labels(kind, NONE).inc()
+        TOTAL_TIME_MS.labels(kind).observe((time.perf_counter() - started) * 1000)
         return response
 
     def _read_all(self, partitions: list[Any], max_bytes: int, follower: bool) -> list[PartitionRead]:
@@ -225,19 +225,21 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 elif entry.timestamp == LATEST:
                     result.offset = partition_log.high_watermark
                 else:
-                    found = await self.replicas.run_io(partition_log.offset_for_timestamp, entry.timestamp)
+                    found = await self.replicas.run_io(
+                        partition_log.offset_for_timestamp, entry.timestamp, request="ListOffsets"
+                    )
                     if found is not None and found[0] < partition_log.high_watermark:
                         result.offset, result.timestamp = found
             except TidelogError as error:
                 result.error_code = int(error.code)
                 result.leader_hint = self._leader_hint(entry.topic, entry.partition)
-        REQUESTS.labels("ListOffsets", "ok").inc()
+        REQUESTS.labels("ListOffsets", NONE).inc()
         return response
 
     async def OffsetsForLeaderEpoch(  # noqa: N802
         self, request: broker_pb2.OffsetsForLeaderEpochRequest, context: Context
     ) -> broker_pb2.OffsetsForLeaderEpochResponse:
-        REQUESTS.labels("OffsetsForLeaderEpoch", "ok").inc()
+        REQUESTS.labels("OffsetsForLeaderEpoch", NONE).inc()
         return broker_pb2.OffsetsForLeaderEpochResponse(
             partitions=[self.replicas.end_offset_for_epoch(query) for query in request.partitions]
         )
@@ -247,9 +249,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             # A broker that (re)started and has not yet been sent the cluster's state would answer
             # "no such topic" and "no brokers": clients would forget what they know. As a KRaft
             # broker serves no clients before it has caught up, it refuses, and clients ask another.
-            REQUESTS.labels("Metadata", "not_ready").inc()
+            REQUESTS.labels("Metadata", "UNAVAILABLE").inc()
             await context.abort(grpc.StatusCode.UNAVAILABLE, "this broker has no cluster metadata yet")
-        REQUESTS.labels("Metadata", "ok").inc()
+        REQUESTS.labels("Metadata", NONE).inc()
         return self.metadata.describe(list(request.topics))
 
     async def LeaderAndIsr(  # noqa: N802
@@ -258,9 +260,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         try:
             errors = await self.replicas.leader_and_isr(request)
         except TidelogError as error:  # a stale controller epoch, or a request for another broker life
-            REQUESTS.labels("LeaderAndIsr", "refused").inc()
+            REQUESTS.labels("LeaderAndIsr", error.code.name).inc()
             return broker_pb2.LeaderAndIsrResponse(error_code=int(error.code))
-        REQUESTS.labels("LeaderAndIsr", "ok").inc()
+        REQUESTS.labels("LeaderAndIsr", NONE).inc()
         return broker_pb2.LeaderAndIsrResponse(partitions=errors)
 
     async def StopReplica(  # noqa: N802

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from typing import Final
 
 import grpc
 import structlog
@@ -27,6 +28,7 @@ import structlog
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.replica_manager import Partition, ReplicaManager
 from tidelog.broker.replica_role import ReplicaRole
+from tidelog.common import metrics_catalog
 from tidelog.common.errors import ErrorCode
 from tidelog.common.runtime import GRPC_OPTIONS
 from tidelog.v1 import controller_pb2, controller_pb2_grpc
@@ -34,6 +36,9 @@ from tidelog.v1 import controller_pb2, controller_pb2_grpc
 __all__ = ["IsrManager"]
 
 log = structlog.get_logger(__name__)
+
+ISR_SHRINKS: Final = metrics_catalog.counter("kafka_server_replicamanager_isrshrinks_total")
+ISR_EXPANDS: Final = metrics_catalog.counter("kafka_server_replicamanager_isrexpands_total")
 
 
 class IsrManager:
@@ -140,7 +145,13 @@ class IsrManager:
                 )
                 return
             if response.HasField("state"):
+                before = set(partition.state.isr)
                 self.replicas.apply_committed_state(response.state)
+                after = set(response.state.isr)
+                if after < before:
+                    ISR_SHRINKS.inc()
+                elif after > before:
+                    ISR_EXPANDS.inc()
                 log.info(
                     "isr_updated", topic=partition.topic, partition=partition.partition, isr=list(response.state.isr)
                 )

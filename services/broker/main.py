@@ -13,6 +13,7 @@ import grpc
 import structlog
 from etcd3aio import Etcd3Client
 
+from tidelog.broker import broker_metrics
 from tidelog.broker.broker_service import BrokerService
 from tidelog.broker.controlled_shutdown import controlled_shutdown
 from tidelog.broker.isr_manager import IsrManager
@@ -79,6 +80,7 @@ class _Broker:
                 "backoff_ms": settings.replica_fetch_backoff_ms,
             },
         )
+        broker_metrics.register(self.replicas, settings.metrics_partition_series_max)
         self.metadata = MetadataCache()
         self.etcd = Etcd3Client([args.etcd])
         self.registration = Registration(

@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import structlog
-from prometheus_client import Counter, Gauge
 
+from tidelog.broker.broker_metrics import REQUEST_MS_BUCKETS
 from tidelog.broker.replica_fetcher import FollowedPartition, ReplicaFetcherManager
 from tidelog.broker.replica_role import ReplicaRole, role_in, transition
 from tidelog.broker.storage import LogCleaner, LogConfig, PartitionLog
 from tidelog.broker.storage.partition_log import AppendInfo
+from tidelog.common import metrics_catalog
 from tidelog.common.errors import (
     ErrorCode,
     NotEnoughReplicasError,
@@ -51,11 +52,12 @@ log = structlog.get_logger(__name__)
 PARTITION_METADATA_FILE: Final = "partition.metadata"
 T = TypeVar("T")
 
-BYTES_IN = Counter("tidelog_broker_bytes_in_total", "Record batch bytes appended as leader", ["topic"])
-RECORDS_IN = Counter("tidelog_broker_records_in_total", "Records appended as leader", ["topic"])
-BYTES_OUT = Counter("tidelog_broker_bytes_out_total", "Record batch bytes served by fetch", ["topic"])
-LEADER_PARTITIONS = Gauge("tidelog_broker_leader_partitions", "Partitions this broker leads")
-HOSTED_PARTITIONS = Gauge("tidelog_broker_partitions", "Partition replicas this broker hosts")
+BYTES_IN: Final = metrics_catalog.counter("kafka_server_brokertopicmetrics_bytesin_total")
+RECORDS_IN: Final = metrics_catalog.counter("kafka_server_brokertopicmetrics_messagesin_total")
+BYTES_OUT: Final = metrics_catalog.counter("kafka_server_brokertopicmetrics_bytesout_total")
+QUEUE_TIME_MS: Final = metrics_catalog.histogram(
+    "kafka_network_requestmetrics_requestqueuetimems", buckets=REQUEST_MS_BUCKETS
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -209,8 +211,16 @@ class ReplicaManager:
         if partition is not None:
             partition.notify_appended()
 
-    async def run_io(self, function: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self.io, function, *args)
+    async def run_io(self, function: Callable[..., T], *args: Any, request: str = "Internal") -> T:
+        """`function(*args)` on the I/O pool; the time it waited for a thread is the request's queue
+        time (Kafka's RequestQueueTimeMs: a saturated pool shows here first)."""
+        submitted = time.perf_counter()
+
+        def timed() -> T:
+            QUEUE_TIME_MS.labels(request).observe((time.perf_counter() - submitted) * 1000)
+            return function(*args)
+
+        return await asyncio.get_running_loop().run_in_executor(self.io, timed)
 
     # ---- controller requests ---------------------------------------------------------------
 
@@ -259,7 +269,6 @@ class ReplicaManager:
             for key in [key for key in self.partitions if key not in wanted]:
                 log.warning("replica_not_assigned_any_more", topic=key[0], partition=key[1])
                 await self._stop(key, delete=False)
-        self._update_gauges()
         return errors
 
     async def _apply_state(self, state: common_pb2.PartitionState, configs: dict[str, str]) -> None:
@@ -341,7 +350,6 @@ class ReplicaManager:
             self.check_incarnation(request.broker_incarnation)
             for state in request.partitions:
                 await self._stop((state.topic, state.partition), delete=request.delete_partitions)
-            self._update_gauges()
 
     async def _stop(self, key: tuple[str, int], *, delete: bool) -> None:
         self.fetchers.unfollow(key)
@@ -354,10 +362,6 @@ class ReplicaManager:
         partition.notify_appended()
         partition.wake_produce_waiters()
         await self.run_io(partition.log.delete if delete else partition.log.close)
-
-    def _update_gauges(self) -> None:
-        HOSTED_PARTITIONS.set(len(self.partitions))
-        LEADER_PARTITIONS.set(sum(1 for p in self.partitions.values() if p.role is ReplicaRole.LEADER))
 
     # ---- data path -------------------------------------------------------------------------
 
@@ -380,7 +384,7 @@ class ReplicaManager:
                 f"{topic}-{partition} has {len(hosted.state.isr)} in-sync replicas; min.insync.replicas={min_insync}"
             )
         leader_epoch = hosted.state.leader_epoch
-        info: AppendInfo = await self.run_io(hosted.log.append_as_leader, batches, leader_epoch)
+        info: AppendInfo = await self.run_io(hosted.log.append_as_leader, batches, leader_epoch, request="Produce")
         if not hosted.advance_high_watermark(self.broker_id):  # a moved HW already woke the waiters
             hosted.notify_appended()
         if acks == -1:

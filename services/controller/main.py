@@ -12,6 +12,7 @@ from etcd3aio import Etcd3Client
 
 from tidelog.common.runtime import run_service
 from tidelog.common.settings import ControllerSettings
+from tidelog.controller import controller_metrics
 from tidelog.controller.admin_service import AdminService
 from tidelog.controller.controller import Controller
 from tidelog.controller.controller_config import ControllerConfig
@@ -45,6 +46,7 @@ class _Controller:
         )
         self.etcd = Etcd3Client([args.etcd])
         self.controller = Controller(self.config, self.etcd)
+        controller_metrics.register(self.controller, args.settings.controller_metrics_partition_series_max)
         self.running: asyncio.Task[None] | None = None
 
     def add_to(self, server: grpc.aio.Server) -> list[str]:

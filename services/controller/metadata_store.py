@@ -15,6 +15,7 @@ from typing import Any, Final
 from etcd3aio import Etcd3Client, prefix_range_end
 from etcd3aio.kv import KVService
 
+from tidelog.common import metrics_catalog
 from tidelog.common.errors import NotControllerError
 from tidelog.common.etcd.compare import compare_mod_revision
 from tidelog.common.etcd.election import Election
@@ -36,6 +37,8 @@ from tidelog.controller.controller_role import ControllerRole, Role
 __all__ = ["ConflictError", "FencedError", "MetadataStore"]
 
 STATES_PER_TXN: Final = 100  # etcd's default --max-txn-ops is 128
+LEADER_ELECTIONS: Final = metrics_catalog.counter("kafka_controller_controllerstats_leaderelections_total")
+UNCLEAN_ELECTIONS: Final = metrics_catalog.counter("kafka_controller_controllerstats_uncleanleaderelections_total")
 
 
 class FencedError(Exception):
@@ -137,6 +140,7 @@ class MetadataStore:
             puts = {partition_state_key(topic, partition): state.to_json() for (topic, partition), state in chunk}
             revision = await self.commit(compares, puts)
             for topic_partition, state in chunk:
+                _count_election(self.state.partitions.get(topic_partition), state)
                 self.state.partitions[topic_partition] = Versioned(state, revision)
 
     async def commit_topic(
@@ -154,4 +158,15 @@ class MetadataStore:
         revision = await self.commit(compares, puts)
         self.state.topics[topic] = Versioned(record, revision)
         for key, state in states.items():
+            _count_election(self.state.partitions.get(key), state)
             self.state.partitions[key] = Versioned(state, revision)
+
+
+def _count_election(held: Versioned[PartitionStateRecord] | None, state: PartitionStateRecord) -> None:
+    """A committed state that gives the partition a new leader is an election (Kafka's
+    LeaderElectionRateAndTimeMs); one from outside the old ISR is unclean."""
+    if state.leader == -1 or (held is not None and held.value.leader == state.leader):
+        return
+    LEADER_ELECTIONS.inc()
+    if held is not None and state.leader not in held.value.isr:
+        UNCLEAN_ELECTIONS.inc()

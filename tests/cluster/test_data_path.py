@@ -136,9 +136,9 @@ async def test_every_service_has_health_and_metrics(cluster: LocalCluster) -> No
             health = health_pb2_grpc.HealthStub(channel)
             reply = await health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
-    for name in ["broker-1", "controller-1"]:
+    for name, family in [("broker-1", b"kafka_server_"), ("controller-1", b"kafka_controller_")]:
         text = await asyncio.to_thread(_get, cluster.metrics_endpoint(name))
-        assert b"tidelog_" in text and b"process_cpu_seconds_total" in text
+        assert family in text and b"process_cpu_seconds_total" in text
 
 
 def _get(url: str) -> bytes:

@@ -253,6 +253,13 @@ BROKER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
         "A partition forgets an idempotent producer silent this long (its sequences restart unchecked).",
         minimum=1,
     ),
+    _int(
+        "metrics.partition.series.max",
+        10_000,
+        "Partition replicas a broker exports per-partition series for (log size, offsets); beyond "
+        "it, per-topic sums only, so a scrape and Prometheus's series count stay bounded.",
+        minimum=0,
+    ),
 )
 
 CONTROLLER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
@@ -287,6 +294,13 @@ CONTROLLER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
         "A broker whose preferred partitions are led elsewhere above this share gets them back.",
         minimum=0,
         maximum=100,
+    ),
+    _int(
+        "controller.metrics.partition.series.max",
+        10_000,
+        "Partitions the active controller exports per-partition series for (leader, replicas, ISR, "
+        "preferred, under-replicated); beyond it, per-topic and cluster figures only.",
+        minimum=0,
     ),
 )
 

@@ -170,6 +170,7 @@ def settings_of(scope: ConfigScope) -> Callable[[type[S]], type[S]]:
 class BrokerSettings(Settings):
     """The broker's settings (docs/configuration.md)."""
 
+    metrics_partition_series_max: int
     broker_session_timeout_ms: int
     num_io_threads: int
     log_flush_scheduler_interval_ms: int
@@ -191,6 +192,7 @@ class BrokerSettings(Settings):
 class ControllerSettings(Settings):
     """The controller's settings (docs/configuration.md)."""
 
+    controller_metrics_partition_series_max: int
     controller_session_timeout_ms: int
     num_partitions: int
     default_replication_factor: int

@@ -1,0 +1,87 @@
+"""Prometheus view of a broker's replicas, read at scrape time (a custom collector) so the figures
+cannot drift from what the broker holds: the ReplicaManager MBeans (partitions, leaders,
+under-replicated, under min ISR), kafka_exporter's partition offsets for the partitions this broker
+leads (only the leader exports them, so a scrape of every broker counts each partition once), and
+each replica's log size.
+
+Per-partition series stop at `metrics.partition.series.max` replicas: past it, log sizes are summed
+per topic (`partition="all"`) and offsets are left out, which bounds a scrape of a broker with
+thousands of partitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Final
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import REGISTRY, Collector
+
+from tidelog.broker.replica_role import ReplicaRole
+from tidelog.common.metrics_catalog import gauge_family
+
+if TYPE_CHECKING:
+    from tidelog.broker.replica_manager import ReplicaManager
+
+__all__ = ["REQUEST_MS_BUCKETS", "BrokerCollector", "register"]
+
+# Request times in milliseconds, as Kafka's RequestMetrics count them: a produce with acks=1 in
+# well under a millisecond, a long-poll fetch up to fetch.max.wait.ms.
+REQUEST_MS_BUCKETS: Final = (0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
+
+
+class BrokerCollector(Collector):
+    def __init__(self, replicas: ReplicaManager, partition_series_max: int) -> None:
+        self.replicas = replicas
+        self.partition_series_max = partition_series_max
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        hosted = list(self.replicas.partitions.values())  # one C call: the loop keeps changing the dict
+        leaders = under = under_min_isr = 0
+        current = gauge_family("kafka_topic_partition_current_offset")
+        oldest = gauge_family("kafka_topic_partition_oldest_offset")
+        size = gauge_family("kafka_log_log_size")
+        sizes_beyond: dict[str, int] = {}
+        for index, partition in enumerate(sorted(hosted, key=lambda p: (p.topic, p.partition))):
+            if partition.role is ReplicaRole.DELETED:
+                continue
+            log = partition.log
+            per_partition = index < self.partition_series_max
+            labels = [partition.topic, str(partition.partition)]
+            try:
+                log_bytes = log.size_bytes
+            except (OSError, ValueError):  # closed under us (deleted, or the broker stopping)
+                continue
+            if per_partition:
+                size.add_metric(labels, log_bytes)
+            else:
+                sizes_beyond[partition.topic] = sizes_beyond.get(partition.topic, 0) + log_bytes
+            if partition.role is not ReplicaRole.LEADER:
+                continue
+            leaders += 1
+            isr, replicas = len(partition.state.isr), len(partition.state.replicas)
+            under += isr < replicas
+            under_min_isr += isr < log.config.min_insync_replicas
+            if per_partition:
+                current.add_metric(labels, log.log_end_offset)
+                oldest.add_metric(labels, log.log_start_offset)
+        for topic, total in sorted(sizes_beyond.items()):
+            size.add_metric([topic, "all"], total)
+        yield _value(gauge_family("kafka_server_replicamanager_partitioncount"), len(hosted))
+        yield _value(gauge_family("kafka_server_replicamanager_leadercount"), leaders)
+        yield _value(gauge_family("kafka_server_replicamanager_underreplicatedpartitions"), under)
+        yield _value(gauge_family("kafka_server_replicamanager_underminisrpartitioncount"), under_min_isr)
+        yield current
+        yield oldest
+        yield size
+
+
+def _value(family: GaugeMetricFamily, value: float) -> GaugeMetricFamily:
+    family.add_metric([], value)
+    return family
+
+
+def register(replicas: ReplicaManager, partition_series_max: int) -> BrokerCollector:
+    collector = BrokerCollector(replicas, partition_series_max)
+    REGISTRY.register(collector)
+    return collector

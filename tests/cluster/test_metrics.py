@@ -1,0 +1,118 @@
+"""Kafka-named metrics scraped from a real cluster's processes: cluster state from the active
+controller only, partition offsets from each partition's leader only, so that summing a scrape of
+every process counts everything once (docs/metrics.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+from collections.abc import Iterable
+
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from tests.cluster.conftest import wait_until
+from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
+from tidelog.local_cluster import LocalCluster
+
+RECORDS = 50
+
+
+def _scrape(url: str) -> list[Sample]:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
+async def _scrape_all(cluster: LocalCluster, prefix: str) -> dict[str, list[Sample]]:
+    names = sorted(name for name in cluster.processes if name.startswith(prefix))
+    scraped = await asyncio.gather(*(asyncio.to_thread(_scrape, cluster.metrics_endpoint(n)) for n in names))
+    return dict(zip(names, scraped, strict=True))
+
+
+def _values(samples: Iterable[Sample], name: str, **labels: str) -> list[float]:
+    return [
+        sample.value
+        for sample in samples
+        if sample.name == name and all(sample.labels.get(key) == value for key, value in labels.items())
+    ]
+
+
+async def test_cluster_topic_and_partition_figures_come_from_one_process_each(
+    cluster: LocalCluster, admin: AdminClient, topic_name: str
+) -> None:
+    await admin.create_topic(topic_name, 3, 3)
+    async with Producer(cluster.bootstrap, acks="all") as producer:
+        await (await producer.send_batch(topic_name, [b"r%d" % n for n in range(RECORDS)], partition=0))
+    async with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic_name, 0)])
+        read = 0
+
+        async def consumed() -> bool:
+            nonlocal read
+            read += len(await consumer.poll(200))
+            return read >= RECORDS
+
+        await wait_until(consumed, what="the records read back")
+    described = (await admin.describe_topics([topic_name]))[topic_name]
+    assert not isinstance(described, Exception)
+    leader_of = {state.partition: state.leader for state in described.partitions}
+
+    async def in_sync_everywhere() -> dict[str, list[Sample]] | None:
+        controllers = await _scrape_all(cluster, "controller")
+        isr = [
+            v
+            for s in controllers.values()
+            for v in _values(s, "kafka_topic_partition_in_sync_replica", topic=topic_name)
+        ]
+        return controllers if sorted(isr) == [3, 3, 3] else None
+
+    controllers = await wait_until(in_sync_everywhere, what="every partition in sync in the metrics")
+    active = [
+        name
+        for name, s in controllers.items()
+        if _values(s, "kafka_controller_kafkacontroller_activecontrollercount") == [1]
+    ]
+    assert len(active) == 1
+    assert (
+        sum(
+            v
+            for s in controllers.values()
+            for v in _values(s, "kafka_controller_kafkacontroller_activecontrollercount")
+        )
+        == 1
+    )
+    samples = controllers[active[0]]
+    for standby in set(controllers) - set(active):  # standbys hold no cluster state: nothing to double-count
+        assert _values(controllers[standby], "kafka_brokers") == []
+    assert _values(samples, "kafka_brokers") == [3]
+    assert len(_values(samples, "kafka_broker_info")) == 3
+    assert _values(samples, "kafka_topic_partitions", topic=topic_name) == [3]
+    for partition in range(3):
+        labels = {"topic": topic_name, "partition": str(partition)}
+        assert _values(samples, "kafka_topic_partition_leader", **labels) == [leader_of[partition]]
+        assert _values(samples, "kafka_topic_partition_replicas", **labels) == [3]
+        assert _values(samples, "kafka_topic_partition_under_replicated_partition", **labels) == [0]
+    assert _values(samples, "kafka_controller_kafkacontroller_offlinepartitionscount") == [0]
+
+    brokers = await _scrape_all(cluster, "broker")
+    everything = [sample for scraped in brokers.values() for sample in scraped]
+    # Offsets come from the leader alone: one series per partition over all brokers.
+    assert _values(everything, "kafka_topic_partition_current_offset", topic=topic_name, partition="0") == [RECORDS]
+    assert _values(everything, "kafka_topic_partition_oldest_offset", topic=topic_name, partition="0") == [0]
+    leader_samples = brokers[f"broker-{leader_of[0]}"]
+    assert _values(leader_samples, "kafka_topic_partition_current_offset", topic=topic_name, partition="0") == [RECORDS]
+    assert sum(_values(everything, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic_name)) == RECORDS
+    assert sum(_values(everything, "kafka_server_brokertopicmetrics_bytesin_total", topic=topic_name)) > 0
+    assert sum(_values(everything, "kafka_server_brokertopicmetrics_bytesout_total", topic=topic_name)) > 0
+    # Every replica's log has a size on its broker: 3 partitions × 3 replicas, the leaders' with data.
+    sizes = _values(everything, "kafka_log_log_size", topic=topic_name)
+    assert len(sizes) == 9 and sum(size > 0 for size in sizes) == 3
+    assert (
+        sum(_values(leader_samples, "kafka_network_requestmetrics_requests_total", request="Produce", error="NONE"))
+        >= 1
+    )
+    assert sum(_values(everything, "kafka_network_requestmetrics_totaltimems_count", request="FetchFollower")) >= 1
+    assert sum(_values(everything, "kafka_network_requestmetrics_requestqueuetimems_count", request="Produce")) >= 1
+    assert sum(_values(everything, "kafka_server_replicamanager_underreplicatedpartitions")) == 0
+    assert sum(_values(everything, "kafka_server_replicamanager_leadercount")) >= 3
