@@ -128,7 +128,11 @@ class _Coordinator:
         writer = FencedOffsetsWriter(ClusterMetadata(bootstrap, self.connections), self.connections)
         settings: CoordinatorSettings = args.settings
         coordinator = GroupCoordinator(writer, settings)
-        coordinator_metrics.register(coordinator)
+        self.lag_consumer = Consumer(bootstrap, connections=self.connections)
+        self.end_offsets = coordinator_metrics.EndOffsets(
+            coordinator, self.lag_consumer, settings.coordinator_metrics_lag_refresh_ms
+        )
+        coordinator_metrics.register(coordinator, self.end_offsets)
 
         async def lost(partition: int) -> None:
             coordinator.unload(partition)
@@ -160,7 +164,11 @@ class _Coordinator:
                 except Exception:
                     log.exception("coordinator_tick_failed")
 
-        self.tasks = [asyncio.create_task(self.ownership.run()), asyncio.create_task(ticking())]
+        self.tasks = [
+            asyncio.create_task(self.ownership.run()),
+            asyncio.create_task(ticking()),
+            asyncio.create_task(self.end_offsets.run()),
+        ]
         log.info("coordinator_brokers", brokers=self.bootstrap)
 
     async def drain(self) -> None:
@@ -174,6 +182,7 @@ class _Coordinator:
         await self.ownership.close()  # the lease goes: other instances take the partitions at once
 
     async def close(self) -> None:
+        await self.lag_consumer.close()
         await self.connections.close()
         await self.etcd.close()
 

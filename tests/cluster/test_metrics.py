@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import urllib.request
 from collections.abc import Iterable
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from tests.cluster.conftest import wait_until
-from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
+from tests.cluster.conftest import COORDINATOR_ARGS, started_cluster, wait_until
+from tidelog.client import AdminClient, Consumer, GroupConsumer, Producer, TopicPartition
 from tidelog.local_cluster import LocalCluster
 
 RECORDS = 50
@@ -116,3 +117,44 @@ async def test_cluster_topic_and_partition_figures_come_from_one_process_each(
     assert sum(_values(everything, "kafka_network_requestmetrics_requestqueuetimems_count", request="Produce")) >= 1
     assert sum(_values(everything, "kafka_server_replicamanager_underreplicatedpartitions")) == 0
     assert sum(_values(everything, "kafka_server_replicamanager_leadercount")) >= 3
+
+
+async def test_group_offsets_lag_and_members_come_from_the_groups_coordinator(tmp_path: Path) -> None:
+    arguments = [*COORDINATOR_ARGS, "--coordinator-metrics-lag-refresh-ms", "1000"]
+    async with started_cluster(
+        tmp_path / "cluster", coordinators=2, coordinator_args=arguments, metrics=True
+    ) as cluster:
+        async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+            await admin.create_topic("events", 2, 1)
+        async with Producer(cluster.bootstrap) as producer:
+            await (await producer.send_batch("events", [b"%03d" % n for n in range(100)], partition=0))
+        member = GroupConsumer(cluster.bootstrap, "billing", auto_offset_reset="earliest", enable_auto_commit=False)
+        member.subscribe(["events"])
+        try:
+            read = 0
+
+            async def consumed() -> bool:
+                nonlocal read
+                read += len(await member.poll(200))
+                return read >= 40
+
+            await wait_until(consumed, what="some records read")
+            await member.commit({TopicPartition("events", 0): 40})
+
+            async def lag_reported() -> list[Sample] | None:
+                await member.poll(20)  # stays in the group
+                scraped = await _scrape_all(cluster, "coordinator")
+                everything = [sample for samples in scraped.values() for sample in samples]
+                lag = _values(everything, "kafka_consumergroup_lag", consumergroup="billing", topic="events")
+                return everything if lag == [60] else None
+
+            everything = await wait_until(lag_reported, what="the group's lag in a coordinator's metrics")
+            labels = {"consumergroup": "billing", "topic": "events"}
+            # One coordinator owns the group: one series each over both instances.
+            assert _values(everything, "kafka_consumergroup_current_offset", **labels, partition="0") == [40]
+            assert _values(everything, "kafka_consumergroup_current_offset", **labels, partition="1") == []
+            assert _values(everything, "kafka_consumergroup_lag_sum", **labels) == [60]
+            assert _values(everything, "kafka_consumergroup_current_offset_sum", **labels) == [40]
+            assert _values(everything, "kafka_consumergroup_members", consumergroup="billing") == [1]
+        finally:
+            await member.close()

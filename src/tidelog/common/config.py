@@ -343,6 +343,13 @@ COORDINATOR_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
         minimum=1,
     ),
     _int("group.max.size", 1000, "Members one group may have; more are refused.", minimum=1),
+    _long(
+        "coordinator.metrics.lag.refresh.ms",
+        10_000,
+        "How often a coordinator asks the brokers for the log end offsets its groups' lag is measured "
+        "against (kafka_consumergroup_lag); a scrape reports the latest answer.",
+        minimum=1000,
+    ),
 )
 
 GATEWAY_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(

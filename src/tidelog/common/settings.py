@@ -207,6 +207,7 @@ class ControllerSettings(Settings):
 class CoordinatorSettings(Settings):
     """The coordinator's settings (docs/configuration.md)."""
 
+    coordinator_metrics_lag_refresh_ms: int
     coordinator_session_timeout_ms: int
     offsets_topic_num_partitions: int
     offsets_topic_replication_factor: int
