@@ -11,6 +11,7 @@ thousands of partitions.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
@@ -74,6 +75,12 @@ class BrokerCollector(Collector):
         yield current
         yield oldest
         yield size
+        try:
+            disk = shutil.disk_usage(self.replicas.data_dir)
+        except OSError:  # the directory is gone or unreadable: no figure rather than a false one
+            return
+        yield _value(gauge_family("tidelog_broker_log_dir_free_bytes"), disk.free)
+        yield _value(gauge_family("tidelog_broker_log_dir_capacity_bytes"), disk.total)
 
 
 def _value(family: GaugeMetricFamily, value: float) -> GaugeMetricFamily:

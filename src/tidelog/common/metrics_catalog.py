@@ -331,6 +331,14 @@ METRICS: Final[tuple[MetricDef, ...]] = (
         "kafka.network:type=RequestMetrics,name=RequestQueueTimeMs,request=*",
     ),
     # ---- ours, no Kafka equivalent --------------------------------------------------------------
+    _m(
+        "tidelog_broker_log_dir_free_bytes",
+        G,
+        (),
+        BR,
+        "Bytes free for the broker on its log directory's filesystem (statvfs, as df shows)",
+    ),
+    _m("tidelog_broker_log_dir_capacity_bytes", G, (), BR, "Size of the broker's log directory's filesystem"),
     _m("tidelog_controller_admin_requests_total", C, ("method", "outcome"), CT, "Admin requests handled"),
     _m("tidelog_coordinator_requests_total", C, ("api", "error"), CO, "Group requests by API and error"),
     _m(
