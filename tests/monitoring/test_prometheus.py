@@ -1,0 +1,121 @@
+"""A real Prometheus scraping a real local cluster under load, with Tidelog's alert rules: every
+target is up, every rule's expression evaluates, and killing a broker fires the broker-down and
+under-replicated alerts within their `for`, which resolve once it is back."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.cluster.conftest import COORDINATOR_ARGS, started_cluster, wait_until
+from tidelog.client import AdminClient, GroupConsumer, Producer, TopicPartition
+from tidelog.common.etcd.server import free_port
+from tidelog.local_cluster import LocalCluster
+from tidelog.local_prometheus import ALERT_RULES, LocalPrometheus, scrape_config
+
+pytestmark = pytest.mark.skipif(
+    LocalPrometheus.binary() is None, reason="prometheus not found (Debian package; scripts/install-system-deps)"
+)
+SCRAPE_S = 1.0
+
+
+@pytest.fixture
+async def monitored(tmp_path: Path) -> AsyncIterator[tuple[LocalCluster, LocalPrometheus]]:
+    async with started_cluster(
+        tmp_path / "cluster", coordinators=1, coordinator_args=COORDINATOR_ARGS, gateways=1, metrics=True
+    ) as cluster:
+        config = scrape_config(cluster, interval_s=SCRAPE_S)
+        prometheus = LocalPrometheus(config, tmp_path / "prometheus", free_port())
+        prometheus.start()
+        try:
+            await asyncio.to_thread(prometheus.wait_ready)
+            yield cluster, prometheus
+        finally:
+            prometheus.stop()
+
+
+async def _load(cluster: LocalCluster) -> GroupConsumer:
+    """Records in a replicated topic and a group that has read part of them (so it lags)."""
+    async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+        await admin.create_topic("events", 3, 3)
+    async with Producer(cluster.bootstrap, acks="all") as producer:
+        for partition in range(3):
+            await (await producer.send_batch("events", [b"e%d" % n for n in range(100)], partition=partition))
+    member = GroupConsumer(cluster.bootstrap, "billing", auto_offset_reset="earliest", enable_auto_commit=False)
+    member.subscribe(["events"])
+    read = 0
+
+    async def consumed() -> bool:
+        nonlocal read
+        read += len(await member.poll(200))
+        return read >= 10
+
+    await wait_until(consumed, what="the group reading")
+    await member.commit({TopicPartition("events", 0): 10})
+    return member
+
+
+def test_the_generated_scrape_config_is_valid(tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not found")
+    cluster = LocalCluster(tmp_path / "cluster", coordinators=1, gateways=1, metrics=True)
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(scrape_config(cluster)))
+    checked = subprocess.run([promtool, "check", "config", str(path)], capture_output=True, text=True, check=False)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    jobs = {job["job_name"]: job for job in yaml.safe_load(path.read_text())["scrape_configs"]}
+    assert set(jobs) == {"tidelog-broker", "tidelog-controller", "tidelog-coordinator", "tidelog-gateway"}
+    assert len(jobs["tidelog-broker"]["static_configs"]) == 3
+
+
+async def test_rules_evaluate_and_a_killed_broker_fires_its_alerts_until_it_returns(
+    monitored: tuple[LocalCluster, LocalPrometheus],
+) -> None:
+    cluster, prometheus = monitored
+    member = await _load(cluster)
+    try:
+        targets = 3 + 2 + 1 + 1
+
+        async def all_up() -> bool:
+            up = await asyncio.to_thread(prometheus.query, "up == 1")
+            return len(up) == targets
+
+        await wait_until(all_up, timeout_s=30, what="every process scraped")
+
+        async def lag_seen() -> bool:
+            found = await asyncio.to_thread(prometheus.query, 'kafka_consumergroup_lag_sum{consumergroup="billing"}')
+            return bool(found) and float(found[0]["value"][1]) == 90
+
+        await wait_until(lag_seen, timeout_s=30, what="the group's lag in Prometheus")
+        rules = [rule for group in yaml.safe_load(ALERT_RULES.read_text())["groups"] for rule in group["rules"]]
+        for rule in rules:  # each evaluates (a bad expression is a ValueError from the API)
+            await asyncio.to_thread(prometheus.query, str(rule["expr"]))
+        assert not await asyncio.to_thread(prometheus.firing), "a healthy cluster fires nothing"
+
+        victim = "broker-3"
+        instance = f"127.0.0.1:{cluster.ports.metrics[victim]}"
+        cluster.signal(victim, signal.SIGKILL)
+        # `for: 1m` on both, scraped and evaluated every second.
+        wanted = {("TidelogBrokerDown", instance), ("TidelogUnderReplicatedPartitions", "")}
+
+        async def fired() -> bool:
+            return wanted <= await asyncio.to_thread(prometheus.firing)
+
+        await wait_until(fired, timeout_s=120, what="broker-down and under-replicated alerts firing")
+
+        cluster.start_broker(3)
+
+        async def resolved() -> bool:
+            return not (wanted & await asyncio.to_thread(prometheus.firing))
+
+        await wait_until(resolved, timeout_s=90, what="the alerts resolved after the restart")
+    finally:
+        await member.close()
