@@ -315,3 +315,41 @@ def test_two_operator_replicas_meet_in_kopf_peering_with_distinct_priorities() -
     for document in documents.values():
         if document["kind"] != "ClusterKopfPeering":  # a custom resource: not in Kubernetes' schemas
             kubernetes_validate.validate(document, KUBERNETES, strict=True)
+
+
+def test_alert_rules_ship_as_a_rule_file_and_on_request_as_a_prometheus_rule(
+    manifests: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    rules_file = (CHART / "files" / "alerts.yaml").read_text()
+    config_map = manifests[("ConfigMap", f"{RELEASE}-alert-rules")]
+    assert yaml.safe_load(config_map["data"]["tidelog-alerts.yaml"]) == yaml.safe_load(rules_file)
+    assert not any(kind in ("PrometheusRule", "PodMonitor") for kind, _ in manifests)  # CRDs may be absent
+
+    values = {
+        "monitoring": {
+            "prometheusRule": {"enabled": True, "labels": {"release": "kps"}},
+            "podMonitors": {"enabled": True},
+        }
+    }
+    rendered = [d for d in yaml.safe_load_all(render(values)["tidelog/templates/monitoring.yaml"]) if d]
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for document in rendered:
+        by_kind.setdefault(document["kind"], []).append(document)
+    (rule,) = by_kind["PrometheusRule"]
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1" and rule["metadata"]["labels"]["release"] == "kps"
+    assert rule["spec"]["groups"] == yaml.safe_load(rules_file)["groups"]
+    pods = {
+        document["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"]: document["spec"]["template"][
+            "spec"
+        ]
+        for (kind, _), document in manifests.items()
+        if kind in ("StatefulSet", "Deployment")
+    }
+    monitored = set()
+    for monitor in by_kind["PodMonitor"]:
+        selected = monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"]
+        ports = {port["name"] for port in pods[selected]["containers"][0]["ports"]}
+        assert monitor["spec"]["podMetricsEndpoints"][0]["port"] in ports
+        assert monitor["metadata"]["name"].endswith(selected.removeprefix("tidelog-"))  # job label, as the rules expect
+        monitored.add(selected)
+    assert monitored == {f"tidelog-{c}" for c in ("broker", "controller", "coordinator", "gateway", "operator")}
