@@ -20,8 +20,8 @@ from collections.abc import Iterable, Sequence
 from typing import Final
 
 import grpc
-import structlog
 
+from tidelog.client.client_logging import get_logger
 from tidelog.client.cluster_metadata import ClusterMetadata, TopicPartition
 from tidelog.client.connections import Connections
 from tidelog.common.errors import ErrorCode, OffsetOutOfRangeError, TidelogError, error_for
@@ -31,7 +31,7 @@ from tidelog.v1 import broker_pb2
 
 __all__ = ["Consumer", "ConsumerRecord", "FetchedPartition", "first_offsets", "next_offsets"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 EARLIEST: Final = -2
 LATEST: Final = -1

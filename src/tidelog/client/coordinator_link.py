@@ -12,8 +12,8 @@ import time
 from typing import Any, Final
 
 import grpc
-import structlog
 
+from tidelog.client.client_logging import get_logger
 from tidelog.client.cluster_metadata import ClusterMetadata
 from tidelog.client.connections import Connections
 from tidelog.common.errors import ErrorCode, error_for
@@ -21,7 +21,7 @@ from tidelog.v1 import coordinator_pb2, coordinator_pb2_grpc
 
 __all__ = ["REDISCOVER_CODES", "CoordinatorLink"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 REDISCOVER_CODES: Final = frozenset(
     {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}

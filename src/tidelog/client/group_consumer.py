@@ -20,8 +20,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final, Protocol
 
-import structlog
-
 from tidelog.client.assignors import (
     ASSIGNORS,
     Subscription,
@@ -30,6 +28,7 @@ from tidelog.client.assignors import (
     encode_assignment,
     encode_subscription,
 )
+from tidelog.client.client_logging import get_logger
 from tidelog.client.cluster_metadata import TopicPartition
 from tidelog.client.connections import Connections
 from tidelog.client.consumer import Consumer, ConsumerRecord, next_offsets
@@ -42,7 +41,7 @@ from tidelog.v1 import coordinator_pb2
 __all__ = ["GroupConsumer", "RebalanceListener"]
 
 DEFAULTS: Final = ConsumerSettings.from_configs()  # the registry's (docs/configuration.md)
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 REJOIN_CODES = {ErrorCode.REBALANCE_IN_PROGRESS}
 LOST_CODES = {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.FENCED_INSTANCE_ID}

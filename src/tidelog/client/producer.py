@@ -26,8 +26,7 @@ import time
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, Final
 
-import structlog
-
+from tidelog.client.client_logging import get_logger
 from tidelog.client.cluster_metadata import ClusterMetadata
 from tidelog.client.connections import Connections
 from tidelog.client.murmur2 import partition_for_key
@@ -42,7 +41,7 @@ from tidelog.common.settings import ProducerSettings
 
 __all__ = ["BulkDelivery", "Producer", "RecordDelivery", "RecordMetadata"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 ACKS: Final = {"0": 0, "1": 1, "all": -1, "-1": -1}
 DEFAULTS: Final = ProducerSettings.from_configs()  # the registry's (docs/configuration.md)

@@ -12,15 +12,14 @@ from __future__ import annotations
 import collections
 from typing import Final
 
-import structlog
-
+from tidelog.client.client_logging import get_logger
 from tidelog.client.producer_batch import ProducerBatch
 from tidelog.common.errors import ErrorCode
 from tidelog.common.record.batch import NO_PRODUCER_ID, next_sequence
 
 __all__ = ["PRODUCER_EPOCH_MAX", "ProducerSequences"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 PRODUCER_EPOCH_MAX: Final = 2**15 - 1
 

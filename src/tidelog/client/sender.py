@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Sequence
 
 import grpc
-import structlog
 
+from tidelog.client.client_logging import get_logger
 from tidelog.client.cluster_metadata import ClusterMetadata
 from tidelog.client.connections import Connections
 from tidelog.client.producer_batch import BatchState, ProducerBatch
@@ -32,7 +32,7 @@ from tidelog.v1 import broker_pb2
 
 __all__ = ["Sender", "SenderOptions"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
