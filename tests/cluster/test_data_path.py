@@ -11,10 +11,10 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
+from tidelog.client import EARLIEST, LATEST, AdminClient, Consumer, Producer, TopicPartition
 from tidelog.client.murmur2 import partition_for_key
 from tidelog.client.sync import SyncAdminClient, SyncConsumer, SyncProducer
-from tidelog.common.errors import ErrorCode, UnknownTopicOrPartitionError
+from tidelog.common.errors import ErrorCode, TidelogError, UnknownTopicOrPartitionError
 from tidelog.common.record.batch import encode_batch
 from tidelog.local_cluster import LocalCluster
 from tidelog.v1 import broker_pb2
@@ -230,3 +230,36 @@ async def test_send_waits_up_to_max_block_ms_for_a_topic_to_appear(
         assert "partition 2" in str(beyond) and "(2 partitions)" in str(beyond)
         negative = await _refused(producer.send_batch(topic_name, [b"x"], partition=-1))
         assert "no partition -1" in str(negative)
+
+
+async def test_a_delivery_is_future_like_and_offsets_read_without_magic_numbers(
+    admin: AdminClient, cluster: LocalCluster, topic_name: str
+) -> None:
+    await admin.create_topic(topic_name, 1, 1, configs={"max.message.bytes": "1024"})
+    tp = TopicPartition(topic_name, 0)
+    async with Producer(cluster.bootstrap, acks="all", linger_ms=0) as producer:
+        delivery = await producer.send(topic_name, b"first", partition=0)
+        if not delivery.done():  # in flight: no result yet, as asyncio.Future says
+            with pytest.raises(asyncio.InvalidStateError):
+                delivery.result()
+        settled = asyncio.Event()
+        delivery.add_done_callback(lambda _: settled.set())
+        metadata = await delivery
+        await asyncio.wait_for(settled.wait(), timeout=10)
+        assert delivery.done() and delivery.exception() is None
+        assert delivery.result() == metadata and metadata.offset == 0
+        await (await producer.send_batch(topic_name, [b"more"] * 9, partition=0))
+        refused = await producer.send(topic_name, b"x" * 4096, partition=0)  # above the topic's limit
+        with pytest.raises(TidelogError) as raised:
+            await refused
+        assert raised.value.code == ErrorCode.MESSAGE_TOO_LARGE
+        assert refused.done() and refused.exception() is raised.value
+        with pytest.raises(TidelogError):
+            refused.result()
+    async with Consumer(cluster.bootstrap) as consumer:
+        assert await consumer.beginning_offsets([tp]) == {tp: 0}
+        assert await consumer.end_offsets([tp]) == {tp: 10}
+        assert (await consumer.list_offsets([tp], LATEST), await consumer.list_offsets([tp], EARLIEST)) == (
+            {tp: 10},
+            {tp: 0},
+        )

@@ -180,8 +180,18 @@ class Consumer:
         assert position is not None
         return position
 
+    async def beginning_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """Each partition's first offset still in the log (its log start offset), as KafkaConsumer's."""
+        return await self.list_offsets(partitions, EARLIEST)
+
+    async def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """Each partition's end: the offset the next record will get that consumers may read (the
+        high watermark), as KafkaConsumer's; reading to the end means reading up to it."""
+        return await self.list_offsets(partitions, LATEST)
+
     async def list_offsets(self, partitions: Sequence[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
-        """Offsets by timestamp (EARLIEST = -2, LATEST = -1) from each partition's leader."""
+        """Offsets by timestamp (ms since the epoch), or EARLIEST / LATEST (tidelog.client exports
+        both), from each partition's leader."""
         found: dict[TopicPartition, int] = {}
         for attempt in range(5):
             by_leader: dict[str, list[TopicPartition]] = {}

@@ -417,6 +417,12 @@ class GroupConsumer:
     async def position(self, partition: TopicPartition) -> int:
         return await self.consumer.position(partition)
 
+    async def beginning_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        return await self.consumer.beginning_offsets(partitions)
+
+    async def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        return await self.consumer.end_offsets(partitions)
+
     def seek(self, partition: TopicPartition, offset: int) -> None:
         self._buffer = [r for r in self._buffer if TopicPartition(r.topic, r.partition) != partition]
         self.consumer.seek(partition, offset)

@@ -65,7 +65,18 @@ class RecordDelivery:
         self._index = index
 
     def done(self) -> bool:
+        """True once the record is acknowledged or failed."""
         return self._batch.future.done()
+
+    def result(self) -> RecordMetadata:
+        """The record's metadata once acknowledged, as asyncio.Future.result(): raises the error that
+        failed it, or asyncio.InvalidStateError while it is in flight (await the delivery to wait)."""
+        base_offset, timestamp = self._batch.future.result()
+        return self._metadata(base_offset, timestamp)
+
+    def exception(self) -> BaseException | None:
+        """The error that failed the record, None if acknowledged; InvalidStateError while in flight."""
+        return self._batch.future.exception()
 
     def add_done_callback(self, callback: Callable[[RecordDelivery], None]) -> None:
         """Call `callback(self)` once the record is acknowledged or failed (Kafka's send callback)."""
@@ -73,6 +84,9 @@ class RecordDelivery:
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
         base_offset, timestamp = yield from self._batch.future.__await__()
+        return self._metadata(base_offset, timestamp)
+
+    def _metadata(self, base_offset: int, timestamp: int) -> RecordMetadata:
         batch = self._batch
         if batch.timestamps is not None and timestamp == -1:
             timestamp = batch.timestamps[self._index]

@@ -125,6 +125,12 @@ class SyncConsumer:
     def position(self, partition: TopicPartition) -> int:
         return self._loop.run(self._consumer.position(partition))
 
+    def beginning_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        return self._loop.run(self._consumer.beginning_offsets(partitions))
+
+    def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        return self._loop.run(self._consumer.end_offsets(partitions))
+
     def poll(self, timeout_ms: int = 1000) -> list[ConsumerRecord]:
         return self._loop.run(self._consumer.poll(timeout_ms), timeout_s=timeout_ms / 1000 + CALL_TIMEOUT_S)
 
