@@ -44,6 +44,8 @@ def scrape_config(
             {"targets": [f"127.0.0.1:{cluster.ports.metrics[name]}"], "labels": {"process": name}} for name in names
         ]
         jobs.append({"job_name": f"tidelog-{role}", "static_configs": targets})
+    # etcd serves its own metrics on its client port (the internals dashboard reads them).
+    jobs.append({"job_name": "etcd", "static_configs": [{"targets": [f"127.0.0.1:{cluster.ports.etcd_client}"]}]})
     interval = f"{max(int(interval_s * 1000), 100)}ms"
     return {
         "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},

@@ -5,18 +5,22 @@ under-replicated alerts within their `for`, which resolve once it is back."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import shutil
 import signal
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
 from tests.cluster.conftest import COORDINATOR_ARGS, started_cluster, wait_until
 from tidelog.client import AdminClient, GroupConsumer, Producer, TopicPartition
 from tidelog.common.etcd.server import free_port
+from tidelog.dashboards import queries, render_all
 from tidelog.local_cluster import LocalCluster
 from tidelog.local_prometheus import ALERT_RULES, LocalPrometheus, scrape_config
 
@@ -41,8 +45,33 @@ async def monitored(tmp_path: Path) -> AsyncIterator[tuple[LocalCluster, LocalPr
             prometheus.stop()
 
 
+async def _rest_load(cluster: LocalCluster) -> None:
+    """A REST producer and a REST consumer through the gateway, as the gateway dashboard shows them."""
+    async with httpx.AsyncClient(base_url=cluster.gateway_urls[0], timeout=30) as rest:
+        produced = await rest.post(
+            "/topics/events",
+            json={"records": [{"value": base64.b64encode(b"rest %d" % n).decode(), "partition": 1} for n in range(20)]},
+            headers={"content-type": "application/vnd.kafka.binary.v2+json"},
+        )
+        assert produced.status_code == 200, produced.text
+        v2 = {"content-type": "application/vnd.kafka.v2+json"}
+        created = await rest.post(
+            "/consumers/rest-readers",
+            json={"name": "r1", "format": "binary", "auto.offset.reset": "earliest"},
+            headers=v2,
+        )
+        assert created.status_code == 200, created.text
+        base = "/consumers/rest-readers/instances/r1"
+        assert (await rest.post(f"{base}/subscription", json={"topics": ["events"]}, headers=v2)).status_code == 204
+        fetched = await rest.get(
+            f"{base}/records", params={"timeout": 2000}, headers={"accept": "application/vnd.kafka.binary.v2+json"}
+        )
+        assert fetched.status_code == 200, fetched.text
+
+
 async def _load(cluster: LocalCluster) -> GroupConsumer:
-    """Records in a replicated topic and a group that has read part of them (so it lags)."""
+    """Records in a replicated topic, a group that has read part of them (so it lags), and REST
+    traffic through the gateway."""
     async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
         await admin.create_topic("events", 3, 3)
     async with Producer(cluster.bootstrap, acks="all") as producer:
@@ -59,6 +88,7 @@ async def _load(cluster: LocalCluster) -> GroupConsumer:
 
     await wait_until(consumed, what="the group reading")
     await member.commit({TopicPartition("events", 0): 10})
+    await _rest_load(cluster)
     return member
 
 
@@ -72,7 +102,7 @@ def test_the_generated_scrape_config_is_valid(tmp_path: Path) -> None:
     checked = subprocess.run([promtool, "check", "config", str(path)], capture_output=True, text=True, check=False)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     jobs = {job["job_name"]: job for job in yaml.safe_load(path.read_text())["scrape_configs"]}
-    assert set(jobs) == {"tidelog-broker", "tidelog-controller", "tidelog-coordinator", "tidelog-gateway"}
+    assert set(jobs) == {"tidelog-broker", "tidelog-controller", "tidelog-coordinator", "tidelog-gateway", "etcd"}
     assert len(jobs["tidelog-broker"]["static_configs"]) == 3
 
 
@@ -82,7 +112,8 @@ async def test_rules_evaluate_and_a_killed_broker_fires_its_alerts_until_it_retu
     cluster, prometheus = monitored
     member = await _load(cluster)
     try:
-        targets = 3 + 2 + 1 + 1
+        targets = sum(len(job["static_configs"]) for job in prometheus.config["scrape_configs"])
+        assert targets == 3 + 2 + 1 + 1 + 1  # brokers, controllers, coordinator, gateway, etcd
 
         async def all_up() -> bool:
             up = await asyncio.to_thread(prometheus.query, "up == 1")
@@ -99,6 +130,17 @@ async def test_rules_evaluate_and_a_killed_broker_fires_its_alerts_until_it_retu
         for rule in rules:  # each evaluates (a bad expression is a ValueError from the API)
             await asyncio.to_thread(prometheus.query, str(rule["expr"]))
         assert not await asyncio.to_thread(prometheus.firing), "a healthy cluster fires nothing"
+
+        # Every query of every dashboard panel returns data, with Grafana's variables as a user
+        # first sees them (all values) and its rate interval for this scrape interval.
+        empty = []
+        for name, text in render_all().items():
+            for title, expr in queries(json.loads(text)):
+                concrete = expr.replace("$__rate_interval", "15s").replace('"$topic"', '".*"')
+                concrete = concrete.replace('"$consumergroup"', '".*"')
+                if not await asyncio.to_thread(prometheus.query, concrete):
+                    empty.append(f"{name}: {title}: {concrete}")
+        assert not empty, "panels without data:\n" + "\n".join(empty)
 
         victim = "broker-3"
         instance = f"127.0.0.1:{cluster.ports.metrics[victim]}"
