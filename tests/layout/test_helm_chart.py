@@ -6,6 +6,7 @@ exists.
 
 from __future__ import annotations
 
+import json
 import shlex
 import tomllib
 from pathlib import Path
@@ -353,3 +354,18 @@ def test_alert_rules_ship_as_a_rule_file_and_on_request_as_a_prometheus_rule(
         assert monitor["metadata"]["name"].endswith(selected.removeprefix("tidelog-"))  # job label, as the rules expect
         monitored.add(selected)
     assert monitored == {f"tidelog-{c}" for c in ("broker", "controller", "coordinator", "gateway", "operator")}
+
+
+def test_dashboards_ship_as_configmaps_for_grafanas_sidecar(manifests: dict[tuple[str, str], dict[str, Any]]) -> None:
+    shipped = {path.name: path.read_text() for path in (CHART / "files" / "dashboards").glob("*.json")}
+    assert shipped
+    found = {}
+    for (kind, _), document in manifests.items():
+        if kind == "ConfigMap" and document["metadata"]["labels"].get("grafana_dashboard") == "1":
+            assert document["metadata"]["annotations"]["grafana_folder"] == "Tidelog"
+            found.update(document["data"])
+    assert {name: json.loads(text) for name, text in found.items()} == {
+        name: json.loads(text) for name, text in shipped.items()
+    }
+    off = render({"monitoring": {"dashboards": {"enabled": False}}})["tidelog/templates/monitoring.yaml"]
+    assert "grafana_dashboard" not in off
