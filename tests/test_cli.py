@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,17 +15,41 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tidelog.local_cluster import user_state_file
+
 TIDELOG = [sys.executable, "-m", "tidelog.cli.main"]
 
 
-def tidelog(*args: str, stdin: str = "", check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TIDELOG, *args], input=stdin, capture_output=True, text=True, check=check, timeout=120)
+def tidelog(
+    *args: str, stdin: str = "", check: bool = True, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*TIDELOG, *args], input=stdin, capture_output=True, text=True, check=check, timeout=120, cwd=cwd
+    )
+
+
+@pytest.fixture(autouse=True)
+def own_state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where `tidelog dev up` announces its cluster: this test's own, not the user's."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    return state
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 @pytest.fixture
 def dev_cluster(tmp_path: Path) -> Iterator[Path]:
     """`tidelog dev up` in the background until its endpoint table is printed; Ctrl-C at the end."""
     data = tmp_path / "data"
+    conventional_free = _free(9092) and _free(8082)
     process = subprocess.Popen(
         [*TIDELOG, "dev", "up", "--data-dir", str(data)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -39,11 +65,16 @@ def dev_cluster(tmp_path: Path) -> Iterator[Path]:
             break
     output = "".join(lines)
     assert "broker-3" in output and "controller-2" in output and "gateway-1" in output, output
+    if conventional_free:  # Kafka's and REST Proxy's ports, so their recipes work unchanged
+        assert "127.0.0.1:9092" in output and "http://127.0.0.1:8082" in output, output
+    if shutil.which("prometheus"):
+        assert "prometheus" in output and "/alerts" in output, output
     yield data
     process.send_signal(signal.SIGINT)
     rest, _ = process.communicate(timeout=60)
     assert process.returncode == 0, rest
     assert "stopped." in rest
+    assert not user_state_file().exists()  # a stopped cluster is not announced any more
 
 
 def test_dev_up_topic_produce_consume_and_restart(dev_cluster: Path) -> None:
@@ -124,3 +155,19 @@ def test_log_produce_consume_and_dump(tmp_path: Path) -> None:
 def test_commands_without_a_cluster_say_so(tmp_path: Path) -> None:
     result = tidelog("topic", "list", "--data-dir", str(tmp_path / "none"), check=False)
     assert result.returncode != 0 and "tidelog dev up" in result.stderr
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    guessed = tidelog("topic", "list", check=False, cwd=elsewhere)
+    assert "trying localhost:9092" in guessed.stderr
+    if _free(9092):  # nothing there: a one-line error, not a traceback
+        assert guessed.returncode == 1 and "error: the cluster did not answer" in guessed.stderr
+        assert "Traceback" not in guessed.stderr
+
+
+def test_commands_find_the_running_dev_cluster_from_any_folder(dev_cluster: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    tidelog("topic", "create", "found-it", "--partitions", "1", cwd=elsewhere)
+    listed = tidelog("topic", "list", cwd=elsewhere)
+    assert "found-it" in listed.stdout
+    assert f"using the local cluster of `tidelog dev up` at {dev_cluster}" in listed.stderr

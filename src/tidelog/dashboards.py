@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, Final
 
 from grafana_foundation_sdk.builders.dashboard import Dashboard, DatasourceVariable, QueryVariable, Row
@@ -25,9 +24,11 @@ from grafana_foundation_sdk.builders.timeseries import Panel as Timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import DataSourceRef, GridPos, VariableRefresh
 
+from tidelog.local_grafana import DASHBOARDS as DASHBOARD_FILES
+
 __all__ = ["DASHBOARDS", "OUTPUT", "Panel", "queries", "render_all"]
 
-OUTPUT: Final = Path(__file__).resolve().parents[2] / "helm" / "tidelog" / "files" / "dashboards"
+OUTPUT: Final = DASHBOARD_FILES  # where the chart and `tidelog dev up` take them from
 DATASOURCE: Final = DataSourceRef(type_val="prometheus", uid="${datasource}")
 RATE: Final = "$__rate_interval"
 WIDTH: Final = 24  # Grafana's grid

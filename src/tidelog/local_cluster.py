@@ -23,7 +23,7 @@ from typing import Final
 from etcd3aio import Etcd3Client, prefix_range_end
 
 from tidelog.client.admin import AdminClient
-from tidelog.common.etcd.server import EtcdServer, free_port
+from tidelog.common.etcd.server import EtcdServer, free_port, port_or_free
 from tidelog.common.metadata import (
     CONSUMER_OFFSETS_TOPIC,
     COORDINATOR_INSTANCES_PREFIX,
@@ -33,9 +33,20 @@ from tidelog.common.metadata import (
     coordinator_owner_of,
 )
 
-__all__ = ["LocalCluster"]
+__all__ = ["AnnouncedCluster", "LocalCluster", "announced_cluster", "user_state_file"]
 
 READY_TIMEOUT_S: Final = 60.0
+# With conventional_ports, the first start takes the ports Kafka's, REST Proxy's and etcd's docs use
+# where they are free (the n-th instance next to the first), so their recipes work unchanged.
+CONVENTIONAL_PORTS: Final = {
+    "etcd_client": 2379,
+    "etcd_peer": 2380,
+    "brokers": 9092,  # Kafka's broker port
+    "controllers": 9190,
+    "coordinators": 9300,
+    "gateways": 8082,  # Confluent REST Proxy's
+    "metrics": 9400,
+}
 STOP_TIMEOUT_S: Final = 15.0
 
 
@@ -66,6 +77,8 @@ class LocalCluster:
         coordinator_args: list[str] | None = None,
         gateways: int = 0,
         gateway_args: list[str] | None = None,
+        conventional_ports: bool = False,
+        announce: bool = False,
     ) -> None:
         self.data_dir = data_dir.resolve()
         self.broker_ids = list(range(1, brokers + 1))
@@ -79,6 +92,8 @@ class LocalCluster:
         self.coordinator_args = list(coordinator_args or [])
         self.gateway_ids = list(range(1, gateways + 1))
         self.gateway_args = list(gateway_args or [])
+        self.conventional_ports = conventional_ports
+        self.announce = announce  # tell every `tidelog` command of this user where the cluster is
         self.ports = self._load_ports()
         self.etcd = EtcdServer(
             self.data_dir / "etcd", client_port=self.ports.etcd_client, peer_port=self.ports.etcd_peer
@@ -99,22 +114,44 @@ class LocalCluster:
                 {int(k): v for k, v in saved.get("gateways", {}).items()},
             )
         else:
-            ports = _Ports(free_port(), free_port(), {}, {}, {})
-        for broker_id in self.broker_ids:
-            ports.brokers.setdefault(broker_id, free_port())
-            ports.metrics.setdefault(f"broker-{broker_id}", free_port())
-        for controller_id in self.controller_ids:
-            ports.controllers.setdefault(controller_id, free_port())
-            ports.metrics.setdefault(f"controller-{controller_id}", free_port())
-        for coordinator_id in self.coordinator_ids:
-            ports.coordinators.setdefault(coordinator_id, free_port())
-            ports.metrics.setdefault(f"coordinator-{coordinator_id}", free_port())
-        for gateway_id in self.gateway_ids:
-            ports.gateways.setdefault(gateway_id, free_port())
-            ports.metrics.setdefault(f"gateway-{gateway_id}", free_port())
+            ports = _Ports(self._port("etcd_client", 0), self._port("etcd_peer", 0), {}, {}, {})
+        metrics = iter(range(1000))
+        for role, ids, held in (
+            ("brokers", self.broker_ids, ports.brokers),
+            ("controllers", self.controller_ids, ports.controllers),
+            ("coordinators", self.coordinator_ids, ports.coordinators),
+            ("gateways", self.gateway_ids, ports.gateways),
+        ):
+            for number in ids:
+                if number not in held:
+                    held[number] = self._port(role, number - 1)
+                name = f"{role.removesuffix('s')}-{number}"
+                if name not in ports.metrics:
+                    ports.metrics[name] = self._port("metrics", next(metrics))
         self.data_dir.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(dataclasses.asdict(ports), indent=2))
         return ports
+
+    def _announce(self) -> None:
+        """Where the cluster is, in the user's state file: `tidelog` commands run from any folder
+        find it there (the CLI's --bootstrap, then ./data, then this, then localhost:9092)."""
+        path = user_state_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        state = {
+            "data_dir": str(self.data_dir),
+            "pid": os.getpid(),
+            "bootstrap": self.bootstrap,
+            "controllers": self.controller_endpoints,
+            "gateways": self.gateway_urls,
+        }
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(state, indent=2))
+        temporary.replace(path)
+
+    def _port(self, role: str, offset: int) -> int:
+        if not self.conventional_ports:
+            return free_port()
+        return port_or_free(CONVENTIONAL_PORTS[role] + offset)
 
     # ---- endpoints -------------------------------------------------------------------------
 
@@ -190,6 +227,8 @@ class LocalCluster:
         return [f"http://127.0.0.1:{self.ports.gateways[gateway_id]}" for gateway_id in self.gateway_ids]
 
     def start(self) -> None:
+        if self.announce:
+            self._announce()
         self.etcd.start()
         for controller_id in self.controller_ids:
             self.start_controller(controller_id)
@@ -235,6 +274,10 @@ class LocalCluster:
                     process.kill()
                     process.wait()
         self.etcd.stop()
+        if self.announce:
+            announced = announced_cluster()
+            if announced is not None and Path(announced.data_dir) == self.data_dir:
+                user_state_file().unlink(missing_ok=True)
 
     # ---- readiness -------------------------------------------------------------------------
 
@@ -304,3 +347,28 @@ class LocalCluster:
         for name, process in self.processes.items():
             if process.poll() is not None:
                 raise RuntimeError(f"{name} exited with {process.returncode}; see {self.data_dir}/logs/{name}.log")
+
+
+def user_state_file() -> Path:
+    """$XDG_STATE_HOME/tidelog/local-cluster.json (~/.local/state/...): the running dev cluster."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "tidelog" / "local-cluster.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class AnnouncedCluster:
+    data_dir: str
+    pid: int
+    bootstrap: list[str]
+    controllers: list[str]
+    gateways: list[str]
+
+
+def announced_cluster() -> AnnouncedCluster | None:
+    """The dev cluster this user runs, if its `tidelog dev up` still runs."""
+    try:
+        announced = AnnouncedCluster(**json.loads(user_state_file().read_text()))
+        os.kill(announced.pid, 0)  # signal 0: is it alive
+    except (OSError, ValueError, TypeError):
+        return None
+    return announced

@@ -16,9 +16,12 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from tidelog.cli.output import progress, table
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
 from tidelog.common.errors import TidelogError
+from tidelog.local_cluster import announced_cluster
 
 __all__ = ["add_cluster_commands", "bootstrap_endpoints", "endpoints", "run_command"]
 
@@ -26,11 +29,30 @@ PRODUCE_CHUNK = 10_000
 
 
 def bootstrap_endpoints(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The cluster a command talks to: --bootstrap (or $TIDELOG_BOOTSTRAP); else the dev cluster of
+    --data-dir; else ./data's; else the one this user's `tidelog dev up` runs, wherever it is; else
+    localhost:9092, as Kafka's tools default. A guess is said on stderr."""
     if args.bootstrap or os.environ.get("TIDELOG_BOOTSTRAP"):
         return (args.bootstrap or os.environ["TIDELOG_BOOTSTRAP"]).split(","), []
-    saved = Path(args.data_dir) / "cluster.json"
-    if not saved.exists():
-        raise SystemExit(f"no --bootstrap given and no local cluster at {saved} (run `tidelog dev up` first)")
+    if args.data_dir is not None:
+        saved = Path(args.data_dir) / "cluster.json"
+        if not saved.exists():
+            raise SystemExit(f"no local cluster at {saved} (run `tidelog dev up --data-dir {args.data_dir}` first)")
+        return _saved_endpoints(saved)
+    if (Path("data") / "cluster.json").exists():
+        return _saved_endpoints(Path("data") / "cluster.json")
+    announced = announced_cluster()
+    if announced is not None:
+        print(f"using the local cluster of `tidelog dev up` at {announced.data_dir}", file=sys.stderr)
+        return announced.bootstrap, announced.controllers
+    print(
+        "no --bootstrap given and no local cluster running (`tidelog dev up`): trying localhost:9092",
+        file=sys.stderr,
+    )
+    return ["localhost:9092"], []
+
+
+def _saved_endpoints(saved: Path) -> tuple[list[str], list[str]]:
     ports = json.loads(saved.read_text())
     return (
         [f"127.0.0.1:{port}" for port in ports["brokers"].values()],
@@ -46,6 +68,12 @@ def run_command(
             return asyncio.run(handler(args))
         except TidelogError as error:
             print(f"error: {error}", file=sys.stderr)
+            return 1
+        except grpc.aio.AioRpcError as error:  # nothing answers there: say where, not a traceback
+            print(f"error: the cluster did not answer ({error.code().name}): {error.details()}", file=sys.stderr)
+            return 1
+        except ConnectionError as error:
+            print(f"error: the cluster did not answer: {error}", file=sys.stderr)
             return 1
 
     return run
@@ -249,7 +277,9 @@ async def _consume(args: argparse.Namespace) -> int:
 
 def endpoints(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", help="broker endpoints host:port,... (default: the dev cluster)")
-    parser.add_argument("--data-dir", default="data", help="the dev cluster's folder (default: ./data)")
+    parser.add_argument(
+        "--data-dir", default=None, help="a dev cluster's folder (default: ./data, else the one `tidelog dev up` runs)"
+    )
 
 
 def add_cluster_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

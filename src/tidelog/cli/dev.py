@@ -1,9 +1,13 @@
 """`tidelog dev up`: the whole platform on this machine, as real processes, on a data folder.
 
 Starts etcd, the controllers, the brokers, the group coordinators and the REST gateway
-(tidelog.local_cluster), waits until a controller is
-active and every broker is registered, prints the endpoints, and runs until Ctrl-C or SIGTERM,
-then stops every process cleanly. Run it again on the same folder: same endpoints, same data.
+(tidelog.local_cluster) on the ports Kafka's and REST Proxy's docs use where they are free (first
+broker 9092, gateway 8082), Prometheus (9090) scraping every process with the alert rules loaded
+when `prometheus` is installed, and Grafana (3000) with the dashboards when a Grafana server is;
+waits until a controller is active and every broker is registered, prints the endpoints, and runs
+until Ctrl-C or SIGTERM, then stops every process cleanly. Run it again on the same folder: same
+endpoints, same data. Every `tidelog` command of this user finds the running cluster from any
+folder (the state file `tidelog.local_cluster.user_state_file()`).
 """
 
 from __future__ import annotations
@@ -12,11 +16,40 @@ import argparse
 import asyncio
 import signal
 from pathlib import Path
+from typing import Final
 
 from tidelog.cli.output import table
+from tidelog.common.etcd.server import port_or_free
 from tidelog.local_cluster import LocalCluster
+from tidelog.local_grafana import LocalGrafana
+from tidelog.local_prometheus import LocalPrometheus, scrape_config
 
 __all__ = ["add_dev_commands"]
+
+PROMETHEUS_PORT: Final = 9090  # Prometheus's own default
+GRAFANA_PORT: Final = 3000  # Grafana's
+
+
+def _monitoring(cluster: LocalCluster) -> tuple[list[list[str]], list[LocalPrometheus | LocalGrafana]]:
+    """Prometheus and Grafana where installed: their rows for the table, and the processes."""
+    rows: list[list[str]] = []
+    started: list[LocalPrometheus | LocalGrafana] = []
+    if LocalPrometheus.binary() is None:
+        print("prometheus not found (Debian package `prometheus`): running without it", flush=True)
+        return rows, started
+    prometheus = LocalPrometheus(scrape_config(cluster), cluster.data_dir / "prometheus", port_or_free(PROMETHEUS_PORT))
+    prometheus.start()
+    prometheus.wait_ready()
+    started.append(prometheus)
+    rows.append(["prometheus", prometheus.url, f"{prometheus.url}/alerts"])
+    if LocalGrafana.binary() is None:
+        print("no Grafana server on this machine: dashboards are in helm/tidelog/files/dashboards", flush=True)
+        return rows, started
+    grafana = LocalGrafana(cluster.data_dir / "grafana", port_or_free(GRAFANA_PORT), prometheus.url)
+    grafana.start()
+    started.append(grafana)
+    rows.append(["grafana", grafana.url, "dashboards in folder Tidelog"])
+    return rows, started
 
 
 async def _run(cluster: LocalCluster) -> None:
@@ -25,8 +58,10 @@ async def _run(cluster: LocalCluster) -> None:
     for signal_number in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signal_number, stopping.set)
     cluster.start()
+    monitoring: list[LocalPrometheus | LocalGrafana] = []
     try:
         await cluster.wait_ready()
+        monitoring_rows, monitoring = await asyncio.to_thread(_monitoring, cluster)
         rows = [["etcd", cluster.etcd.endpoint, ""]]
         rows += [
             [f"controller-{i}", endpoint, cluster.metrics_endpoint(f"controller-{i}")]
@@ -44,6 +79,7 @@ async def _run(cluster: LocalCluster) -> None:
             [f"gateway-{i}", url, cluster.metrics_endpoint(f"gateway-{i}")]
             for i, url in zip(cluster.gateway_ids, cluster.gateway_urls, strict=True)
         ]
+        rows += monitoring_rows
         print(table(["process", "endpoint", "metrics"], rows))
         print(
             f"\ndata and logs under {cluster.data_dir}; try:\n"
@@ -62,6 +98,8 @@ async def _run(cluster: LocalCluster) -> None:
                 continue
     finally:
         print("stopping ...", flush=True)
+        for process in monitoring:
+            process.stop()
         cluster.stop()
         print("stopped.")
 
@@ -74,6 +112,8 @@ def _up(args: argparse.Namespace) -> int:
         coordinators=args.coordinators,
         gateways=args.gateways,
         metrics=True,
+        conventional_ports=True,
+        announce=True,
     )
     asyncio.run(_run(cluster))
     return 0

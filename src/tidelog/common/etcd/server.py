@@ -67,6 +67,20 @@ def free_port() -> int:
         return chosen
 
 
+def port_or_free(preferred: int) -> int:
+    """`preferred` if nothing listens there and it was not handed out yet, else a free_port()."""
+    if preferred not in _HANDED_OUT:
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", preferred))
+            except OSError:
+                pass
+            else:
+                _HANDED_OUT.add(preferred)
+                return preferred
+    return free_port()
+
+
 class EtcdServer:
     def __init__(self, data_dir: Path, *, client_port: int | None = None, peer_port: int | None = None) -> None:
         self.data_dir = data_dir
