@@ -48,6 +48,7 @@ CONVENTIONAL_PORTS: Final = {
     "metrics": 9400,
 }
 STOP_TIMEOUT_S: Final = 15.0
+GRACEFUL: Final = signal.SIGTERM  # (in the class body `signal` is the method of that name)
 
 
 @dataclasses.dataclass
@@ -252,6 +253,34 @@ class LocalCluster:
             return code
         return None
 
+    def names(self, role: str) -> list[str]:
+        """The running processes of a role ("broker", "controller", "coordinator", "gateway")."""
+        return sorted(
+            (name for name in self.processes if name.startswith(f"{role}-")), key=lambda n: int(n.split("-")[1])
+        )
+
+    def start_process(self, name: str) -> None:
+        """Start one process by name ("broker-2"), on the ports and data it had."""
+        role, number = name.rsplit("-", 1)
+        starters = {
+            "broker": self.start_broker,
+            "controller": self.start_controller,
+            "coordinator": self.start_coordinator,
+            "gateway": self.start_gateway,
+        }
+        if role not in starters:
+            raise ValueError(f"no such role {role!r}: one of {sorted(starters)}")
+        if name in self.processes and self.processes[name].poll() is None:
+            raise ValueError(f"{name} is running")
+        starters[role](int(number))
+
+    def restart(self, name: str, signal_number: int = GRACEFUL) -> None:
+        """Stop one process (SIGTERM: gracefully; SIGKILL: a crash) and start it again. A broker's
+        new life takes its registration over at once; a coordinator's waits for the old life's
+        claims to expire, which `wait_ready` names while it waits."""
+        self.signal(name, signal_number)
+        self.start_process(name)
+
     def stop(self) -> None:
         """SIGTERM gateways (their consumers leave their groups), then coordinators (they write through
         brokers), then brokers (they hand leadership away, deregister and flush, which needs a
@@ -293,13 +322,14 @@ class LocalCluster:
                 try:
                     cluster = await admin.describe_cluster()
                     live = {broker.broker_id for broker in cluster.brokers}
-                    if (
-                        wanted <= live
-                        and (not self.coordinator_ids or await self._coordinators_serve(admin))
-                        and await self._gateways_serve()
-                    ):
+                    if not wanted <= live:
+                        last = f"brokers {sorted(wanted - live)} not registered (live: {sorted(live)})"
+                    elif self.coordinator_ids and (waiting := await self._coordinators_waiting(admin)):
+                        last = waiting
+                    elif not await self._gateways_serve():
+                        last = "a gateway does not accept connections yet"
+                    else:
                         return
-                    last = f"live brokers {sorted(live)}; coordinators not serving every group partition yet"
                 except Exception as error:  # not up yet: keep waiting until the deadline
                     last = str(error)
                 await asyncio.sleep(0.1)
@@ -315,12 +345,12 @@ class LocalCluster:
             await writer.wait_closed()
         return True
 
-    async def _coordinators_serve(self, admin: AdminClient) -> bool:
-        """Every coordinator registered, and every __consumer_offsets partition claimed by the
-        instance meant to own it (ownership has settled; partitions no longer move)."""
+    async def _coordinators_waiting(self, admin: AdminClient) -> str:
+        """What the coordinators still wait for ("" once every one is registered and every
+        __consumer_offsets partition is claimed by the instance meant to own it)."""
         described = (await admin.describe_topics([CONSUMER_OFFSETS_TOPIC]))[CONSUMER_OFFSETS_TOPIC]
         if isinstance(described, Exception):
-            return False
+            return f"{CONSUMER_OFFSETS_TOPIC} not created yet"
         etcd = Etcd3Client([self.etcd.endpoint])
         await etcd.connect()
         try:
@@ -331,14 +361,21 @@ class LocalCluster:
                 for kv in (await etcd.kv.get(prefix, prefix_range_end(prefix))).kvs
             )
             if instances != self.coordinator_ids:
-                return False
+                return f"coordinators registered: {instances}, wanted {self.coordinator_ids}"
+            unsettled = []
             for partition in range(len(described.partitions)):
                 claim = (await etcd.kv.get(coordinator_claim_key(partition))).kvs
-                if not claim or CoordinatorClaimRecord.from_json(claim[0].value).instance_id != coordinator_owner_of(
-                    partition, instances
-                ):
-                    return False
-            return True
+                owner = coordinator_owner_of(partition, instances)
+                if not claim or CoordinatorClaimRecord.from_json(claim[0].value).instance_id != owner:
+                    unsettled.append(partition)
+            if unsettled:
+                # A coordinator restarted within its session of the last life waits for that life's
+                # claims to expire: say so, rather than wait in silence.
+                return (
+                    f"{CONSUMER_OFFSETS_TOPIC} partitions {unsettled} not yet claimed by their owners "
+                    f"(claims of a stopped life expire within the session timeout, {self.session_timeout_ms} ms)"
+                )
+            return ""
         finally:
             await etcd.close()
 
