@@ -27,12 +27,11 @@ from typing import Any, Final
 
 import kopf
 import structlog
-from prometheus_client import start_http_server
 
 from tidelog.client import AdminClient
 from tidelog.client.group_admin import GroupAdmin
 from tidelog.common import metrics_catalog
-from tidelog.common.runtime import configure_logging
+from tidelog.common.runtime import configure_logging, start_metrics
 from tidelog.common.settings import OperatorSettings
 from tidelog.operator.crds import GROUP, VERSION
 from tidelog.operator.group_reconciler import GroupReconciler, GroupSpec
@@ -243,7 +242,7 @@ async def serve(args: argparse.Namespace) -> None:
     settings: OperatorSettings = args.settings
     configure_logging("operator")
     if args.metrics_port:
-        start_http_server(args.metrics_port)
+        start_metrics(args.metrics_port, host="0.0.0.0")
     timeout_ms = settings.operator_request_timeout_ms
     async with (
         AdminClient(args.bootstrap, controllers=args.controller, request_timeout_ms=timeout_ms) as admin,

@@ -19,7 +19,9 @@ import yaml
 
 from tests.cluster.conftest import COORDINATOR_ARGS, started_cluster, wait_until
 from tidelog.client import AdminClient, GroupConsumer, Producer, TopicPartition
+from tidelog.common.errors import TidelogError
 from tidelog.common.etcd.server import free_port
+from tidelog.common.metrics_catalog import METRICS, Exporter, Kind
 from tidelog.dashboards import queries, render_all
 from tidelog.local_cluster import LocalCluster
 from tidelog.local_prometheus import ALERT_RULES, LocalPrometheus, scrape_config
@@ -89,6 +91,11 @@ async def _load(cluster: LocalCluster) -> GroupConsumer:
     await wait_until(consumed, what="the group reading")
     await member.commit({TopicPartition("events", 0): 10})
     await _rest_load(cluster)
+    async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+        await admin.create_topic("tiny", 1, 1, configs={"max.message.bytes": "1024"})
+    async with Producer(cluster.bootstrap) as producer:  # a refused produce, for the failure figures
+        with pytest.raises(TidelogError):
+            await (await producer.send("tiny", b"x" * 4096, partition=0))
     return member
 
 
@@ -130,6 +137,18 @@ async def test_rules_evaluate_and_a_killed_broker_fires_its_alerts_until_it_retu
         for rule in rules:  # each evaluates (a bad expression is a ValueError from the API)
             await asyncio.to_thread(prometheus.query, str(rule["expr"]))
         assert not await asyncio.to_thread(prometheus.firing), "a healthy cluster fires nothing"
+
+        # Every catalogued metric of the processes running here is exported, and nothing else is.
+        names = await asyncio.to_thread(prometheus.query, 'group by (__name__) ({__name__=~"kafka_.*|tidelog_.*"})')
+        exported = {series["metric"]["__name__"] for series in names}
+        catalogued = {
+            metric.name + ("_count" if metric.kind is Kind.HISTOGRAM else "")
+            for metric in METRICS
+            if metric.exporter is not Exporter.OPERATOR
+        }
+        exported_bases = {name.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count") for name in exported}
+        assert catalogued - exported == set(), "catalogued but not exported"
+        assert exported_bases - {metric.name for metric in METRICS} == set(), "exported but not catalogued"
 
         # Every query of every dashboard panel returns data, with Grafana's variables as a user
         # first sees them (all values) and its rate interval for this scrape interval.

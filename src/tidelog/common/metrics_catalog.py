@@ -439,8 +439,9 @@ def render_markdown() -> str:
         "names for Kafka's MBeans under Strimzi's rules (broker and controller internals), so Kafka "
         "dashboards and alerts work unchanged. Each figure comes from one process only (the column "
         "*exported by*): summing a scrape of every pod never double-counts. Histograms are exposed "
-        "as `_bucket`, `_sum` and `_count` series; every process also exports prometheus_client's "
-        "`process_*` and `python_*` series.",
+        "as `_bucket`, `_sum` and `_count` series, without prometheus_client's `_created` series; every "
+        "process also exports prometheus_client's `process_*` and `python_*` series. A test scrapes a "
+        "loaded cluster with a real Prometheus: every metric here is exported, and nothing else is.",
         "",
         "| metric | type | labels | exported by | Kafka | meaning |",
         "|---|---|---|---|---|---|",

@@ -14,7 +14,7 @@ import grpc
 import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
-from prometheus_client import start_http_server
+from prometheus_client import disable_created_metrics, start_http_server
 
 __all__ = [
     "GRPC_MESSAGE_BYTES_MAX",
@@ -65,7 +65,9 @@ def configure_logging(service: str, **context: object) -> None:
 
 
 def start_metrics(port: int, host: str = "127.0.0.1") -> None:
-    """Serve /metrics for Prometheus (port 0 turns it off)."""
+    """Serve /metrics for Prometheus (port 0 turns it off). Without prometheus_client's `_created`
+    series: no Kafka dashboard reads them, and they would double every counter's series."""
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # (untyped in prometheus_client)
     if port:
         start_http_server(port, addr=host)
 
@@ -157,7 +159,9 @@ async def run_service(
     """
     configure_logging(service, **context)
     log = structlog.get_logger(service)
-    start_metrics(metrics_port)
+    # /metrics on the gRPC listener's address: on Kubernetes (--host 0.0.0.0) Prometheus scrapes the
+    # pod's IP, which a loopback-only listener would refuse.
+    start_metrics(metrics_port, host=listen.rsplit(":", 1)[0] if listen else "127.0.0.1")
     stopping = stop_on_signals()
     parts = await build(stopping)
     server, health = grpc_server(max_message_bytes)
