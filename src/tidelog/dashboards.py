@@ -327,6 +327,15 @@ INTERNALS: Final = (
                 unit="reqps",
             ),
             Panel("etcd has a leader", (_q('min(etcd_server_has_leader{job=~".*etcd"})'),), stat=True),
+            Panel("etcd sessions held", (_q("sum by (job) (tidelog_etcd_sessions)", "{{job}}"),)),
+            Panel(
+                "etcd sessions lost and keep-alive failures",
+                (
+                    _q("sum by (job) (increase(tidelog_etcd_session_losses_total[1h]))", "{{job}} lost"),
+                    _q(f"sum by (job) (rate(tidelog_etcd_keepalive_failures_total[{RATE}]))", "{{job}} failures/s"),
+                ),
+                description="A lost session gives up what was held through it: leadership, registration, claims.",
+            ),
             Panel(
                 "etcd leader changes",
                 (_q('sum(increase(etcd_server_leader_changes_seen_total{job=~".*etcd"}[1h]))', "last hour"),),

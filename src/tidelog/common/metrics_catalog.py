@@ -23,7 +23,7 @@ import enum
 from collections.abc import Iterator
 from typing import Final
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "by_name",
     "counter",
     "counter_family",
+    "gauge",
     "gauge_family",
     "histogram",
     "render_markdown",
@@ -55,6 +56,7 @@ class Exporter(enum.Enum):
     PARTITION_LEADER = "the broker leading the partition"
     COORDINATOR = "the coordinator owning the group"
     GATEWAY = "every gateway"
+    ETCD_CLIENT = "every process holding an etcd lease (brokers, controllers, coordinators, gateways)"
     OPERATOR = "the operator"
 
 
@@ -88,6 +90,7 @@ def _m(  # noqa: PLR0917 - one row of the table, in its columns' order
 
 
 G, C, H = Kind.GAUGE, Kind.COUNTER, Kind.HISTOGRAM
+EC = Exporter.ETCD_CLIENT
 AC, CT, BR, PL, CO, GW, OP = (
     Exporter.ACTIVE_CONTROLLER,
     Exporter.CONTROLLER,
@@ -340,6 +343,28 @@ METRICS: Final[tuple[MetricDef, ...]] = (
     ),
     _m("tidelog_broker_log_dir_capacity_bytes", G, (), BR, "Size of the broker's log directory's filesystem"),
     _m("tidelog_controller_admin_requests_total", C, ("method", "outcome"), CT, "Admin requests handled"),
+    _m(
+        "tidelog_etcd_sessions",
+        G,
+        (),
+        EC,
+        "etcd sessions (leases kept alive) this process holds: its registration, election or claims",
+    ),
+    _m(
+        "tidelog_etcd_session_losses_total",
+        C,
+        (),
+        EC,
+        "Sessions lost: no keep-alive acknowledged for a whole TTL, or etcd said the lease is gone; what "
+        "was held through them (leadership, registration, claims) was given up",
+    ),
+    _m(
+        "tidelog_etcd_keepalive_failures_total",
+        C,
+        (),
+        EC,
+        "Lease keep-alives that failed or timed out and were retried (etcd slow or unreachable)",
+    ),
     _m("tidelog_coordinator_requests_total", C, ("api", "error"), CO, "Group requests by API and error"),
     _m(
         "tidelog_coordinator_request_seconds",
@@ -398,6 +423,12 @@ def counter(name: str) -> Counter:
     metric = _BY_NAME[name]
     assert metric.kind is Kind.COUNTER, name
     return Counter(metric.base_name, metric.help, list(metric.labels))
+
+
+def gauge(name: str) -> Gauge:
+    metric = _BY_NAME[name]
+    assert metric.kind is Kind.GAUGE, name
+    return Gauge(metric.name, metric.help, list(metric.labels))
 
 
 def histogram(name: str, buckets: tuple[float, ...]) -> Histogram:

@@ -8,6 +8,7 @@ import uuid
 import pytest
 from etcd3aio import Etcd3Client
 from etcd3aio.kv import KVService
+from prometheus_client import REGISTRY
 
 from tidelog.common.etcd.election import Election, NotLeaderError
 from tidelog.common.etcd.session import Session
@@ -66,3 +67,23 @@ async def test_session_notices_its_lease_is_gone(etcd_client: Etcd3Client) -> No
     await etcd_client.lease.revoke(session.lease_id)
     await asyncio.wait_for(session.done.wait(), timeout=10)
     await session.close()
+
+
+async def test_sessions_held_and_lost_are_counted(etcd_client: Etcd3Client) -> None:
+    def value(name: str) -> float:
+        found = REGISTRY.get_sample_value(name)
+        assert found is not None, name
+        return found
+
+    held, lost = value("tidelog_etcd_sessions"), value("tidelog_etcd_session_losses_total")
+    kept = await Session(etcd_client, ttl_s=5).start()
+    doomed = await Session(etcd_client, ttl_s=2).start()
+    assert value("tidelog_etcd_sessions") == held + 2
+    assert etcd_client.lease is not None
+    await etcd_client.lease.revoke(doomed.lease_id)  # etcd forgets it: the holder must give up
+    await asyncio.wait_for(doomed.done.wait(), timeout=10)
+    assert value("tidelog_etcd_session_losses_total") == lost + 1
+    assert value("tidelog_etcd_sessions") == held + 1
+    await doomed.close()  # closing what was lost counts nothing twice
+    await kept.close()  # a close is not a loss
+    assert (value("tidelog_etcd_sessions"), value("tidelog_etcd_session_losses_total")) == (held, lost + 1)

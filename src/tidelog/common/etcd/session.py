@@ -20,10 +20,15 @@ import structlog
 from etcd3aio import Etcd3Client, EtcdError
 from etcd3aio._protobuf import LeaseKeepAliveRequest
 
+from tidelog.common import metrics_catalog
+
 __all__ = ["Session"]
 
 log = structlog.get_logger(__name__)
 
+SESSIONS: Final = metrics_catalog.gauge("tidelog_etcd_sessions")
+LOSSES: Final = metrics_catalog.counter("tidelog_etcd_session_losses_total")
+KEEPALIVE_FAILURES: Final = metrics_catalog.counter("tidelog_etcd_keepalive_failures_total")
 RETRY_INTERVAL_S: Final = 0.2
 CLOSE_TIMEOUT_S: Final = 2.0
 
@@ -37,6 +42,7 @@ class Session:
         self.done = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._expires_at = 0.0
+        self._counted = False  # in SESSIONS: from start() until the session ends, once
 
     async def start(self) -> Session:
         assert self.client.lease is not None
@@ -44,7 +50,18 @@ class Session:
         self.lease_id = int(granted.ID)
         self._expires_at = time.monotonic() + int(granted.TTL)
         self._task = asyncio.create_task(self._keep_alive(), name=f"etcd-session-{self.lease_id:x}")
+        SESSIONS.inc()
+        self._counted = True
         return self
+
+    def _end(self, *, lost: bool) -> None:
+        """The session is over: `done` for its holders, and the figures (a loss counted once)."""
+        if lost and not self.done.is_set():
+            LOSSES.inc()
+        self.done.set()
+        if self._counted:
+            SESSIONS.dec()
+            self._counted = False
 
     def _open_stream(self) -> tuple[Any, asyncio.Queue[Any]]:
         """One long-lived LeaseKeepAlive stream fed by a queue (etcd3aio's helper opens one per renewal,
@@ -68,7 +85,7 @@ class Session:
                 remaining = self._expires_at - time.monotonic()
                 if remaining <= 0:
                     log.warning("etcd_session_expired", lease=hex(self.lease_id))
-                    self.done.set()
+                    self._end(lost=True)
                     return
                 try:
                     requests.put_nowait(LeaseKeepAliveRequest(ID=self.lease_id))
@@ -77,13 +94,14 @@ class Session:
                         raise ConnectionError("keep-alive stream closed")
                 except (TimeoutError, ConnectionError, asyncio.QueueFull, grpc.aio.AioRpcError) as error:
                     log.info("etcd_keepalive_failed", lease=hex(self.lease_id), error=repr(error))
+                    KEEPALIVE_FAILURES.inc()
                     call.cancel()
                     call, requests = self._open_stream()
                     await asyncio.sleep(min(RETRY_INTERVAL_S, max(self._expires_at - time.monotonic(), 0)))
                     continue
                 if response.TTL <= 0:
                     log.warning("etcd_session_lease_gone", lease=hex(self.lease_id))
-                    self.done.set()
+                    self._end(lost=True)
                     return
                 self._expires_at = time.monotonic() + int(response.TTL)
                 await asyncio.sleep(interval)
@@ -99,4 +117,4 @@ class Session:
         if revoke and self.lease_id and not self.done.is_set() and self.client.lease is not None:
             with contextlib.suppress(EtcdError, grpc.aio.AioRpcError, TimeoutError):
                 await self.client.lease.revoke(self.lease_id, timeout=2)
-        self.done.set()
+        self._end(lost=False)
