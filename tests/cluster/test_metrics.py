@@ -158,3 +158,35 @@ async def test_group_offsets_lag_and_members_come_from_the_groups_coordinator(tm
             assert _values(everything, "kafka_consumergroup_members", consumergroup="billing") == [1]
         finally:
             await member.close()
+
+
+async def test_per_partition_series_stop_at_the_configured_limit(tmp_path: Path) -> None:
+    async with started_cluster(
+        tmp_path / "cluster",
+        brokers=1,
+        controllers=1,
+        metrics=True,
+        broker_args=["--metrics-partition-series-max", "2"],
+        controller_args=["--controller-metrics-partition-series-max", "3"],
+    ) as cluster:
+        async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+            await admin.create_topic("wide", 5, 1)
+        async with Producer(cluster.bootstrap) as producer:
+            for partition in range(5):
+                await (await producer.send("wide", b"x" * 100, partition=partition))
+
+        async def offsets_seen() -> list[Sample] | None:
+            scraped = (await _scrape_all(cluster, "broker"))["broker-1"]
+            return scraped if _values(scraped, "kafka_topic_partition_current_offset", topic="wide") else None
+
+        broker = await wait_until(offsets_seen, what="the broker's partition series")
+        sizes = {s.labels["partition"]: s.value for s in broker if s.name == "kafka_log_log_size"}
+        assert set(sizes) == {"0", "1", "all"}  # two partitions, then the rest summed per topic
+        assert sizes["all"] > 0
+        assert len(_values(broker, "kafka_topic_partition_current_offset", topic="wide")) == 2
+        assert _values(broker, "kafka_server_replicamanager_partitioncount") == [5]  # totals stay whole
+
+        controller = (await _scrape_all(cluster, "controller"))["controller-1"]
+        assert len(_values(controller, "kafka_topic_partition_leader", topic="wide")) == 3
+        assert _values(controller, "kafka_topic_partitions", topic="wide") == [5]
+        assert _values(controller, "kafka_controller_kafkacontroller_globalpartitioncount") == [5]
