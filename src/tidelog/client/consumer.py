@@ -128,7 +128,11 @@ class Consumer:
         await self.close()
 
     async def close(self) -> None:
+        in_flight = list(self._in_flight)
         self._discard_prefetch()
+        # Wait for the cancelled fetches to end: a loop closed right after (asyncio.run, a Spark
+        # task's own loop) would otherwise destroy them pending.
+        await asyncio.gather(*in_flight, return_exceptions=True)
         if self._owns_connections:
             await self.connections.close()
 

@@ -1,0 +1,52 @@
+"""Real PySpark in local mode against a real local cluster: one Spark session and one cluster per
+module (a session costs seconds to start)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster.conftest import running_cluster
+from tidelog.local_cluster import LocalCluster
+
+pyspark = pytest.importorskip("pyspark", reason="PySpark not installed (the spark extra)")
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("no Java runtime for Spark (Debian openjdk-17-jre-headless)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with running_cluster(Path(tmp_path_factory.mktemp("spark-cluster")), brokers=1, controllers=1) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    from pyspark.sql import SparkSession  # noqa: PLC0415
+
+    import tidelog.spark  # noqa: PLC0415
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # executors run this venv's Python
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("tidelog-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    tidelog.spark.register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def bootstrap(spark_cluster: LocalCluster) -> str:
+    return ",".join(spark_cluster.bootstrap)

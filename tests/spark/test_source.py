@@ -1,0 +1,242 @@
+"""The `tidelog` data source read and written by real Spark: batch reads exactly once with the
+Kafka source's schema, headers, offsets and timestamps; time and offset bounded ranges; writes
+read back; streaming across micro-batches and a restart from the checkpoint; bad options refused
+with the option named."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import re
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
+from tidelog.local_cluster import LocalCluster
+
+BASE_MS = 1_700_000_000_000  # record timestamps the tests set: 1 s apart from here
+
+
+def _topic() -> str:
+    return f"s-{uuid.uuid4().hex[:8]}"
+
+
+async def _fill(cluster: LocalCluster, topic: str, partitions: int, per_partition: int) -> None:
+    async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+        await admin.create_topic(topic, partitions, 1)
+    async with Producer(cluster.bootstrap, acks="all") as producer:
+        deliveries = []
+        for partition in range(partitions):
+            for n in range(per_partition):
+                deliveries.append(
+                    await producer.send(
+                        topic,
+                        f"{partition}:{n}".encode(),
+                        key=f"k{n}".encode(),
+                        partition=partition,
+                        headers=(("n", str(n).encode()),) if n % 2 else (),
+                        timestamp=BASE_MS + n * 1000,
+                    )
+                )
+        for delivery in deliveries:
+            await delivery
+
+
+def _reader(spark: Any, bootstrap: str, **options: str) -> Any:
+    reader = spark.read.format("tidelog").option("tidelog.bootstrap.servers", bootstrap)
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load()
+
+
+def test_a_batch_read_returns_every_record_once_with_the_kafka_schema(
+    spark: Any, spark_cluster: LocalCluster, bootstrap: str
+) -> None:
+    topic = _topic()
+    asyncio.run(_fill(spark_cluster, topic, 2, 50))
+    frame = _reader(spark, bootstrap, subscribe=topic, includeHeaders="true")
+    assert [(f.name, f.dataType.simpleString()) for f in frame.schema.fields] == [
+        ("key", "binary"),
+        ("value", "binary"),
+        ("topic", "string"),
+        ("partition", "int"),
+        ("offset", "bigint"),
+        ("timestamp", "timestamp"),
+        ("timestampType", "int"),
+        ("headers", "array<struct<key:string,value:binary>>"),
+    ]
+    rows = frame.collect()
+    assert len(rows) == 100
+    assert {(r.partition, r.offset) for r in rows} == {(p, o) for p in range(2) for o in range(50)}
+    for row in rows:
+        n = row.offset
+        assert (bytes(row.key), bytes(row.value), row.topic) == (
+            f"k{n}".encode(),
+            f"{row.partition}:{n}".encode(),
+            topic,
+        )
+        expected = datetime.datetime.fromtimestamp((BASE_MS + n * 1000) / 1000, tz=datetime.UTC).replace(tzinfo=None)
+        assert row.timestamp == expected and row.timestampType == 0
+        assert [(h.key, bytes(h.value)) for h in row.headers] == ([("n", str(n).encode())] if n % 2 else [])
+    without = _reader(spark, bootstrap, subscribe=topic)
+    assert "headers" not in without.columns and without.count() == 100
+
+
+def test_offset_and_time_bounded_ranges_and_min_partitions(
+    spark: Any, spark_cluster: LocalCluster, bootstrap: str
+) -> None:
+    topic = _topic()
+    asyncio.run(_fill(spark_cluster, topic, 2, 50))
+    ranged = _reader(
+        spark,
+        bootstrap,
+        assign=json.dumps({topic: [0, 1]}),
+        startingOffsets=json.dumps({topic: {"0": 10, "1": -2}}),
+        endingOffsets=json.dumps({topic: {"0": 20, "1": -1}}),
+    )
+    got = {(r.partition, r.offset) for r in ranged.select("partition", "offset").collect()}
+    assert got == {(0, o) for o in range(10, 20)} | {(1, o) for o in range(50)}
+
+    timed = _reader(
+        spark,
+        bootstrap,
+        subscribe=topic,
+        startingOffsetsByTimestamp=json.dumps({topic: {"0": BASE_MS + 5_000, "1": BASE_MS + 45_000}}),
+        endingOffsetsByTimestamp=json.dumps({topic: {"0": BASE_MS + 8_000, "1": BASE_MS + 999_000}}),
+    )
+    got = {(r.partition, r.offset) for r in timed.select("partition", "offset").collect()}
+    assert got == {(0, o) for o in range(5, 8)} | {(1, o) for o in range(45, 50)}
+
+    split = _reader(spark, bootstrap, subscribe=topic, minPartitions="10")
+    assert split.rdd.getNumPartitions() >= 10 and split.count() == 100
+
+
+def test_a_batch_write_is_read_back_exactly(spark: Any, spark_cluster: LocalCluster, bootstrap: str) -> None:
+    topic = _topic()
+    asyncio.run(_fill(spark_cluster, topic, 3, 0))
+    rows = [(f"key-{n}", f"value-{n}", n % 3) for n in range(300)]
+    frame = spark.createDataFrame(rows, "key string, value string, partition int")
+    frame.write.format("tidelog").option("tidelog.bootstrap.servers", bootstrap).option("topic", topic).mode(
+        "append"
+    ).save()
+
+    async def read_back() -> dict[int, list[tuple[bytes | None, bytes | None]]]:
+        found: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
+        async with Consumer(spark_cluster.bootstrap, auto_offset_reset="earliest") as consumer:
+            partitions = [TopicPartition(topic, p) for p in range(3)]
+            consumer.assign(partitions)
+            ends = await consumer.end_offsets(partitions)
+            while sum(len(v) for v in found.values()) < sum(ends.values()):
+                for record in await consumer.poll(1000):
+                    found.setdefault(record.partition, []).append((record.key, record.value))
+        return found
+
+    found = asyncio.run(read_back())
+    for partition in range(3):  # each partition's rows, in the DataFrame's order, once each
+        wanted = [(k.encode(), v.encode()) for k, v, p in rows if p == partition]
+        assert sorted(found[partition]) == sorted(wanted)
+    assert sum(len(v) for v in found.values()) == 300
+
+
+def test_streaming_reads_micro_batches_and_restarts_from_its_checkpoint(
+    spark: Any, spark_cluster: LocalCluster, bootstrap: str, tmp_path: Path
+) -> None:
+    topic = _topic()
+    asyncio.run(_fill(spark_cluster, topic, 2, 10))
+    seen: list[tuple[int, int, int]] = []  # (batch id, partition, offset)
+
+    def collect(frame: Any, batch_id: int) -> None:
+        seen.extend((batch_id, r.partition, r.offset) for r in frame.select("partition", "offset").collect())
+
+    def run_until_caught_up(records: int) -> None:
+        stream = (
+            spark.readStream.format("tidelog")
+            .option("tidelog.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "8")
+            .load()
+        )
+        query = (
+            stream.writeStream.foreachBatch(collect)
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(processingTime="100 milliseconds")
+            .start()
+        )
+        deadline = time.monotonic() + 120
+        while len(seen) < records and time.monotonic() < deadline and query.exception() is None:
+            query.awaitTermination(0.2)
+        query.stop()
+        assert query.exception() is None
+
+    run_until_caught_up(20)
+    first_batches = {batch for batch, _, _ in seen}
+    assert len(first_batches) >= 3  # 20 records, at most 8 per trigger
+    assert sorted((p, o) for _, p, o in seen) == [(p, o) for p in range(2) for o in range(10)]
+
+    async def more() -> None:
+        async with Producer(spark_cluster.bootstrap) as producer:
+            for partition in range(2):
+                await (await producer.send_batch(topic, [b"late"] * 5, partition=partition))
+
+    asyncio.run(more())
+    run_until_caught_up(30)  # a new query on the same checkpoint: only what came since
+    offsets = sorted((p, o) for _, p, o in seen)
+    assert offsets == [(p, o) for p in range(2) for o in range(15)]  # nothing skipped, nothing twice
+
+
+def test_a_streaming_write_copies_a_topic(
+    spark: Any, spark_cluster: LocalCluster, bootstrap: str, tmp_path: Path
+) -> None:
+    source, target = _topic(), _topic()
+    asyncio.run(_fill(spark_cluster, source, 1, 40))
+    asyncio.run(_fill(spark_cluster, target, 1, 0))
+    stream = (
+        spark.readStream.format("tidelog")
+        .option("tidelog.bootstrap.servers", bootstrap)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr("key", "value")
+    )
+    query = (
+        stream.writeStream.format("tidelog")
+        .option("tidelog.bootstrap.servers", bootstrap)
+        .option("topic", target)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    copied = _reader(spark, bootstrap, subscribe=target).selectExpr("CAST(value AS STRING) AS v").collect()
+    assert sorted(r.v for r in copied) == sorted(f"0:{n}" for n in range(40))
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"subscribe": "t", "startingOffset": "earliest"}, "startingOffset"),  # a misspelling
+        ({"subscribe": "t", "assign": '{"t": [0]}'}, "assign"),
+        ({"subscribe": "t", "startingOffsets": "latest"}, "startingOffsets"),
+        ({"subscribe": "t", "endingOffsets": "{not json"}, "endingOffsets"),
+        ({"subscribe": "t", "minPartitions": "0"}, "minPartitions"),
+        ({"subscribe": "t", "tidelog.fetch.max.bytes": "many"}, "tidelog.fetch.max.bytes"),
+        ({"subscribe": "t", "tidelog.no.such.setting": "1"}, "tidelog.no.such.setting"),
+    ],
+)
+def test_bad_options_are_refused_naming_the_option(
+    spark: Any, bootstrap: str, options: dict[str, str], named: str
+) -> None:
+    with pytest.raises(Exception, match="(?i)" + re.escape(f"option '{named}'")):  # Spark lower-cases unknown names
+        _reader(spark, bootstrap, **options).count()
+
+
+def test_a_missing_bootstrap_is_named(spark: Any) -> None:
+    with pytest.raises(Exception, match=re.escape("option 'tidelog.bootstrap.servers'")):
+        spark.read.format("tidelog").option("subscribe", "t").load().count()
