@@ -32,6 +32,9 @@ __all__ = [
 ]
 
 POLL_TIMEOUT_MS: Final = 2000
+# A task reads one partition: let one fetch carry more of it than a consumer's default 1 MiB, so
+# Spark gets fewer, bigger Arrow batches (the client's max.partition.fetch.bytes, unless set).
+TASK_PARTITION_FETCH_BYTES: Final = 8 * 1024 * 1024
 STALL_POLLS_MAX: Final = 30  # polls in a row returning nothing before a task gives up on its range
 
 
@@ -165,7 +168,7 @@ def read_range(
 ) -> Iterator[pa.RecordBatch]:
     """One task: the records of `piece`, one Arrow batch per fetch, straight from the leader."""
     loop = asyncio.new_event_loop()
-    consumer = Consumer(list(bootstrap), **client)
+    consumer = Consumer(list(bootstrap), **{"max_partition_fetch_bytes": TASK_PARTITION_FETCH_BYTES, **client})
     tp = TopicPartition(piece.topic, piece.partition)
     try:
         consumer.assign([tp])

@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructType
@@ -64,45 +65,70 @@ def _bytes(column: pa.Array | None, count: int) -> list[bytes | None]:
     return values
 
 
+def _groups(
+    batch: pa.RecordBatch, columns: dict[str, pa.Array], default_topic: str | None
+) -> list[tuple[str, int | None, pa.RecordBatch]]:
+    """The rows of `batch` by target (topic, partition), in order within each, with vectorised
+    grouping: numpy over the partition numbers and the topics' dictionary codes, no loop per row."""
+    count = batch.num_rows
+    if "topic" in columns:
+        encoded = columns["topic"].dictionary_encode()
+        if encoded.null_count and default_topic is None:
+            raise ValueError("a row's topic is null and no topic option is set")
+        names = [default_topic if name is None else name for name in encoded.dictionary.to_pylist()] + [default_topic]
+        codes = encoded.indices.fill_null(len(names) - 1).to_numpy(zero_copy_only=False)
+    else:
+        names, codes = [default_topic], np.zeros(count, dtype=np.int64)
+    if "partition" in columns:
+        raw = columns["partition"].fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    else:
+        raw = np.full(count, -1, dtype=np.int64)
+    keys = codes.astype(np.int64) * (1 << 32) + (raw + 1)
+    order = np.argsort(keys, kind="stable")  # stable: each target keeps the rows' order
+    ordered = keys[order]
+    bounds = np.flatnonzero(np.diff(ordered)) + 1
+    groups = []
+    for indexes in np.split(order, bounds):
+        if not len(indexes):
+            continue
+        topic = names[int(codes[indexes[0]])]
+        assert topic is not None
+        partition = int(raw[indexes[0]])
+        groups.append((topic, None if partition < 0 else partition, batch.take(pa.array(indexes))))
+    return groups
+
+
 async def _write(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> int:
     written = 0
     async with Producer(list(options.bootstrap), acks="all", enable_idempotence=True, **options.client) as producer:
         deliveries: list[Any] = []
         for batch in batches:
             columns = {name.lower(): batch.column(i) for i, name in enumerate(batch.schema.names)}
-            count = batch.num_rows
-            values = _bytes(columns.get("value"), count)
-            keys = _bytes(columns.get("key"), count)
-            topics = columns["topic"].to_pylist() if "topic" in columns else [options.topic] * count
-            partitions = columns["partition"].to_pylist() if "partition" in columns else [None] * count
-            headers: list[list[dict[str, Any]] | None] = (
-                columns["headers"].to_pylist() if "headers" in columns else [None] * count
-            )
-            groups: dict[tuple[str, int | None], list[int]] = {}
-            for row in range(count):
-                topic = topics[row] or options.topic
-                if not topic:
-                    raise ValueError(f"row {row}: topic is null and no topic option is set")
-                row_headers = headers[row]
-                if row_headers:
-                    record_headers = tuple((h["key"], h["value"]) for h in row_headers)
-                    deliveries.append(
-                        await producer.send(
-                            topic, values[row], key=keys[row], partition=partitions[row], headers=record_headers
-                        )
-                    )
-                else:
-                    groups.setdefault((topic, partitions[row]), []).append(row)
-            for (topic, partition), rows in groups.items():
-                deliveries.append(
-                    await producer.send_batch(
-                        topic,
-                        [values[row] for row in rows],
-                        keys=[keys[row] for row in rows] if "key" in columns else None,
-                        partition=partition,
-                    )
+            for topic, partition, rows in _groups(batch, columns, options.topic):
+                picked = {name.lower(): rows.column(i) for i, name in enumerate(rows.schema.names)}
+                count = rows.num_rows
+                values = _bytes(picked.get("value"), count)
+                keys = _bytes(picked.get("key"), count) if "key" in picked else None
+                headers: list[list[dict[str, Any]] | None] = (
+                    picked["headers"].to_pylist()
+                    if "headers" in picked and picked["headers"].null_count < count
+                    else []
                 )
-            written += count
+                if any(headers):  # the bulk path carries no headers: these go one by one
+                    for row in range(count):
+                        row_headers = tuple((h["key"], h["value"]) for h in headers[row] or ())
+                        deliveries.append(
+                            await producer.send(
+                                topic,
+                                values[row],
+                                key=keys[row] if keys is not None else None,
+                                partition=partition,
+                                headers=row_headers,
+                            )
+                        )
+                else:
+                    deliveries.append(await producer.send_batch(topic, values, keys=keys, partition=partition))
+            written += batch.num_rows
         for delivery in deliveries:
             await delivery  # raises the first error: the task fails and Spark retries it
     return written
