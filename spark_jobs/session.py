@@ -1,0 +1,22 @@
+"""The Spark session a job runs in: the one spark-submit made, or a local one (all cores) when the
+job is run as a plain Python module; either way with the `tidelog` format registered."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+
+def session(app_name: str) -> Any:
+    from pyspark.sql import SparkSession  # noqa: PLC0415 - PySpark is the spark extra
+
+    import tidelog.spark  # noqa: PLC0415
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors run this interpreter
+    builder = SparkSession.builder.appName(app_name)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit, whose --master stands
+        builder = builder.master(os.environ.get("TIDELOG_SPARK_MASTER", "local[*]"))
+    spark = builder.config("spark.sql.session.timeZone", "UTC").getOrCreate()
+    tidelog.spark.register(spark)
+    return spark
