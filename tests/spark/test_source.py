@@ -240,3 +240,38 @@ def test_bad_options_are_refused_naming_the_option(
 def test_a_missing_bootstrap_is_named(spark: Any) -> None:
     with pytest.raises(Exception, match=re.escape("option 'tidelog.bootstrap.servers'")):
         spark.read.format("tidelog").option("subscribe", "t").load().count()
+
+
+def test_a_write_routes_rows_by_topic_column_and_carries_headers(
+    spark: Any, spark_cluster: LocalCluster, bootstrap: str
+) -> None:
+    first, second = _topic(), _topic()
+    asyncio.run(_fill(spark_cluster, first, 1, 0))
+    asyncio.run(_fill(spark_cluster, second, 1, 0))
+    rows = [
+        (first if n % 2 else second, f"k{n}", f"v{n}".encode(), [("n", str(n).encode())] if n % 3 == 0 else [])
+        for n in range(30)
+    ]
+    frame = spark.createDataFrame(
+        rows, "topic string, key string, value binary, headers array<struct<key: string, value: binary>>"
+    )
+    frame.write.format("tidelog").option("tidelog.bootstrap.servers", bootstrap).mode("append").save()
+    for topic, parity in ((first, 1), (second, 0)):
+        back = _reader(spark, bootstrap, subscribe=topic, includeHeaders="true").collect()
+        wanted = {n for n in range(30) if n % 2 == parity}
+        assert {int(bytes(r.value)[1:]) for r in back} == wanted
+        for row in back:
+            n = int(bytes(row.value)[1:])
+            assert bytes(row.key) == f"k{n}".encode()
+            assert [(h.key, bytes(h.value)) for h in row.headers] == ([("n", str(n).encode())] if n % 3 == 0 else [])
+
+
+def test_a_frame_the_sink_cannot_write_is_refused_before_any_task(spark: Any, bootstrap: str) -> None:
+    no_value = spark.createDataFrame([("k",)], "key string")
+    with pytest.raises(Exception, match="value column"):
+        no_value.write.format("tidelog").option("tidelog.bootstrap.servers", bootstrap).option("topic", "t").mode(
+            "append"
+        ).save()
+    nowhere = spark.createDataFrame([("v",)], "value string")
+    with pytest.raises(Exception, match="no topic column and no topic option"):
+        nowhere.write.format("tidelog").option("tidelog.bootstrap.servers", bootstrap).mode("append").save()
