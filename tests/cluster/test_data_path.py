@@ -263,3 +263,21 @@ async def test_a_delivery_is_future_like_and_offsets_read_without_magic_numbers(
             {tp: 10},
             {tp: 0},
         )
+
+
+async def test_send_batch_carries_headers_per_record(
+    admin: AdminClient, cluster: LocalCluster, topic_name: str
+) -> None:
+    await admin.create_topic(topic_name, 1, 1)
+    headers = [(("n", b"%d" % n),) if n % 2 else () for n in range(500)]
+    async with Producer(cluster.bootstrap, acks="all", batch_size=4096) as producer:  # several batches
+        with pytest.raises(TidelogError, match="3 headers for 2 values"):
+            await producer.send_batch(topic_name, [b"a", b"b"], headers=[(), (), ()])
+        await (await producer.send_batch(topic_name, [b"v%d" % n for n in range(500)], partition=0, headers=headers))
+    tp = TopicPartition(topic_name, 0)
+    async with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([tp])
+        got = []
+        while len(got) < 500:
+            got += await consumer.poll(1000)
+    assert [(r.value, r.headers) for r in got] == [(b"v%d" % n, headers[n]) for n in range(500)]

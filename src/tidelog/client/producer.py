@@ -298,12 +298,19 @@ class Producer:
         keys: Sequence[bytes | None] | None = None,
         partition: int | None = None,
         timestamp: int | None = None,
+        headers: Sequence[Headers] | None = None,
     ) -> BulkDelivery:
-        """Bulk path: queue many records at once as ready batches of about batch.size bytes."""
+        """Bulk path: queue many records at once as ready batches of about batch.size bytes
+        (`keys` and `headers`, when given, one per value)."""
         if partition is not None and partition < 0:
             raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {partition}")
+        for name, column in (("keys", keys), ("headers", headers)):
+            if column is not None and len(column) != len(values):
+                raise error_for(ErrorCode.INVALID_REQUEST, f"{len(column)} {name} for {len(values)} values")
         count = await self._partition_count(topic, partition)
         per_record = RECORD_COLUMNS_BYTES + (len(values[0] or b"") if values else 0)
+        if headers:
+            per_record += sum(len(k) + len(v or b"") + 2 for k, v in headers[0])
         chunk = max(1, (self.batch_size - BATCH_OVERHEAD) // max(per_record, 1))
         batches: list[ProducerBatch] = []
         if keys is not None and partition is None:
@@ -326,12 +333,16 @@ class Producer:
                 if len(picked) == len(values):
                     batch.values = list(values)
                     batch.keys = list(keys) if keys is not None else None
+                    batch.headers = list(headers) if headers is not None else None
                 else:
                     batch.values = [values[index] for index in picked]
                     batch.keys = [keys[index] for index in picked] if keys is not None else None
+                    batch.headers = [headers[index] for index in picked] if headers is not None else None
                 batch.size = (
                     BATCH_OVERHEAD + sum(map(len, filter(None, batch.values))) + RECORD_COLUMNS_BYTES * len(picked)
                 )
+                if batch.headers is not None:  # a header costs its key, its value and two lengths
+                    batch.size += sum(len(k) + len(v or b"") + 2 for record in batch.headers for k, v in record)
                 await self.accumulator.reserve(batch.size, self.max_block_s, self._wake_sender)
                 batch.reserved = batch.size
                 batches.append(batch)
