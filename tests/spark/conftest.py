@@ -34,7 +34,7 @@ def spark() -> Iterator[Any]:
 
     os.environ["PYSPARK_PYTHON"] = sys.executable  # executors run this venv's Python
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[2,3]")  # 2 threads; a failed task is tried up to 3 times
         .appName("tidelog-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")

@@ -18,6 +18,7 @@ import pytest
 
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
 from tidelog.local_cluster import LocalCluster
+from tidelog.spark.writing import WRITE_ID_HEADER
 
 BASE_MS = 1_700_000_000_000  # record timestamps the tests set: 1 s apart from here
 
@@ -263,7 +264,31 @@ def test_a_write_routes_rows_by_topic_column_and_carries_headers(
         for row in back:
             n = int(bytes(row.value)[1:])
             assert bytes(row.key) == f"k{n}".encode()
-            assert [(h.key, bytes(h.value)) for h in row.headers] == ([("n", str(n).encode())] if n % 3 == 0 else [])
+            theirs = [(h.key, bytes(h.value)) for h in row.headers if h.key != WRITE_ID_HEADER]
+            assert theirs == ([("n", str(n).encode())] if n % 3 == 0 else [])
+            assert [h.key for h in row.headers].count(WRITE_ID_HEADER) == 1  # which write, task and row
+
+
+def test_a_task_that_fails_midway_is_retried_without_duplicates(
+    spark: Any, spark_cluster: LocalCluster, bootstrap: str
+) -> None:
+    topic = _topic()
+    asyncio.run(_fill(spark_cluster, topic, 2, 0))
+    frame = spark.range(3000, numPartitions=2).selectExpr(
+        "CAST(id AS STRING) AS value", "CAST(id % 2 AS INT) AS partition"
+    )
+    (
+        frame.write.format("tidelog")
+        .option("tidelog.bootstrap.servers", bootstrap)
+        .option("topic", topic)
+        .option("failFirstAttemptAfterRecords", "500")  # each task's first attempt dies after 500 acknowledged
+        .mode("append")
+        .save()
+    )
+    values = [
+        r.v for r in _reader(spark, bootstrap, subscribe=topic).selectExpr("CAST(value AS STRING) AS v").collect()
+    ]
+    assert len(values) == 3000 and sorted(map(int, values)) == list(range(3000))  # every row once
 
 
 def test_a_frame_the_sink_cannot_write_is_refused_before_any_task(spark: Any, bootstrap: str) -> None:

@@ -49,7 +49,7 @@ READ_OPTIONS: Final = (
     "includeHeaders",
     "startingOffsetsByTimestampStrategy",
 )
-WRITE_OPTIONS: Final = ("topic", "includeHeaders")
+WRITE_OPTIONS: Final = ("topic", "includeHeaders", "failFirstAttemptAfterRecords")
 BOOTSTRAP: Final = ("tidelog.bootstrap.servers", "kafka.bootstrap.servers")
 PREFIXES: Final = ("tidelog.", "kafka.")
 # Options Spark itself puts among a source's or sink's (load()'s path, writeStream's checkpoint).
@@ -91,6 +91,7 @@ class WriteOptions:
     topic: str | None = None
     include_headers: bool = False
     client: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # Producer keyword arguments
+    fail_first_attempt_after: int | None = None  # a test aid: a task's first attempt fails after so many
 
 
 def _canonical(names: tuple[str, ...]) -> dict[str, str]:
@@ -307,4 +308,9 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
         topic=topic,
         include_headers=_bool("includeHeaders", ours.get("includeHeaders", "false")),
         client=client,
+        fail_first_attempt_after=(
+            _positive("failFirstAttemptAfterRecords", ours["failFirstAttemptAfterRecords"])
+            if "failFirstAttemptAfterRecords" in ours
+            else None
+        ),
     )

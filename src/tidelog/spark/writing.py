@@ -3,29 +3,48 @@
 (array<struct<key string, value binary>>); other columns are ignored.
 
 Each task writes its rows through one idempotent producer with acks=all, in bulk: rows grouped by
-target and sent as whole batches (`send_batch`), one record at a time only for rows that carry
-headers. The task's commit message counts what it wrote; the job's commit has nothing to add (the
-records are in the log once acknowledged).
+target (numpy over partition numbers and topic codes) and sent as whole batches (`send_batch`).
+The task's commit message counts what it wrote; the job's commit has nothing to add (the records
+are in the log once acknowledged).
+
+A retried task writes no row twice. Every record carries a header `tidelog.spark.write` =
+`<write>/<task>/<row>`: which write (a uuid the driver draws per batch job, or the streaming
+query's id and micro-batch id), which task (Spark's partition id) and which of the task's input
+rows. A retry (attempt > 0) first reads each target topic from the time its write began (less a
+margin for clocks) for records of its own task, and skips the rows they already hold. Spark
+recomputes a task's input in the same order, so a row's number names the same row in every
+attempt. The cost falls on retries only: one scan of the target's records since the write began.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
+import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructType
 
-from tidelog.client import Producer
+from tidelog.client import Consumer, Producer, TopicPartition
 from tidelog.spark.options import InvalidOptionError, WriteOptions
 
-__all__ = ["TopicStreamWriter", "TopicWriter", "WrittenRecords"]
+__all__ = ["WRITE_ID_HEADER", "TopicStreamWriter", "TopicWriter", "WrittenRecords"]
 
 TEXT_OR_BYTES = (StringType, BinaryType)
+WRITE_ID_HEADER: Final = "tidelog.spark.write"
+# Records an earlier attempt wrote are no older than the write's start on the driver, less this,
+# which covers clocks that differ between the driver and the executors.
+RETRY_SCAN_MARGIN_MS: Final = 300_000
+ROW_COLUMN: Final = "__tidelog_row"
+# Local properties Spark sets on a micro-batch's tasks.
+STREAMING_BATCH_ID: Final = "streaming.sql.batchId"
+STREAMING_QUERY_ID: Final = "sql.streaming.queryId"
 
 
 @dataclasses.dataclass
@@ -98,37 +117,112 @@ def _groups(
     return groups
 
 
-async def _write(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> int:
+@dataclasses.dataclass(frozen=True)
+class TaskWrite:
+    """Who is writing: the write-id prefix of this task's records, whether an earlier attempt may
+    have written some, and since when."""
+
+    prefix: bytes  # b"<write>/<task>/"
+    retry: bool
+    since_ms: int
+    fail_after: int | None = None  # failFirstAttemptAfterRecords (tests): attempt 0 fails there
+
+
+def task_write(write_id: str, since_ms: int, fail_after: int | None) -> TaskWrite:
+    context = TaskContext.get()
+    if context is None:  # outside Spark (the writer called directly): one attempt, nothing to skip
+        return TaskWrite(f"{write_id}/0/".encode(), False, since_ms)
+    batch_id = context.getLocalProperty(STREAMING_BATCH_ID)
+    if batch_id is not None:  # a micro-batch: the query's id and the batch's are the write
+        write_id = f"{context.getLocalProperty(STREAMING_QUERY_ID)}.{batch_id}"
+    retry = context.attemptNumber() > 0
+    return TaskWrite(
+        f"{write_id}/{context.partitionId()}/".encode(),
+        retry,
+        since_ms,
+        fail_after if not retry else None,
+    )
+
+
+async def _already_written(producer: Producer, consumer: Consumer, topic: str, task: TaskWrite) -> set[int]:
+    """Row numbers of this task that an earlier attempt wrote to `topic` (read back since the
+    write began)."""
+    partitions = [TopicPartition(topic, state.partition) for state in await producer.metadata.partitions_of(topic)]
+    starts = await consumer.list_offsets(partitions, max(task.since_ms - RETRY_SCAN_MARGIN_MS, 0))
+    ends = await consumer.end_offsets(partitions)
+    wanted = {tp: starts[tp] for tp in partitions if 0 <= starts[tp] < ends[tp]}
+    rows: set[int] = set()
+    if not wanted:
+        return rows
+    consumer.assign(list(wanted))
+    for tp, offset in wanted.items():
+        consumer.seek(tp, offset)
+    while True:
+        positions = [await consumer.position(tp) for tp in wanted]
+        if all(position >= ends[tp] for position, tp in zip(positions, wanted, strict=True)):
+            break
+        for fetched in (await consumer.poll_batches(1000)).values():
+            for batch in fetched.batches:
+                for record_headers in batch.headers:
+                    for key, value in record_headers:
+                        if key == WRITE_ID_HEADER and value is not None and value.startswith(task.prefix):
+                            rows.add(int(value[len(task.prefix) :]))
+    return rows
+
+
+async def _write(options: WriteOptions, batches: Iterator[pa.RecordBatch], task: TaskWrite) -> int:
     written = 0
-    async with Producer(list(options.bootstrap), acks="all", enable_idempotence=True, **options.client) as producer:
+    row_base = 0  # the task's running row number: the same rows get the same numbers in every attempt
+    done_by_earlier: set[int] = set()
+    scanned: set[str] = set()
+    async with (
+        Producer(list(options.bootstrap), acks="all", enable_idempotence=True, **options.client) as producer,
+        Consumer(list(options.bootstrap)) as consumer,
+    ):
         deliveries: list[Any] = []
         for batch in batches:
-            columns = {name.lower(): batch.column(i) for i, name in enumerate(batch.schema.names)}
-            for topic, partition, rows in _groups(batch, columns, options.topic):
+            numbers = np.arange(row_base, row_base + batch.num_rows, dtype=np.int64)
+            row_base += batch.num_rows
+            numbered = batch.append_column(ROW_COLUMN, pa.array(numbers))
+            columns = {name.lower(): numbered.column(i) for i, name in enumerate(numbered.schema.names)}
+            for topic, partition, group in _groups(numbered, columns, options.topic):
+                rows = group
+                if task.retry and topic not in scanned:
+                    done_by_earlier |= await _already_written(producer, consumer, topic, task)
+                    scanned.add(topic)
                 picked = {name.lower(): rows.column(i) for i, name in enumerate(rows.schema.names)}
+                row_numbers: list[int] = picked[ROW_COLUMN].to_pylist()
+                if done_by_earlier:
+                    keep = [index for index, number in enumerate(row_numbers) if number not in done_by_earlier]
+                    if not keep:
+                        continue
+                    if len(keep) < len(row_numbers):
+                        rows = rows.take(pa.array(keep))
+                        picked = {name.lower(): rows.column(i) for i, name in enumerate(rows.schema.names)}
+                        row_numbers = [row_numbers[index] for index in keep]
                 count = rows.num_rows
-                values = _bytes(picked.get("value"), count)
-                keys = _bytes(picked.get("key"), count) if "key" in picked else None
-                headers: list[list[dict[str, Any]] | None] = (
-                    picked["headers"].to_pylist()
-                    if "headers" in picked and picked["headers"].null_count < count
-                    else []
+                user_headers: list[list[dict[str, Any]] | None] = (
+                    picked["headers"].to_pylist() if "headers" in picked else [None] * count
                 )
-                if any(headers):  # the bulk path carries no headers: these go one by one
-                    for row in range(count):
-                        row_headers = tuple((h["key"], h["value"]) for h in headers[row] or ())
-                        deliveries.append(
-                            await producer.send(
-                                topic,
-                                values[row],
-                                key=keys[row] if keys is not None else None,
-                                partition=partition,
-                                headers=row_headers,
-                            )
-                        )
-                else:
-                    deliveries.append(await producer.send_batch(topic, values, keys=keys, partition=partition))
-            written += batch.num_rows
+                prefix = task.prefix
+                headers = [
+                    (*((h["key"], h["value"]) for h in (extra or ())), (WRITE_ID_HEADER, prefix + b"%d" % number))
+                    for extra, number in zip(user_headers, row_numbers, strict=True)
+                ]
+                deliveries.append(
+                    await producer.send_batch(
+                        topic,
+                        _bytes(picked.get("value"), count),
+                        keys=_bytes(picked.get("key"), count) if "key" in picked else None,
+                        partition=partition,
+                        headers=headers,
+                    )
+                )
+                written += count
+                if task.fail_after is not None and written >= task.fail_after:
+                    for delivery in deliveries:  # acknowledged, then the attempt dies mid-way
+                        await delivery
+                    raise RuntimeError(f"failFirstAttemptAfterRecords: failing after {written} records")
         for delivery in deliveries:
             await delivery  # raises the first error: the task fails and Spark retries it
     return written
@@ -138,18 +232,24 @@ class TopicWriter(DataSourceArrowWriter):
     def __init__(self, options: WriteOptions, schema: StructType) -> None:
         check_schema(options, schema)
         self.options = options
+        self.write_id = uuid.uuid4().hex  # on the driver, once per job: every task attempt sees it
+        self.since_ms = int(time.time() * 1000)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRecords:
-        return WrittenRecords(asyncio.run(_write(self.options, iterator)))
+        task = task_write(self.write_id, self.since_ms, self.options.fail_first_attempt_after)
+        return WrittenRecords(asyncio.run(_write(self.options, iterator, task)))
 
 
 class TopicStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: WriteOptions, schema: StructType) -> None:
         check_schema(options, schema)
         self.options = options
+        self.write_id = uuid.uuid4().hex  # replaced by the query and batch ids in each task
+        self.since_ms = int(time.time() * 1000)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRecords:
-        return WrittenRecords(asyncio.run(_write(self.options, iterator)))
+        task = task_write(self.write_id, self.since_ms, self.options.fail_first_attempt_after)
+        return WrittenRecords(asyncio.run(_write(self.options, iterator, task)))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's name
         pass  # acknowledged records are in the log already
