@@ -1,5 +1,5 @@
 # One image for every Tidelog service; the command picks the service.
-FROM python:3.11-slim
+FROM python:3.11-slim AS tidelog
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY src ./src
@@ -8,3 +8,26 @@ COPY operator ./operator
 COPY spark_jobs ./spark_jobs
 RUN pip install --no-cache-dir .
 ENTRYPOINT ["tidelog"]
+
+# Spark with Tidelog's data source and jobs (docs/spark.md): Java 17, PySpark from the `spark`
+# extra, and an entrypoint that speaks Spark's Kubernetes contract (driver / executor), for
+# spark-submit --master k8s:// and the Spark Operator's SparkApplication alike.
+FROM python:3.11-slim AS spark
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps tini \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY src ./src
+COPY services ./services
+COPY operator ./operator
+COPY spark_jobs ./spark_jobs
+RUN pip install --no-cache-dir '.[spark]' \
+    && useradd --uid 185 --home-dir /app --no-create-home spark
+ENV SPARK_HOME=/usr/local/lib/python3.11/site-packages/pyspark \
+    PYSPARK_PYTHON=python3 \
+    PYSPARK_DRIVER_PYTHON=python3
+ENV PATH=$SPARK_HOME/bin:$PATH
+COPY docker/spark-entrypoint.sh /opt/entrypoint.sh
+USER 185
+ENTRYPOINT ["/usr/bin/tini", "--", "/opt/entrypoint.sh"]

@@ -277,7 +277,8 @@ def _with(values: dict[str, Any], dotted: str, value: Any) -> None:
 
 def test_skaffold_builds_the_one_image_and_its_dev_profile_renders_a_one_broker_cluster() -> None:
     skaffold = yaml.safe_load((CHART.parents[1] / "skaffold.yaml").read_text())
-    assert [artifact["image"] for artifact in skaffold["build"]["artifacts"]] == ["tidelog"]
+    # the services' one image, and Spark's (Java, PySpark and the jobs: tests/spark checks it)
+    assert [artifact["image"] for artifact in skaffold["build"]["artifacts"]] == ["tidelog", "tidelog-spark"]
     (dev,) = (profile for profile in skaffold["profiles"] if profile["name"] == "dev")
     (patch,) = dev["patches"]
     assert patch["path"] == "/deploy/helm/releases/0/setValues"
