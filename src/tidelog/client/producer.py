@@ -35,7 +35,7 @@ from tidelog.client.producer_sequences import ProducerSequences
 from tidelog.client.record_accumulator import RecordAccumulator
 from tidelog.client.sender import Sender, SenderOptions
 from tidelog.common.errors import ErrorCode, InvalidConfigError, RecordTooLargeError, TidelogError, error_for
-from tidelog.common.record.batch import BATCH_OVERHEAD, RECORD_COLUMNS_BYTES, Headers
+from tidelog.common.record.batch import BATCH_OVERHEAD, RECORD_COLUMNS_BYTES, Header, Headers
 from tidelog.common.record.compression import CompressionType
 from tidelog.common.settings import ProducerSettings
 
@@ -299,9 +299,15 @@ class Producer:
         partition: int | None = None,
         timestamp: int | None = None,
         headers: Sequence[Headers] | None = None,
+        batch_header: Callable[[list[int]], Header] | None = None,
     ) -> BulkDelivery:
         """Bulk path: queue many records at once as ready batches of about batch.size bytes
-        (`keys` and `headers`, when given, one per value)."""
+        (`keys` and `headers`, when given, one per value).
+
+        `batch_header(indexes)`, when given, is called for each batch made with the indexes (into
+        `values`) of the records it holds; the header it returns goes on the batch's first record.
+        A batch is written or not as a whole, so that header says exactly which records were: a
+        marker for a whole batch at the cost of one header (the Spark sink's retries use it)."""
         if partition is not None and partition < 0:
             raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {partition}")
         for name, column in (("keys", keys), ("headers", headers)):
@@ -343,6 +349,12 @@ class Producer:
                 )
                 if batch.headers is not None:  # a header costs its key, its value and two lengths
                     batch.size += sum(len(k) + len(v or b"") + 2 for record in batch.headers for k, v in record)
+                if batch_header is not None:
+                    name, value = marker = batch_header(picked)
+                    if batch.headers is None:
+                        batch.headers = [()] * len(picked)
+                    batch.headers[0] = (*batch.headers[0], marker)
+                    batch.size += len(name) + len(value or b"") + 2
                 await self.accumulator.reserve(batch.size, self.max_block_s, self._wake_sender)
                 batch.reserved = batch.size
                 batches.append(batch)

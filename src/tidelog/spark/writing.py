@@ -7,13 +7,15 @@ target (numpy over partition numbers and topic codes) and sent as whole batches 
 The task's commit message counts what it wrote; the job's commit has nothing to add (the records
 are in the log once acknowledged).
 
-A retried task writes no row twice. Every record carries a header `tidelog.spark.write` =
-`<write>/<task>/<row>`: which write (a uuid the driver draws per batch job, or the streaming
-query's id and micro-batch id), which task (Spark's partition id) and which of the task's input
-rows. A retry (attempt > 0) first reads each target topic from the time its write began (less a
-margin for clocks) for records of its own task, and skips the rows they already hold. Spark
-recomputes a task's input in the same order, so a row's number names the same row in every
-attempt. The cost falls on retries only: one scan of the target's records since the write began.
+A retried task writes no row twice. The first record of every producer batch carries a header
+`tidelog.spark.write` = `<write>/<task>/` followed by the task's input row numbers the batch holds
+(int64, little-endian): which write (a uuid the driver draws per batch job, or the streaming
+query's id and micro-batch id), which task (Spark's partition id), which rows. A batch is written
+or not as a whole, so the header is exactly as true as the records. A retry (attempt > 0) first
+reads each target topic from the time its write began (less a margin for clocks) for its own
+task's headers, and skips the rows they name. Spark recomputes a task's input in the same order,
+so a row's number names the same row in every attempt. The cost: one header per batch, and on a
+retry one scan of the target's records since the write began.
 """
 
 from __future__ import annotations
@@ -166,7 +168,7 @@ async def _already_written(producer: Producer, consumer: Consumer, topic: str, t
                 for record_headers in batch.headers:
                     for key, value in record_headers:
                         if key == WRITE_ID_HEADER and value is not None and value.startswith(task.prefix):
-                            rows.add(int(value[len(task.prefix) :]))
+                            rows.update(np.frombuffer(value, dtype="<i8", offset=len(task.prefix)).tolist())
     return rows
 
 
@@ -201,21 +203,26 @@ async def _write(options: WriteOptions, batches: Iterator[pa.RecordBatch], task:
                         picked = {name.lower(): rows.column(i) for i, name in enumerate(rows.schema.names)}
                         row_numbers = [row_numbers[index] for index in keep]
                 count = rows.num_rows
-                user_headers: list[list[dict[str, Any]] | None] = (
-                    picked["headers"].to_pylist() if "headers" in picked else [None] * count
-                )
+                numbers = np.asarray(row_numbers, dtype="<i8")
                 prefix = task.prefix
-                headers = [
-                    (*((h["key"], h["value"]) for h in (extra or ())), (WRITE_ID_HEADER, prefix + b"%d" % number))
-                    for extra, number in zip(user_headers, row_numbers, strict=True)
-                ]
+
+                def marker(indexes: list[int], numbers: Any = numbers, prefix: bytes = prefix) -> tuple[str, bytes]:
+                    # which of the task's rows this producer batch holds: written all or none
+                    return (WRITE_ID_HEADER, prefix + numbers[indexes].tobytes())
+
+                user_headers = picked["headers"].to_pylist() if "headers" in picked else None
                 deliveries.append(
                     await producer.send_batch(
                         topic,
                         _bytes(picked.get("value"), count),
                         keys=_bytes(picked.get("key"), count) if "key" in picked else None,
                         partition=partition,
-                        headers=headers,
+                        headers=(
+                            [tuple((h["key"], h["value"]) for h in extra or ()) for extra in user_headers]
+                            if user_headers is not None and any(user_headers)
+                            else None
+                        ),
+                        batch_header=marker,
                     )
                 )
                 written += count
@@ -232,7 +239,7 @@ class TopicWriter(DataSourceArrowWriter):
     def __init__(self, options: WriteOptions, schema: StructType) -> None:
         check_schema(options, schema)
         self.options = options
-        self.write_id = uuid.uuid4().hex  # on the driver, once per job: every task attempt sees it
+        self.write_id = uuid.uuid4().hex[:16]  # on the driver, once per job: every task attempt sees it
         self.since_ms = int(time.time() * 1000)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRecords:
@@ -244,7 +251,7 @@ class TopicStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: WriteOptions, schema: StructType) -> None:
         check_schema(options, schema)
         self.options = options
-        self.write_id = uuid.uuid4().hex  # replaced by the query and batch ids in each task
+        self.write_id = uuid.uuid4().hex[:16]  # replaced by the query and batch ids in each task
         self.since_ms = int(time.time() * 1000)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRecords:

@@ -216,23 +216,29 @@ def _lengths(items: Sequence[bytes | None]) -> tuple[npt.NDArray[np.int32], byte
 
 
 def _encode_headers(headers: Sequence[Headers]) -> tuple[npt.NDArray[np.int32], bytes]:
+    """Each record's headers as Kafka lays them out. The hot loop does no numpy element writes and
+    encodes a header name once per call (records usually share their names)."""
     parts: list[bytes] = []
-    lengths = np.zeros(len(headers), dtype=_I4)
-    for index, record_headers in enumerate(headers):
+    lengths: list[int] = []
+    named: dict[str, bytes] = {}  # name → its length prefix and UTF-8 bytes
+    pack_value = HEADER_VALUE.pack
+    null_value = pack_value(-1)
+    value_size = HEADER_VALUE.size
+    for record_headers in headers:
         size = 0
         for name, value in record_headers:
-            encoded_name = name.encode()
-            parts.append(HEADER_KEY.pack(len(encoded_name)))
-            parts.append(encoded_name)
+            prefix = named.get(name)
+            if prefix is None:
+                encoded_name = name.encode()
+                prefix = named[name] = HEADER_KEY.pack(len(encoded_name)) + encoded_name
             if value is None:
-                parts.append(HEADER_VALUE.pack(-1))
-                size += HEADER_KEY.size + len(encoded_name) + HEADER_VALUE.size
+                parts += (prefix, null_value)
+                size += len(prefix) + value_size
             else:
-                parts.append(HEADER_VALUE.pack(len(value)))
-                parts.append(value)
-                size += HEADER_KEY.size + len(encoded_name) + HEADER_VALUE.size + len(value)
-        lengths[index] = size
-    return lengths, b"".join(parts)
+                parts += (prefix, pack_value(len(value)), value)
+                size += len(prefix) + value_size + len(value)
+        lengths.append(size)
+    return np.array(lengths, dtype=_I4), b"".join(parts)
 
 
 def encode_batch(
