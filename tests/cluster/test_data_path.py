@@ -281,3 +281,29 @@ async def test_send_batch_carries_headers_per_record(
         while len(got) < 500:
             got += await consumer.poll(1000)
     assert [(r.value, r.headers) for r in got] == [(b"v%d" % n, headers[n]) for n in range(500)]
+
+
+async def test_a_batch_header_marks_each_batch_with_the_records_it_holds(
+    admin: AdminClient, cluster: LocalCluster, topic_name: str
+) -> None:
+    await admin.create_topic(topic_name, 1, 1)
+    seen: list[list[int]] = []
+
+    def marker(indexes: list[int]) -> tuple[str, bytes]:
+        seen.append(list(indexes))
+        return ("held", b"%d-%d" % (indexes[0], indexes[-1]))
+
+    async with Producer(cluster.bootstrap, acks="all", batch_size=2048) as producer:  # several batches
+        await (
+            await producer.send_batch(topic_name, [b"v%03d" % n for n in range(300)], partition=0, batch_header=marker)
+        )
+    assert len(seen) > 1 and sorted(i for indexes in seen for i in indexes) == list(range(300))
+    tp = TopicPartition(topic_name, 0)
+    async with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([tp])
+        got = []
+        while len(got) < 300:
+            got += await consumer.poll(1000)
+    marked = [(r.offset, r.headers) for r in got if r.headers]
+    assert [headers for _, headers in marked] == [(("held", b"%d-%d" % (i[0], i[-1])),) for i in seen]
+    assert [offset for offset, _ in marked] == [indexes[0] for indexes in seen]  # each batch's first record
