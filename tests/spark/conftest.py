@@ -22,7 +22,12 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
 
 @pytest.fixture(scope="module")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with running_cluster(Path(tmp_path_factory.mktemp("spark-cluster")), brokers=1, controllers=1) as cluster:
+    with running_cluster(
+        Path(tmp_path_factory.mktemp("spark-cluster")),
+        brokers=1,
+        controllers=1,
+        broker_args=["--log-retention-check-interval-ms", "200"],  # retention soon, for the data-loss test
+    ) as cluster:
         yield cluster
 
 

@@ -113,6 +113,14 @@ def test_offset_and_time_bounded_ranges_and_min_partitions(
     got = {(r.partition, r.offset) for r in timed.select("partition", "offset").collect()}
     assert got == {(0, o) for o in range(5, 8)} | {(1, o) for o in range(45, 50)}
 
+    future = str(BASE_MS + 10_000_000)  # after every record
+    with pytest.raises(Exception, match="has no record at or after"):
+        _reader(spark, bootstrap, subscribe=topic, startingTimestamp=future).count()
+    at_end = _reader(
+        spark, bootstrap, subscribe=topic, startingTimestamp=future, startingOffsetsByTimestampStrategy="latest"
+    )
+    assert at_end.count() == 0
+
     split = _reader(spark, bootstrap, subscribe=topic, minPartitions="10")
     assert split.rdd.getNumPartitions() >= 10 and split.count() == 100
 
@@ -302,3 +310,31 @@ def test_a_frame_the_sink_cannot_write_is_refused_before_any_task(spark: Any, bo
     nowhere = spark.createDataFrame([("v",)], "value string")
     with pytest.raises(Exception, match="no topic column and no topic option"):
         nowhere.write.format("tidelog").option("tidelog.bootstrap.servers", bootstrap).mode("append").save()
+
+
+def test_records_lost_to_retention_fail_the_query_unless_told_otherwise(
+    spark: Any, spark_cluster: LocalCluster, bootstrap: str
+) -> None:
+    topic = _topic()
+
+    async def trimmed() -> int:
+        async with AdminClient(spark_cluster.bootstrap, controllers=spark_cluster.controller_endpoints) as admin:
+            await admin.create_topic(topic, 1, 1, configs={"segment.bytes": "4096", "retention.bytes": "4096"})
+        async with Producer(spark_cluster.bootstrap) as producer:
+            for _ in range(40):  # 40 batches of ~1 KiB: segments roll, retention deletes the oldest
+                await (await producer.send_batch(topic, [b"x" * 100] * 10, partition=0))
+        tp = TopicPartition(topic, 0)
+        async with Consumer(spark_cluster.bootstrap) as consumer:
+            deadline = time.monotonic() + 30
+            while (start := (await consumer.beginning_offsets([tp]))[tp]) == 0:
+                assert time.monotonic() < deadline, "retention deleted nothing"
+                await asyncio.sleep(0.1)
+            return start
+
+    log_start = asyncio.run(trimmed())
+    from_zero = json.dumps({topic: {"0": 0}})
+    with pytest.raises(Exception, match="are gone"):
+        _reader(spark, bootstrap, subscribe=topic, startingOffsets=from_zero).count()
+    kept = _reader(spark, bootstrap, subscribe=topic, startingOffsets=from_zero, failOnDataLoss="false")
+    offsets = sorted(r.offset for r in kept.select("offset").collect())
+    assert offsets[0] >= log_start and offsets[-1] == 399 and offsets == list(range(offsets[0], 400))

@@ -77,6 +77,7 @@ class ReadOptions:
     ending: str | Offsets = "latest"
     starting_timestamp: int | None = None
     starting_by_timestamp: Offsets | None = None
+    starting_by_timestamp_strategy: str = "error"  # no record at or after the timestamp: fail, or start at the end
     ending_by_timestamp: Offsets | None = None
     max_offsets_per_trigger: int | None = None
     min_partitions: int | None = None
@@ -269,6 +270,7 @@ def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         starting=starting,
         ending=ending,
         starting_timestamp=starting_timestamp,
+        starting_by_timestamp_strategy=strategy,
         starting_by_timestamp=(
             _per_partition("startingOffsetsByTimestamp", ours["startingOffsetsByTimestamp"], allowed_specials=())
             if "startingOffsetsByTimestamp" in ours

@@ -93,6 +93,7 @@ async def resolve(
     timestamp: int | None = None,
     option: str,
     missing_is: int,
+    none_at_timestamp: str = "latest",
 ) -> dict[TopicPartition, int]:
     """Concrete offsets: a global timestamp wins over per-partition timestamps, which win over
     `spec` ("earliest", "latest" or per-partition offsets with -2/-1), as Spark's Kafka source
@@ -109,7 +110,16 @@ async def resolve(
             wanted.setdefault(at, []).append(tp)
         for at, tps in wanted.items():
             for tp, offset in (await consumer.list_offsets(tps, at)).items():
-                chosen[tp] = offset if 0 <= offset <= latest[tp] else latest[tp]  # none at or after: the end
+                if 0 <= offset <= latest[tp]:
+                    chosen[tp] = offset
+                elif none_at_timestamp == "error":  # Spark's startingOffsetsByTimestampStrategy=error
+                    raise InvalidOptionError(
+                        option,
+                        f"{tp.topic}-{tp.partition} has no record at or after {at}; set "
+                        "startingOffsetsByTimestampStrategy to latest to start at the end instead",
+                    )
+                else:
+                    chosen[tp] = latest[tp]  # none at or after: the end
         return chosen
     for tp in partitions:
         if isinstance(spec, str):

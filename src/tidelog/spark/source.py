@@ -80,8 +80,9 @@ class BatchReader(DataSourceReader):
                 options.starting,
                 by_timestamp=options.starting_by_timestamp,
                 timestamp=options.starting_timestamp,
-                option="startingOffsets",
+                option="startingTimestamp" if options.starting_timestamp is not None else "startingOffsetsByTimestamp",
                 missing_is=EARLIEST,
+                none_at_timestamp=options.starting_by_timestamp_strategy,
             )
             end = await resolve(
                 consumer,
@@ -95,7 +96,8 @@ class BatchReader(DataSourceReader):
         return plan_ranges(start, end, options.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRange)
+        if not isinstance(partition, OffsetRange):  # nothing planned: PySpark reads one default partition
+            return iter(())
         return read_range(self.options.bootstrap, self.options.client, partition, self.options.include_headers)
 
 
@@ -127,8 +129,13 @@ class StreamReader(DataSourceStreamReader):
                     self.options.starting,
                     by_timestamp=self.options.starting_by_timestamp,
                     timestamp=self.options.starting_timestamp,
-                    option="startingOffsets",
+                    option=(
+                        "startingTimestamp"
+                        if self.options.starting_timestamp is not None
+                        else "startingOffsetsByTimestamp"
+                    ),
                     missing_is=-1,
+                    none_at_timestamp=self.options.starting_by_timestamp_strategy,
                 )
 
         return _to_json(run(initial()))
@@ -165,7 +172,8 @@ class StreamReader(DataSourceStreamReader):
         return plan_ranges(froms, ending, None)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRange)
+        if not isinstance(partition, OffsetRange):  # nothing planned: PySpark reads one default partition
+            return iter(())
         return read_range(self.options.bootstrap, self.options.client, partition, self.options.include_headers)
 
     def commit(self, end: dict[str, Any]) -> None:
