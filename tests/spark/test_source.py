@@ -189,14 +189,17 @@ def test_streaming_reads_micro_batches_and_restarts_from_its_checkpoint(
     assert sorted((p, o) for _, p, o in seen) == [(p, o) for p in range(2) for o in range(10)]
 
     async def more() -> None:
+        async with AdminClient(spark_cluster.bootstrap, controllers=spark_cluster.controller_endpoints) as admin:
+            assert (await admin.create_partitions({topic: 3}))[topic] is None  # a partition appears
         async with Producer(spark_cluster.bootstrap) as producer:
-            for partition in range(2):
+            for partition in range(3):
                 await (await producer.send_batch(topic, [b"late"] * 5, partition=partition))
 
     asyncio.run(more())
-    run_until_caught_up(30)  # a new query on the same checkpoint: only what came since
+    run_until_caught_up(35)  # a new query on the same checkpoint: only what came since
     offsets = sorted((p, o) for _, p, o in seen)
-    assert offsets == [(p, o) for p in range(2) for o in range(15)]  # nothing skipped, nothing twice
+    # nothing skipped, nothing twice, and the new partition read from its beginning
+    assert offsets == [(p, o) for p in range(2) for o in range(15)] + [(2, o) for o in range(5)]
 
 
 def test_a_streaming_write_copies_a_topic(
