@@ -19,7 +19,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
 from tidelog.broker.replica_role import ReplicaRole
-from tidelog.common.metrics_catalog import gauge_family
+from tidelog.common.metrics_catalog import gauge_family, gauge_value
 
 if TYPE_CHECKING:
     from tidelog.broker.replica_manager import ReplicaManager
@@ -68,10 +68,10 @@ class BrokerCollector(Collector):
                 oldest.add_metric(labels, log.log_start_offset)
         for topic, total in sorted(sizes_beyond.items()):
             size.add_metric([topic, "all"], total)
-        yield _value(gauge_family("kafka_server_replicamanager_partitioncount"), len(hosted))
-        yield _value(gauge_family("kafka_server_replicamanager_leadercount"), leaders)
-        yield _value(gauge_family("kafka_server_replicamanager_underreplicatedpartitions"), under)
-        yield _value(gauge_family("kafka_server_replicamanager_underminisrpartitioncount"), under_min_isr)
+        yield gauge_value("kafka_server_replicamanager_partitioncount", len(hosted))
+        yield gauge_value("kafka_server_replicamanager_leadercount", leaders)
+        yield gauge_value("kafka_server_replicamanager_underreplicatedpartitions", under)
+        yield gauge_value("kafka_server_replicamanager_underminisrpartitioncount", under_min_isr)
         yield current
         yield oldest
         yield size
@@ -79,13 +79,8 @@ class BrokerCollector(Collector):
             disk = shutil.disk_usage(self.replicas.data_dir)
         except OSError:  # the directory is gone or unreadable: no figure rather than a false one
             return
-        yield _value(gauge_family("tidelog_broker_log_dir_free_bytes"), disk.free)
-        yield _value(gauge_family("tidelog_broker_log_dir_capacity_bytes"), disk.total)
-
-
-def _value(family: GaugeMetricFamily, value: float) -> GaugeMetricFamily:
-    family.add_metric([], value)
-    return family
+        yield gauge_value("tidelog_broker_log_dir_free_bytes", disk.free)
+        yield gauge_value("tidelog_broker_log_dir_capacity_bytes", disk.total)
 
 
 def register(replicas: ReplicaManager, partition_series_max: int) -> BrokerCollector:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
-from tidelog.common.metrics_catalog import gauge_family
+from tidelog.common.metrics_catalog import gauge_family, gauge_value
 from tidelog.controller.controller import Controller
 
 __all__ = ["ControllerCollector", "register"]
@@ -49,7 +49,7 @@ class ControllerCollector(Collector):
         topics = list(state.topics.items())
         partitions = dict(state.partitions)
 
-        yield _value(gauge_family("kafka_brokers"), len(brokers))
+        yield gauge_value("kafka_brokers", len(brokers))
         info = gauge_family("kafka_broker_info")
         for broker in sorted(brokers, key=lambda b: b.broker_id):
             info.add_metric([str(broker.broker_id), broker.endpoint, broker.rack], 1)
@@ -79,14 +79,9 @@ class ControllerCollector(Collector):
                 families["kafka_topic_partition_under_replicated_partition"].add_metric(labels, int(under))
         yield per_topic
         yield from families.values()
-        yield _value(gauge_family("kafka_controller_kafkacontroller_offlinepartitionscount"), offline)
-        yield _value(gauge_family("kafka_controller_kafkacontroller_globalpartitioncount"), total)
-        yield _value(gauge_family("kafka_controller_kafkacontroller_globaltopiccount"), len(topics))
-
-
-def _value(family: GaugeMetricFamily, value: float) -> GaugeMetricFamily:
-    family.add_metric([], value)
-    return family
+        yield gauge_value("kafka_controller_kafkacontroller_offlinepartitionscount", offline)
+        yield gauge_value("kafka_controller_kafkacontroller_globalpartitioncount", total)
+        yield gauge_value("kafka_controller_kafkacontroller_globaltopiccount", len(topics))
 
 
 def register(controller: Controller, partition_series_max: int) -> ControllerCollector:

@@ -16,14 +16,14 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import Iterator
-from typing import Final, TypeVar
+from typing import Final
 
 import structlog
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
 from tidelog.client import Consumer, TopicPartition
-from tidelog.common.metrics_catalog import counter_family, gauge_family
+from tidelog.common.metrics_catalog import counter_family, gauge_family, gauge_value
 from tidelog.coordinator.group import Group
 from tidelog.coordinator.group_coordinator import GroupCoordinator
 from tidelog.coordinator.group_state import GroupState
@@ -32,8 +32,6 @@ __all__ = ["CoordinatorCollector", "EndOffsets", "register"]
 
 log = structlog.get_logger(__name__)
 LATEST: Final = -1  # list_offsets: the log end offset
-
-F = TypeVar("F", GaugeMetricFamily, CounterMetricFamily)
 
 
 class CoordinatorCollector(Collector):
@@ -53,10 +51,12 @@ class CoordinatorCollector(Collector):
         for state in GroupState:
             by_state.add_metric([state.value], states[state.value])
         yield by_state
-        yield _single(gauge_family("tidelog_coordinator_members"), members)
+        yield gauge_value("tidelog_coordinator_members", members)
         loaded = len(set(self.coordinator.groups) - self.coordinator.loading)
-        yield _single(gauge_family("tidelog_coordinator_offsets_partitions"), loaded)
-        yield _single(counter_family("tidelog_coordinator_rebalances_total"), self.coordinator.rebalances_completed)
+        yield gauge_value("tidelog_coordinator_offsets_partitions", loaded)
+        rebalances = counter_family("tidelog_coordinator_rebalances_total")
+        rebalances.add_metric([], self.coordinator.rebalances_completed)
+        yield rebalances
 
     def _kafka_exporter_families(self, served: list[Group]) -> Iterator[GaugeMetricFamily]:
         ends = self.end_offsets.latest if self.end_offsets is not None else {}
@@ -116,11 +116,6 @@ class EndOffsets:
             except Exception as error:  # brokers unreachable for now: keep the last figures
                 log.warning("end_offsets_refresh_failed", error=str(error))
             await asyncio.sleep(self.refresh_s)
-
-
-def _single(family: F, value: float) -> F:
-    family.add_metric([], value)
-    return family
 
 
 def register(coordinator: GroupCoordinator, end_offsets: EndOffsets | None = None) -> CoordinatorCollector:

@@ -14,6 +14,8 @@ from typing import Final
 
 import yaml
 
+from tidelog.common import child_process
+
 DASHBOARDS: Final = Path(__file__).resolve().parents[2] / "helm" / "tidelog" / "files" / "dashboards"
 
 __all__ = ["LocalGrafana"]
@@ -86,11 +88,5 @@ class LocalGrafana:
         log.close()
 
     def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-            self.process = None
+        child_process.stop(self.process)
+        self.process = None

@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import yaml
 
+from tidelog.common import child_process
 from tidelog.local_cluster import LocalCluster
 
 __all__ = ["ALERT_RULES", "LocalPrometheus", "scrape_config"]
@@ -133,12 +134,5 @@ class LocalPrometheus:
         return {(a["labels"]["alertname"], a["labels"].get("instance", "")) for a in alerts if a["state"] == "firing"}
 
     def stop(self) -> None:
-        if self.process is None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        child_process.stop(self.process)
         self.process = None

