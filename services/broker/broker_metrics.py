@@ -1,5 +1,5 @@
-"""Prometheus view of a broker's replicas, read at scrape time (a custom collector) so the figures
-cannot drift from what the broker holds: the ReplicaManager MBeans (partitions, leaders,
+"""Prometheus view of a broker's replicas, read at scrape time (written as text:
+tidelog.common.metrics_http) so the figures cannot drift from what the broker holds: the ReplicaManager MBeans (partitions, leaders,
 under-replicated, under min ISR), kafka_exporter's partition offsets for the partitions this broker
 leads (only the leader exports them, so a scrape of every broker counts each partition once), and
 each replica's log size.
@@ -12,14 +12,10 @@ thousands of partitions.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import REGISTRY, Collector
-
 from tidelog.broker.replica_role import ReplicaRole
-from tidelog.common.metrics_catalog import gauge_family, gauge_value
+from tidelog.common.metrics_http import add_text_source, family_text
 
 if TYPE_CHECKING:
     from tidelog.broker.replica_manager import ReplicaManager
@@ -31,30 +27,32 @@ __all__ = ["REQUEST_MS_BUCKETS", "BrokerCollector", "register"]
 REQUEST_MS_BUCKETS: Final = (0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
 
 
-class BrokerCollector(Collector):
+class BrokerCollector:
     def __init__(self, replicas: ReplicaManager, partition_series_max: int) -> None:
         self.replicas = replicas
         self.partition_series_max = partition_series_max
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def text(self) -> str:
+        """Every family of this collector as exposition text (tidelog.common.metrics_http): the
+        per-partition ones are the large part of a broker's scrape."""
         hosted = list(self.replicas.partitions.values())  # one C call: the loop keeps changing the dict
         leaders = under = under_min_isr = 0
-        current = gauge_family("kafka_topic_partition_current_offset")
-        oldest = gauge_family("kafka_topic_partition_oldest_offset")
-        size = gauge_family("kafka_log_log_size")
+        current: list[tuple[str, int]] = []
+        oldest: list[tuple[str, int]] = []
+        size: list[tuple[str, int]] = []
         sizes_beyond: dict[str, int] = {}
         for index, partition in enumerate(sorted(hosted, key=lambda p: (p.topic, p.partition))):
             if partition.role is ReplicaRole.DELETED:
                 continue
             log = partition.log
             per_partition = index < self.partition_series_max
-            labels = [partition.topic, str(partition.partition)]
+            labels = f'{{topic="{partition.topic}",partition="{partition.partition}"}}'
             try:
                 log_bytes = log.size_bytes
             except (OSError, ValueError):  # closed under us (deleted, or the broker stopping)
                 continue
             if per_partition:
-                size.add_metric(labels, log_bytes)
+                size.append((labels, log_bytes))
             else:
                 sizes_beyond[partition.topic] = sizes_beyond.get(partition.topic, 0) + log_bytes
             if partition.role is not ReplicaRole.LEADER:
@@ -64,26 +62,28 @@ class BrokerCollector(Collector):
             under += isr < replicas
             under_min_isr += isr < log.config.min_insync_replicas
             if per_partition:
-                current.add_metric(labels, log.log_end_offset)
-                oldest.add_metric(labels, log.log_start_offset)
-        for topic, total in sorted(sizes_beyond.items()):
-            size.add_metric([topic, "all"], total)
-        yield gauge_value("kafka_server_replicamanager_partitioncount", len(hosted))
-        yield gauge_value("kafka_server_replicamanager_leadercount", leaders)
-        yield gauge_value("kafka_server_replicamanager_underreplicatedpartitions", under)
-        yield gauge_value("kafka_server_replicamanager_underminisrpartitioncount", under_min_isr)
-        yield current
-        yield oldest
-        yield size
+                current.append((labels, log.log_end_offset))
+                oldest.append((labels, log.log_start_offset))
+        size += [(f'{{topic="{topic}",partition="all"}}', total) for topic, total in sorted(sizes_beyond.items())]
+        parts = [
+            family_text("kafka_server_replicamanager_partitioncount", [("", len(hosted))]),
+            family_text("kafka_server_replicamanager_leadercount", [("", leaders)]),
+            family_text("kafka_server_replicamanager_underreplicatedpartitions", [("", under)]),
+            family_text("kafka_server_replicamanager_underminisrpartitioncount", [("", under_min_isr)]),
+            family_text("kafka_topic_partition_current_offset", current),
+            family_text("kafka_topic_partition_oldest_offset", oldest),
+            family_text("kafka_log_log_size", size),
+        ]
         try:
             disk = shutil.disk_usage(self.replicas.data_dir)
         except OSError:  # the directory is gone or unreadable: no figure rather than a false one
-            return
-        yield gauge_value("tidelog_broker_log_dir_free_bytes", disk.free)
-        yield gauge_value("tidelog_broker_log_dir_capacity_bytes", disk.total)
+            return "".join(parts)
+        parts.append(family_text("tidelog_broker_log_dir_free_bytes", [("", disk.free)]))
+        parts.append(family_text("tidelog_broker_log_dir_capacity_bytes", [("", disk.total)]))
+        return "".join(parts)
 
 
 def register(replicas: ReplicaManager, partition_series_max: int) -> BrokerCollector:
     collector = BrokerCollector(replicas, partition_series_max)
-    REGISTRY.register(collector)
+    add_text_source(collector.text)
     return collector

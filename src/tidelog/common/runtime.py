@@ -14,7 +14,9 @@ import grpc
 import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
-from prometheus_client import disable_created_metrics, start_http_server
+from prometheus_client import disable_created_metrics
+
+from tidelog.common import metrics_http
 
 __all__ = [
     "GRPC_MESSAGE_BYTES_MAX",
@@ -69,7 +71,7 @@ def start_metrics(port: int, host: str = "127.0.0.1") -> None:
     series: no Kafka dashboard reads them, and they would double every counter's series."""
     disable_created_metrics()  # type: ignore[no-untyped-call]  # (untyped in prometheus_client)
     if port:
-        start_http_server(port, addr=host)
+        metrics_http.serve(port, host)
 
 
 def grpc_server(max_message_bytes: int = GRPC_MESSAGE_BYTES_MAX) -> tuple[grpc.aio.Server, HealthServicer]:
