@@ -1,8 +1,8 @@
 """Prometheus view of a broker's replicas, read at scrape time (written as text:
-tidelog.common.metrics_http) so the figures cannot drift from what the broker holds: the ReplicaManager MBeans (partitions, leaders,
-under-replicated, under min ISR), kafka_exporter's partition offsets for the partitions this broker
-leads (only the leader exports them, so a scrape of every broker counts each partition once), and
-each replica's log size.
+tidelog.common.metrics_http) so the figures cannot drift from what the broker holds: the
+ReplicaManager MBeans (partitions, leaders, under-replicated, under min ISR), kafka_exporter's
+partition offsets for the partitions this broker leads (only the leader exports them, so a scrape
+of every broker counts each partition once), and each replica's log size.
 
 Per-partition series stop at `metrics.partition.series.max` replicas: past it, log sizes are summed
 per topic (`partition="all"`) and offsets are left out, which bounds a scrape of a broker with
