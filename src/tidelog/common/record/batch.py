@@ -341,11 +341,14 @@ def encode_batch(
     return bytes(header) + section
 
 
-def validate_batch(buffer: Buffer, position: int = 0, *, max_bytes: int | None = None) -> BatchHeader:
+def validate_batch(
+    buffer: Buffer, position: int = 0, *, max_bytes: int | None = None, verify_crc: bool = True
+) -> BatchHeader:
     """Check the framing, magic and CRC of the batch at `position`, cheaply (no decoding).
 
     Raises CorruptRecordError for a torn or corrupt batch and InvalidRecordError for a well-formed
     one that breaks a rule. This is what the log runs on every append and every recovered batch.
+    Without `verify_crc` (bytes the log already checked) every other check still runs.
     """
     available = len(buffer) - position
     if available < BATCH_OVERHEAD:
@@ -359,9 +362,10 @@ def validate_batch(buffer: Buffer, position: int = 0, *, max_bytes: int | None =
         raise RecordTooLargeError(f"batch of {header.size} bytes exceeds the limit of {max_bytes}")
     if header.magic != MAGIC:
         raise InvalidRecordError(f"magic {header.magic} is not the supported magic {MAGIC}")
-    actual = batch_crc(buffer, position, header.size)
-    if actual != header.crc:
-        raise CorruptRecordError(f"CRC32C mismatch: stored {header.crc:#010x}, computed {actual:#010x}")
+    if verify_crc:
+        actual = batch_crc(buffer, position, header.size)
+        if actual != header.crc:
+            raise CorruptRecordError(f"CRC32C mismatch: stored {header.crc:#010x}, computed {actual:#010x}")
     if header.attributes & ~KNOWN_ATTRIBUTE_BITS or header.attributes & COMPRESSION_MASK > 4:
         raise InvalidRecordError(f"unknown attribute bits {header.attributes:#06x}")
     if not 0 < header.record_count <= RECORDS_PER_BATCH_MAX:
@@ -414,17 +418,30 @@ def _decode_headers(blob: bytes, lengths: list[int], base: int) -> list[Headers]
             result.append(_NO_HEADERS)
             continue
         end = position + length
+        if end > len(blob):
+            raise CorruptRecordError("record headers overrun the records section")
         record_headers: list[Header] = []
+        # Every length is checked against this record's end before it is used: a hostile batch
+        # (its CRC is easy to compute) gets a CorruptRecordError, never a struct or Unicode error.
         while position < end:
+            if position + HEADER_KEY.size + HEADER_VALUE.size > end:
+                raise CorruptRecordError("record headers overrun their declared length")
             (name_length,) = HEADER_KEY.unpack_from(blob, position)
             position += HEADER_KEY.size
-            name = blob[position : position + name_length].decode()
+            if position + name_length + HEADER_VALUE.size > end:
+                raise CorruptRecordError("a header name overruns its record's headers")
+            try:
+                name = blob[position : position + name_length].decode()
+            except UnicodeDecodeError as error:
+                raise CorruptRecordError(f"a header name is not UTF-8: {error}") from None
             position += name_length
             (value_length,) = HEADER_VALUE.unpack_from(blob, position)
             position += HEADER_VALUE.size
             if value_length < 0:
                 record_headers.append((name, None))
             else:
+                if position + value_length > end:
+                    raise CorruptRecordError("a header value overruns its record's headers")
                 record_headers.append((name, blob[position : position + value_length]))
                 position += value_length
         if position != end:
@@ -509,7 +526,7 @@ def check_records(
 
 def decode_batch(buffer: Buffer, position: int = 0, *, verify_crc: bool = True) -> RecordBatch:
     """Decode the batch at `position` into columns of Python objects."""
-    header = validate_batch(buffer, position) if verify_crc else read_header(buffer, position)
+    header = validate_batch(buffer, position, verify_crc=verify_crc)
     columns = _columns(buffer, position, header)
     count = header.record_count
     section = columns.section
