@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
+import json
+import math
 from typing import Any, Final
 
 import orjson
@@ -43,7 +45,7 @@ class EmbeddedFormat(enum.Enum):
         if data is None:
             return None
         if self is EmbeddedFormat.JSON:
-            return orjson.dumps(data)
+            return _json_bytes(data, what)
         try:
             return base64_bytes(data, what)
         except ValueError as error:
@@ -56,6 +58,32 @@ class EmbeddedFormat(enum.Enum):
         if self is EmbeddedFormat.JSON:
             return orjson.loads(data)
         return binascii.b2a_base64(data, newline=False).decode()
+
+
+def _json_bytes(data: Any, what: str) -> bytes:
+    """A JSON key or value as stored: orjson's bytes, exactly what the client sent. orjson refuses
+    integers beyond 64 bits (the standard library keeps them exactly) and writes a number beyond a
+    double's range, parsed as infinity, as null: that is refused rather than stored changed."""
+    try:
+        encoded = orjson.dumps(data)
+    except TypeError:
+        try:
+            return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
+        except (TypeError, ValueError) as error:
+            raise RestError(INVALID_PAYLOAD, f"{what} cannot be stored as JSON: {error}") from None
+    if b"null" in encoded and _has_non_finite(data):  # orjson wrote an infinity as null
+        raise RestError(INVALID_PAYLOAD, f"{what} holds a number beyond the range of a double")
+    return encoded
+
+
+def _has_non_finite(data: Any) -> bool:
+    if isinstance(data, float):
+        return not math.isfinite(data)
+    if isinstance(data, dict):
+        return any(_has_non_finite(value) for value in data.values())
+    if isinstance(data, list):
+        return any(_has_non_finite(value) for value in data)
+    return False
 
 
 def base64_bytes(data: object, what: str) -> bytes:
