@@ -12,11 +12,11 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
-from tidelog.client import AdminClient
+from tidelog.client import AdminClient, ConsumerRecord
 from tidelog.local_cluster import LocalCluster
 
 T = TypeVar("T")
@@ -94,3 +94,15 @@ async def wait_until(condition: Callable[[], Awaitable[T | None]], *, timeout_s:
             last = error
         await asyncio.sleep(0.05)
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what or condition}: last {last!r}")
+
+
+async def poll_until(consumer: Any, count: int, *, what: str = "records read") -> list[ConsumerRecord]:
+    """Poll a Consumer or GroupConsumer until it has returned at least `count` records."""
+    records: list[ConsumerRecord] = []
+
+    async def enough() -> bool:
+        records.extend(await consumer.poll(200))
+        return len(records) >= count
+
+    await wait_until(enough, what=what)
+    return records

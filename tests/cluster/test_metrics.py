@@ -12,7 +12,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from tests.cluster.conftest import COORDINATOR_ARGS, started_cluster, wait_until
+from tests.cluster.conftest import COORDINATOR_ARGS, poll_until, started_cluster, wait_until
 from tidelog.client import AdminClient, Consumer, GroupConsumer, Producer, TopicPartition
 from tidelog.local_cluster import LocalCluster
 
@@ -47,14 +47,7 @@ async def test_cluster_topic_and_partition_figures_come_from_one_process_each(
         await (await producer.send_batch(topic_name, [b"r%d" % n for n in range(RECORDS)], partition=0))
     async with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
         consumer.assign([TopicPartition(topic_name, 0)])
-        read = 0
-
-        async def consumed() -> bool:
-            nonlocal read
-            read += len(await consumer.poll(200))
-            return read >= RECORDS
-
-        await wait_until(consumed, what="the records read back")
+        await poll_until(consumer, RECORDS, what="the records read back")
     described = (await admin.describe_topics([topic_name]))[topic_name]
     assert not isinstance(described, Exception)
     leader_of = {state.partition: state.leader for state in described.partitions}
@@ -131,14 +124,7 @@ async def test_group_offsets_lag_and_members_come_from_the_groups_coordinator(tm
         member = GroupConsumer(cluster.bootstrap, "billing", auto_offset_reset="earliest", enable_auto_commit=False)
         member.subscribe(["events"])
         try:
-            read = 0
-
-            async def consumed() -> bool:
-                nonlocal read
-                read += len(await member.poll(200))
-                return read >= 40
-
-            await wait_until(consumed, what="some records read")
+            await poll_until(member, 40, what="some records read")
             await member.commit({TopicPartition("events", 0): 40})
 
             async def lag_reported() -> list[Sample] | None:

@@ -4,14 +4,11 @@ hand where pydantic-core (not instrumented: Rust) hides the paths from the fuzze
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.fuzzing import bounded_run, replay_corpus
 from tidelog.gateway import rest_models
 from tidelog.gateway.embedded_format import EmbeddedFormat
 from tidelog.gateway.producing import decode_records
@@ -27,37 +24,11 @@ atheris = pytest.importorskip("atheris", reason="atheris not installed (the test
 
 
 def test_the_corpus_replays_without_an_unexpected_exception() -> None:
-    sys.path.insert(0, str(HERE))
-    try:
-        from fuzz_rest_bodies import fuzz_one  # noqa: PLC0415 - the target, imported as the fuzzer does
-    finally:
-        sys.path.remove(str(HERE))
-    inputs = sorted(CORPUS.iterdir())
-    assert len(inputs) >= 10  # a body of every kind, and the regressions below
-    for path in inputs:
-        fuzz_one(path.read_bytes())  # raises anything but a RestError
+    replay_corpus(TARGET, CORPUS, at_least=10)
 
 
 def test_a_bounded_fuzzing_run_finds_nothing(tmp_path: Path) -> None:
-    corpus = tmp_path / "corpus"
-    shutil.copytree(CORPUS, corpus)
-    run = subprocess.run(
-        [
-            sys.executable,
-            str(TARGET),
-            f"-runs={RUNS}",
-            "-max_total_time=60",
-            f"-artifact_prefix={tmp_path}/",
-            str(corpus),
-        ],
-        env=dict(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    crashes = sorted(path.name for path in tmp_path.glob("crash-*"))
-    assert run.returncode == 0 and not crashes, (crashes, run.stderr[-3000:])
+    bounded_run(TARGET, CORPUS, tmp_path, runs=RUNS)
 
 
 def _json_values(raw: bytes) -> list[bytes | None]:

@@ -17,7 +17,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.cluster.conftest import COORDINATOR_ARGS, started_cluster, wait_until
+from tests.cluster.conftest import COORDINATOR_ARGS, poll_until, started_cluster, wait_until
 from tidelog.client import AdminClient, GroupConsumer, Producer, TopicPartition
 from tidelog.common.errors import TidelogError
 from tidelog.common.etcd.server import free_port
@@ -81,14 +81,7 @@ async def _load(cluster: LocalCluster) -> GroupConsumer:
             await (await producer.send_batch("events", [b"e%d" % n for n in range(100)], partition=partition))
     member = GroupConsumer(cluster.bootstrap, "billing", auto_offset_reset="earliest", enable_auto_commit=False)
     member.subscribe(["events"])
-    read = 0
-
-    async def consumed() -> bool:
-        nonlocal read
-        read += len(await member.poll(200))
-        return read >= 10
-
-    await wait_until(consumed, what="the group reading")
+    await poll_until(member, 10, what="the group reading")
     await member.commit({TopicPartition("events", 0): 10})
     await _rest_load(cluster)
     async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:

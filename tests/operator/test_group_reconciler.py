@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import COORDINATOR_ARGS, started_cluster, wait_until
+from tests.cluster.conftest import COORDINATOR_ARGS, poll_until, started_cluster
 from tidelog.client import AdminClient, GroupConsumer, Producer, TopicPartition
 from tidelog.client.group_admin import GroupAdmin
 from tidelog.local_cluster import LocalCluster
@@ -41,14 +41,7 @@ async def test_status_shows_members_assignment_and_lag_and_a_reset_waits_then_ap
 ) -> None:
     member = GroupConsumer(group_cluster.bootstrap, "billing", auto_offset_reset="earliest", enable_auto_commit=False)
     member.subscribe([TOPIC])
-    read = 0
-
-    async def consumed() -> bool:
-        nonlocal read
-        read += len(await member.poll(200))
-        return read >= 40
-
-    await wait_until(consumed, what="some records read")
+    await poll_until(member, 40, what="some records read")
     await member.commit({TopicPartition(TOPIC, 0): 40})
     spec = GroupSpec.from_resource("billing", {"resetOffsets": {"id": "replay-1", "to": "earliest", "topics": [TOPIC]}})
     waiting = await reconciler.reconcile(spec, last_reset=None)

@@ -18,7 +18,7 @@ import aiohttp
 import kmock
 import pytest
 
-from tests.cluster.conftest import COORDINATOR_ARGS, started_cluster, wait_until
+from tests.cluster.conftest import COORDINATOR_ARGS, poll_until, started_cluster, wait_until
 from tidelog.client import AdminClient, Consumer, GroupConsumer, Producer, TopicPartition
 from tidelog.client.group_admin import GroupAdmin
 from tidelog.common.settings import OperatorSettings
@@ -339,14 +339,7 @@ async def test_a_consumer_group_shows_its_members_and_lag_and_a_reset_waits_for_
             await (await producer.send_batch("events", [b"%03d" % n for n in range(100)], partition=0))
         member = GroupConsumer(cluster.bootstrap, "billing", auto_offset_reset="earliest", enable_auto_commit=False)
         member.subscribe(["events"])
-        read = 0
-
-        async def consumed() -> bool:
-            nonlocal read
-            read += len(await member.poll(200))
-            return read >= 40
-
-        await wait_until(consumed, what="some records read")
+        await poll_until(member, 40, what="some records read")
         await member.commit({TopicPartition("events", 0): 40})
 
         operator = _start_operator(kubeconfig, cluster, tmp_path / "operator.log", "--standalone")

@@ -4,13 +4,11 @@ regression tests yet."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.fuzzing import bounded_run, replay_corpus
 
 HERE = Path(__file__).parent
 CORPUS = HERE / "fuzz_corpus"
@@ -22,36 +20,10 @@ atheris = pytest.importorskip("atheris", reason="atheris not installed (the test
 
 def test_the_corpus_replays_without_an_unexpected_exception(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FUZZ_STORAGE_DIR", str(tmp_path))
-    sys.path.insert(0, str(HERE))
-    try:
-        from fuzz_storage_files import fuzz_one  # noqa: PLC0415 - the target, imported as the fuzzer does
-    finally:
-        sys.path.remove(str(HERE))
-    inputs = sorted(CORPUS.iterdir())
-    assert len(inputs) >= 5  # the seeds: both index kinds, checkpoints of 1 and 2 fields, empty
-    for path in inputs:
-        fuzz_one(path.read_bytes())  # raises anything but the files' own errors
+    replay_corpus(TARGET, CORPUS, at_least=5)  # both index kinds, checkpoints of 1 and 2 fields, empty
 
 
 def test_a_bounded_fuzzing_run_finds_nothing(tmp_path: Path) -> None:
-    corpus = tmp_path / "corpus"
-    shutil.copytree(CORPUS, corpus)
     files = tmp_path / "files"
     files.mkdir()
-    run = subprocess.run(
-        [
-            sys.executable,
-            str(TARGET),
-            f"-runs={RUNS}",
-            "-max_total_time=60",
-            f"-artifact_prefix={tmp_path}/",
-            str(corpus),
-        ],
-        env={**os.environ, "FUZZ_STORAGE_DIR": str(files)},
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    crashes = sorted(path.name for path in tmp_path.glob("crash-*"))
-    assert run.returncode == 0 and not crashes, (crashes, run.stderr[-3000:])
+    bounded_run(TARGET, CORPUS, tmp_path, runs=RUNS, env={"FUZZ_STORAGE_DIR": str(files)})

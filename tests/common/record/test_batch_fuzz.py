@@ -3,13 +3,11 @@ a bounded fuzzing run, and a regression test per crash the fuzzer found."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.fuzzing import bounded_run, replay_corpus
 from tidelog.common.errors import CorruptRecordError
 from tidelog.common.record.batch import decode_batch, encode_batch, restamp
 
@@ -22,36 +20,11 @@ atheris = pytest.importorskip("atheris", reason="atheris not installed (the test
 
 
 def test_the_corpus_replays_without_an_unexpected_exception() -> None:
-    sys.path.insert(0, str(HERE))
-    try:
-        from fuzz_record_batch import fuzz_one  # noqa: PLC0415 - the target, imported as the fuzzer does
-    finally:
-        sys.path.remove(str(HERE))
-    inputs = sorted(CORPUS.iterdir())
-    assert len(inputs) >= 9  # the seeds: every codec, headers, two batches back to back
-    for path in inputs:
-        fuzz_one(path.read_bytes())  # raises anything but a TidelogError
+    replay_corpus(TARGET, CORPUS, at_least=9)
 
 
 def test_a_bounded_fuzzing_run_finds_nothing(tmp_path: Path) -> None:
-    corpus = tmp_path / "corpus"
-    shutil.copytree(CORPUS, corpus)  # the run adds what it finds here, not to the repository
-    run = subprocess.run(
-        [
-            sys.executable,
-            str(TARGET),
-            f"-runs={RUNS}",
-            "-max_total_time=60",
-            f"-artifact_prefix={tmp_path}/",
-            str(corpus),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    crashes = sorted(path.name for path in tmp_path.glob("crash-*"))
-    assert run.returncode == 0 and not crashes, (crashes, run.stderr[-3000:])
+    bounded_run(TARGET, CORPUS, tmp_path, runs=RUNS)
 
 
 # ---- regressions: one per crash the fuzzer found -------------------------------------------
