@@ -32,7 +32,7 @@ from tidelog.client import AdminClient
 from tidelog.client.group_admin import GroupAdmin
 from tidelog.common import metrics_catalog
 from tidelog.common.runtime import configure_logging, start_metrics
-from tidelog.common.settings import OperatorSettings
+from tidelog.common.settings import OperatorSettings, SecuritySettings
 from tidelog.operator.crds import GROUP, VERSION
 from tidelog.operator.group_reconciler import GroupReconciler, GroupSpec
 from tidelog.operator.topic_reconciler import Outcome, TopicReconciler, TopicSpec
@@ -233,8 +233,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--peering", default="tidelog", help="the ClusterKopfPeering/KopfPeering replicas meet in")
     parser.add_argument("--priority", type=int, default=0, help="among replicas the highest acts; equal ones freeze")
     OperatorSettings.add_arguments(parser)
+    SecuritySettings.add_arguments(parser)
     args = parser.parse_args(argv)
     args.settings = OperatorSettings.parse_into(parser, args)
+    args.security = SecuritySettings.parse_into(parser, args)
     return args
 
 
@@ -245,8 +247,10 @@ async def serve(args: argparse.Namespace) -> None:
         start_metrics(args.metrics_port, host="0.0.0.0")
     timeout_ms = settings.operator_request_timeout_ms
     async with (
-        AdminClient(args.bootstrap, controllers=args.controller, request_timeout_ms=timeout_ms) as admin,
-        GroupAdmin(args.bootstrap, request_timeout_ms=timeout_ms) as groups,
+        AdminClient(
+            args.bootstrap, controllers=args.controller, request_timeout_ms=timeout_ms, security=args.security
+        ) as admin,
+        GroupAdmin(args.bootstrap, request_timeout_ms=timeout_ms, security=args.security) as groups,
     ):
         _state.update(
             settings=settings, reconciler=TopicReconciler(admin), group_reconciler=GroupReconciler(groups, admin)

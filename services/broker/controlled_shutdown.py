@@ -16,8 +16,8 @@ import grpc
 import structlog
 
 from tidelog.broker.metadata_cache import MetadataCache
+from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode
-from tidelog.common.runtime import GRPC_OPTIONS
 from tidelog.v1 import controller_pb2, controller_pb2_grpc
 
 __all__ = ["controlled_shutdown"]
@@ -28,7 +28,13 @@ REQUEST_TIMEOUT_S = 15.0
 
 
 async def controlled_shutdown(
-    metadata: MetadataCache, broker_id: int, incarnation: str, *, max_retries: int, backoff_ms: int
+    metadata: MetadataCache,
+    broker_id: int,
+    incarnation: str,
+    *,
+    max_retries: int,
+    backoff_ms: int,
+    channels: ChannelPool,
 ) -> bool:
     """True when the controller moved what it could; False when it could not be reached."""
     request = controller_pb2.ControlledShutdownRequest(broker_id=broker_id, broker_incarnation=incarnation)
@@ -40,15 +46,14 @@ async def controlled_shutdown(
             endpoint = metadata.controller_endpoint
             if not endpoint:
                 continue
-        async with grpc.aio.insecure_channel(endpoint, options=GRPC_OPTIONS) as channel:
-            try:
-                response = await controller_pb2_grpc.ControllerStub(channel).ControlledShutdown(
-                    request, timeout=REQUEST_TIMEOUT_S
-                )
-            except grpc.aio.AioRpcError as error:
-                log.info("controlled_shutdown_failed", attempt=attempt, code=error.code().name)
-                endpoint = ""
-                continue
+        try:
+            response = await controller_pb2_grpc.ControllerStub(channels.channel(endpoint)).ControlledShutdown(
+                request, timeout=REQUEST_TIMEOUT_S
+            )
+        except grpc.aio.AioRpcError as error:
+            log.info("controlled_shutdown_failed", attempt=attempt, code=error.code().name)
+            endpoint = ""
+            continue
         if response.error_code == ErrorCode.NOT_CONTROLLER:
             endpoint = response.controller_endpoint
             continue

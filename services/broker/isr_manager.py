@@ -29,8 +29,8 @@ from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.replica_manager import Partition, ReplicaManager
 from tidelog.broker.replica_role import ReplicaRole
 from tidelog.common import metrics_catalog
+from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode
-from tidelog.common.runtime import GRPC_OPTIONS
 from tidelog.v1 import controller_pb2, controller_pb2_grpc
 
 __all__ = ["IsrManager"]
@@ -42,14 +42,21 @@ ISR_EXPANDS: Final = metrics_catalog.counter("kafka_server_replicamanager_isrexp
 
 
 class IsrManager:
-    def __init__(self, replicas: ReplicaManager, metadata: MetadataCache, *, lag_time_max_ms: int) -> None:
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        metadata: MetadataCache,
+        *,
+        lag_time_max_ms: int,
+        channels: ChannelPool | None = None,
+    ) -> None:
         assert lag_time_max_ms > 0
         self.replicas = replicas
         self.metadata = metadata
         self.lag_s = lag_time_max_ms / 1000
         self.interval_s = min(self.lag_s / 2, 0.5)
         self._pending: set[tuple[str, int]] = set()
-        self._channel: tuple[str, grpc.aio.Channel] | None = None
+        self._channels = channels or ChannelPool()
 
     async def run(self) -> None:
         while True:
@@ -103,9 +110,7 @@ class IsrManager:
         endpoint = self.metadata.controller_endpoint
         if not endpoint:
             return None
-        if self._channel is None or self._channel[0] != endpoint:
-            self._channel = (endpoint, grpc.aio.insecure_channel(endpoint, options=GRPC_OPTIONS))
-        return controller_pb2_grpc.ControllerStub(self._channel[1])
+        return controller_pb2_grpc.ControllerStub(self._channels.channel(endpoint))
 
     async def _alter(self, partition: Partition, wanted: list[int]) -> None:
         key = (partition.topic, partition.partition)
@@ -161,6 +166,5 @@ class IsrManager:
             self._pending.discard(key)
 
     async def close(self) -> None:
-        if self._channel is not None:
-            with contextlib.suppress(Exception):
-                await self._channel[1].close()
+        with contextlib.suppress(Exception):
+            await self._channels.close()

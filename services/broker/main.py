@@ -21,9 +21,10 @@ from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.producer_id_manager import ProducerIdManager
 from tidelog.broker.registration import Registration
 from tidelog.broker.replica_manager import ReplicaManager
+from tidelog.common.channels import ChannelPool
 from tidelog.common.metadata import BrokerRegistration
 from tidelog.common.runtime import run_service
-from tidelog.common.settings import BrokerSettings
+from tidelog.common.settings import BrokerSettings, SecuritySettings
 from tidelog.v1 import broker_pb2_grpc
 
 log = structlog.get_logger(__name__)
@@ -47,8 +48,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="default topic config for this broker's logs (repeatable)",
     )
     BrokerSettings.add_arguments(parser)
+    SecuritySettings.add_arguments(parser)
     args = parser.parse_args(argv)
     args.settings = BrokerSettings.parse_into(parser, args)
+    args.security = SecuritySettings.parse_into(parser, args)
     return args
 
 
@@ -69,6 +72,8 @@ class _Broker:
         self.settings: BrokerSettings = args.settings
         settings = self.settings
         defaults = dict(item.split("=", 1) for item in args.log_config)
+        # One pool for every channel this broker opens: to leaders (fetch) and to the controller.
+        self.channels = ChannelPool(args.security)
         self.replicas = ReplicaManager(
             args.id,
             Path(args.data_dir),
@@ -79,6 +84,7 @@ class _Broker:
                 "fetch_max_bytes": settings.replica_fetch_max_bytes,
                 "backoff_ms": settings.replica_fetch_backoff_ms,
             },
+            channels=self.channels,
         )
         broker_metrics.register(self.replicas, settings.metrics_partition_series_max)
         self.metadata = MetadataCache()
@@ -91,7 +97,9 @@ class _Broker:
             ttl_s=max(1, settings.broker_session_timeout_ms // 1000),
             on_replaced=stopping.set,  # another process registered this broker id: stop, fenced anyway
         )
-        self.isr_manager = IsrManager(self.replicas, self.metadata, lag_time_max_ms=settings.replica_lag_time_max_ms)
+        self.isr_manager = IsrManager(
+            self.replicas, self.metadata, lag_time_max_ms=settings.replica_lag_time_max_ms, channels=self.channels
+        )
         self.background: list[asyncio.Task[None]] = []
 
     def add_to(self, server: grpc.aio.Server) -> list[str]:
@@ -132,6 +140,7 @@ class _Broker:
                 self.replicas.incarnation,
                 max_retries=self.settings.controlled_shutdown_max_retries,
                 backoff_ms=self.settings.controlled_shutdown_retry_backoff_ms,
+                channels=self.channels,
             )
 
     async def leave(self) -> None:
@@ -157,6 +166,7 @@ async def serve(args: argparse.Namespace) -> None:
         metrics_port=args.metrics_port,
         build=build,
         max_message_bytes=args.settings.socket_request_max_bytes,
+        security=args.security,
         broker_id=args.id,
     )
 

@@ -21,8 +21,8 @@ import grpc
 import structlog
 
 from tidelog.broker.storage import PartitionLog
+from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode, TidelogError
-from tidelog.common.runtime import GRPC_OPTIONS
 from tidelog.v1 import broker_pb2, broker_pb2_grpc
 
 __all__ = ["FollowedPartition", "ReplicaFetcherManager"]
@@ -52,6 +52,7 @@ class ReplicaFetcherManager:
         wait_max_ms: int = 500,
         fetch_max_bytes: int = 1024 * 1024,
         backoff_ms: int = 200,
+        channels: ChannelPool | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.incarnation = incarnation
@@ -62,7 +63,7 @@ class ReplicaFetcherManager:
         self.endpoints: dict[int, str] = {}
         self.followed: dict[tuple[str, int], FollowedPartition] = {}
         self._fetchers: dict[int, asyncio.Task[None]] = {}
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._channels = channels or ChannelPool()
         self.on_appended: Callable[[tuple[str, int]], None] = lambda key: None
 
     def follow(self, followed: FollowedPartition) -> None:
@@ -85,9 +86,7 @@ class ReplicaFetcherManager:
         endpoint = self.endpoints.get(leader)
         if endpoint is None:
             return None
-        if endpoint not in self._channels:
-            self._channels[endpoint] = grpc.aio.insecure_channel(endpoint, options=GRPC_OPTIONS)
-        return broker_pb2_grpc.BrokerStub(self._channels[endpoint])
+        return broker_pb2_grpc.BrokerStub(self._channels.channel(endpoint))
 
     async def _run(self, leader: int) -> None:
         while True:
@@ -206,5 +205,4 @@ class ReplicaFetcherManager:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._fetchers.clear()
-        for channel in self._channels.values():
-            await channel.close()
+        await self._channels.close()

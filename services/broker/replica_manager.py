@@ -33,6 +33,7 @@ from tidelog.broker.replica_role import ReplicaRole, role_in, transition
 from tidelog.broker.storage import LogCleaner, LogConfig, PartitionLog
 from tidelog.broker.storage.partition_log import AppendInfo
 from tidelog.common import metrics_catalog
+from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import (
     ErrorCode,
     NotEnoughReplicasError,
@@ -188,6 +189,7 @@ class ReplicaManager:
         log_defaults: dict[str, str] | None = None,
         fetcher_options: dict[str, int] | None = None,
         incarnation: str = "",
+        channels: ChannelPool | None = None,
     ) -> None:
         assert 1 <= io_threads <= 256
         self.broker_id = broker_id
@@ -199,7 +201,7 @@ class ReplicaManager:
         self.io = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="storage-io")
         self.cleaner = LogCleaner(lambda: [partition.log for partition in list(self.partitions.values())])
         self.fetchers = ReplicaFetcherManager(
-            broker_id, self.run_io, incarnation=self.incarnation, **(fetcher_options or {})
+            broker_id, self.run_io, incarnation=self.incarnation, channels=channels, **(fetcher_options or {})
         )
         self.fetchers.on_appended = self._follower_appended
         # Controller requests change replicas one at a time (Kafka's replicaStateChangeLock): a

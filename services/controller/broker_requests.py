@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping
 import grpc
 import structlog
 
+from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode
 from tidelog.common.metadata import BrokerRegistration
-from tidelog.common.runtime import GRPC_OPTIONS
 from tidelog.controller.cluster_state import ClusterState
 from tidelog.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 
@@ -27,15 +27,12 @@ log = structlog.get_logger(__name__)
 
 
 class BrokerRequests:
-    def __init__(self, *, timeout_s: float = 5.0) -> None:
+    def __init__(self, *, timeout_s: float = 5.0, channels: ChannelPool | None = None) -> None:
         self.timeout_s = timeout_s
-        self._channels: dict[str, tuple[grpc.aio.Channel, broker_pb2_grpc.BrokerStub]] = {}
+        self._channels = channels or ChannelPool()
 
     def _stub(self, endpoint: str) -> broker_pb2_grpc.BrokerStub:
-        if endpoint not in self._channels:
-            channel = grpc.aio.insecure_channel(endpoint, options=GRPC_OPTIONS)
-            self._channels[endpoint] = (channel, broker_pb2_grpc.BrokerStub(channel))
-        return self._channels[endpoint][1]
+        return broker_pb2_grpc.BrokerStub(self._channels.channel(endpoint))
 
     async def send_state(
         self, state: ClusterState, controller_id: int, epoch: int, controller_endpoint: str, broker_id: int
@@ -126,6 +123,4 @@ class BrokerRequests:
         )
 
     async def close(self) -> None:
-        for channel, _ in self._channels.values():
-            await channel.close()
-        self._channels.clear()
+        await self._channels.close()

@@ -30,6 +30,7 @@ from typing import Any, Final
 import structlog
 from etcd3aio import Etcd3Client, prefix_range_end
 
+from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import InvalidRequestError, NotControllerError, TidelogError
 from tidelog.common.etcd.election import Election, NotLeaderError
 from tidelog.common.etcd.session import Session
@@ -62,11 +63,12 @@ class Controller:
         *,
         broker_requests: BrokerRequests | None = None,
         rng: random.Random | None = None,
+        channels: ChannelPool | None = None,
     ) -> None:
         self.config = config
         self.etcd = etcd
         self.broker_requests = broker_requests or BrokerRequests(
-            timeout_s=config.settings.controller_socket_timeout_ms / 1000
+            timeout_s=config.settings.controller_socket_timeout_ms / 1000, channels=channels
         )
         self.role = ControllerRole(config.controller_id)
         self.active = self.role.active  # set exactly while the role is ACTIVE

@@ -10,8 +10,9 @@ import grpc
 import structlog
 from etcd3aio import Etcd3Client
 
+from tidelog.common.channels import ChannelPool
 from tidelog.common.runtime import run_service
-from tidelog.common.settings import ControllerSettings
+from tidelog.common.settings import ControllerSettings, SecuritySettings
 from tidelog.controller import controller_metrics
 from tidelog.controller.admin_service import AdminService
 from tidelog.controller.controller import Controller
@@ -30,8 +31,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--metrics-port", type=int, default=0)
     parser.add_argument("--etcd", required=True, help="etcd endpoint host:port")
     ControllerSettings.add_arguments(parser)
+    SecuritySettings.add_arguments(parser)
     args = parser.parse_args(argv)
     args.settings = ControllerSettings.parse_into(parser, args)
+    args.security = SecuritySettings.parse_into(parser, args)
     return args
 
 
@@ -45,7 +48,7 @@ class _Controller:
             settings=args.settings,
         )
         self.etcd = Etcd3Client([args.etcd])
-        self.controller = Controller(self.config, self.etcd)
+        self.controller = Controller(self.config, self.etcd, channels=ChannelPool(args.security))
         controller_metrics.register(self.controller, args.settings.controller_metrics_partition_series_max)
         self.running: asyncio.Task[None] | None = None
 
@@ -80,6 +83,7 @@ async def serve(args: argparse.Namespace) -> None:
         listen=f"{args.host}:{args.port}",
         metrics_port=args.metrics_port,
         build=build,
+        security=args.security,
         controller_id=args.id,
     )
 

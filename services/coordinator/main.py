@@ -23,7 +23,7 @@ from tidelog.common.errors import ErrorCode, TidelogError
 from tidelog.common.etcd.registry import registered_brokers
 from tidelog.common.metadata import CONSUMER_OFFSETS_TOPIC, CoordinatorInstanceRecord
 from tidelog.common.runtime import run_service
-from tidelog.common.settings import CoordinatorSettings
+from tidelog.common.settings import CoordinatorSettings, SecuritySettings
 from tidelog.coordinator import coordinator_metrics
 from tidelog.coordinator.coordinator_service import CoordinatorService
 from tidelog.coordinator.group_coordinator import GroupCoordinator
@@ -51,19 +51,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--metrics-port", type=int, default=0)
     parser.add_argument("--etcd", required=True, help="etcd endpoint host:port")
     CoordinatorSettings.add_arguments(parser)
+    SecuritySettings.add_arguments(parser)
     args = parser.parse_args(argv)
     args.settings = CoordinatorSettings.parse_into(parser, args)
+    args.security = SecuritySettings.parse_into(parser, args)
     return args
 
 
 async def _ensure_offsets_topic(
-    bootstrap: list[str], partitions: int, factor: int, *, wait_s: float = OFFSETS_TOPIC_WAIT_S
+    bootstrap: list[str],
+    partitions: int,
+    factor: int,
+    *,
+    security: SecuritySettings,
+    wait_s: float = OFFSETS_TOPIC_WAIT_S,
 ) -> None:
     """Create __consumer_offsets unless it exists. Brokers refuse Metadata (UNAVAILABLE) until a
     controller has sent them the cluster's, so a coordinator starting with the cluster waits for
     that instead of exiting (a start-up race CI met)."""
     deadline = time.monotonic() + wait_s
-    async with AdminClient(bootstrap) as admin:
+    async with AdminClient(bootstrap, security=security) as admin:
         while True:
             try:
                 described = (await admin.describe_topics([CONSUMER_OFFSETS_TOPIC]))[CONSUMER_OFFSETS_TOPIC]
@@ -97,7 +104,7 @@ async def _load(
         fence = await writer.append_at(partition, [(FENCE_KEY, None)])
         tp = TopicPartition(CONSUMER_OFFSETS_TOPIC, partition)
         records = 0
-        async with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+        async with Consumer(bootstrap, auto_offset_reset="earliest", connections=writer.connections) as consumer:
             consumer.assign([tp])
             await consumer.seek_to_beginning([tp])
             deadline = time.monotonic() + LOAD_TIMEOUT_S
@@ -124,7 +131,7 @@ class _Coordinator:
     def __init__(self, args: argparse.Namespace, etcd: Etcd3Client, bootstrap: list[str]) -> None:
         self.etcd = etcd
         self.bootstrap = bootstrap
-        self.connections = Connections()
+        self.connections = Connections(args.security)
         writer = FencedOffsetsWriter(ClusterMetadata(bootstrap, self.connections), self.connections)
         settings: CoordinatorSettings = args.settings
         coordinator = GroupCoordinator(writer, settings)
@@ -194,7 +201,10 @@ async def serve(args: argparse.Namespace) -> None:
         bootstrap = await registered_brokers(etcd)
         settings: CoordinatorSettings = args.settings
         await _ensure_offsets_topic(
-            bootstrap, settings.offsets_topic_num_partitions, settings.offsets_topic_replication_factor
+            bootstrap,
+            settings.offsets_topic_num_partitions,
+            settings.offsets_topic_replication_factor,
+            security=args.security,
         )
         return _Coordinator(args, etcd, bootstrap)
 
@@ -204,6 +214,7 @@ async def serve(args: argparse.Namespace) -> None:
         metrics_port=args.metrics_port,
         build=build,
         grace_s=1.0,
+        security=args.security,
         coordinator_id=args.id,
     )
 

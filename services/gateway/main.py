@@ -27,7 +27,7 @@ from tidelog.client.connections import Connections
 from tidelog.common.etcd.registry import cluster_id, registered_brokers
 from tidelog.common.etcd.session import Session
 from tidelog.common.runtime import run_service
-from tidelog.common.settings import GatewaySettings
+from tidelog.common.settings import GatewaySettings, SecuritySettings
 from tidelog.gateway.access import load_credentials
 from tidelog.gateway.app import create_app
 from tidelog.gateway.gateway_context import GatewayContext
@@ -49,8 +49,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--etcd", required=True, help="etcd endpoint host:port")
     parser.add_argument("--credentials-file", type=Path, help="'credential principal' per line: turns auth on")
     GatewaySettings.add_arguments(parser)
+    SecuritySettings.add_arguments(parser)
     args = parser.parse_args(argv)
     args.settings = GatewaySettings.parse_into(parser, args)
+    args.security = SecuritySettings.parse_into(parser, args)
     return args
 
 
@@ -71,7 +73,7 @@ class _Gateway:
         self.stopping = stopping
         self.credentials = load_credentials(args.credentials_file) if args.credentials_file else {}
         self.url = args.advertised_url or f"http://{args.host}:{args.port}"
-        self.connections = Connections()
+        self.connections = Connections(args.security)
         self.forward_client = httpx.AsyncClient(timeout=FORWARD_TIMEOUT_S)
         self.background: list[asyncio.Task[None]] = []
         self.serving: asyncio.Task[None] | None = None

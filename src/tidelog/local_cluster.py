@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -32,6 +33,7 @@ from tidelog.common.metadata import (
     coordinator_claim_key,
     coordinator_owner_of,
 )
+from tidelog.common.settings import SecuritySettings
 
 __all__ = ["AnnouncedCluster", "LocalCluster", "announced_cluster", "user_state_file"]
 
@@ -80,6 +82,8 @@ class LocalCluster:
         gateway_args: list[str] | None = None,
         conventional_ports: bool = False,
         announce: bool = False,
+        service_security: Callable[[str], Mapping[str, str]] | None = None,
+        client_security: SecuritySettings | None = None,
     ) -> None:
         self.data_dir = data_dir.resolve()
         self.broker_ids = list(range(1, brokers + 1))
@@ -100,6 +104,10 @@ class LocalCluster:
             self.data_dir / "etcd", client_port=self.ports.etcd_client, peer_port=self.ports.etcd_peer
         )
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        # Per process ("broker-1"): its security settings (its own certificate, the CA, ...); and
+        # what this object's own clients (readiness checks) use.
+        self.service_security = service_security
+        self.client_security = client_security
 
     def _load_ports(self) -> _Ports:
         path = self.data_dir / "cluster.json"
@@ -201,6 +209,9 @@ class LocalCluster:
         ]
         if self.metrics:
             arguments += ["--metrics-port", str(self.ports.metrics[name])]
+        if self.service_security is not None:
+            for setting, value in self.service_security(name).items():
+                arguments += ["--config", f"{setting}={value}"]
         self._spawn(name, f"tidelog.{kind}.main", arguments + extra)
 
     def start_broker(self, broker_id: int) -> None:
@@ -316,7 +327,12 @@ class LocalCluster:
         wanted = set(self.broker_ids if brokers is None else brokers)
         deadline = time.monotonic() + timeout_s
         last = "nothing answered"
-        async with AdminClient(self.bootstrap, controllers=self.controller_endpoints, request_timeout_ms=2000) as admin:
+        async with AdminClient(
+            self.bootstrap,
+            controllers=self.controller_endpoints,
+            request_timeout_ms=2000,
+            security=self.client_security,
+        ) as admin:
             while time.monotonic() < deadline:
                 self.check_alive()
                 try:

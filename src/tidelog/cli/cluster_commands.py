@@ -20,10 +20,11 @@ import grpc
 
 from tidelog.cli.output import progress, table
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
-from tidelog.common.errors import TidelogError
+from tidelog.common.errors import InvalidConfigError, TidelogError
+from tidelog.common.settings import SecuritySettings, read_properties
 from tidelog.local_cluster import announced_cluster
 
-__all__ = ["add_cluster_commands", "bootstrap_endpoints", "endpoints", "run_command"]
+__all__ = ["add_cluster_commands", "bootstrap_endpoints", "command_security", "endpoints", "run_command"]
 
 PRODUCE_CHUNK = 10_000
 
@@ -81,7 +82,7 @@ def run_command(
 
 def _admin(args: argparse.Namespace) -> AdminClient:
     bootstrap, controllers = bootstrap_endpoints(args)
-    return AdminClient(bootstrap, controllers=controllers)
+    return AdminClient(bootstrap, controllers=controllers, security=command_security(args))
 
 
 def _configs(items: list[str]) -> dict[str, str]:
@@ -224,7 +225,9 @@ async def _produce(args: argparse.Namespace) -> int:
     bootstrap, _ = bootstrap_endpoints(args)
     sent = 0
     started = time.monotonic()
-    async with Producer(bootstrap, acks=args.acks, linger_ms=args.linger_ms) as producer:
+    async with Producer(
+        bootstrap, acks=args.acks, linger_ms=args.linger_ms, security=command_security(args)
+    ) as producer:
         deliveries: list[Any] = []
         for line in sys.stdin.buffer:
             text = line.rstrip(b"\n")
@@ -251,7 +254,7 @@ async def _produce(args: argparse.Namespace) -> int:
 async def _consume(args: argparse.Namespace) -> int:
     bootstrap, _ = bootstrap_endpoints(args)
     reset = "earliest" if args.from_beginning else "latest"
-    async with Consumer(bootstrap, auto_offset_reset=reset) as consumer:
+    async with Consumer(bootstrap, auto_offset_reset=reset, security=command_security(args)) as consumer:
         partitions = await consumer.metadata.partitions_of(args.topic)
         chosen = [args.partition] if args.partition is not None else [state.partition for state in partitions]
         consumer.assign([TopicPartition(args.topic, partition) for partition in chosen])
@@ -275,8 +278,23 @@ async def _consume(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_security(args: argparse.Namespace) -> SecuritySettings:
+    """--command-config (or $TIDELOG_COMMAND_CONFIG): a properties file of the client's security
+    settings (security.protocol, ssl.*, sasl.*), as Kafka's tools take."""
+    path = getattr(args, "command_config", None) or os.environ.get("TIDELOG_COMMAND_CONFIG")
+    if not path:
+        return SecuritySettings.from_configs()
+    try:
+        return SecuritySettings.from_configs(read_properties(Path(path)))
+    except (OSError, InvalidConfigError) as error:
+        raise SystemExit(f"--command-config {path}: {error}") from error
+
+
 def endpoints(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", help="broker endpoints host:port,... (default: the dev cluster)")
+    parser.add_argument(
+        "--command-config", metavar="PATH", help="client security settings (properties file; $TIDELOG_COMMAND_CONFIG)"
+    )
     parser.add_argument(
         "--data-dir", default=None, help="a dev cluster's folder (default: ./data, else the one `tidelog dev up` runs)"
     )

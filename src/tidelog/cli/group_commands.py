@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tidelog.cli.cluster_commands import bootstrap_endpoints, endpoints, run_command
+from tidelog.cli.cluster_commands import bootstrap_endpoints, command_security, endpoints, run_command
 from tidelog.cli.output import table
 from tidelog.client import TopicPartition
 from tidelog.client.group_admin import GroupAdmin
@@ -17,7 +17,7 @@ LATEST = -1
 
 def _admin(args: argparse.Namespace) -> GroupAdmin:
     bootstrap, _ = bootstrap_endpoints(args)
-    return GroupAdmin(bootstrap)
+    return GroupAdmin(bootstrap, security=command_security(args))
 
 
 async def _list(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ import grpc
 from tidelog.client.cluster_metadata import ClusterMetadata
 from tidelog.client.connections import Connections
 from tidelog.common.errors import ErrorCode, RequestTimedOutError, TidelogError, error_for
+from tidelog.common.settings import SecuritySettings
 from tidelog.v1 import common_pb2, controller_pb2
 
 __all__ = ["AdminClient", "NewTopic", "TopicDescription"]
@@ -48,8 +49,9 @@ class AdminClient:
         controllers: Sequence[str] = (),
         request_timeout_ms: int = 30_000,
         connections: Connections | None = None,
+        security: SecuritySettings | Mapping[str, object] | None = None,
     ) -> None:
-        self.connections = connections or Connections()
+        self.connections = connections or Connections(security)
         self._owns_connections = connections is None
         self.metadata = ClusterMetadata(bootstrap, self.connections, request_timeout_s=request_timeout_ms / 1000)
         self.controllers = list(controllers)

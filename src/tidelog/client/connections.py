@@ -2,22 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import grpc
 
-from tidelog.common.runtime import GRPC_OPTIONS
+from tidelog.common.channels import ChannelPool
+from tidelog.common.settings import SecuritySettings
 from tidelog.v1 import broker_pb2_grpc, controller_pb2_grpc
 
-__all__ = ["Connections"]
+__all__ = ["Connections", "security_settings"]
+
+
+def security_settings(security: SecuritySettings | Mapping[str, object] | None) -> SecuritySettings:
+    """The client's `security=` argument: Kafka's names (`{"security.protocol": "SSL", ...}`) or
+    settings already built; None is PLAINTEXT."""
+    if isinstance(security, SecuritySettings):
+        return security
+    return SecuritySettings.from_configs(security or {})
 
 
 class Connections:
-    def __init__(self) -> None:
-        self._channels: dict[str, grpc.aio.Channel] = {}
+    def __init__(self, security: SecuritySettings | Mapping[str, object] | None = None) -> None:
+        self.pool = ChannelPool(security_settings(security))
+
+    @property
+    def security(self) -> SecuritySettings:
+        return self.pool.security
 
     def channel(self, endpoint: str) -> grpc.aio.Channel:
-        if endpoint not in self._channels:
-            self._channels[endpoint] = grpc.aio.insecure_channel(endpoint, options=GRPC_OPTIONS)
-        return self._channels[endpoint]
+        return self.pool.channel(endpoint)
 
     def broker(self, endpoint: str) -> broker_pb2_grpc.BrokerStub:
         return broker_pb2_grpc.BrokerStub(self.channel(endpoint))
@@ -26,6 +39,4 @@ class Connections:
         return controller_pb2_grpc.ControllerStub(self.channel(endpoint))
 
     async def close(self) -> None:
-        for channel in self._channels.values():
-            await channel.close()
-        self._channels.clear()
+        await self.pool.close()

@@ -16,7 +16,7 @@ import dataclasses
 import itertools
 import operator
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 import grpc
@@ -26,7 +26,7 @@ from tidelog.client.cluster_metadata import ClusterMetadata, TopicPartition
 from tidelog.client.connections import Connections
 from tidelog.common.errors import ErrorCode, OffsetOutOfRangeError, TidelogError, error_for
 from tidelog.common.record.batch import Headers, RecordBatch, decode_batches
-from tidelog.common.settings import ConsumerSettings
+from tidelog.common.settings import ConsumerSettings, SecuritySettings
 from tidelog.v1 import broker_pb2
 
 __all__ = ["Consumer", "ConsumerRecord", "FetchedPartition", "first_offsets", "next_offsets"]
@@ -90,6 +90,7 @@ class Consumer:
         request_timeout_ms: int = DEFAULTS.request_timeout_ms,
         retry_backoff_ms: int = DEFAULTS.retry_backoff_ms,
         connections: Connections | None = None,
+        security: SecuritySettings | Mapping[str, object] | None = None,
     ) -> None:
         ConsumerSettings.from_configs(  # the registry's bounds: an InvalidConfigError names a bad value
             {
@@ -110,7 +111,7 @@ class Consumer:
         self.request_timeout_s = request_timeout_ms / 1000
         self.retry_backoff_s = retry_backoff_ms / 1000
         self._backoff_until: dict[str, float] = {}  # endpoints whose last fetch failed
-        self.connections = connections or Connections()
+        self.connections = connections or Connections(security)
         self._owns_connections = connections is None
         self.metadata = ClusterMetadata(bootstrap, self.connections, request_timeout_s=self.request_timeout_s)
         self._positions: dict[TopicPartition, int | None] = {}

@@ -15,6 +15,7 @@ from tidelog.client.connections import Connections
 from tidelog.client.consumer import Consumer
 from tidelog.client.coordinator_link import CoordinatorLink
 from tidelog.common.errors import ErrorCode, TidelogError, error_for
+from tidelog.common.settings import SecuritySettings
 from tidelog.v1 import coordinator_pb2
 
 __all__ = ["GroupAdmin", "GroupDescription", "MemberDescription", "PartitionLag"]
@@ -52,8 +53,14 @@ class GroupDescription:
 
 
 class GroupAdmin:
-    def __init__(self, bootstrap: Sequence[str], *, request_timeout_ms: int = 30_000) -> None:
-        self.connections = Connections()
+    def __init__(
+        self,
+        bootstrap: Sequence[str],
+        *,
+        request_timeout_ms: int = 30_000,
+        security: SecuritySettings | Mapping[str, object] | None = None,
+    ) -> None:
+        self.connections = Connections(security)
         self.consumer = Consumer(bootstrap, connections=self.connections, request_timeout_ms=request_timeout_ms)
         self.request_timeout_s = request_timeout_ms / 1000
 

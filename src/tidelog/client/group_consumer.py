@@ -35,7 +35,7 @@ from tidelog.client.consumer import Consumer, ConsumerRecord, next_offsets
 from tidelog.client.coordinator_link import CoordinatorLink
 from tidelog.client.membership import Membership, MemberState
 from tidelog.common.errors import ErrorCode, RemoteError, TidelogError, error_for
-from tidelog.common.settings import ConsumerSettings
+from tidelog.common.settings import ConsumerSettings, SecuritySettings
 from tidelog.v1 import coordinator_pb2
 
 __all__ = ["GroupConsumer", "RebalanceListener"]
@@ -72,6 +72,7 @@ class GroupConsumer:
         request_timeout_ms: int = DEFAULTS.request_timeout_ms,
         retry_backoff_ms: int = DEFAULTS.retry_backoff_ms,
         connections: Connections | None = None,
+        security: SecuritySettings | Mapping[str, object] | None = None,
         clock: Callable[[], float] = time.monotonic,
         **fetch_options: int,
     ) -> None:
@@ -102,7 +103,7 @@ class GroupConsumer:
         self.strategies = list(partition_assignment_strategy)
         self.request_timeout_s = request_timeout_ms / 1000
         self.retry_backoff_s = retry_backoff_ms / 1000
-        self.connections = connections or Connections()
+        self.connections = connections or Connections(security)
         self._owns_connections = connections is None
         self.consumer = Consumer(
             bootstrap,
@@ -110,7 +111,7 @@ class GroupConsumer:
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
             connections=self.connections,
-            **fetch_options,
+            **fetch_options,  # type: ignore[arg-type]  # (ints only: fetch.* settings, never `security`)
         )
         self.metadata = self.consumer.metadata
         self.link = CoordinatorLink(

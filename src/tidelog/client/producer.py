@@ -23,7 +23,7 @@ import asyncio
 import dataclasses
 import random
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, Final
 
 from tidelog.client.client_logging import get_logger
@@ -37,7 +37,7 @@ from tidelog.client.sender import Sender, SenderOptions
 from tidelog.common.errors import ErrorCode, InvalidConfigError, RecordTooLargeError, TidelogError, error_for
 from tidelog.common.record.batch import BATCH_OVERHEAD, RECORD_COLUMNS_BYTES, Header, Headers
 from tidelog.common.record.compression import CompressionType
-from tidelog.common.settings import ProducerSettings
+from tidelog.common.settings import ProducerSettings, SecuritySettings
 
 __all__ = ["BulkDelivery", "Producer", "RecordDelivery", "RecordMetadata"]
 
@@ -139,6 +139,7 @@ class Producer:
         request_timeout_ms: int = DEFAULTS.request_timeout_ms,
         max_block_ms: int = DEFAULTS.max_block_ms,
         connections: Connections | None = None,
+        security: SecuritySettings | Mapping[str, object] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         # Checked against the registry's bounds: a bad value is an InvalidConfigError naming it.
@@ -167,7 +168,7 @@ class Producer:
         self.max_request_size = max_request_size
         self.retry_backoff_s = retry_backoff_ms / 1000
         self.max_block_s = max_block_ms / 1000
-        self.connections = connections or Connections()
+        self.connections = connections or Connections(security)
         self._owns_connections = connections is None
         self.metadata = ClusterMetadata(bootstrap, self.connections, request_timeout_s=request_timeout_ms / 1000)
         self.accumulator = RecordAccumulator(

@@ -26,6 +26,7 @@ __all__ = [
     "LOG_CONFIGS",
     "OPERATOR_CONFIGS",
     "PRODUCER_CONFIGS",
+    "SECURITY_CONFIGS",
     "ConfigDef",
     "ConfigScope",
     "ConfigType",
@@ -60,6 +61,7 @@ class ConfigScope(enum.Enum):
     OPERATOR = "operator"
     PRODUCER = "producer"
     CONSUMER = "consumer"
+    SECURITY = "security"
 
 
 ConfigValue = int | float | str | bool | tuple[str, ...]
@@ -519,6 +521,56 @@ CONSUMER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     ),
 )
 
+# How a process secures its connections: every service takes them for its listener and for the
+# channels it opens to other services, every client (producer, consumer, admin, CLI, gateway,
+# operator, Spark) for its channels. One listener per process, so `security.protocol` names both
+# what it serves and what it speaks (Kafka splits them over `listeners` and
+# `security.inter.broker.protocol`; docs/security.md).
+SECURITY_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
+    ConfigScope.SECURITY,
+    ConfigDef(
+        "security.protocol",
+        ConfigType.STRING,
+        "PLAINTEXT",
+        "PLAINTEXT, SSL (TLS; with ssl.client.auth=required the certificate is the identity) or "
+        "SASL_SSL (TLS, identity from a SCRAM-SHA-512 login).",
+        choices=("PLAINTEXT", "SSL", "SASL_SSL"),
+    ),
+    ConfigDef(
+        "ssl.certificate.location",
+        ConfigType.STRING,
+        "",
+        "PEM file with this process's certificate chain (a listener's, or a client's for mutual TLS); "
+        "re-read when it changes.",
+    ),
+    ConfigDef("ssl.key.location", ConfigType.STRING, "", "PEM file with the private key of that certificate."),
+    ConfigDef(
+        "ssl.ca.location",
+        ConfigType.STRING,
+        "",
+        "PEM file of the CA certificates peers are verified against (empty: the system's roots).",
+    ),
+    ConfigDef(
+        "ssl.client.auth",
+        ConfigType.STRING,
+        "none",
+        "A listener's demand for client certificates: none, or required (mutual TLS). Kafka's "
+        "`requested` cannot be offered over gRPC's Python TLS (docs/security.md).",
+        choices=("none", "required"),
+    ),
+    ConfigDef(
+        "ssl.principal.mapping.rules",
+        ConfigType.STRING,
+        "DEFAULT",
+        "How a client certificate's subject becomes a User principal: Kafka's "
+        "RULE:pattern/replacement/[LU] rules, comma-separated, tried in order; DEFAULT keeps the "
+        "whole subject (CN=alice,O=team).",
+    ),
+    ConfigDef("sasl.mechanism", ConfigType.STRING, "SCRAM-SHA-512", "The SASL mechanism.", choices=("SCRAM-SHA-512",)),
+    ConfigDef("sasl.username", ConfigType.STRING, "", "A client's SCRAM user name (SASL_SSL)."),
+    ConfigDef("sasl.password", ConfigType.STRING, "", "That user's password (SASL_SSL)."),
+)
+
 ALL_CONFIGS: Final[tuple[ConfigDef, ...]] = (
     LOG_CONFIGS
     + BROKER_CONFIGS
@@ -528,6 +580,7 @@ ALL_CONFIGS: Final[tuple[ConfigDef, ...]] = (
     + OPERATOR_CONFIGS
     + PRODUCER_CONFIGS
     + CONSUMER_CONFIGS
+    + SECURITY_CONFIGS
 )
 
 _BY_NAME: Final[dict[str, ConfigDef]] = {definition.name: definition for definition in ALL_CONFIGS}

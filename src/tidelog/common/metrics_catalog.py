@@ -59,6 +59,7 @@ class Exporter(enum.Enum):
     GATEWAY = "every gateway"
     ETCD_CLIENT = "every process holding an etcd lease (brokers, controllers, coordinators, gateways)"
     OPERATOR = "the operator"
+    SERVICE = "every service process (brokers, controllers, coordinators, gateways)"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -365,6 +366,24 @@ METRICS: Final[tuple[MetricDef, ...]] = (
         (),
         EC,
         "Lease keep-alives that failed or timed out and were retried (etcd slow or unreachable)",
+    ),
+    _m(
+        "kafka_server_socket_server_metrics_successful_authentication_total",
+        C,
+        (),
+        Exporter.SERVICE,
+        "Connections (TLS certificate) or logins (SCRAM) authenticated",
+        "kafka.server:type=socket-server-metrics successful-authentication-total",
+    ),
+    _m(
+        "kafka_server_socket_server_metrics_failed_authentication_total",
+        C,
+        (),
+        Exporter.SERVICE,
+        "Calls or logins refused as UNAUTHENTICATED (bad password, unknown user, a certificate no "
+        "mapping rule accepts, a missing or expired session); TLS handshakes gRPC refuses itself "
+        "(wrong CA, no certificate) never reach the service and are not counted",
+        "kafka.server:type=socket-server-metrics failed-authentication-total",
     ),
     _m("tidelog_coordinator_requests_total", C, ("api", "error"), CO, "Group requests by API and error"),
     _m(

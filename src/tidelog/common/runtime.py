@@ -7,7 +7,7 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, Protocol
 
 import grpc
@@ -17,6 +17,9 @@ from grpc_health.v1._async import HealthServicer
 from prometheus_client import disable_created_metrics
 
 from tidelog.common import metrics_http
+from tidelog.common.security.authentication import AuthenticationInterceptor, needs_interceptor
+from tidelog.common.security.tls import server_credentials
+from tidelog.common.settings import SecuritySettings
 
 __all__ = [
     "GRPC_MESSAGE_BYTES_MAX",
@@ -74,12 +77,15 @@ def start_metrics(port: int, host: str = "127.0.0.1") -> None:
         metrics_http.serve(port, host)
 
 
-def grpc_server(max_message_bytes: int = GRPC_MESSAGE_BYTES_MAX) -> tuple[grpc.aio.Server, HealthServicer]:
+def grpc_server(
+    max_message_bytes: int = GRPC_MESSAGE_BYTES_MAX, interceptors: Sequence[grpc.aio.ServerInterceptor] = ()
+) -> tuple[grpc.aio.Server, HealthServicer]:
     limits = [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
     ]
-    server = grpc.aio.server(options=[*GRPC_OPTIONS, *limits])  # the later of two equal keys wins
+    # the later of two equal keys wins
+    server = grpc.aio.server(options=[*GRPC_OPTIONS, *limits], interceptors=list(interceptors))
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     return server, health
@@ -150,6 +156,8 @@ async def run_service(
     build: Callable[[asyncio.Event], Awaitable[ServiceParts]],
     grace_s: float = 2.0,
     max_message_bytes: int = GRPC_MESSAGE_BYTES_MAX,
+    security: SecuritySettings | None = None,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     **context: object,
 ) -> None:
     """The one start/stop sequence of every gRPC service process.
@@ -166,10 +174,15 @@ async def run_service(
     start_metrics(metrics_port, host=listen.rsplit(":", 1)[0] if listen else "127.0.0.1")
     stopping = stop_on_signals()
     parts = await build(stopping)
-    server, health = grpc_server(max_message_bytes)
+    if security is not None and needs_interceptor(security):
+        interceptors = [AuthenticationInterceptor(security), *interceptors]
+    server, health = grpc_server(max_message_bytes, interceptors)
     names = parts.add_to(server)
     if listen is not None:  # None: a service that serves elsewhere (the gateway's HTTP) and wants no health port
-        server.add_insecure_port(listen)
+        if security is not None and security.tls:
+            server.add_secure_port(listen, server_credentials(security))
+        else:
+            server.add_insecure_port(listen)
     await server.start()
     await parts.start()
     await mark_serving(health, names)

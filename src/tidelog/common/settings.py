@@ -34,6 +34,7 @@ __all__ = [
     "GatewaySettings",
     "OperatorSettings",
     "ProducerSettings",
+    "SecuritySettings",
     "Settings",
     "attribute_of",
     "flag_of",
@@ -51,6 +52,7 @@ _PYTHON_TYPES: Final[dict[ConfigType, object]] = {
 }
 _OVERRIDES: Final = "settings_overrides"
 _FILE: Final = "settings_file"
+_SCOPES: Final = "settings_scopes"  # the scopes whose flags one parser carries (they share --config)
 
 S = TypeVar("S", bound="Settings")
 
@@ -106,13 +108,17 @@ class Settings:
                 metavar=definition.type.value.upper(),
                 help=f"{definition.name}: {definition.doc} (default {shown})",
             )
+        scopes = parser.get_default(_SCOPES) or ()
+        parser.set_defaults(**{_SCOPES: (*scopes, cls.SCOPE)})
+        if scopes:  # a second scope on the same parser (e.g. a broker's security settings)
+            return
         group.add_argument(
             "--config",
             action="append",
             default=[],
             dest=_OVERRIDES,
             metavar="NAME=VALUE",
-            help="any setting above by its config name (repeatable)",
+            help="any setting of this process by its config name (repeatable)",
         )
         group.add_argument("--config-file", dest=_FILE, metavar="PATH", help="a properties file of NAME=VALUE lines")
 
@@ -127,6 +133,12 @@ class Settings:
             if not separator:
                 raise InvalidConfigError(f"--config {item!r}: expected NAME=VALUE")
             raw[name.strip()] = value.strip()
+        # Names of the other scopes this parser carries are theirs to check; any other name is
+        # still refused as unknown.
+        others = {
+            d.name for d in ALL_CONFIGS if d.scope in (getattr(arguments, _SCOPES, None) or ()) and d.scope != cls.SCOPE
+        }
+        raw = {name: value for name, value in raw.items() if name not in others}
         for definition in cls.DEFINITIONS:
             value = getattr(arguments, f"setting:{definition.name}", None)
             if value is not None:
@@ -241,6 +253,29 @@ class OperatorSettings(Settings):
     operator_retry_backoff_ms: int
     operator_retry_backoff_max_ms: int
     operator_peering_lifetime_ms: int
+
+
+@settings_of(ConfigScope.SECURITY)
+class SecuritySettings(Settings):
+    """How a process secures its listener and its channels (docs/security.md)."""
+
+    security_protocol: str
+    ssl_certificate_location: str
+    ssl_key_location: str
+    ssl_ca_location: str
+    ssl_client_auth: str
+    ssl_principal_mapping_rules: str
+    sasl_mechanism: str
+    sasl_username: str
+    sasl_password: str
+
+    def __repr__(self) -> str:  # never print a password (logs, tracebacks)
+        shown = {**self.as_configs(), "sasl.password": "***" if self.sasl_password else ""}
+        return f"SecuritySettings({shown})"
+
+    @property
+    def tls(self) -> bool:
+        return self.security_protocol != "PLAINTEXT"
 
 
 @settings_of(ConfigScope.PRODUCER)

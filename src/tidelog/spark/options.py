@@ -17,9 +17,9 @@ from typing import Any, Final
 
 from tidelog.client.consumer import Consumer
 from tidelog.client.producer import Producer
-from tidelog.common.config import parse_configs
+from tidelog.common.config import SECURITY_CONFIGS, parse_configs
 from tidelog.common.errors import InvalidConfigError
-from tidelog.common.settings import ConsumerSettings, ProducerSettings, attribute_of
+from tidelog.common.settings import ConsumerSettings, ProducerSettings, SecuritySettings, attribute_of
 
 __all__ = [
     "EARLIEST",
@@ -134,14 +134,21 @@ def _client(settings: dict[str, str], accepting: Callable[..., Any], definitions
     """Client settings by their config names → keyword arguments of the client class, checked by
     the config registry (names, types, bounds)."""
     accepted = set(inspect.signature(accepting).parameters)
+    security_names = {definition.name for definition in SECURITY_CONFIGS}
+    security = {name: value for name, value in settings.items() if name in security_names}
+    settings = {name: value for name, value in settings.items() if name not in security_names}
     for name in settings:
         if attribute_of(name) not in accepted:
             raise InvalidOptionError(f"tidelog.{name}", f"not a {scope} setting the data source passes on")
     try:
         parsed = parse_configs(settings, definitions)
+        checked_security = SecuritySettings.from_configs(security) if security else None
     except InvalidConfigError as error:
-        raise InvalidOptionError(f"tidelog.{next(iter(settings))}", str(error)) from error
-    return {attribute_of(name): parsed[name] for name in settings}
+        raise InvalidOptionError(f"tidelog.{next(iter(settings or security))}", str(error)) from error
+    client: dict[str, Any] = {attribute_of(name): parsed[name] for name in settings}
+    if checked_security is not None:
+        client["security"] = checked_security
+    return client
 
 
 def _bool(option: str, value: str) -> bool:

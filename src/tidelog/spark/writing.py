@@ -179,7 +179,7 @@ async def _write(options: WriteOptions, batches: Iterator[pa.RecordBatch], task:
     scanned: set[str] = set()
     async with (
         Producer(list(options.bootstrap), acks="all", enable_idempotence=True, **options.client) as producer,
-        Consumer(list(options.bootstrap)) as consumer,
+        Consumer(list(options.bootstrap), security=options.client.get("security")) as consumer,
     ):
         deliveries: list[Any] = []
         for batch in batches:

@@ -1,0 +1,82 @@
+"""gRPC channels to other processes, one per endpoint, secured as `SecuritySettings` say.
+
+Every service and client opens its channels here, so TLS, the client certificate and its rotation
+are handled once. When the certificate files change (checked at most once a second), new channels
+are opened with the new files and the old ones are closed after a grace period, letting calls in
+flight finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Final
+
+import grpc
+import structlog
+
+from tidelog.common.errors import InvalidConfigError
+from tidelog.common.runtime import GRPC_OPTIONS
+from tidelog.common.security.tls import channel_credentials, pem_files_of
+from tidelog.common.settings import SecuritySettings
+
+__all__ = ["ChannelPool"]
+
+log = structlog.get_logger(__name__)
+
+CREDENTIALS_CHECK_INTERVAL_S: Final = 1.0
+RETIRED_CHANNEL_GRACE_S: Final = 30.0
+
+
+class ChannelPool:
+    def __init__(
+        self, security: SecuritySettings | None = None, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.security = security or SecuritySettings.from_configs()
+        self._clock = clock
+        self._files = pem_files_of(self.security) if self.security.tls else None
+        # Read now: a missing or mismatched file is an error at construction, not at the first call.
+        self._credentials = channel_credentials(self._files) if self._files is not None else None
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._next_check = clock() + CREDENTIALS_CHECK_INTERVAL_S
+
+    def channel(self, endpoint: str) -> grpc.aio.Channel:
+        if self._files is not None:
+            self._reload_if_changed()
+        channel = self._channels.get(endpoint)
+        if channel is None:
+            if self._credentials is None:
+                channel = grpc.aio.insecure_channel(endpoint, options=GRPC_OPTIONS)
+            else:
+                channel = grpc.aio.secure_channel(endpoint, self._credentials, options=GRPC_OPTIONS)
+            self._channels[endpoint] = channel
+        return channel
+
+    def _reload_if_changed(self) -> None:
+        assert self._files is not None
+        now = self._clock()
+        if now < self._next_check:
+            return
+        self._next_check = now + CREDENTIALS_CHECK_INTERVAL_S
+        if not self._files.changed():
+            return
+        try:
+            self._credentials = channel_credentials(self._files)
+        except InvalidConfigError as error:
+            log.error("tls_reload_failed", error=str(error))  # keep the channels of the last good files
+            return
+        log.info("tls_certificate_reloaded", certificate=self.security.ssl_certificate_location)
+        old, self._channels = self._channels, {}
+        for channel in old.values():
+            task = asyncio.get_running_loop().create_task(channel.close(grace=RETIRED_CHANNEL_GRACE_S))
+            self._retiring.add(task)
+            task.add_done_callback(self._retiring.discard)
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            await channel.close()
+        for task in list(self._retiring):
+            task.cancel()

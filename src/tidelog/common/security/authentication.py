@@ -1,0 +1,118 @@
+"""Who is calling: the server-side interceptor that gives every call its principal.
+
+- PLAINTEXT, or SSL without client certificates: `User:ANONYMOUS`.
+- SSL with `ssl.client.auth=required`: the certificate's subject through
+  `ssl.principal.mapping.rules` (gRPC has already verified the certificate against the CA).
+- SASL_SSL: the SCRAM session the call names (tidelog.common.security.scram).
+
+The principal is put in `current_principal` for the handler (a context variable: each call runs in
+its own task). A call that cannot be authenticated ends as UNAUTHENTICATED before the handler runs,
+and the reason never says whether a user exists.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import grpc
+import structlog
+
+from tidelog.common import metrics_catalog
+from tidelog.common.security.principal import ANONYMOUS, Principal, PrincipalMapper
+from tidelog.common.settings import SecuritySettings
+
+__all__ = ["AuthenticationInterceptor", "current_principal", "needs_interceptor"]
+
+log = structlog.get_logger(__name__)
+
+current_principal: contextvars.ContextVar[Principal] = contextvars.ContextVar("tidelog_principal", default=ANONYMOUS)
+
+SUBJECTS_CACHED_MAX: Final = 10_000
+# Health is answered to anyone who completed the handshake: probes carry no login.
+UNAUTHENTICATED_METHODS: Final = frozenset({"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"})
+
+_SUCCEEDED = metrics_catalog.counter("kafka_server_socket_server_metrics_successful_authentication_total")
+_FAILED = metrics_catalog.counter("kafka_server_socket_server_metrics_failed_authentication_total")
+
+
+def needs_interceptor(security: SecuritySettings) -> bool:
+    return security.security_protocol == "SASL_SSL" or (
+        security.security_protocol == "SSL" and security.ssl_client_auth == "required"
+    )
+
+
+class AuthenticationError(Exception):
+    pass
+
+
+Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+
+
+class AuthenticationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # (untyped base)
+    def __init__(
+        self, security: SecuritySettings, sessions: Callable[[grpc.aio.ServicerContext], Principal | None] | None = None
+    ) -> None:
+        self.security = security
+        self.mapper = PrincipalMapper(security.ssl_principal_mapping_rules)
+        self._sessions = sessions
+        self._subjects: dict[bytes, Principal | None] = {}
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
+
+    def principal_of(self, context: grpc.aio.ServicerContext) -> Principal:
+        if self.security.security_protocol == "SASL_SSL":
+            assert self._sessions is not None
+            principal = self._sessions(context)
+            if principal is None:
+                raise AuthenticationError("no valid SASL session: log in with SCRAM-SHA-512 first")
+            return principal
+        subjects = context.auth_context().get("x509_subject")
+        if not subjects:
+            raise AuthenticationError("no client certificate")
+        subject = subjects[0]
+        if subject not in self._subjects:
+            if len(self._subjects) >= SUBJECTS_CACHED_MAX:
+                self._subjects.clear()
+            mapped = self.mapper.map(subject.decode(errors="replace"))
+            self._subjects[subject] = mapped
+            if mapped is None:
+                log.warning("certificate_subject_unmapped", subject=subject.decode(errors="replace"))
+            else:
+                _SUCCEEDED.inc()
+        principal = self._subjects[subject]
+        if principal is None:
+            raise AuthenticationError(
+                "the client certificate's subject maps to no principal (ssl.principal.mapping.rules)"
+            )
+        return principal
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        if handler is None or handler.unary_unary is None or details.method in UNAUTHENTICATED_METHODS:
+            return handler
+        wrapped = self._wrapped.get(details.method)
+        if wrapped is None:
+            wrapped = grpc.unary_unary_rpc_method_handler(
+                self._authenticated(handler.unary_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+            self._wrapped[details.method] = wrapped
+        return wrapped
+
+    def _authenticated(self, inner: Handler) -> Handler:
+        async def behavior(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                principal = self.principal_of(context)
+            except AuthenticationError as failure:
+                _FAILED.inc()
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, f"authentication failed: {failure}")
+            current_principal.set(principal)
+            return await inner(request, context)
+
+        return behavior

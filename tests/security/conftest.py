@@ -1,0 +1,74 @@
+"""Certificates made with `trustme` for the security tests: one CA for the cluster, a certificate
+per process (its name as the subject's CN, 127.0.0.1 as its address), and client certificates on
+demand. Files, as the services read them."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trustme
+
+from tidelog.common.settings import SecuritySettings
+from tidelog.local_cluster import LocalCluster
+from tests.cluster.conftest import COORDINATOR_ARGS, running_cluster
+
+
+@dataclasses.dataclass
+class Pki:
+    folder: Path
+    ca: trustme.CA
+
+    @property
+    def ca_file(self) -> Path:
+        path = self.folder / "ca.pem"
+        if not path.exists():
+            self.ca.cert_pem.write_to_path(str(path))
+        return path
+
+    def issue(self, name: str, *, organization: str = "tidelog", ca: trustme.CA | None = None) -> tuple[Path, Path]:
+        """(certificate chain file, key file) of a certificate with subject CN=name,O=organization."""
+        issued = (ca or self.ca).issue_cert("127.0.0.1", "localhost", common_name=name, organization_name=organization)
+        certificate, key = self.folder / f"{name}.crt", self.folder / f"{name}.key"
+        certificate.write_bytes(b"".join(blob.bytes() for blob in issued.cert_chain_pems))
+        issued.private_key_pem.write_to_path(str(key))
+        return certificate, key
+
+    def mutual(self, name: str, **extra: str) -> dict[str, str]:
+        """Security settings of a process or client with its own certificate, mutual TLS."""
+        certificate, key = self.issue(name)
+        return {
+            "security.protocol": "SSL",
+            "ssl.certificate.location": str(certificate),
+            "ssl.key.location": str(key),
+            "ssl.ca.location": str(self.ca_file),
+            "ssl.client.auth": "required",
+            # CN only: "User:broker-1" rather than the whole subject.
+            "ssl.principal.mapping.rules": "RULE:^CN=([^,]+),.*$/$1/,DEFAULT",
+            **extra,
+        }
+
+    def client(self, name: str, **extra: str) -> SecuritySettings:
+        return SecuritySettings.from_configs(self.mutual(name, **extra))
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return Pki(tmp_path_factory.mktemp("pki"), trustme.CA(organization_name="tidelog test CA"))
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Every listener and channel on mutual TLS: 1 controller, 2 brokers, 1 coordinator."""
+    with running_cluster(
+        tmp_path_factory.mktemp("tls-cluster"),
+        brokers=2,
+        controllers=1,
+        coordinators=1,
+        coordinator_args=COORDINATOR_ARGS,
+        service_security=pki.mutual,
+        client_security=pki.client("admin"),
+    ) as local:
+        yield local
