@@ -28,9 +28,24 @@ from tidelog.common.metadata import (
     coordinator_claim_key,
     offsets_partition_for,
 )
+from tidelog.common.security.access_control import AccessControl, Role
+from tidelog.common.security.acl import CLUSTER_NAME, Operation, ResourceType
+from tidelog.common.settings import SecuritySettings
 from tidelog.v1 import broker_pb2, broker_pb2_grpc, coordinator_pb2
 
 __all__ = ["BrokerService"]
+
+
+def _refused_produce(entry: Any, reason: str) -> broker_pb2.ProducePartitionResult:
+    FAILED_PRODUCE.labels(entry.topic).inc()
+    return broker_pb2.ProducePartitionResult(
+        topic=entry.topic,
+        partition=entry.partition,
+        error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+        error_message=reason,
+        base_offset=-1,
+    )
+
 
 log = structlog.get_logger(__name__)
 
@@ -55,6 +70,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         *,
         fetch_max_bytes: int,
         fetch_wait_max_ms: int,
+        access: AccessControl | None = None,
     ) -> None:
         self.fetch_max_bytes = fetch_max_bytes  # fetch.max.bytes: the most one response carries
         self.fetch_wait_max_ms = fetch_wait_max_ms  # fetch.max.wait.ms.max: the longest long poll
@@ -62,6 +78,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self.metadata = metadata
         self.producer_ids = producer_ids
         self.etcd = etcd
+        self.access = access or AccessControl(SecuritySettings.from_configs())
 
     def _leader_hint(self, topic: str, partition: int) -> int:
         return self.metadata.leader_of(topic, partition)
@@ -79,6 +96,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 )
             REQUESTS.labels("Produce", ErrorCode.INVALID_REQUIRED_ACKS.name).inc()
             return response
+        refused = self._topics_refused(context, Operation.WRITE, (entry.topic for entry in request.partitions))
         # Partitions append at once (with acks=all they then wait for their ISRs together); the
         # entries of one partition go in request order, so its batches keep their order.
         timeout_s = min(max(request.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX) / 1000 or 30.0
@@ -89,7 +107,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
         async def produce_in_order(indexes: list[int]) -> None:
             for index in indexes:
-                results[index] = await self._produce_one(request.partitions[index], request.acks, timeout_s)
+                entry = request.partitions[index]
+                if entry.topic in refused:
+                    results[index] = _refused_produce(entry, refused[entry.topic])
+                    continue
+                results[index] = await self._produce_one(entry, request.acks, timeout_s)
 
         await asyncio.gather(*(produce_in_order(indexes) for indexes in by_partition.values()))
         response.partitions.extend(result for result in results if result is not None)
@@ -118,6 +140,15 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self, request: broker_pb2.InitProducerIdRequest, context: Context
     ) -> broker_pb2.InitProducerIdResponse:
         response = broker_pb2.InitProducerIdResponse(producer_id=-1, producer_epoch=-1)
+        caller = self.access.caller(context)
+        if not (
+            self.access.allowed(caller, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME)
+            or self.access.allowed_on_some(caller, Operation.WRITE, ResourceType.TOPIC)
+        ):
+            response.error_code = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+            response.error_message = f"{caller} may not write: IdempotentWrite on the Cluster or Write on a topic"
+            REQUESTS.labels("InitProducerId", ErrorCode.CLUSTER_AUTHORIZATION_FAILED.name).inc()
+            return response
         if request.transactional_id:
             response.error_code = int(ErrorCode.INVALID_REQUEST)
             response.error_message = "transactions are not supported: leave transactional_id empty"
@@ -138,6 +169,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def FindCoordinator(  # noqa: N802
         self, request: coordinator_pb2.FindCoordinatorRequest, context: Context
     ) -> coordinator_pb2.FindCoordinatorResponse:
+        caller = self.access.caller(context)
+        if not self.access.allowed(caller, Operation.DESCRIBE, ResourceType.GROUP, request.group_id):
+            return coordinator_pb2.FindCoordinatorResponse(
+                error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED),
+                error_message=f"{caller} may not Describe group {request.group_id!r}",
+            )
         partitions = self.metadata.topics.get(CONSUMER_OFFSETS_TOPIC, [])
         if not partitions or self.etcd is None or self.etcd.kv is None:
             return coordinator_pb2.FindCoordinatorResponse(
@@ -164,6 +201,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         follower = request.replica_id >= 0
         kind = "FetchFollower" if follower else "Fetch"  # as Kafka's RequestMetrics tell them apart
         # Once per request: a long poll that wakes up is the same fetch, not a new sign of life.
+        if self.access.enabled:
+            unauthorised = self._fetch_refused(context, request, follower)
+            if unauthorised:
+                return unauthorised
         refused = (
             self.replicas.record_follower_fetch(
                 request.replica_id, request.replica_incarnation, list(request.partitions)
@@ -216,8 +257,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self, request: broker_pb2.ListOffsetsRequest, context: Context
     ) -> broker_pb2.ListOffsetsResponse:
         response = broker_pb2.ListOffsetsResponse()
+        refused = self._topics_refused(context, Operation.DESCRIBE, (entry.topic for entry in request.partitions))
         for entry in request.partitions:
             result = response.partitions.add(topic=entry.topic, partition=entry.partition, offset=-1, timestamp=-1)
+            if entry.topic in refused:
+                result.error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                continue
             try:
                 partition_log = self.replicas.leader_partition(entry.topic, entry.partition).log
                 if entry.timestamp == EARLIEST:
@@ -239,6 +284,36 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def OffsetsForLeaderEpoch(  # noqa: N802
         self, request: broker_pb2.OffsetsForLeaderEpochRequest, context: Context
     ) -> broker_pb2.OffsetsForLeaderEpochResponse:
+        if self.access.enabled:
+            caller = self.access.caller(context)
+            if request.replica_id >= 0:
+                allowed = {query.topic: self.access.has_role(caller, Role.BROKER) for query in request.partitions}
+            else:
+                allowed = {
+                    query.topic: self.access.allowed(caller, Operation.DESCRIBE, ResourceType.TOPIC, query.topic)
+                    for query in request.partitions
+                }
+            if not all(allowed.values()):
+                code = (
+                    ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                    if request.replica_id >= 0
+                    else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                )
+                REQUESTS.labels("OffsetsForLeaderEpoch", code.name).inc()
+                return broker_pb2.OffsetsForLeaderEpochResponse(
+                    partitions=[
+                        self.replicas.end_offset_for_epoch(query)
+                        if allowed[query.topic]
+                        else broker_pb2.EpochEndOffset(
+                            topic=query.topic,
+                            partition=query.partition,
+                            error_code=int(code),
+                            leader_epoch=-1,
+                            end_offset=-1,
+                        )
+                        for query in request.partitions
+                    ]
+                )
         REQUESTS.labels("OffsetsForLeaderEpoch", NONE).inc()
         return broker_pb2.OffsetsForLeaderEpochResponse(
             partitions=[self.replicas.end_offset_for_epoch(query) for query in request.partitions]
@@ -252,11 +327,78 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             REQUESTS.labels("Metadata", "UNAVAILABLE").inc()
             await context.abort(grpc.StatusCode.UNAVAILABLE, "this broker has no cluster metadata yet")
         REQUESTS.labels("Metadata", NONE).inc()
-        return self.metadata.describe(list(request.topics))
+        response = self.metadata.describe(list(request.topics))
+        if self.access.enabled:
+            self._hide_unauthorised(context, response, listing=not request.topics)
+        return response
+
+    def _hide_unauthorised(self, context: Context, response: broker_pb2.MetadataResponse, *, listing: bool) -> None:
+        """Topics the caller may not Describe: left out of a listing; named ones answer
+        TOPIC_AUTHORIZATION_FAILED without their partitions or configs (as Kafka)."""
+        caller = self.access.caller(context)
+        kept = []
+        for topic in response.topics:
+            if self.access.allowed(caller, Operation.DESCRIBE, ResourceType.TOPIC, topic.name):
+                kept.append(topic)
+            elif not listing:
+                kept.append(
+                    broker_pb2.TopicMetadata(name=topic.name, error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                )
+        del response.topics[:]
+        response.topics.extend(kept)
+
+    def _topics_refused(self, context: Context, operation: Operation, topics: Any) -> dict[str, str]:
+        """The topics of a request the caller may not `operation`, with the reason."""
+        if not self.access.enabled:
+            return {}
+        caller = self.access.caller(context)
+        return {
+            topic: f"{caller} may not {operation.value} topic {topic!r}"
+            for topic in set(topics)
+            if not self.access.allowed(caller, operation, ResourceType.TOPIC, topic)
+        }
+
+    def _fetch_refused(
+        self, context: Context, request: broker_pb2.FetchRequest, follower: bool
+    ) -> broker_pb2.FetchResponse | None:
+        """The answer to a fetch the caller may not make at all or in part; None when it may."""
+        caller = self.access.caller(context)
+        if follower:
+            if self.access.has_role(caller, Role.BROKER):
+                return None
+            reason = f"{caller} is not a broker (broker.principals): it may not fetch as replica {request.replica_id}"
+            code, reasons = (
+                ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                {entry.topic: reason for entry in request.partitions},
+            )
+        else:
+            reasons = self._topics_refused(context, Operation.READ, (entry.topic for entry in request.partitions))
+            if not reasons:
+                return None
+            code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        # Kafka answers a fetch with unauthorised partitions with the error on those partitions
+        # only; this one answers the whole request at once so nothing is read for it.
+        response = broker_pb2.FetchResponse()
+        for entry in request.partitions:
+            refused = entry.topic in reasons
+            response.partitions.add(
+                topic=entry.topic,
+                partition=entry.partition,
+                error_code=int(code) if refused else 0,
+                error_message=reasons.get(entry.topic, "not read: the request named partitions it may not read"),
+                high_watermark=-1,
+                log_start_offset=-1,
+                log_end_offset=-1,
+            )
+        REQUESTS.labels("FetchFollower" if follower else "Fetch", code.name).inc()
+        return response
 
     async def LeaderAndIsr(  # noqa: N802
         self, request: broker_pb2.LeaderAndIsrRequest, context: Context
     ) -> broker_pb2.LeaderAndIsrResponse:
+        if not self.access.has_role(self.access.caller(context), Role.CONTROLLER):
+            REQUESTS.labels("LeaderAndIsr", ErrorCode.CLUSTER_AUTHORIZATION_FAILED.name).inc()
+            return broker_pb2.LeaderAndIsrResponse(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
         try:
             errors = await self.replicas.leader_and_isr(request)
         except TidelogError as error:  # a stale controller epoch, or a request for another broker life
@@ -268,6 +410,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def StopReplica(  # noqa: N802
         self, request: broker_pb2.StopReplicaRequest, context: Context
     ) -> broker_pb2.StopReplicaResponse:
+        if not self.access.has_role(self.access.caller(context), Role.CONTROLLER):
+            REQUESTS.labels("StopReplica", ErrorCode.CLUSTER_AUTHORIZATION_FAILED.name).inc()
+            return broker_pb2.StopReplicaResponse(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
         try:
             await self.replicas.stop_replicas(request)
         except TidelogError as error:
@@ -277,6 +422,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def UpdateMetadata(  # noqa: N802
         self, request: broker_pb2.UpdateMetadataRequest, context: Context
     ) -> broker_pb2.UpdateMetadataResponse:
+        if not self.access.has_role(self.access.caller(context), Role.CONTROLLER):
+            REQUESTS.labels("UpdateMetadata", ErrorCode.CLUSTER_AUTHORIZATION_FAILED.name).inc()
+            return broker_pb2.UpdateMetadataResponse(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
         try:
             self.replicas.check_controller_epoch(request.controller_epoch)
         except StaleControllerEpochError:

@@ -24,6 +24,7 @@ from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.common.channels import ChannelPool
 from tidelog.common.metadata import BrokerRegistration
 from tidelog.common.runtime import run_service
+from tidelog.common.security.access_control import AccessControl
 from tidelog.common.settings import BrokerSettings, SecuritySettings
 from tidelog.v1 import broker_pb2_grpc
 
@@ -89,6 +90,7 @@ class _Broker:
         broker_metrics.register(self.replicas, settings.metrics_partition_series_max)
         self.metadata = MetadataCache()
         self.etcd = Etcd3Client([args.etcd])
+        self.access = AccessControl(args.security, self.etcd)
         self.registration = Registration(
             self.etcd,
             BrokerRegistration(
@@ -110,6 +112,7 @@ class _Broker:
             self.etcd,
             fetch_max_bytes=self.settings.fetch_max_bytes,
             fetch_wait_max_ms=self.settings.fetch_max_wait_ms_max,
+            access=self.access,
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(service, server)
         return ["tidelog.v1.Broker"]
@@ -117,6 +120,7 @@ class _Broker:
     async def start(self) -> None:
         settings, replicas = self.settings, self.replicas
         await self.etcd.connect()
+        await self.access.start()  # the ACLs are in force before the broker says it is there
         await self.registration.register()
         replicas.cleaner.start()
         self.background = [
@@ -153,6 +157,7 @@ class _Broker:
                 await task
         await self.isr_manager.close()
         await self.replicas.close()  # flushes every log and leaves the clean-shutdown marker
+        await self.access.close()
         await self.etcd.close()
 
 

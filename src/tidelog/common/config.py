@@ -569,6 +569,53 @@ SECURITY_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     ConfigDef("sasl.mechanism", ConfigType.STRING, "SCRAM-SHA-512", "The SASL mechanism.", choices=("SCRAM-SHA-512",)),
     ConfigDef("sasl.username", ConfigType.STRING, "", "A client's SCRAM user name (SASL_SSL)."),
     ConfigDef("sasl.password", ConfigType.STRING, "", "That user's password (SASL_SSL)."),
+    ConfigDef(
+        "authorizer.class.name",
+        ConfigType.STRING,
+        "",
+        "A service's authorizer: empty (every request allowed) or AclAuthorizer (Kafka's ACLs, kept in etcd).",
+        choices=("", "AclAuthorizer"),
+    ),
+    ConfigDef(
+        "super.users",
+        ConfigType.STRING,
+        "",
+        "Principals allowed everything, ';'-separated (User:admin;User:CN=ops,O=acme), as Kafka's.",
+    ),
+    ConfigDef(
+        "allow.everyone.if.no.acl.found",
+        ConfigType.BOOLEAN,
+        False,
+        "With the authorizer on: allow a request on a resource no ACL names at all.",
+    ),
+    ConfigDef(
+        "controller.principals",
+        ConfigType.STRING,
+        "",
+        "';'-separated principals of the controllers: only they send brokers LeaderAndIsr, StopReplica "
+        "and UpdateMetadata.",
+    ),
+    ConfigDef(
+        "broker.principals",
+        ConfigType.STRING,
+        "",
+        "';'-separated principals of the brokers: only they fetch as followers, ask for ISR changes and "
+        "controlled shutdown.",
+    ),
+    ConfigDef(
+        "coordinator.principals",
+        ConfigType.STRING,
+        "",
+        "';'-separated principals of the group coordinators: they read and write __consumer_offsets and "
+        "describe every topic (lag).",
+    ),
+    ConfigDef(
+        "gateway.principals",
+        ConfigType.STRING,
+        "",
+        "';'-separated principals of the REST gateways: they act for the REST caller's principal, "
+        "which each request names.",
+    ),
 )
 
 ALL_CONFIGS: Final[tuple[ConfigDef, ...]] = (

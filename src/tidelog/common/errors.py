@@ -11,6 +11,9 @@ import enum
 
 __all__ = [
     "RETRIABLE_CODES",
+    "ClusterAuthorizationFailedError",
+    "GroupAuthorizationFailedError",
+    "TopicAuthorizationFailedError",
     "CorruptRecordError",
     "DuplicateSequenceError",
     "ErrorCode",
@@ -89,6 +92,8 @@ class ErrorCode(enum.IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
     CLUSTER_AUTHORIZATION_FAILED = 31
     UNKNOWN_PRODUCER_ID = 59
     REASSIGNMENT_IN_PROGRESS = 60
@@ -311,6 +316,24 @@ class NoReassignmentInProgressError(TidelogError):
     """Cancel asked for a partition that is not being reassigned."""
 
     code = ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+
+
+class TopicAuthorizationFailedError(TidelogError):
+    """The caller's principal lacks the ACL the operation needs on the topic."""
+
+    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+class GroupAuthorizationFailedError(TidelogError):
+    """The caller's principal lacks the ACL the operation needs on the consumer group."""
+
+    code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+class ClusterAuthorizationFailedError(TidelogError):
+    """The caller's principal lacks the ACL (or service role) the operation needs on the cluster."""
+
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 
 
 def _classes_by_code() -> dict[ErrorCode, type[TidelogError]]:

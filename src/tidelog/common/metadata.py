@@ -17,6 +17,7 @@ from typing import Any, Final, Self
 from tidelog.common.errors import InvalidTopicError
 
 __all__ = [
+    "ACLS_PREFIX",
     "BROKERS_PREFIX",
     "CONSUMER_OFFSETS_TOPIC",
     "CONTROLLER_ELECTION_PREFIX",
@@ -24,6 +25,8 @@ __all__ = [
     "COORDINATOR_INSTANCES_PREFIX",
     "COORDINATOR_PARTITIONS_PREFIX",
     "PRODUCER_ID_BLOCK_KEY",
+    "QUOTAS_PREFIX",
+    "SCRAM_CREDENTIALS_PREFIX",
     "TOPICS_PREFIX",
     "BrokerRegistration",
     "ControllerRecord",
@@ -53,6 +56,9 @@ COORDINATOR_INSTANCES_PREFIX: Final = f"{ROOT}/coordinators/instances/"
 COORDINATOR_PARTITIONS_PREFIX: Final = f"{ROOT}/coordinators/partitions/"
 GATEWAY_CONSUMERS_PREFIX: Final = f"{ROOT}/gateways/consumers/"
 CLUSTER_ID_KEY: Final = f"{ROOT}/cluster/id"
+ACLS_PREFIX: Final = f"{ROOT}/security/acls/"  # one key per ACL binding (tidelog.common.security.acl_store)
+SCRAM_CREDENTIALS_PREFIX: Final = f"{ROOT}/security/scram/"  # one key per user
+QUOTAS_PREFIX: Final = f"{ROOT}/security/quotas/"  # one key per quota entity
 CONSUMER_OFFSETS_TOPIC: Final = "__consumer_offsets"
 TOPIC_NAME_LENGTH_MAX: Final = 249
 _TOPIC_NAME: Final = re.compile(r"^[a-zA-Z0-9._-]+$")

@@ -268,6 +268,13 @@ class SecuritySettings(Settings):
     sasl_mechanism: str
     sasl_username: str
     sasl_password: str
+    authorizer_class_name: str
+    super_users: str
+    allow_everyone_if_no_acl_found: bool
+    controller_principals: str
+    broker_principals: str
+    coordinator_principals: str
+    gateway_principals: str
 
     def __repr__(self) -> str:  # never print a password (logs, tracebacks)
         shown = {**self.as_configs(), "sasl.password": "***" if self.sasl_password else ""}
@@ -276,6 +283,11 @@ class SecuritySettings(Settings):
     @property
     def tls(self) -> bool:
         return self.security_protocol != "PLAINTEXT"
+
+    @staticmethod
+    def principals(value: str) -> frozenset[str]:
+        """A ';'-separated list of principals (super.users, *.principals): a DN holds commas."""
+        return frozenset(item.strip() for item in value.split(";") if item.strip())
 
 
 @settings_of(ConfigScope.PRODUCER)

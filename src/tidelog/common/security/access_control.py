@@ -1,0 +1,128 @@
+"""Whether a call may do what it asks: the caller (principal and address), the service roles, and
+the ACL authorizer fed by etcd — one object per service process.
+
+Roles are the services' own identities (`controller.principals`, `broker.principals`, ...). They
+are not super users: a broker identity may fetch as a follower but not create a topic, a client may
+create topics (with the ACL) but never fetch as a follower — Kafka gives both to whoever holds
+ClusterAction, which cannot tell a broker from a controller.
+
+With `authorizer.class.name` empty everything is allowed and nothing is read from etcd.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any, Final
+
+from etcd3aio import Etcd3Client
+
+from tidelog.common.etcd.watched_prefix import WatchedPrefix
+from tidelog.common.metadata import ACLS_PREFIX, CONSUMER_OFFSETS_TOPIC
+from tidelog.common.security.acl import Authorizer, Operation, ResourceType
+from tidelog.common.security.acl_store import bindings_of
+from tidelog.common.security.authentication import current_principal
+from tidelog.common.security.principal import ANONYMOUS, Principal
+from tidelog.common.settings import SecuritySettings
+
+__all__ = ["AccessControl", "Caller", "Role", "host_of"]
+
+# Metadata a gateway sends with the calls it makes for a REST caller (principal propagation).
+ON_BEHALF_OF_PRINCIPAL: Final = "tidelog-on-behalf-of"
+ON_BEHALF_OF_HOST: Final = "tidelog-on-behalf-of-host"
+
+
+class Role(enum.Enum):
+    CONTROLLER = "controller.principals"
+    BROKER = "broker.principals"
+    COORDINATOR = "coordinator.principals"
+    GATEWAY = "gateway.principals"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Caller:
+    principal: Principal
+    host: str
+
+    def __str__(self) -> str:
+        return f"{self.principal} from {self.host}"
+
+
+_NOBODY: Final = Caller(ANONYMOUS, "*")
+
+
+def host_of(peer: str) -> str:
+    """The address in gRPC's peer string: `ipv4:10.0.0.1:5555` → 10.0.0.1, `ipv6:[::1]:5555` → ::1."""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv6":
+        return rest.rsplit(":", 1)[0].strip("[]")
+    if kind == "ipv4":
+        return rest.rsplit(":", 1)[0]
+    return rest or peer
+
+
+class AccessControl:
+    def __init__(self, security: SecuritySettings, etcd: Etcd3Client | None = None) -> None:
+        self.enabled = security.authorizer_class_name == "AclAuthorizer"
+        self.super_users = SecuritySettings.principals(security.super_users)
+        self.authorizer = Authorizer(
+            super_users=self.super_users, allow_if_no_acl=security.allow_everyone_if_no_acl_found
+        )
+        self.roles = {
+            role: SecuritySettings.principals(getattr(security, role.value.replace(".", "_"))) for role in Role
+        }
+        self._watch: WatchedPrefix | None = None
+        if self.enabled:
+            assert etcd is not None, "the ACL authorizer reads its bindings from etcd"
+            self._watch = WatchedPrefix(
+                etcd, ACLS_PREFIX, lambda contents: self.authorizer.replace(bindings_of(contents))
+            )
+
+    async def start(self) -> None:
+        if self._watch is not None:
+            await self._watch.start()
+
+    async def close(self) -> None:
+        if self._watch is not None:
+            await self._watch.close()
+
+    def caller(self, context: Any) -> Caller:
+        """Who makes the call being served (a gateway's calls: the REST caller it names)."""
+        if not self.enabled:
+            return _NOBODY
+        principal = current_principal.get()
+        host = host_of(context.peer())
+        if str(principal) in self.roles[Role.GATEWAY]:
+            metadata = dict(context.invocation_metadata() or ())
+            on_behalf = metadata.get(ON_BEHALF_OF_PRINCIPAL)
+            if on_behalf:
+                return Caller(Principal.parse(on_behalf), metadata.get(ON_BEHALF_OF_HOST) or host)
+        return Caller(principal, host)
+
+    def has_role(self, caller: Caller, role: Role) -> bool:
+        if not self.enabled:
+            return True
+        name = str(caller.principal)
+        return name in self.roles[role] or name in self.super_users
+
+    def allowed(self, caller: Caller, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        if not self.enabled:
+            return True
+        if self._coordinator_may(caller, operation, resource_type, name):
+            return True
+        return self.authorizer.authorize(caller.principal, caller.host, operation, resource_type, name)
+
+    def allowed_on_some(self, caller: Caller, operation: Operation, resource_type: ResourceType) -> bool:
+        """Allowed `operation` on at least one resource of the type (KIP-679: Write on any topic
+        allows an idempotent producer's id)."""
+        if not self.enabled:
+            return True
+        return self.authorizer.authorize_any(caller.principal, caller.host, operation, resource_type)
+
+    def _coordinator_may(self, caller: Caller, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        """What the coordinators need: their own topic, and describing every topic (lag)."""
+        if str(caller.principal) not in self.roles[Role.COORDINATOR]:
+            return False
+        if resource_type is ResourceType.TOPIC and name == CONSUMER_OFFSETS_TOPIC:
+            return operation in (Operation.READ, Operation.WRITE, Operation.DESCRIBE, Operation.CREATE)
+        return operation is Operation.DESCRIBE and resource_type in (ResourceType.TOPIC, ResourceType.CLUSTER)
