@@ -13,6 +13,11 @@ import grpc
 
 from tidelog.common import metrics_catalog
 from tidelog.common.errors import ErrorCode, NotControllerError, TidelogError
+from tidelog.common.security.access_control import AccessControl, Role
+from tidelog.common.security.acl import CLUSTER_NAME, Operation, ResourceType
+from tidelog.common.security.acl_proto import acl_filter_from_proto, acl_from_proto, acl_to_proto
+from tidelog.common.security.acl_store import add_acls, list_acls, remove_acls
+from tidelog.common.settings import SecuritySettings
 from tidelog.controller.controller import Controller
 from tidelog.v1 import controller_pb2, controller_pb2_grpc
 
@@ -31,12 +36,88 @@ class _AnsweredWhole(Protocol):
 
 Whole = TypeVar("Whole", bound=_AnsweredWhole)
 
+
+class _Refusable(Protocol):
+    """A response with one error code and message for the whole request."""
+
+    error_code: int
+    error_message: str
+
+
+Refusable = TypeVar("Refusable", bound=_Refusable)
+
 ADMIN_REQUESTS = metrics_catalog.counter("tidelog_controller_admin_requests_total")
+Context = Any  # grpc.aio.ServicerContext
 
 
 class AdminService(controller_pb2_grpc.ControllerServicer):
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: Controller, access: AccessControl | None = None) -> None:
         self.controller = controller
+        self.access = access or AccessControl(SecuritySettings.from_configs())
+
+    def _topic_refusals(
+        self, context: Context, operation: Operation, names: list[str], *, cluster_allows: bool = False
+    ) -> dict[str, controller_pb2.TopicResult]:
+        """Results for the topics the caller may not `operation` (Create is also allowed by Create
+        on the Cluster, as in Kafka)."""
+        if not self.access.enabled:
+            return {}
+        caller = self.access.caller(context)
+        if cluster_allows and self.access.allowed(caller, operation, ResourceType.CLUSTER, CLUSTER_NAME):
+            return {}
+        return {
+            name: controller_pb2.TopicResult(
+                name=name,
+                error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                error_message=f"{caller} may not {operation.value} topic {name!r}",
+            )
+            for name in set(names)
+            if not self.access.allowed(caller, operation, ResourceType.TOPIC, name)
+        }
+
+    async def _authorised_topics(
+        self,
+        method: str,
+        context: Context,
+        *,
+        operation: Operation,
+        handler: Callable[[Any], Awaitable[Sequence[controller_pb2.TopicResult]]],
+        request: Any,
+        field: str,
+        name_of: Callable[[Any], str],
+        response_type: Callable[..., Response],
+        cluster_allows: bool = False,
+    ) -> Response:
+        """`_topics` for the entries the caller may touch; the others answer TOPIC_AUTHORIZATION_FAILED."""
+        entries = list(getattr(request, field))
+        refused = self._topic_refusals(context, operation, [name_of(e) for e in entries], cluster_allows=cluster_allows)
+        if refused:
+            allowed = type(request)()
+            allowed.CopyFrom(request)
+            del getattr(allowed, field)[:]
+            getattr(allowed, field).extend(e for e in entries if name_of(e) not in refused)
+            request = allowed
+            ADMIN_REQUESTS.labels(method, "unauthorised").inc()
+        kept = [name_of(e) for e in getattr(request, field)]
+        if not kept:
+            return response_type(topics=list(refused.values()))
+        response = await self._topics(method, handler, request, response_type, kept)
+        response.topics.extend(refused.values())  # type: ignore[attr-defined]  # (every topics response)
+        return response
+
+    def _cluster_refusal(self, context: Context, operation: Operation | Role) -> str:
+        """Why the caller may not do `operation` on the Cluster (or is not of the service role); ""
+        when it may."""
+        if not self.access.enabled:
+            return ""
+        caller = self.access.caller(context)
+        if isinstance(operation, Role):
+            if self.access.has_role(caller, operation):
+                return ""
+            return f"{caller} is not one of {operation.value}"
+        if self.access.allowed(caller, operation, ResourceType.CLUSTER, CLUSTER_NAME):
+            return ""
+        return f"{caller} may not {operation.value} the Cluster"
 
     async def _topics(
         self,
@@ -64,50 +145,68 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
     async def CreateTopics(  # noqa: N802
         self, request: controller_pb2.CreateTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> controller_pb2.CreateTopicsResponse:
-        return await self._topics(
+        return await self._authorised_topics(
             "CreateTopics",
-            self.controller.create_topics,
-            request,
-            controller_pb2.CreateTopicsResponse,
-            [topic.name for topic in request.topics],
+            context,
+            operation=Operation.CREATE,
+            handler=self.controller.create_topics,
+            request=request,
+            field="topics",
+            name_of=lambda topic: topic.name,
+            response_type=controller_pb2.CreateTopicsResponse,
+            cluster_allows=True,
         )
 
     async def DeleteTopics(  # noqa: N802
         self, request: controller_pb2.DeleteTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> controller_pb2.DeleteTopicsResponse:
-        return await self._topics(
+        return await self._authorised_topics(
             "DeleteTopics",
-            self.controller.delete_topics,
-            request,
-            controller_pb2.DeleteTopicsResponse,
-            list(request.names),
+            context,
+            operation=Operation.DELETE,
+            handler=self.controller.delete_topics,
+            request=request,
+            field="names",
+            name_of=str,
+            response_type=controller_pb2.DeleteTopicsResponse,
         )
 
     async def CreatePartitions(  # noqa: N802
         self, request: controller_pb2.CreatePartitionsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> controller_pb2.CreatePartitionsResponse:
-        return await self._topics(
+        return await self._authorised_topics(
             "CreatePartitions",
-            self.controller.create_partitions,
-            request,
-            controller_pb2.CreatePartitionsResponse,
-            [change.topic for change in request.topics],
+            context,
+            operation=Operation.ALTER,
+            handler=self.controller.create_partitions,
+            request=request,
+            field="topics",
+            name_of=lambda change: change.topic,
+            response_type=controller_pb2.CreatePartitionsResponse,
         )
 
     async def AlterConfigs(  # noqa: N802
         self, request: controller_pb2.AlterConfigsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> controller_pb2.AlterConfigsResponse:
-        return await self._topics(
+        return await self._authorised_topics(
             "AlterConfigs",
-            self.controller.alter_configs,
-            request,
-            controller_pb2.AlterConfigsResponse,
-            [change.topic for change in request.changes],
+            context,
+            operation=Operation.ALTER_CONFIGS,
+            handler=self.controller.alter_configs,
+            request=request,
+            field="changes",
+            name_of=lambda change: change.topic,
+            response_type=controller_pb2.AlterConfigsResponse,
         )
 
     async def AlterPartition(  # noqa: N802
         self, request: controller_pb2.AlterPartitionRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> controller_pb2.AlterPartitionResponse:
+        if refusal := self._cluster_refusal(context, Role.BROKER):
+            ADMIN_REQUESTS.labels("AlterPartition", "unauthorised").inc()
+            return controller_pb2.AlterPartitionResponse(
+                error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), error_message=refusal
+            )
         try:
             response = await self.controller.alter_partition(request)
             ADMIN_REQUESTS.labels("AlterPartition", "error" if response.error_code else "ok").inc()
@@ -120,8 +219,21 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
                 controller_endpoint=await self.controller.active_endpoint(),
             )
 
-    async def _whole(self, method: str, response: Whole, work: Callable[[], Awaitable[Whole]]) -> Whole:
-        """Requests answered as a whole: NOT_CONTROLLER (with the active endpoint) or the result."""
+    async def _whole(
+        self,
+        method: str,
+        response: Whole,
+        work: Callable[[], Awaitable[Whole]],
+        refusal: str = "",
+    ) -> Whole:
+        """Requests answered as a whole: CLUSTER_AUTHORIZATION_FAILED (`refusal`), NOT_CONTROLLER
+        (with the active endpoint), or the result."""
+        if refusal:
+            ADMIN_REQUESTS.labels(method, "unauthorised").inc()
+            response.error_code = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+            if hasattr(response, "error_message"):
+                response.error_message = refusal
+            return response
         try:
             result = await work()
             ADMIN_REQUESTS.labels(method, "ok").inc()
@@ -144,7 +256,9 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
         async def work() -> controller_pb2.ElectLeadersResponse:
             return controller_pb2.ElectLeadersResponse(partitions=await self.controller.elect_leaders(request))
 
-        return await self._whole("ElectLeaders", controller_pb2.ElectLeadersResponse(), work)
+        return await self._whole(
+            "ElectLeaders", controller_pb2.ElectLeadersResponse(), work, self._cluster_refusal(context, Operation.ALTER)
+        )
 
     async def AlterPartitionReassignments(  # noqa: N802
         self, request: controller_pb2.AlterPartitionReassignmentsRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -154,7 +268,10 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
             return controller_pb2.AlterPartitionReassignmentsResponse(partitions=results)
 
         return await self._whole(
-            "AlterPartitionReassignments", controller_pb2.AlterPartitionReassignmentsResponse(), work
+            "AlterPartitionReassignments",
+            controller_pb2.AlterPartitionReassignmentsResponse(),
+            work,
+            self._cluster_refusal(context, Operation.ALTER),
         )
 
     async def ListPartitionReassignments(  # noqa: N802
@@ -166,7 +283,10 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
             )
 
         return await self._whole(
-            "ListPartitionReassignments", controller_pb2.ListPartitionReassignmentsResponse(), work
+            "ListPartitionReassignments",
+            controller_pb2.ListPartitionReassignmentsResponse(),
+            work,
+            self._cluster_refusal(context, Operation.DESCRIBE),
         )
 
     async def ControlledShutdown(  # noqa: N802
@@ -178,7 +298,12 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
                 remaining=[controller_pb2.TopicPartitionRef(topic=topic, partition=p) for topic, p in remaining]
             )
 
-        return await self._whole("ControlledShutdown", controller_pb2.ControlledShutdownResponse(), work)
+        return await self._whole(
+            "ControlledShutdown",
+            controller_pb2.ControlledShutdownResponse(),
+            work,
+            self._cluster_refusal(context, Role.BROKER),
+        )
 
     async def DescribeCluster(  # noqa: N802
         self, request: controller_pb2.DescribeClusterRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -195,6 +320,67 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
             brokers=controller.state.broker_protos(),
             controllers=await controller.controllers(),
         )
+
+    # ---- ACLs: any controller answers (they live in etcd) ------------------------------------
+
+    async def _security_call(
+        self,
+        method: str,
+        context: Context,
+        operation: Operation,
+        response: Refusable,
+        work: Callable[[], Awaitable[None]],
+    ) -> Refusable:
+        if refusal := self._cluster_refusal(context, operation):
+            ADMIN_REQUESTS.labels(method, "unauthorised").inc()
+            response.error_code, response.error_message = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), refusal
+            return response
+        try:
+            await work()
+        except TidelogError as error:
+            ADMIN_REQUESTS.labels(method, "error").inc()
+            response.error_code, response.error_message = int(error.code), error.message
+            return response
+        ADMIN_REQUESTS.labels(method, "ok").inc()
+        return response
+
+    async def CreateAcls(  # noqa: N802
+        self, request: controller_pb2.CreateAclsRequest, context: Context
+    ) -> controller_pb2.CreateAclsResponse:
+        async def work() -> None:
+            bindings = [acl_from_proto(binding) for binding in request.creations]  # all checked before any is written
+            await add_acls(self.controller.etcd, bindings)
+
+        return await self._security_call(
+            "CreateAcls", context, Operation.ALTER, controller_pb2.CreateAclsResponse(), work
+        )
+
+    async def DeleteAcls(  # noqa: N802
+        self, request: controller_pb2.DeleteAclsRequest, context: Context
+    ) -> controller_pb2.DeleteAclsResponse:
+        response = controller_pb2.DeleteAclsResponse()
+
+        async def work() -> None:
+            filters = [acl_filter_from_proto(selected) for selected in request.filters]
+            for selected in filters:
+                response.deleted.extend(
+                    acl_to_proto(binding) for binding in await remove_acls(self.controller.etcd, selected)
+                )
+
+        return await self._security_call("DeleteAcls", context, Operation.ALTER, response, work)
+
+    async def DescribeAcls(  # noqa: N802
+        self, request: controller_pb2.DescribeAclsRequest, context: Context
+    ) -> controller_pb2.DescribeAclsResponse:
+        response = controller_pb2.DescribeAclsResponse()
+
+        async def work() -> None:
+            selected = acl_filter_from_proto(request.filter)
+            response.bindings.extend(
+                acl_to_proto(binding) for binding in await list_acls(self.controller.etcd, selected)
+            )
+
+        return await self._security_call("DescribeAcls", context, Operation.DESCRIBE, response, work)
 
 
 def _result(name: str, error: TidelogError) -> controller_pb2.TopicResult:

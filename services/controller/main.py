@@ -12,6 +12,7 @@ from etcd3aio import Etcd3Client
 
 from tidelog.common.channels import ChannelPool
 from tidelog.common.runtime import run_service
+from tidelog.common.security.access_control import AccessControl
 from tidelog.common.settings import ControllerSettings, SecuritySettings
 from tidelog.controller import controller_metrics
 from tidelog.controller.admin_service import AdminService
@@ -48,16 +49,18 @@ class _Controller:
             settings=args.settings,
         )
         self.etcd = Etcd3Client([args.etcd])
+        self.access = AccessControl(args.security, self.etcd)
         self.controller = Controller(self.config, self.etcd, channels=ChannelPool(args.security))
         controller_metrics.register(self.controller, args.settings.controller_metrics_partition_series_max)
         self.running: asyncio.Task[None] | None = None
 
     def add_to(self, server: grpc.aio.Server) -> list[str]:
-        controller_pb2_grpc.add_ControllerServicer_to_server(AdminService(self.controller), server)
+        controller_pb2_grpc.add_ControllerServicer_to_server(AdminService(self.controller, self.access), server)
         return ["tidelog.v1.Controller"]
 
     async def start(self) -> None:
         await self.etcd.connect()
+        await self.access.start()
         self.running = asyncio.create_task(self.controller.run())
 
     async def drain(self) -> None:
@@ -71,6 +74,7 @@ class _Controller:
 
     async def close(self) -> None:
         await self.controller.broker_requests.close()
+        await self.access.close()
         await self.etcd.close()
 
 

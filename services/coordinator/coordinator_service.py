@@ -14,7 +14,15 @@ import grpc
 
 from tidelog.client.connections import Connections
 from tidelog.common import metrics_catalog
-from tidelog.common.errors import ErrorCode, TidelogError
+from tidelog.common.errors import (
+    ErrorCode,
+    GroupAuthorizationFailedError,
+    TidelogError,
+    TopicAuthorizationFailedError,
+)
+from tidelog.common.security.access_control import AccessControl
+from tidelog.common.security.acl import CLUSTER_NAME, Operation, ResourceType
+from tidelog.common.settings import SecuritySettings
 from tidelog.coordinator.group_coordinator import GroupCoordinator
 from tidelog.coordinator.partition_ownership import PartitionOwnership
 from tidelog.v1 import coordinator_pb2, coordinator_pb2_grpc
@@ -30,10 +38,49 @@ R = TypeVar("R")
 
 
 class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
-    def __init__(self, coordinator: GroupCoordinator, ownership: PartitionOwnership, connections: Connections) -> None:
+    def __init__(
+        self,
+        coordinator: GroupCoordinator,
+        ownership: PartitionOwnership,
+        connections: Connections,
+        access: AccessControl | None = None,
+    ) -> None:
         self.coordinator = coordinator
         self.ownership = ownership
         self.connections = connections
+        self.access = access or AccessControl(SecuritySettings.from_configs())
+
+    def _group_refusal(self, context: Context, operation: Operation, group_id: str) -> TidelogError | None:
+        if not self.access.enabled:
+            return None
+        caller = self.access.caller(context)
+        if self.access.allowed(caller, operation, ResourceType.GROUP, group_id):
+            return None
+        return GroupAuthorizationFailedError(f"{caller} may not {operation.value} group {group_id!r}")
+
+    async def _group_call(  # noqa: PLR0917 - the request's parts, in the order they are checked
+        self,
+        api: str,
+        context: Context,
+        operation: Operation,
+        group_id: str,
+        response: R,
+        work: Callable[[], Awaitable[R]],
+    ) -> R:
+        refusal = self._group_refusal(context, operation, group_id)
+        if refusal is not None:
+
+            async def refuse() -> R:
+                raise refusal
+
+            return await self._answer(api, response, refuse)
+        return await self._answer(api, response, work)
+
+    def _topics_refused(self, context: Context, operation: Operation, topics: set[str]) -> set[str]:
+        if not self.access.enabled:
+            return set()
+        caller = self.access.caller(context)
+        return {topic for topic in topics if not self.access.allowed(caller, operation, ResourceType.TOPIC, topic)}
 
     async def _answer(self, api: str, response: R, work: Callable[[], Awaitable[R]]) -> R:
         started = time.perf_counter()
@@ -52,6 +99,8 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
     async def FindCoordinator(  # noqa: N802
         self, request: coordinator_pb2.FindCoordinatorRequest, context: Context
     ) -> coordinator_pb2.FindCoordinatorResponse:
+        if refusal := self._group_refusal(context, Operation.DESCRIBE, request.group_id):
+            return coordinator_pb2.FindCoordinatorResponse(error_code=int(refusal.code), error_message=refusal.message)
         partition = self.coordinator.partition_of(request.group_id)
         claim = self.ownership.claims.get(partition)
         if claim is None:
@@ -65,15 +114,25 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
     async def JoinGroup(  # noqa: N802
         self, request: coordinator_pb2.JoinGroupRequest, context: Context
     ) -> coordinator_pb2.JoinGroupResponse:
-        return await self._answer(
-            "JoinGroup", coordinator_pb2.JoinGroupResponse(), lambda: self.coordinator.join_group(request)
+        return await self._group_call(
+            "JoinGroup",
+            context,
+            Operation.READ,
+            request.group_id,
+            coordinator_pb2.JoinGroupResponse(),
+            lambda: self.coordinator.join_group(request),
         )
 
     async def SyncGroup(  # noqa: N802
         self, request: coordinator_pb2.SyncGroupRequest, context: Context
     ) -> coordinator_pb2.SyncGroupResponse:
-        return await self._answer(
-            "SyncGroup", coordinator_pb2.SyncGroupResponse(), lambda: self.coordinator.sync_group(request)
+        return await self._group_call(
+            "SyncGroup",
+            context,
+            Operation.READ,
+            request.group_id,
+            coordinator_pb2.SyncGroupResponse(),
+            lambda: self.coordinator.sync_group(request),
         )
 
     async def Heartbeat(  # noqa: N802
@@ -82,7 +141,9 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         async def work() -> coordinator_pb2.HeartbeatResponse:
             return self.coordinator.heartbeat(request)
 
-        return await self._answer("Heartbeat", coordinator_pb2.HeartbeatResponse(), work)
+        return await self._group_call(
+            "Heartbeat", context, Operation.READ, request.group_id, coordinator_pb2.HeartbeatResponse(), work
+        )
 
     async def LeaveGroup(  # noqa: N802
         self, request: coordinator_pb2.LeaveGroupRequest, context: Context
@@ -90,22 +151,52 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         async def work() -> coordinator_pb2.LeaveGroupResponse:
             return self.coordinator.leave_group(request)
 
-        return await self._answer("LeaveGroup", coordinator_pb2.LeaveGroupResponse(), work)
+        return await self._group_call(
+            "LeaveGroup", context, Operation.READ, request.group_id, coordinator_pb2.LeaveGroupResponse(), work
+        )
 
     async def OffsetCommit(  # noqa: N802
         self, request: coordinator_pb2.OffsetCommitRequest, context: Context
     ) -> coordinator_pb2.OffsetCommitResponse:
-        return await self._answer(
-            "OffsetCommit", coordinator_pb2.OffsetCommitResponse(), lambda: self.coordinator.commit_offsets(request)
+        refused = self._topics_refused(context, Operation.READ, {entry.topic for entry in request.partitions})
+        if refused:
+            # Kafka commits the authorised partitions and fails the others; a commit here is one
+            # record batch, so it is refused whole and says which topics.
+            async def refuse() -> coordinator_pb2.OffsetCommitResponse:
+                raise TopicAuthorizationFailedError(f"may not Read topic(s) {sorted(refused)}")
+
+            return await self._group_call(
+                "OffsetCommit",
+                context,
+                Operation.READ,
+                request.group_id,
+                coordinator_pb2.OffsetCommitResponse(),
+                refuse,
+            )
+        return await self._group_call(
+            "OffsetCommit",
+            context,
+            Operation.READ,
+            request.group_id,
+            coordinator_pb2.OffsetCommitResponse(),
+            lambda: self.coordinator.commit_offsets(request),
         )
 
     async def OffsetFetch(  # noqa: N802
         self, request: coordinator_pb2.OffsetFetchRequest, context: Context
     ) -> coordinator_pb2.OffsetFetchResponse:
         async def work() -> coordinator_pb2.OffsetFetchResponse:
-            return self.coordinator.fetch_offsets(request)
+            response = self.coordinator.fetch_offsets(request)
+            hidden = self._topics_refused(context, Operation.DESCRIBE, {entry.topic for entry in response.partitions})
+            if hidden:  # as Kafka: offsets of topics the caller may not Describe are left out
+                kept = [entry for entry in response.partitions if entry.topic not in hidden]
+                del response.partitions[:]
+                response.partitions.extend(kept)
+            return response
 
-        return await self._answer("OffsetFetch", coordinator_pb2.OffsetFetchResponse(), work)
+        return await self._group_call(
+            "OffsetFetch", context, Operation.DESCRIBE, request.group_id, coordinator_pb2.OffsetFetchResponse(), work
+        )
 
     async def ListGroups(  # noqa: N802
         self, request: coordinator_pb2.ListGroupsRequest, context: Context
@@ -124,13 +215,28 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
                         error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), groups=groups
                     )
         groups.sort(key=lambda group: str(group.group_id))
+        if self.access.enabled:  # Describe on the Cluster lists every group, else those it may Describe
+            caller = self.access.caller(context)
+            if not self.access.allowed(caller, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+                groups = [
+                    group
+                    for group in groups
+                    if self.access.allowed(caller, Operation.DESCRIBE, ResourceType.GROUP, group.group_id)
+                ]
         return coordinator_pb2.ListGroupsResponse(groups=groups)
 
     async def DescribeGroups(  # noqa: N802
         self, request: coordinator_pb2.DescribeGroupsRequest, context: Context
     ) -> coordinator_pb2.DescribeGroupsResponse:
         return coordinator_pb2.DescribeGroupsResponse(
-            groups=[self.coordinator.describe_group(group_id) for group_id in request.group_ids]
+            groups=[
+                self.coordinator.describe_group(group_id)
+                if self._group_refusal(context, Operation.DESCRIBE, group_id) is None
+                else coordinator_pb2.DescribedGroup(
+                    group_id=group_id, error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+                )
+                for group_id in request.group_ids
+            ]
         )
 
     async def DeleteGroups(  # noqa: N802
@@ -139,6 +245,9 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         response = coordinator_pb2.DeleteGroupsResponse()
         for group_id in request.group_ids:
             result = response.groups.add(group_id=group_id)
+            if refusal := self._group_refusal(context, Operation.DELETE, group_id):
+                result.error_code, result.error_message = int(refusal.code), refusal.message
+                continue
             try:
                 await self.coordinator.delete_group(group_id)
             except TidelogError as error:

@@ -23,6 +23,7 @@ from tidelog.common.errors import ErrorCode, TidelogError
 from tidelog.common.etcd.registry import registered_brokers
 from tidelog.common.metadata import CONSUMER_OFFSETS_TOPIC, CoordinatorInstanceRecord
 from tidelog.common.runtime import run_service
+from tidelog.common.security.access_control import AccessControl
 from tidelog.common.settings import CoordinatorSettings, SecuritySettings
 from tidelog.coordinator import coordinator_metrics
 from tidelog.coordinator.coordinator_service import CoordinatorService
@@ -132,6 +133,7 @@ class _Coordinator:
         self.etcd = etcd
         self.bootstrap = bootstrap
         self.connections = Connections(args.security)
+        self.access = AccessControl(args.security, etcd)
         writer = FencedOffsetsWriter(ClusterMetadata(bootstrap, self.connections), self.connections)
         settings: CoordinatorSettings = args.settings
         coordinator = GroupCoordinator(writer, settings)
@@ -158,11 +160,13 @@ class _Coordinator:
         self.tasks: list[asyncio.Task[None]] = []
 
     def add_to(self, server: grpc.aio.Server) -> list[str]:
-        service = CoordinatorService(self.coordinator, self.ownership, self.connections)
+        service = CoordinatorService(self.coordinator, self.ownership, self.connections, self.access)
         coordinator_pb2_grpc.add_CoordinatorServicer_to_server(service, server)
         return ["tidelog.v1.Coordinator"]
 
     async def start(self) -> None:
+        await self.access.start()
+
         async def ticking() -> None:
             while True:
                 await asyncio.sleep(TICK_S)
@@ -190,6 +194,7 @@ class _Coordinator:
 
     async def close(self) -> None:
         await self.lag_consumer.close()
+        await self.access.close()
         await self.connections.close()
         await self.etcd.close()
 

@@ -5,15 +5,15 @@ demand. Files, as the services read them."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import trustme
 
+from tests.cluster.conftest import COORDINATOR_ARGS, running_cluster
 from tidelog.common.settings import SecuritySettings
 from tidelog.local_cluster import LocalCluster
-from tests.cluster.conftest import COORDINATOR_ARGS, running_cluster
 
 
 @dataclasses.dataclass
@@ -69,6 +69,40 @@ def tls_cluster(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         coordinators=1,
         coordinator_args=COORDINATOR_ARGS,
         service_security=pki.mutual,
+        client_security=pki.client("admin"),
+    ) as local:
+        yield local
+
+
+def authorising(pki: Pki) -> Callable[[str], dict[str, str]]:
+    """Each process's settings for a cluster with the ACL authorizer on and its service roles."""
+
+    def settings(name: str) -> dict[str, str]:
+        return pki.mutual(
+            name,
+            **{
+                "authorizer.class.name": "AclAuthorizer",
+                "super.users": "User:admin",
+                "controller.principals": "User:controller-1",
+                "broker.principals": "User:broker-1;User:broker-2",
+                "coordinator.principals": "User:coordinator-1",
+            },
+        )
+
+    return settings
+
+
+@pytest.fixture(scope="module")
+def acl_cluster(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Mutual TLS and the ACL authorizer: 1 controller, 2 brokers, 1 coordinator; `User:admin` is
+    the super user the fixtures and LocalCluster's readiness checks use."""
+    with running_cluster(
+        tmp_path_factory.mktemp("acl-cluster"),
+        brokers=2,
+        controllers=1,
+        coordinators=1,
+        coordinator_args=COORDINATOR_ARGS,
+        service_security=authorising(pki),
         client_security=pki.client("admin"),
     ) as local:
         yield local

@@ -9,14 +9,20 @@ import uuid
 import grpc
 import pytest
 import trustme
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import REGISTRY
 
-from tidelog.client import AdminClient, Consumer, GroupConsumer, Producer, TopicPartition
-from tidelog.common.errors import InvalidConfigError
-from tidelog.common.settings import SecuritySettings
-from tidelog.local_cluster import LocalCluster
 from tests.cluster.conftest import poll_until
 from tests.security.conftest import Pki
+from tidelog.client import AdminClient, Consumer, GroupConsumer, Producer, TopicPartition
+from tidelog.common.channels import ChannelPool
+from tidelog.common.errors import InvalidConfigError
+from tidelog.common.runtime import grpc_server
+from tidelog.common.security.authentication import AuthenticationInterceptor, current_principal
+from tidelog.common.security.tls import server_credentials
+from tidelog.common.settings import SecuritySettings
+from tidelog.local_cluster import LocalCluster
+from tidelog.v1 import broker_pb2, broker_pb2_grpc
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -30,7 +36,9 @@ def _topic() -> str:
 async def test_a_cluster_on_mutual_tls_replicates_and_serves_groups(tls_cluster: LocalCluster, pki: Pki) -> None:
     security = pki.client("app")
     topic = _topic()
-    async with AdminClient(tls_cluster.bootstrap, controllers=tls_cluster.controller_endpoints, security=security) as admin:
+    async with AdminClient(
+        tls_cluster.bootstrap, controllers=tls_cluster.controller_endpoints, security=security
+    ) as admin:
         await admin.create_topic(topic, 2, 2, {"min.insync.replicas": "2"})
     async with Producer(tls_cluster.bootstrap, acks="all", security=security) as producer:
         await producer.send_batch(topic, [f"v{i}".encode() for i in range(100)], partition=0)
@@ -45,7 +53,7 @@ async def test_a_cluster_on_mutual_tls_replicates_and_serves_groups(tls_cluster:
 
 
 async def _reachable(cluster: LocalCluster, security: SecuritySettings | dict[str, str] | None) -> str:
-    """"ok", or the failure a client with these settings meets."""
+    """ "ok", or the failure a client with these settings meets."""
     try:
         async with Consumer(cluster.bootstrap, request_timeout_ms=3000, security=security) as consumer:
             await consumer.end_offsets([TopicPartition("__consumer_offsets", 0)])
@@ -73,10 +81,6 @@ async def test_plaintext_a_wrong_ca_and_a_missing_client_certificate_are_refused
 async def test_an_unmapped_certificate_subject_is_unauthenticated_and_counted(pki: Pki, tmp_path) -> None:
     """A listener whose mapping rules accept only O=tidelog subjects refuses another organisation's
     certificate with UNAUTHENTICATED (the CA is the same: TLS itself accepts it)."""
-    from tidelog.common.runtime import grpc_server  # noqa: PLC0415 - the server side, in-process
-    from tidelog.common.security.authentication import AuthenticationInterceptor
-    from tidelog.common.security.tls import server_credentials
-    from tidelog.v1 import broker_pb2, broker_pb2_grpc
 
     server_settings = SecuritySettings.from_configs(
         pki.mutual("listener", **{"ssl.principal.mapping.rules": "RULE:^CN=([^,]+),OU=[^,]*,O=tidelog$/$1/"})
@@ -85,8 +89,6 @@ async def test_an_unmapped_certificate_subject_is_unauthenticated_and_counted(pk
 
     class Broker(broker_pb2_grpc.BrokerServicer):
         async def Metadata(self, request, context):  # noqa: N802 - gRPC's name
-            from tidelog.common.security.authentication import current_principal
-
             seen.append(str(current_principal.get()))
             return broker_pb2.MetadataResponse()
 
@@ -95,8 +97,6 @@ async def test_an_unmapped_certificate_subject_is_unauthenticated_and_counted(pk
     port = server.add_secure_port("127.0.0.1:0", server_credentials(server_settings))
     await server.start()
     try:
-        from tidelog.common.channels import ChannelPool
-
         good = ChannelPool(pki.client("alice"))
         await broker_pb2_grpc.BrokerStub(good.channel(f"127.0.0.1:{port}")).Metadata(broker_pb2.MetadataRequest())
         assert seen == ["User:alice"]
@@ -127,10 +127,6 @@ async def test_an_unmapped_certificate_subject_is_unauthenticated_and_counted(pk
 async def test_a_rotated_listener_certificate_applies_to_new_connections(pki: Pki, tmp_path) -> None:
     """The listener's files are replaced by a certificate of a new CA: a client trusting only the
     new CA connects without the server restarting."""
-    from tidelog.common.channels import ChannelPool
-    from tidelog.common.runtime import grpc_server
-    from tidelog.common.security.tls import server_credentials
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     listener = pki.mutual("rotating")
     server_settings = SecuritySettings.from_configs({**listener, "ssl.client.auth": "none"})
@@ -164,12 +160,10 @@ async def test_a_rotated_listener_certificate_applies_to_new_connections(pki: Pk
 
 
 def test_settings_that_cannot_make_a_tls_identity_are_refused(pki: Pki, tmp_path) -> None:
-    from tidelog.common.channels import ChannelPool
-    from tidelog.common.security.tls import server_credentials
 
     with pytest.raises(InvalidConfigError, match="given together"):
         ChannelPool(SecuritySettings.from_configs({"security.protocol": "SSL", "ssl.certificate.location": "x"}))
-    with pytest.raises(InvalidConfigError, match="needs ssl.certificate.location"):
+    with pytest.raises(InvalidConfigError, match=r"needs ssl\.certificate\.location"):
         server_credentials(SecuritySettings.from_configs({"security.protocol": "SSL"}))
     mismatched = pki.mutual("one")
     _, other_key = pki.issue("two")
@@ -179,4 +173,6 @@ def test_settings_that_cannot_make_a_tls_identity_are_refused(pki: Pki, tmp_path
         SecuritySettings.from_configs({"ssl.client.auth": "requested"})
     (tmp_path / "empty.pem").write_text("nothing")
     with pytest.raises(InvalidConfigError, match="holds no PEM data"):
-        ChannelPool(SecuritySettings.from_configs({"security.protocol": "SSL", "ssl.ca.location": str(tmp_path / "empty.pem")}))
+        ChannelPool(
+            SecuritySettings.from_configs({"security.protocol": "SSL", "ssl.ca.location": str(tmp_path / "empty.pem")})
+        )

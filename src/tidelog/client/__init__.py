@@ -5,10 +5,13 @@ from tidelog.client.cluster_metadata import TopicPartition
 from tidelog.client.consumer import EARLIEST, LATEST, Consumer, ConsumerRecord, FetchedPartition
 from tidelog.client.group_consumer import GroupConsumer, RebalanceListener
 from tidelog.client.producer import BulkDelivery, Producer, RecordDelivery, RecordMetadata
+from tidelog.common.security.acl import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
 
 __all__ = [
     "EARLIEST",
     "LATEST",
+    "AclBinding",
+    "AclFilter",
     "AdminClient",
     "BulkDelivery",
     "Consumer",
@@ -16,10 +19,14 @@ __all__ = [
     "FetchedPartition",
     "GroupConsumer",
     "NewTopic",
+    "Operation",
+    "PatternType",
+    "Permission",
     "Producer",
     "RebalanceListener",
     "RecordDelivery",
     "RecordMetadata",
+    "ResourceType",
     "TopicDescription",
     "TopicPartition",
 ]

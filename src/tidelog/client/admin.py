@@ -18,6 +18,8 @@ import grpc
 from tidelog.client.cluster_metadata import ClusterMetadata
 from tidelog.client.connections import Connections
 from tidelog.common.errors import ErrorCode, RequestTimedOutError, TidelogError, error_for
+from tidelog.common.security.acl import AclBinding, AclFilter
+from tidelog.common.security.acl_proto import acl_filter_to_proto, acl_from_proto, acl_to_proto
 from tidelog.common.settings import SecuritySettings
 from tidelog.v1 import common_pb2, controller_pb2
 
@@ -178,7 +180,12 @@ class AdminClient:
         described: dict[str, TopicDescription | TidelogError] = {}
         for topic in response.topics:
             if topic.error_code:
-                described[topic.name] = error_for(topic.error_code, f"topic {topic.name!r} does not exist")
+                reason = (
+                    "may not be described by this principal"
+                    if topic.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    else "does not exist"
+                )
+                described[topic.name] = error_for(topic.error_code, f"topic {topic.name!r} {reason}")
             else:
                 described[topic.name] = TopicDescription(topic.name, list(topic.partitions), dict(topic.configs))
         return described
@@ -240,6 +247,34 @@ class AdminClient:
         )
         _raise_whole(response)
         return list(response.reassignments)
+
+    # ---- ACLs (kafka-acls; Kafka's AdminClient createAcls / deleteAcls / describeAcls) --------
+
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> None:
+        """Add ACL bindings (adding one that exists changes nothing); InvalidRequestError names a
+        bad one, and then none is added."""
+        request = controller_pb2.CreateAclsRequest(creations=[acl_to_proto(binding) for binding in bindings])
+        response = await self._call(
+            lambda endpoint: self.connections.controller(endpoint).CreateAcls(request, timeout=self.request_timeout_s)
+        )
+        _raise_whole(response)
+
+    async def delete_acls(self, filters: Sequence[AclFilter]) -> list[AclBinding]:
+        """Remove the bindings each filter matches; the removed ones."""
+        request = controller_pb2.DeleteAclsRequest(filters=[acl_filter_to_proto(selected) for selected in filters])
+        response = await self._call(
+            lambda endpoint: self.connections.controller(endpoint).DeleteAcls(request, timeout=self.request_timeout_s)
+        )
+        _raise_whole(response)
+        return [acl_from_proto(binding) for binding in response.deleted]
+
+    async def describe_acls(self, selected: AclFilter | None = None) -> list[AclBinding]:
+        request = controller_pb2.DescribeAclsRequest(filter=acl_filter_to_proto(selected or AclFilter()))
+        response = await self._call(
+            lambda endpoint: self.connections.controller(endpoint).DescribeAcls(request, timeout=self.request_timeout_s)
+        )
+        _raise_whole(response)
+        return [acl_from_proto(binding) for binding in response.bindings]
 
 
 def _raise_whole(response: Any) -> None:

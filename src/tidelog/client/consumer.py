@@ -24,7 +24,13 @@ import grpc
 from tidelog.client.client_logging import get_logger
 from tidelog.client.cluster_metadata import ClusterMetadata, TopicPartition
 from tidelog.client.connections import Connections
-from tidelog.common.errors import ErrorCode, OffsetOutOfRangeError, TidelogError, error_for
+from tidelog.common.errors import (
+    ErrorCode,
+    OffsetOutOfRangeError,
+    TidelogError,
+    TopicAuthorizationFailedError,
+    error_for,
+)
 from tidelog.common.record.batch import Headers, RecordBatch, decode_batches
 from tidelog.common.settings import ConsumerSettings, SecuritySettings
 from tidelog.v1 import broker_pb2
@@ -115,6 +121,7 @@ class Consumer:
         self._owns_connections = connections is None
         self.metadata = ClusterMetadata(bootstrap, self.connections, request_timeout_s=self.request_timeout_s)
         self._positions: dict[TopicPartition, int | None] = {}
+        self._authorization_error: TidelogError | None = None  # raised by the next poll
         self._paused: set[TopicPartition] = set()
         self.high_watermarks: dict[TopicPartition, int] = {}
         # One fetch in flight per leader broker, sent again as soon as its answer is handled, so a
@@ -284,6 +291,10 @@ class Consumer:
                 await self.metadata.partitions_of(tp.topic)
                 endpoint = self.metadata.leader_endpoint(tp.topic, tp.partition)
             except TidelogError:
+                if self.metadata.topic_errors.get(tp.topic) == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                    self._authorization_error = TopicAuthorizationFailedError(
+                        f"not authorised to describe topic {tp.topic!r}"
+                    )
                 continue
             if endpoint not in busy_endpoints:
                 by_leader.setdefault(endpoint, []).append(tp)
@@ -292,6 +303,11 @@ class Consumer:
             self._in_flight[task] = partitions
 
     async def _fetch_once(self, max_wait_ms: int) -> dict[TopicPartition, FetchedPartition]:
+        if self._authorization_error is not None:
+            # As Kafka's consumer: poll() raises while a partition may not be read (records of
+            # other partitions that came with it were returned by the poll before).
+            error, self._authorization_error = self._authorization_error, None
+            raise error
         await self._start_fetches(self.fetch_max_wait_ms)
         if not self._in_flight:
             await asyncio.sleep(min(max_wait_ms, 100) / 1000)
@@ -327,6 +343,9 @@ class Consumer:
         if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
             log.info("offset_out_of_range", partition=str(tp), position=self._positions.get(tp))
             self._positions[tp] = None
+            return False
+        if result.error_code in (ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED):
+            self._authorization_error = error_for(result.error_code, result.error_message or f"may not read {tp}")
             return False
         if result.error_code:
             return True

@@ -59,6 +59,8 @@ class CoordinatorLink:
                 if found.error_code == 0:
                     self.endpoint = found.endpoint
                     break
+                if found.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED:  # asking again cannot help
+                    raise error_for(found.error_code, found.error_message)
             if not self.endpoint:
                 if time.monotonic() > deadline:
                     raise error_for(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no coordinator for group {self.group_id!r}")

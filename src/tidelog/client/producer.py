@@ -34,7 +34,14 @@ from tidelog.client.producer_batch import ProducerBatch
 from tidelog.client.producer_sequences import ProducerSequences
 from tidelog.client.record_accumulator import RecordAccumulator
 from tidelog.client.sender import Sender, SenderOptions
-from tidelog.common.errors import ErrorCode, InvalidConfigError, RecordTooLargeError, TidelogError, error_for
+from tidelog.common.errors import (
+    ErrorCode,
+    InvalidConfigError,
+    RecordTooLargeError,
+    TidelogError,
+    TopicAuthorizationFailedError,
+    error_for,
+)
 from tidelog.common.record.batch import BATCH_OVERHEAD, RECORD_COLUMNS_BYTES, Header, Headers
 from tidelog.common.record.compression import CompressionType
 from tidelog.common.settings import ProducerSettings, SecuritySettings
@@ -227,6 +234,10 @@ class Producer:
                 await asyncio.wait_for(self.metadata.refresh(sorted(self._topics)), remaining)
             except (ConnectionError, TimeoutError) as error:
                 log.info("metadata_refresh_failed", topic=topic, error=str(error))
+            if self.metadata.topic_errors.get(topic) == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                # Not a topic that may yet appear: as Kafka's producer, fail at once.
+                self._topics.discard(topic)
+                raise TopicAuthorizationFailedError(f"not authorised to describe topic {topic!r} (Describe or Write)")
             if not self._in_metadata(topic, partition):
                 await asyncio.sleep(max(min(self.retry_backoff_s, deadline - time.monotonic()), 0))
         return len(self.metadata.partitions[topic])

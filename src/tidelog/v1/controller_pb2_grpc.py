@@ -84,6 +84,41 @@ class ControllerStub:
                 request_serializer=tidelog_dot_v1_dot_controller__pb2.ControlledShutdownRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_controller__pb2.ControlledShutdownResponse.FromString,
                 _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/tidelog.v1.Controller/CreateAcls',
+                request_serializer=tidelog_dot_v1_dot_controller__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_controller__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/tidelog.v1.Controller/DeleteAcls',
+                request_serializer=tidelog_dot_v1_dot_controller__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_controller__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
+        self.DescribeAcls = channel.unary_unary(
+                '/tidelog.v1.Controller/DescribeAcls',
+                request_serializer=tidelog_dot_v1_dot_controller__pb2.DescribeAclsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_controller__pb2.DescribeAclsResponse.FromString,
+                _registered_method=True)
+        self.AlterUserScramCredentials = channel.unary_unary(
+                '/tidelog.v1.Controller/AlterUserScramCredentials',
+                request_serializer=tidelog_dot_v1_dot_controller__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_controller__pb2.AlterUserScramCredentialsResponse.FromString,
+                _registered_method=True)
+        self.DescribeUserScramCredentials = channel.unary_unary(
+                '/tidelog.v1.Controller/DescribeUserScramCredentials',
+                request_serializer=tidelog_dot_v1_dot_controller__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_controller__pb2.DescribeUserScramCredentialsResponse.FromString,
+                _registered_method=True)
+        self.AlterClientQuotas = channel.unary_unary(
+                '/tidelog.v1.Controller/AlterClientQuotas',
+                request_serializer=tidelog_dot_v1_dot_controller__pb2.AlterClientQuotasRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_controller__pb2.AlterClientQuotasResponse.FromString,
+                _registered_method=True)
+        self.DescribeClientQuotas = channel.unary_unary(
+                '/tidelog.v1.Controller/DescribeClientQuotas',
+                request_serializer=tidelog_dot_v1_dot_controller__pb2.DescribeClientQuotasRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_controller__pb2.DescribeClientQuotasResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -153,6 +188,51 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateAcls(self, request, context):
+        """ACLs (Kafka's CreateAcls, DeleteAcls, DescribeAcls). Kept in etcd: any controller answers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterUserScramCredentials(self, request, context):
+        """SCRAM credentials (KIP-554): the client salts and hashes; the password never travels.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeUserScramCredentials(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterClientQuotas(self, request, context):
+        """Client quotas (KIP-546): per user and/or client id, defaults included.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeClientQuotas(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -205,6 +285,41 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.ControlledShutdown,
                     request_deserializer=tidelog_dot_v1_dot_controller__pb2.ControlledShutdownRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_controller__pb2.ControlledShutdownResponse.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=tidelog_dot_v1_dot_controller__pb2.CreateAclsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_controller__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=tidelog_dot_v1_dot_controller__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_controller__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'DescribeAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeAcls,
+                    request_deserializer=tidelog_dot_v1_dot_controller__pb2.DescribeAclsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_controller__pb2.DescribeAclsResponse.SerializeToString,
+            ),
+            'AlterUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterUserScramCredentials,
+                    request_deserializer=tidelog_dot_v1_dot_controller__pb2.AlterUserScramCredentialsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_controller__pb2.AlterUserScramCredentialsResponse.SerializeToString,
+            ),
+            'DescribeUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeUserScramCredentials,
+                    request_deserializer=tidelog_dot_v1_dot_controller__pb2.DescribeUserScramCredentialsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_controller__pb2.DescribeUserScramCredentialsResponse.SerializeToString,
+            ),
+            'AlterClientQuotas': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterClientQuotas,
+                    request_deserializer=tidelog_dot_v1_dot_controller__pb2.AlterClientQuotasRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_controller__pb2.AlterClientQuotasResponse.SerializeToString,
+            ),
+            'DescribeClientQuotas': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeClientQuotas,
+                    request_deserializer=tidelog_dot_v1_dot_controller__pb2.DescribeClientQuotasRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_controller__pb2.DescribeClientQuotasResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -477,6 +592,195 @@ class Controller:
             '/tidelog.v1.Controller/ControlledShutdown',
             tidelog_dot_v1_dot_controller__pb2.ControlledShutdownRequest.SerializeToString,
             tidelog_dot_v1_dot_controller__pb2.ControlledShutdownResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Controller/CreateAcls',
+            tidelog_dot_v1_dot_controller__pb2.CreateAclsRequest.SerializeToString,
+            tidelog_dot_v1_dot_controller__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Controller/DeleteAcls',
+            tidelog_dot_v1_dot_controller__pb2.DeleteAclsRequest.SerializeToString,
+            tidelog_dot_v1_dot_controller__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Controller/DescribeAcls',
+            tidelog_dot_v1_dot_controller__pb2.DescribeAclsRequest.SerializeToString,
+            tidelog_dot_v1_dot_controller__pb2.DescribeAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Controller/AlterUserScramCredentials',
+            tidelog_dot_v1_dot_controller__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+            tidelog_dot_v1_dot_controller__pb2.AlterUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Controller/DescribeUserScramCredentials',
+            tidelog_dot_v1_dot_controller__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+            tidelog_dot_v1_dot_controller__pb2.DescribeUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterClientQuotas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Controller/AlterClientQuotas',
+            tidelog_dot_v1_dot_controller__pb2.AlterClientQuotasRequest.SerializeToString,
+            tidelog_dot_v1_dot_controller__pb2.AlterClientQuotasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeClientQuotas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Controller/DescribeClientQuotas',
+            tidelog_dot_v1_dot_controller__pb2.DescribeClientQuotasRequest.SerializeToString,
+            tidelog_dot_v1_dot_controller__pb2.DescribeClientQuotasResponse.FromString,
             options,
             channel_credentials,
             insecure,

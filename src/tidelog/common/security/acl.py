@@ -109,7 +109,7 @@ VALID_OPERATIONS: Final[dict[ResourceType, frozenset[Operation]]] = {
 }
 
 
-def _enum_of(kind: type[enum.Enum], text: str, what: str) -> enum.Enum:
+def enum_of(kind: type[enum.Enum], text: str, what: str) -> enum.Enum:
     for member in kind:
         if member.value.lower() == text.lower().replace("_", "") or member.name.lower() == text.lower():
             return member
@@ -181,11 +181,11 @@ class AclBinding:
         return cls(
             principal,
             host,
-            _enum_of(Operation, operation, "ACL operation"),  # type: ignore[arg-type]
-            _enum_of(Permission, permission, "ACL permission"),  # type: ignore[arg-type]
-            _enum_of(ResourceType, resource_type, "ACL resource type"),  # type: ignore[arg-type]
+            enum_of(Operation, operation, "ACL operation"),  # type: ignore[arg-type]
+            enum_of(Permission, permission, "ACL permission"),  # type: ignore[arg-type]
+            enum_of(ResourceType, resource_type, "ACL resource type"),  # type: ignore[arg-type]
             resource_name,
-            _enum_of(PatternType, pattern_type, "ACL pattern type"),  # type: ignore[arg-type]
+            enum_of(PatternType, pattern_type, "ACL pattern type"),  # type: ignore[arg-type]
         )
 
     def __str__(self) -> str:

@@ -1,0 +1,248 @@
+"""Kafka's ACLs on real requests: a cluster on mutual TLS with the ACL authorizer, principals from
+client certificates, ACLs changed through the AdminClient and applied live."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from tests.cluster.conftest import poll_until, wait_until
+from tests.security.conftest import Pki
+from tidelog.client import AclBinding, AclFilter, AdminClient, Consumer, GroupConsumer, Producer, TopicPartition
+from tidelog.common.channels import ChannelPool
+from tidelog.common.errors import (
+    ClusterAuthorizationFailedError,
+    ErrorCode,
+    GroupAuthorizationFailedError,
+    InvalidRequestError,
+    TopicAuthorizationFailedError,
+)
+from tidelog.local_cluster import LocalCluster
+from tidelog.v1 import broker_pb2, broker_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc
+
+pytestmark = pytest.mark.timeout(180)
+
+ACL_CHANGE_S = 1.0  # an ACL change applies within a second (etcd watch)
+
+
+def _allow(principal: str, operation: str, resource: str, name: str, **extra: str) -> AclBinding:
+    return AclBinding.of(principal=principal, operation=operation, resource_type=resource, resource_name=name, **extra)
+
+
+async def _raises_within(call: Callable[[], Awaitable[object]], error: type[Exception], *, timeout_s: float) -> None:
+    """Call until it raises `error` (a consumer raises from the poll after the refused fetch)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            await call()
+        except error:
+            return
+    raise AssertionError(f"no {error.__name__} within {timeout_s} s")
+
+
+def _admin(cluster: LocalCluster, pki: Pki, name: str = "admin") -> AdminClient:
+    return AdminClient(
+        cluster.bootstrap, controllers=cluster.controller_endpoints, request_timeout_ms=5000, security=pki.client(name)
+    )
+
+
+async def _produce(cluster: LocalCluster, pki: Pki, user: str, topic: str, values: list[bytes]) -> None:
+    async with Producer(
+        cluster.bootstrap, acks="all", max_block_ms=5000, delivery_timeout_ms=5000, security=pki.client(user)
+    ) as producer:
+        await (await producer.send_batch(topic, values, partition=0))
+
+
+async def test_produce_and_consume_need_their_acls_and_changes_apply_live(acl_cluster: LocalCluster, pki: Pki) -> None:
+    topic = f"orders-{uuid.uuid4().hex[:6]}"
+    async with _admin(acl_cluster, pki) as admin:
+        await admin.create_topic(topic, 1, 2)
+        with pytest.raises(TopicAuthorizationFailedError):  # no ACL names the topic: refused
+            await _produce(acl_cluster, pki, "writer", topic, [b"x"])
+
+        await admin.create_acls([_allow("User:writer", "Write", "Topic", "orders-", pattern_type="Prefixed")])
+        granted = time.monotonic()
+
+        async def produced() -> bool:
+            try:
+                await _produce(acl_cluster, pki, "writer", topic, [b"a", b"b", b"c"])
+            except TopicAuthorizationFailedError:
+                return False
+            return True
+
+        await wait_until(produced, timeout_s=ACL_CHANGE_S * 5, what="the Write ACL in force")
+        assert time.monotonic() - granted <= ACL_CHANGE_S * 5
+
+        # The writer may not read, a reader with Read may (Read implies the Describe metadata needs).
+        async with Consumer(
+            acl_cluster.bootstrap, security=pki.client("writer"), auto_offset_reset="earliest"
+        ) as consumer:
+            consumer.assign([TopicPartition(topic, 0)])
+            await _raises_within(lambda: consumer.poll(200), TopicAuthorizationFailedError, timeout_s=10)
+        await admin.create_acls([_allow("User:reader", "Read", "Topic", topic)])
+
+        async def read() -> list[bytes] | None:
+            try:
+                async with Consumer(
+                    acl_cluster.bootstrap, security=pki.client("reader"), auto_offset_reset="earliest"
+                ) as consumer:
+                    consumer.assign([TopicPartition(topic, 0)])
+                    return [record.value for record in await poll_until(consumer, 3)]  # type: ignore[misc]
+            except TopicAuthorizationFailedError:
+                return None
+
+        assert await wait_until(read, timeout_s=10, what="the reader's records") == [b"a", b"b", b"c"]
+
+        # Deny wins over Allow: a Deny of Write for the writer on this topic stops it at once.
+        await admin.create_acls([_allow("User:writer", "Write", "Topic", topic, permission="Deny")])
+
+        async def denied() -> bool:
+            try:
+                await _produce(acl_cluster, pki, "writer", topic, [b"d"])
+            except TopicAuthorizationFailedError:
+                return True
+            return False
+
+        await wait_until(denied, timeout_s=ACL_CHANGE_S * 5, what="the Deny in force")
+        removed = await admin.delete_acls([AclFilter(principal="User:writer")])
+        assert len(removed) == 2
+        assert await admin.describe_acls(AclFilter(principal="User:writer")) == []
+
+
+async def test_listings_hide_topics_a_principal_may_not_describe(acl_cluster: LocalCluster, pki: Pki) -> None:
+    mine, theirs = f"team-a-{uuid.uuid4().hex[:6]}", f"team-b-{uuid.uuid4().hex[:6]}"
+    async with _admin(acl_cluster, pki) as admin:
+        await admin.create_topic(mine, 1, 1)
+        await admin.create_topic(theirs, 1, 1)
+        await admin.create_acls([_allow("User:team-a", "Describe", "Topic", "team-a-", pattern_type="Prefixed")])
+        assert {mine, theirs} <= set(await admin.list_topics())  # the super user sees everything
+    async with _admin(acl_cluster, pki, "team-a") as team_a:
+
+        async def listed() -> list[str] | None:
+            topics = await team_a.list_topics()
+            return topics if mine in topics else None
+
+        topics = await wait_until(listed, timeout_s=5, what="team-a's topic listed")
+        assert theirs not in topics
+        assert all(topic.startswith("team-a-") for topic in topics)
+        described = await team_a.describe_topics([theirs])
+        assert isinstance(described[theirs], TopicAuthorizationFailedError)
+
+
+async def test_group_calls_need_read_on_the_group(acl_cluster: LocalCluster, pki: Pki) -> None:
+    topic = f"grouped-{uuid.uuid4().hex[:6]}"
+    async with _admin(acl_cluster, pki) as admin:
+        await admin.create_topic(topic, 1, 1)
+        await admin.create_acls(
+            [_allow("User:member", "Read", "Topic", topic), _allow("User:admin-writer", "Write", "Topic", topic)]
+        )
+    await _produce(acl_cluster, pki, "admin", topic, [b"1", b"2"])
+    consumer = GroupConsumer(
+        acl_cluster.bootstrap, "billing", security=pki.client("member"), auto_offset_reset="earliest"
+    )
+    consumer.subscribe([topic])
+    with pytest.raises(GroupAuthorizationFailedError):
+        await consumer.poll(1000)
+    await consumer.close()
+    async with _admin(acl_cluster, pki) as admin:
+        await admin.create_acls([_allow("User:member", "Read", "Group", "billing")])
+
+    async def consumed() -> list[bytes] | None:
+        try:
+            async with GroupConsumer(
+                acl_cluster.bootstrap, "billing", security=pki.client("member"), auto_offset_reset="earliest"
+            ) as member:
+                member.subscribe([topic])
+                records = await poll_until(member, 2)
+                await member.commit()
+                return [record.value for record in records]  # type: ignore[misc]
+        except GroupAuthorizationFailedError:
+            return None
+
+    assert await wait_until(consumed, timeout_s=15, what="the group consumer's records") == [b"1", b"2"]
+
+
+async def test_service_identities_are_held_to_their_roles(acl_cluster: LocalCluster, pki: Pki) -> None:
+    # A broker's certificate creates no topics: it is a broker, not an administrator.
+    async with _admin(acl_cluster, pki, "broker-1") as as_broker:
+        with pytest.raises(TopicAuthorizationFailedError):
+            await as_broker.create_topic(f"sneaky-{uuid.uuid4().hex[:6]}", 1, 1)
+        with pytest.raises(ClusterAuthorizationFailedError):
+            await as_broker.create_acls([_allow("User:broker-1", "All", "Topic", "*")])
+    # Even a principal allowed everything on topics is no follower and no controller.
+    async with _admin(acl_cluster, pki) as admin:
+        await admin.create_acls([_allow("User:mallory", "All", "Topic", "*")])
+    pool = ChannelPool(pki.client("mallory"))
+    broker = broker_pb2_grpc.BrokerStub(pool.channel(acl_cluster.bootstrap[0]))
+    try:
+        fetched = await broker.Fetch(
+            broker_pb2.FetchRequest(
+                replica_id=2,
+                max_wait_ms=0,
+                partitions=[broker_pb2.FetchPartition(topic="__consumer_offsets", partition=0, fetch_offset=0)],
+            )
+        )
+        assert [result.error_code for result in fetched.partitions] == [ErrorCode.CLUSTER_AUTHORIZATION_FAILED]
+        assert not fetched.partitions[0].record_batches
+        answer = await broker.LeaderAndIsr(
+            broker_pb2.LeaderAndIsrRequest(
+                controller_id=1, controller_epoch=1_000_000, partitions=[common_pb2.PartitionState()]
+            )
+        )
+        assert answer.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        stopped = await broker.StopReplica(
+            broker_pb2.StopReplicaRequest(controller_epoch=1_000_000, delete_partitions=True)
+        )
+        assert stopped.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    finally:
+        await pool.close()
+    # The cluster is untouched: the super user still reads __consumer_offsets' metadata.
+    async with _admin(acl_cluster, pki) as admin:
+        assert not isinstance((await admin.describe_topics(["__consumer_offsets"]))["__consumer_offsets"], Exception)
+
+
+async def test_acl_requests_check_their_input(acl_cluster: LocalCluster, pki: Pki) -> None:
+    """A bad binding sent as it is (as a foreign client might) is refused with the reason, and
+    nothing of the request is written."""
+    pool = ChannelPool(pki.client("admin"))
+    controller = controller_pb2_grpc.ControllerStub(pool.channel(acl_cluster.controller_endpoints[0]))
+    try:
+        answer = await controller.CreateAcls(
+            controller_pb2.CreateAclsRequest(
+                creations=[
+                    controller_pb2.AclBinding(
+                        principal="User:x",
+                        host="*",
+                        operation="Read",
+                        permission="Allow",
+                        resource_type="Topic",
+                        resource_name="fine",
+                        pattern_type="Literal",
+                    ),
+                    controller_pb2.AclBinding(
+                        principal="User:x",
+                        host="*",
+                        operation="Read",
+                        permission="Allow",
+                        resource_type="Cluster",
+                        resource_name="kafka-cluster",
+                        pattern_type="Literal",
+                    ),
+                ]
+            )
+        )
+        assert answer.error_code == ErrorCode.INVALID_REQUEST
+        assert "does not apply to a Cluster" in answer.error_message
+        unauthorised = await controller_pb2_grpc.ControllerStub(
+            ChannelPool(pki.client("nobody")).channel(acl_cluster.controller_endpoints[0])
+        ).DescribeAcls(controller_pb2.DescribeAclsRequest())
+        assert unauthorised.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    finally:
+        await pool.close()
+    async with _admin(acl_cluster, pki) as admin:
+        assert await admin.describe_acls(AclFilter(principal="User:x")) == []
+        with pytest.raises(InvalidRequestError, match="is not one of"):
+            AclBinding.of(principal="User:x", operation="Fly", resource_type="Topic", resource_name="t")
