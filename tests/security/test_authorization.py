@@ -6,11 +6,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
 from tests.cluster.conftest import poll_until, wait_until
 from tests.security.conftest import Pki
+from tidelog.cli.main import main as cli
 from tidelog.client import AclBinding, AclFilter, AdminClient, Consumer, GroupConsumer, Producer, TopicPartition
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import (
@@ -246,3 +248,59 @@ async def test_acl_requests_check_their_input(acl_cluster: LocalCluster, pki: Pk
         assert await admin.describe_acls(AclFilter(principal="User:x")) == []
         with pytest.raises(InvalidRequestError, match="is not one of"):
             AclBinding.of(principal="User:x", operation="Fly", resource_type="Topic", resource_name="t")
+
+
+def test_acl_command_adds_lists_and_removes_as_kafka_acls(
+    acl_cluster: LocalCluster, pki: Pki, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    properties = tmp_path / "admin.properties"
+    properties.write_text("".join(f"{name}={value}\n" for name, value in pki.mutual("admin").items()))
+    common = ["--bootstrap", ",".join(acl_cluster.bootstrap), "--command-config", str(properties)]
+    assert (
+        cli(
+            [
+                "acl",
+                "add",
+                "--allow-principal",
+                "User:cli",
+                "--consumer",
+                "--topic",
+                "cli-",
+                "--resource-pattern-type",
+                "prefixed",
+                "--group",
+                "cli-group",
+                *common,
+            ]
+        )
+        == 0
+    )
+    assert "added 3 ACL binding(s)" in capsys.readouterr().out  # Read+Describe on the topics, Read on the group
+    assert cli(["acl", "list", "--principal", "User:cli", *common]) == 0
+    listed = capsys.readouterr().out
+    assert "Prefixed" in listed and "cli-group" in listed and listed.count("User:cli") == 3
+    assert cli(["acl", "remove", "--allow-principal", "User:cli", "--group", "cli-group", *common]) == 0
+    assert "removed 1 ACL binding(s)" in capsys.readouterr().out
+    assert cli(["acl", "list", "--principal", "User:cli", *common]) == 0
+    assert capsys.readouterr().out.count("User:cli") == 2
+    # Without the admin's certificate the same request is refused, and said so.
+    assert (
+        cli(
+            [
+                "acl",
+                "list",
+                "--bootstrap",
+                ",".join(acl_cluster.bootstrap),
+                "--command-config",
+                str(_properties(pki, tmp_path, "nobody")),
+            ]
+        )
+        == 1
+    )
+    assert "CLUSTER_AUTHORIZATION_FAILED" in capsys.readouterr().err
+
+
+def _properties(pki: Pki, folder: Path, name: str) -> Path:
+    path = folder / f"{name}.properties"
+    path.write_text("".join(f"{key}={value}\n" for key, value in pki.mutual(name).items()))
+    return path

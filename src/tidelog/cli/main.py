@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from tidelog.cli.acl_commands import add_acl_commands
 from tidelog.cli.cluster_commands import add_cluster_commands
 from tidelog.cli.dev import add_dev_commands
 from tidelog.cli.group_commands import add_group_commands
@@ -21,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_cluster_commands(commands)
     add_group_commands(commands)
     add_log_commands(commands)
+    add_acl_commands(commands)
     return parser
 
 
