@@ -24,7 +24,7 @@ from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.common.channels import ChannelPool
 from tidelog.common.metadata import BrokerRegistration
 from tidelog.common.runtime import run_service
-from tidelog.common.security.access_control import AccessControl
+from tidelog.common.security.service_security import ServiceSecurity
 from tidelog.common.settings import BrokerSettings, SecuritySettings
 from tidelog.v1 import broker_pb2_grpc
 
@@ -90,7 +90,8 @@ class _Broker:
         broker_metrics.register(self.replicas, settings.metrics_partition_series_max)
         self.metadata = MetadataCache()
         self.etcd = Etcd3Client([args.etcd])
-        self.access = AccessControl(args.security, self.etcd)
+        self.service_security = ServiceSecurity(args.security, self.etcd)
+        self.access = self.service_security.access
         self.registration = Registration(
             self.etcd,
             BrokerRegistration(
@@ -119,8 +120,8 @@ class _Broker:
 
     async def start(self) -> None:
         settings, replicas = self.settings, self.replicas
-        await self.etcd.connect()
-        await self.access.start()  # the ACLs are in force before the broker says it is there
+        if self.etcd.kv is None:  # (connected already when security needed it first)
+            await self.etcd.connect()
         await self.registration.register()
         replicas.cleaner.start()
         self.background = [
@@ -157,7 +158,6 @@ class _Broker:
                 await task
         await self.isr_manager.close()
         await self.replicas.close()  # flushes every log and leaves the clean-shutdown marker
-        await self.access.close()
         await self.etcd.close()
 
 

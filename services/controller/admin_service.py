@@ -6,17 +6,21 @@ endpoint. Per-topic problems come back per topic, with Kafka's error codes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 import grpc
+from etcd3aio import prefix_range_end
 
 from tidelog.common import metrics_catalog
-from tidelog.common.errors import ErrorCode, NotControllerError, TidelogError
+from tidelog.common.errors import ErrorCode, InvalidRequestError, NotControllerError, TidelogError
+from tidelog.common.metadata import SCRAM_CREDENTIALS_PREFIX, scram_credential_key
 from tidelog.common.security.access_control import AccessControl, Role
 from tidelog.common.security.acl import CLUSTER_NAME, Operation, ResourceType
 from tidelog.common.security.acl_proto import acl_filter_from_proto, acl_from_proto, acl_to_proto
 from tidelog.common.security.acl_store import add_acls, list_acls, remove_acls
+from tidelog.common.security.scram import MECHANISM, ScramCredential
 from tidelog.common.settings import SecuritySettings
 from tidelog.controller.controller import Controller
 from tidelog.v1 import controller_pb2, controller_pb2_grpc
@@ -48,6 +52,8 @@ Refusable = TypeVar("Refusable", bound=_Refusable)
 
 ADMIN_REQUESTS = metrics_catalog.counter("tidelog_controller_admin_requests_total")
 Context = Any  # grpc.aio.ServicerContext
+USER_NAME: Final = re.compile(r"[A-Za-z0-9._@-]{1,255}")
+SALTED_PASSWORD_BYTES: Final = 64
 
 
 class AdminService(controller_pb2_grpc.ControllerServicer):
@@ -381,6 +387,67 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
             )
 
         return await self._security_call("DescribeAcls", context, Operation.DESCRIBE, response, work)
+
+    # ---- SCRAM credentials (KIP-554): kept in etcd ------------------------------------------
+
+    async def AlterUserScramCredentials(  # noqa: N802
+        self, request: controller_pb2.AlterUserScramCredentialsRequest, context: Context
+    ) -> controller_pb2.AlterUserScramCredentialsResponse:
+        response = controller_pb2.AlterUserScramCredentialsResponse()
+        etcd = self.controller.etcd
+
+        async def work() -> None:
+            assert etcd.kv is not None
+            for deletion in request.deletions:
+                result = response.results.add(user=deletion.name)
+                if not deletion.name or deletion.mechanism != MECHANISM:
+                    result.error_code = int(ErrorCode.INVALID_REQUEST)
+                    result.error_message = f"a user name and mechanism {MECHANISM} are needed"
+                    continue
+                deleted = await etcd.kv.delete(scram_credential_key(deletion.name))
+                if not int(deleted.deleted):
+                    result.error_code = int(ErrorCode.RESOURCE_NOT_FOUND)
+                    result.error_message = f"user {deletion.name!r} has no {MECHANISM} credential"
+            for upsertion in request.upsertions:
+                result = response.results.add(user=upsertion.name)
+                try:
+                    credential = _credential_of(upsertion)
+                except (ValueError, InvalidRequestError) as error:
+                    result.error_code, result.error_message = int(ErrorCode.INVALID_REQUEST), str(error)
+                    continue
+                await etcd.kv.put(scram_credential_key(upsertion.name), credential.to_json())
+
+        return await self._security_call("AlterUserScramCredentials", context, Operation.ALTER, response, work)
+
+    async def DescribeUserScramCredentials(  # noqa: N802
+        self, request: controller_pb2.DescribeUserScramCredentialsRequest, context: Context
+    ) -> controller_pb2.DescribeUserScramCredentialsResponse:
+        response = controller_pb2.DescribeUserScramCredentialsResponse()
+        etcd = self.controller.etcd
+
+        async def work() -> None:
+            assert etcd.kv is not None
+            prefix = SCRAM_CREDENTIALS_PREFIX.encode()
+            found = await etcd.kv.get(prefix, prefix_range_end(prefix))
+            wanted = set(request.users)
+            for kv in found.kvs:
+                user = bytes(kv.key)[len(prefix) :].decode()
+                if wanted and user not in wanted:
+                    continue
+                credential = ScramCredential.from_json(bytes(kv.value))  # salts and keys stay here
+                response.users.add(user=user, mechanism=credential.mechanism, iterations=credential.iterations)
+
+        return await self._security_call("DescribeUserScramCredentials", context, Operation.DESCRIBE, response, work)
+
+
+def _credential_of(upsertion: controller_pb2.ScramCredentialUpsertion) -> ScramCredential:
+    if not USER_NAME.fullmatch(upsertion.name):
+        raise InvalidRequestError(f"user name {upsertion.name!r}: 1 to 255 of letters, digits and . _ - @")
+    if upsertion.mechanism != MECHANISM:
+        raise InvalidRequestError(f"mechanism {upsertion.mechanism!r} is not offered; use {MECHANISM}")
+    if len(upsertion.salted_password) != SALTED_PASSWORD_BYTES:
+        raise InvalidRequestError(f"salted_password must be {SALTED_PASSWORD_BYTES} bytes (SHA-512)")
+    return ScramCredential.from_salted_password(upsertion.salted_password, upsertion.salt, upsertion.iterations)
 
 
 def _result(name: str, error: TidelogError) -> controller_pb2.TopicResult:

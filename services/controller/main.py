@@ -12,7 +12,7 @@ from etcd3aio import Etcd3Client
 
 from tidelog.common.channels import ChannelPool
 from tidelog.common.runtime import run_service
-from tidelog.common.security.access_control import AccessControl
+from tidelog.common.security.service_security import ServiceSecurity
 from tidelog.common.settings import ControllerSettings, SecuritySettings
 from tidelog.controller import controller_metrics
 from tidelog.controller.admin_service import AdminService
@@ -49,7 +49,8 @@ class _Controller:
             settings=args.settings,
         )
         self.etcd = Etcd3Client([args.etcd])
-        self.access = AccessControl(args.security, self.etcd)
+        self.service_security = ServiceSecurity(args.security, self.etcd)
+        self.access = self.service_security.access
         self.controller = Controller(self.config, self.etcd, channels=ChannelPool(args.security))
         controller_metrics.register(self.controller, args.settings.controller_metrics_partition_series_max)
         self.running: asyncio.Task[None] | None = None
@@ -59,8 +60,8 @@ class _Controller:
         return ["tidelog.v1.Controller"]
 
     async def start(self) -> None:
-        await self.etcd.connect()
-        await self.access.start()
+        if self.etcd.kv is None:  # (connected already when security needed it first)
+            await self.etcd.connect()
         self.running = asyncio.create_task(self.controller.run())
 
     async def drain(self) -> None:
@@ -74,7 +75,6 @@ class _Controller:
 
     async def close(self) -> None:
         await self.controller.broker_requests.close()
-        await self.access.close()
         await self.etcd.close()
 
 

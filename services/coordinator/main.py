@@ -23,7 +23,7 @@ from tidelog.common.errors import ErrorCode, TidelogError
 from tidelog.common.etcd.registry import registered_brokers
 from tidelog.common.metadata import CONSUMER_OFFSETS_TOPIC, CoordinatorInstanceRecord
 from tidelog.common.runtime import run_service
-from tidelog.common.security.access_control import AccessControl
+from tidelog.common.security.service_security import ServiceSecurity
 from tidelog.common.settings import CoordinatorSettings, SecuritySettings
 from tidelog.coordinator import coordinator_metrics
 from tidelog.coordinator.coordinator_service import CoordinatorService
@@ -133,7 +133,8 @@ class _Coordinator:
         self.etcd = etcd
         self.bootstrap = bootstrap
         self.connections = Connections(args.security)
-        self.access = AccessControl(args.security, etcd)
+        self.service_security = ServiceSecurity(args.security, etcd)
+        self.access = self.service_security.access
         writer = FencedOffsetsWriter(ClusterMetadata(bootstrap, self.connections), self.connections)
         settings: CoordinatorSettings = args.settings
         coordinator = GroupCoordinator(writer, settings)
@@ -165,7 +166,6 @@ class _Coordinator:
         return ["tidelog.v1.Coordinator"]
 
     async def start(self) -> None:
-        await self.access.start()
 
         async def ticking() -> None:
             while True:
@@ -194,7 +194,6 @@ class _Coordinator:
 
     async def close(self) -> None:
         await self.lag_consumer.close()
-        await self.access.close()
         await self.connections.close()
         await self.etcd.close()
 

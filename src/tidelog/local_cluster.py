@@ -10,6 +10,7 @@ restart on the same folder comes back on the same endpoints with the same data.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import json
 import os
@@ -33,6 +34,7 @@ from tidelog.common.metadata import (
     coordinator_claim_key,
     coordinator_owner_of,
 )
+from tidelog.common.security.credential_store import seed_users
 from tidelog.common.settings import SecuritySettings
 
 __all__ = ["AnnouncedCluster", "LocalCluster", "announced_cluster", "user_state_file"]
@@ -84,6 +86,7 @@ class LocalCluster:
         announce: bool = False,
         service_security: Callable[[str], Mapping[str, str]] | None = None,
         client_security: SecuritySettings | None = None,
+        scram_users: Mapping[str, str] | None = None,
     ) -> None:
         self.data_dir = data_dir.resolve()
         self.broker_ids = list(range(1, brokers + 1))
@@ -108,6 +111,7 @@ class LocalCluster:
         # what this object's own clients (readiness checks) use.
         self.service_security = service_security
         self.client_security = client_security
+        self.scram_users = dict(scram_users or {})  # written to etcd before any service starts
 
     def _load_ports(self) -> _Ports:
         path = self.data_dir / "cluster.json"
@@ -242,6 +246,10 @@ class LocalCluster:
         if self.announce:
             self._announce()
         self.etcd.start()
+        if self.scram_users:
+            # In a thread of its own: start() is also called from inside running event loops.
+            with concurrent.futures.ThreadPoolExecutor(1) as seeding:
+                seeding.submit(asyncio.run, seed_users(self.etcd.endpoint, self.scram_users)).result()
         for controller_id in self.controller_ids:
             self.start_controller(controller_id)
         for broker_id in self.broker_ids:

@@ -106,3 +106,56 @@ def acl_cluster(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         client_security=pki.client("admin"),
     ) as local:
         yield local
+
+
+SERVICE_USERS = ("controller-1", "broker-1", "broker-2", "coordinator-1", "admin")
+
+
+def password_of(user: str) -> str:
+    return f"{user}-secret-password"
+
+
+@pytest.fixture(scope="module")
+def sasl_cluster(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Every listener on SASL_SSL (TLS, SCRAM-SHA-512 logins), with the ACL authorizer: the
+    services log in to each other with their own users, seeded into etcd before they start."""
+
+    def settings(name: str) -> dict[str, str]:
+        certificate, key = pki.issue(name)
+        return {
+            "security.protocol": "SASL_SSL",
+            "ssl.certificate.location": str(certificate),
+            "ssl.key.location": str(key),
+            "ssl.ca.location": str(pki.ca_file),
+            "sasl.username": name,
+            "sasl.password": password_of(name),
+            "authorizer.class.name": "AclAuthorizer",
+            "super.users": "User:admin",
+            "controller.principals": "User:controller-1",
+            "broker.principals": "User:broker-1;User:broker-2",
+            "coordinator.principals": "User:coordinator-1",
+        }
+
+    with running_cluster(
+        tmp_path_factory.mktemp("sasl-cluster"),
+        brokers=2,
+        controllers=1,
+        coordinators=1,
+        coordinator_args=COORDINATOR_ARGS,
+        service_security=settings,
+        client_security=sasl_client(pki, "admin"),
+        scram_users={user: password_of(user) for user in SERVICE_USERS},
+        metrics=True,
+    ) as local:
+        yield local
+
+
+def sasl_client(pki: Pki, user: str, password: str | None = None) -> SecuritySettings:
+    return SecuritySettings.from_configs(
+        {
+            "security.protocol": "SASL_SSL",
+            "ssl.ca.location": str(pki.ca_file),
+            "sasl.username": user,
+            "sasl.password": password_of(user) if password is None else password,
+        }
+    )

@@ -11,6 +11,7 @@ from tidelog.cli.cluster_commands import add_cluster_commands
 from tidelog.cli.dev import add_dev_commands
 from tidelog.cli.group_commands import add_group_commands
 from tidelog.cli.log_tools import add_log_commands
+from tidelog.cli.user_commands import add_user_commands
 
 __all__ = ["main"]
 
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_group_commands(commands)
     add_log_commands(commands)
     add_acl_commands(commands)
+    add_user_commands(commands)
     return parser
 
 

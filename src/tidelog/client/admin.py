@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
@@ -20,6 +21,7 @@ from tidelog.client.connections import Connections
 from tidelog.common.errors import ErrorCode, RequestTimedOutError, TidelogError, error_for
 from tidelog.common.security.acl import AclBinding, AclFilter
 from tidelog.common.security.acl_proto import acl_filter_to_proto, acl_from_proto, acl_to_proto
+from tidelog.common.security.scram import ITERATIONS_DEFAULT, MECHANISM, salted_password
 from tidelog.common.settings import SecuritySettings
 from tidelog.v1 import common_pb2, controller_pb2
 
@@ -275,6 +277,48 @@ class AdminClient:
         )
         _raise_whole(response)
         return [acl_from_proto(binding) for binding in response.bindings]
+
+    # ---- SCRAM users (Kafka's alterUserScramCredentials / describeUserScramCredentials) -----
+
+    async def alter_user_scram_credentials(
+        self,
+        upsertions: Mapping[str, str] | None = None,
+        deletions: Sequence[str] = (),
+        *,
+        iterations: int = ITERATIONS_DEFAULT,
+    ) -> dict[str, TidelogError | None]:
+        """Create or change users' SCRAM-SHA-512 passwords ({user: password}) and delete users'
+        credentials. The password is salted and hashed here: it never leaves this process."""
+        request = controller_pb2.AlterUserScramCredentialsRequest(
+            deletions=[controller_pb2.ScramCredentialDeletion(name=user, mechanism=MECHANISM) for user in deletions]
+        )
+        for user, password in (upsertions or {}).items():
+            salt = os.urandom(32)
+            salted = await asyncio.to_thread(salted_password, password, salt, iterations)
+            request.upsertions.add(
+                name=user, mechanism=MECHANISM, iterations=iterations, salt=salt, salted_password=salted
+            )
+        response = await self._call(
+            lambda endpoint: self.connections.controller(endpoint).AlterUserScramCredentials(
+                request, timeout=self.request_timeout_s
+            )
+        )
+        _raise_whole(response)
+        return {
+            result.user: error_for(result.error_code, result.error_message) if result.error_code else None
+            for result in response.results
+        }
+
+    async def describe_user_scram_credentials(self, users: Sequence[str] = ()) -> dict[str, int]:
+        """Users with a SCRAM-SHA-512 credential and its iteration count (never the salt or keys)."""
+        request = controller_pb2.DescribeUserScramCredentialsRequest(users=list(users))
+        response = await self._call(
+            lambda endpoint: self.connections.controller(endpoint).DescribeUserScramCredentials(
+                request, timeout=self.request_timeout_s
+            )
+        )
+        _raise_whole(response)
+        return {user.user: user.iterations for user in response.users}
 
 
 def _raise_whole(response: Any) -> None:

@@ -18,6 +18,7 @@ import structlog
 
 from tidelog.common.errors import InvalidConfigError
 from tidelog.common.runtime import GRPC_OPTIONS
+from tidelog.common.security.sasl_client import SaslLogin
 from tidelog.common.security.tls import channel_credentials, pem_files_of
 from tidelog.common.settings import SecuritySettings
 
@@ -38,6 +39,8 @@ class ChannelPool:
         self._files = pem_files_of(self.security) if self.security.tls else None
         # Read now: a missing or mismatched file is an error at construction, not at the first call.
         self._credentials = channel_credentials(self._files) if self._files is not None else None
+        if self.security.security_protocol == "SASL_SSL" and not self.security.sasl_username:
+            raise InvalidConfigError("security.protocol=SASL_SSL needs sasl.username and sasl.password")
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._retiring: set[asyncio.Task[None]] = set()
         self._next_check = clock() + CREDENTIALS_CHECK_INTERVAL_S
@@ -49,6 +52,13 @@ class ChannelPool:
         if channel is None:
             if self._credentials is None:
                 channel = grpc.aio.insecure_channel(endpoint, options=GRPC_OPTIONS)
+            elif self.security.security_protocol == "SASL_SSL":
+                # A login per channel (per connection, as Kafka's per-connection SASL handshake).
+                login = SaslLogin(self.security.sasl_username, self.security.sasl_password)
+                channel = grpc.aio.secure_channel(
+                    endpoint, self._credentials, options=GRPC_OPTIONS, interceptors=[login]
+                )
+                login.channel = channel
             else:
                 channel = grpc.aio.secure_channel(endpoint, self._credentials, options=GRPC_OPTIONS)
             self._channels[endpoint] = channel

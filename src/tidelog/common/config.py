@@ -569,6 +569,13 @@ SECURITY_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     ConfigDef("sasl.mechanism", ConfigType.STRING, "SCRAM-SHA-512", "The SASL mechanism.", choices=("SCRAM-SHA-512",)),
     ConfigDef("sasl.username", ConfigType.STRING, "", "A client's SCRAM user name (SASL_SSL)."),
     ConfigDef("sasl.password", ConfigType.STRING, "", "That user's password (SASL_SSL)."),
+    _long(
+        "connections.max.reauth.ms",
+        3_600_000,
+        "A listener's SCRAM session lasts this long; the client then logs in again (Kafka's default 0, "
+        "never, is not offered: sessions are not tied to a TCP connection's end here).",
+        minimum=1000,
+    ),
     ConfigDef(
         "authorizer.class.name",
         ConfigType.STRING,

@@ -36,6 +36,7 @@ __all__ = [
     "RecordTooLargeError",
     "RemoteError",
     "RequestTimedOutError",
+    "SaslAuthenticationFailedError",
     "StaleControllerEpochError",
     "TidelogError",
     "TopicAlreadyExistsError",
@@ -93,6 +94,11 @@ class ErrorCode(enum.IntEnum):
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
     TOPIC_AUTHORIZATION_FAILED = 29
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
+    SASL_AUTHENTICATION_FAILED = 58
+    THROTTLING_QUOTA_EXCEEDED = 89
+    RESOURCE_NOT_FOUND = 91
     GROUP_AUTHORIZATION_FAILED = 30
     CLUSTER_AUTHORIZATION_FAILED = 31
     UNKNOWN_PRODUCER_ID = 59
@@ -334,6 +340,12 @@ class ClusterAuthorizationFailedError(TidelogError):
     """The caller's principal lacks the ACL (or service role) the operation needs on the cluster."""
 
     code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+class SaslAuthenticationFailedError(TidelogError):
+    """A SCRAM login failed: wrong user name or password (which of the two is not said)."""
+
+    code = ErrorCode.SASL_AUTHENTICATION_FAILED
 
 
 def _classes_by_code() -> dict[ErrorCode, type[TidelogError]]:

@@ -42,6 +42,7 @@ __all__ = [
     "offsets_partition_for",
     "parse_topics_key",
     "partition_state_key",
+    "scram_credential_key",
     "topic_key",
     "validate_topic_name",
 ]
@@ -98,6 +99,10 @@ def gateway_consumer_key(group: str, instance: str) -> str:
     """Where a REST consumer instance is registered (group and instance names are URL path segments,
     so neither holds a '/')."""
     return f"{GATEWAY_CONSUMERS_PREFIX}{group}/{instance}"
+
+
+def scram_credential_key(user: str) -> str:
+    return f"{SCRAM_CREDENTIALS_PREFIX}{user}"
 
 
 def topic_key(topic: str) -> str:

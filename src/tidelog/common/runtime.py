@@ -18,6 +18,7 @@ from prometheus_client import disable_created_metrics
 
 from tidelog.common import metrics_http
 from tidelog.common.security.authentication import AuthenticationInterceptor, needs_interceptor
+from tidelog.common.security.service_security import ServiceSecurity
 from tidelog.common.security.tls import server_credentials
 from tidelog.common.settings import SecuritySettings
 
@@ -174,10 +175,16 @@ async def run_service(
     start_metrics(metrics_port, host=listen.rsplit(":", 1)[0] if listen else "127.0.0.1")
     stopping = stop_on_signals()
     parts = await build(stopping)
-    if security is not None and needs_interceptor(security):
+    service_security: ServiceSecurity | None = getattr(parts, "service_security", None)
+    if service_security is not None:
+        await service_security.start()  # ACLs and credentials in force before the first call
+        interceptors = [*service_security.interceptors(), *interceptors]
+    elif security is not None and needs_interceptor(security):
         interceptors = [AuthenticationInterceptor(security), *interceptors]
     server, health = grpc_server(max_message_bytes, interceptors)
     names = parts.add_to(server)
+    if service_security is not None:
+        names += service_security.add_to(server)
     if listen is not None:  # None: a service that serves elsewhere (the gateway's HTTP) and wants no health port
         if security is not None and security.tls:
             server.add_secure_port(listen, server_credentials(security))
@@ -194,4 +201,6 @@ async def run_service(
     await parts.leave()
     await server.stop(grace=grace_s)
     await parts.close()
+    if service_security is not None:
+        await service_security.close()
     log.info(f"{service}_stopped")

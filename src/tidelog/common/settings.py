@@ -268,6 +268,7 @@ class SecuritySettings(Settings):
     sasl_mechanism: str
     sasl_username: str
     sasl_password: str
+    connections_max_reauth_ms: int
     authorizer_class_name: str
     super_users: str
     allow_everyone_if_no_acl_found: bool

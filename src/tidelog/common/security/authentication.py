@@ -23,18 +23,32 @@ from tidelog.common import metrics_catalog
 from tidelog.common.security.principal import ANONYMOUS, Principal, PrincipalMapper
 from tidelog.common.settings import SecuritySettings
 
-__all__ = ["AuthenticationInterceptor", "current_principal", "needs_interceptor"]
+__all__ = [
+    "AUTHENTICATION_FAILED",
+    "AUTHENTICATION_SUCCEEDED",
+    "AuthenticationInterceptor",
+    "current_principal",
+    "needs_interceptor",
+]
 
 log = structlog.get_logger(__name__)
 
 current_principal: contextvars.ContextVar[Principal] = contextvars.ContextVar("tidelog_principal", default=ANONYMOUS)
 
 SUBJECTS_CACHED_MAX: Final = 10_000
-# Health is answered to anyone who completed the handshake: probes carry no login.
-UNAUTHENTICATED_METHODS: Final = frozenset({"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"})
+# Answered to anyone who completed the TLS handshake: probes carry no login, and a login is
+# how a client gets one.
+UNAUTHENTICATED_METHODS: Final = frozenset(
+    {
+        "/grpc.health.v1.Health/Check",
+        "/grpc.health.v1.Health/Watch",
+        "/tidelog.v1.Authentication/SaslAuthenticate",  # the login itself
+    }
+)
 
-_SUCCEEDED = metrics_catalog.counter("kafka_server_socket_server_metrics_successful_authentication_total")
-_FAILED = metrics_catalog.counter("kafka_server_socket_server_metrics_failed_authentication_total")
+AUTHENTICATION_SUCCEEDED = metrics_catalog.counter("kafka_server_socket_server_metrics_successful_authentication_total")
+AUTHENTICATION_FAILED = metrics_catalog.counter("kafka_server_socket_server_metrics_failed_authentication_total")
+_SUCCEEDED, _FAILED = AUTHENTICATION_SUCCEEDED, AUTHENTICATION_FAILED
 
 
 def needs_interceptor(security: SecuritySettings) -> bool:

@@ -1,0 +1,146 @@
+"""The listener's side of SASL/SCRAM-SHA-512: the Authentication service every service offers
+on a SASL_SSL listener, and the sessions its logins open.
+
+A login is Kafka's SaslAuthenticate exchange in two calls; the second answer carries a session id.
+The client sends the id with each later call (metadata `tidelog-session`); the session holds for
+`connections.max.reauth.ms` and only for the connection (peer address) that logged in, so an id
+seen elsewhere is worth nothing. Credentials come from etcd (followed live: a deleted user's new
+logins fail at once, its open sessions end within their lifetime).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import secrets
+import time
+from typing import Any, Final
+
+import grpc
+import structlog
+from etcd3aio import Etcd3Client
+
+from tidelog.common.errors import ErrorCode
+from tidelog.common.etcd.watched_prefix import WatchedPrefix
+from tidelog.common.metadata import SCRAM_CREDENTIALS_PREFIX
+from tidelog.common.security.authentication import AUTHENTICATION_FAILED as _FAILED
+from tidelog.common.security.authentication import AUTHENTICATION_SUCCEEDED as _SUCCEEDED
+from tidelog.common.security.principal import Principal
+from tidelog.common.security.scram import MECHANISM, ScramCredential, ScramError, ScramServer
+from tidelog.v1 import security_pb2, security_pb2_grpc
+
+__all__ = ["SESSION_METADATA", "AuthenticationService", "SaslSessions"]
+
+log = structlog.get_logger(__name__)
+
+SESSION_METADATA: Final = "tidelog-session"
+EXCHANGE_TIMEOUT_S: Final = 30.0  # a login's two steps must come within this
+EXCHANGES_MAX: Final = 10_000  # logins half done at once; the oldest are dropped beyond
+SESSIONS_MAX: Final = 100_000
+
+
+class SaslSessions:
+    def __init__(self, etcd: Etcd3Client, *, lifetime_ms: int) -> None:
+        self.lifetime_s = lifetime_ms / 1000
+        self.credentials: dict[str, ScramCredential] = {}
+        self._watch = WatchedPrefix(etcd, SCRAM_CREDENTIALS_PREFIX, self._replace)
+        self._secret = os.urandom(32)
+        self._exchanges: collections.OrderedDict[str, tuple[ScramServer, str, float]] = collections.OrderedDict()
+        self._sessions: collections.OrderedDict[str, tuple[Principal, str, float]] = collections.OrderedDict()
+
+    def _replace(self, contents: dict[bytes, bytes]) -> None:
+        prefix = SCRAM_CREDENTIALS_PREFIX.encode()
+        self.credentials = {
+            key[len(prefix) :].decode(): ScramCredential.from_json(value) for key, value in contents.items()
+        }
+
+    async def start(self) -> None:
+        await self._watch.start()
+
+    async def close(self) -> None:
+        await self._watch.close()
+
+    def principal_of(self, context: Any) -> Principal | None:
+        """The principal of the session this call names, if valid for this connection now."""
+        token = None
+        for key, value in context.invocation_metadata() or ():
+            if key == SESSION_METADATA:
+                token = value
+                break
+        if token is None:
+            return None
+        found = self._sessions.get(token)
+        if found is None:
+            return None
+        principal, peer, expires = found
+        if peer != context.peer() or time.monotonic() > expires:
+            return None
+        if principal.name not in self.credentials:  # the user was deleted: its sessions end
+            self._sessions.pop(token, None)
+            return None
+        return principal
+
+    def begin(self, peer: str) -> tuple[str, ScramServer]:
+        now = time.monotonic()
+        while self._exchanges and (
+            len(self._exchanges) >= EXCHANGES_MAX or next(iter(self._exchanges.values()))[2] < now
+        ):
+            self._exchanges.popitem(last=False)
+        exchange = secrets.token_urlsafe(16)
+        server = ScramServer(self.credentials.get, self._secret)
+        self._exchanges[exchange] = (server, peer, now + EXCHANGE_TIMEOUT_S)
+        return exchange, server
+
+    def take(self, exchange: str, peer: str) -> ScramServer | None:
+        found = self._exchanges.pop(exchange, None)
+        if found is None or found[1] != peer or found[2] < time.monotonic():
+            return None
+        return found[0]
+
+    def open(self, user: str, peer: str) -> str:
+        while len(self._sessions) >= SESSIONS_MAX:
+            self._sessions.popitem(last=False)
+        token = secrets.token_urlsafe(32)
+        self._sessions[token] = (Principal("User", user), peer, time.monotonic() + self.lifetime_s)
+        return token
+
+
+class AuthenticationService(security_pb2_grpc.AuthenticationServicer):
+    def __init__(self, sessions: SaslSessions) -> None:
+        self.sessions = sessions
+
+    async def SaslAuthenticate(  # noqa: N802
+        self, request: security_pb2.SaslAuthenticateRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> security_pb2.SaslAuthenticateResponse:
+        if request.mechanism != MECHANISM:
+            return security_pb2.SaslAuthenticateResponse(
+                error_code=int(ErrorCode.UNSUPPORTED_SASL_MECHANISM),
+                error_message=f"mechanism {request.mechanism!r} is not offered; use {MECHANISM}",
+            )
+        peer = context.peer()
+        try:
+            if not request.exchange:
+                exchange, server = self.sessions.begin(peer)
+                return security_pb2.SaslAuthenticateResponse(
+                    auth_bytes=server.first(request.auth_bytes), exchange=exchange
+                )
+            continued = self.sessions.take(request.exchange, peer)
+            if continued is None:
+                _FAILED.inc()
+                return security_pb2.SaslAuthenticateResponse(
+                    error_code=int(ErrorCode.ILLEGAL_SASL_STATE),
+                    error_message="no such login under way on this connection (expired?): start again",
+                )
+            final, user = continued.final(request.auth_bytes)
+        except ScramError as error:
+            _FAILED.inc()
+            log.info("sasl_authentication_failed", peer=peer, reason=str(error))
+            return security_pb2.SaslAuthenticateResponse(
+                error_code=int(ErrorCode.SASL_AUTHENTICATION_FAILED), error_message=str(error)
+            )
+        _SUCCEEDED.inc()
+        return security_pb2.SaslAuthenticateResponse(
+            auth_bytes=final,
+            session=self.sessions.open(user, peer),
+            session_lifetime_ms=int(self.sessions.lifetime_s * 1000),
+        )

@@ -1,0 +1,166 @@
+"""SASL/SCRAM-SHA-512 over TLS with real processes: services log in to each other, users are
+created, changed and deleted live, and a failed login says nothing about whether the user exists."""
+
+from __future__ import annotations
+
+import uuid
+
+import grpc
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.cluster.conftest import poll_until, wait_until
+from tests.security.conftest import Pki, sasl_client
+from tidelog.client import AclBinding, AdminClient, Consumer, Producer, TopicPartition
+from tidelog.common.channels import ChannelPool
+from tidelog.common.errors import (
+    ClusterAuthorizationFailedError,
+    InvalidRequestError,
+    SaslAuthenticationFailedError,
+    TopicAuthorizationFailedError,
+)
+from tidelog.common.security.scram import ScramClient, ScramCredential, ScramError, ScramServer
+from tidelog.common.settings import SecuritySettings
+from tidelog.local_cluster import LocalCluster
+from tidelog.v1 import broker_pb2, broker_pb2_grpc
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _admin(cluster: LocalCluster, pki: Pki, user: str = "admin", password: str | None = None) -> AdminClient:
+    return AdminClient(
+        cluster.bootstrap,
+        controllers=cluster.controller_endpoints,
+        request_timeout_ms=5000,
+        security=sasl_client(pki, user, password),
+    )
+
+
+async def test_users_log_in_produce_and_consume_with_their_acls(sasl_cluster: LocalCluster, pki: Pki) -> None:
+    topic = f"sasl-{uuid.uuid4().hex[:6]}"
+    async with _admin(sasl_cluster, pki) as admin:
+        assert (await admin.alter_user_scram_credentials({"carol": "carol-password-1"})) == {"carol": None}
+        await admin.create_topic(topic, 1, 2, {"min.insync.replicas": "2"})  # replication over SASL too
+        await admin.create_acls(
+            [
+                AclBinding.of(principal="User:carol", operation="Write", resource_type="Topic", resource_name=topic),
+                AclBinding.of(principal="User:carol", operation="Read", resource_type="Topic", resource_name=topic),
+            ]
+        )
+        assert (await admin.describe_user_scram_credentials())["carol"] == 4096
+    carol = sasl_client(pki, "carol", "carol-password-1")
+    async with Producer(sasl_cluster.bootstrap, acks="all", security=carol) as producer:
+        await (await producer.send_batch(topic, [b"1", b"2", b"3"], partition=0))
+    async with Consumer(sasl_cluster.bootstrap, security=carol, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, 0)])
+        assert [record.value for record in await poll_until(consumer, 3)] == [b"1", b"2", b"3"]
+    # Carol is not an administrator.
+    async with _admin(sasl_cluster, pki, "carol", "carol-password-1") as as_carol:
+        with pytest.raises(ClusterAuthorizationFailedError):
+            await as_carol.alter_user_scram_credentials({"carol": "a-new-password"})
+        with pytest.raises(TopicAuthorizationFailedError):
+            await as_carol.create_topic(f"{topic}-2", 1, 1)
+
+
+async def test_a_failed_login_does_not_say_whether_the_user_exists(sasl_cluster: LocalCluster, pki: Pki) -> None:
+    failures_before = _broker_failures(sasl_cluster)
+    messages = []
+    for user, password in (("admin", "wrong-password"), (f"ghost-{uuid.uuid4().hex[:6]}", "any-password")):
+        pool = ChannelPool(sasl_client(pki, user, password))
+        try:
+            with pytest.raises(SaslAuthenticationFailedError) as failed:
+                await broker_pb2_grpc.BrokerStub(pool.channel(sasl_cluster.bootstrap[0])).Metadata(
+                    broker_pb2.MetadataRequest()
+                )
+            messages.append(failed.value.message)
+        finally:
+            await pool.close()
+    assert messages[0] == messages[1] == "authentication failed: wrong user name or password"
+    assert _broker_failures(sasl_cluster) == failures_before + 2  # counted by the broker refusing them
+
+
+def _broker_failures(cluster: LocalCluster) -> float:
+    text = httpx.get(cluster.metrics_endpoint("broker-1")).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "kafka_server_socket_server_metrics_failed_authentication_total":
+                return float(sample.value)
+    raise AssertionError("the broker exports no failed-authentication counter")
+
+
+async def test_calls_without_a_session_are_unauthenticated(sasl_cluster: LocalCluster, pki: Pki) -> None:
+    tls_only = ChannelPool(
+        SecuritySettings.from_configs({"security.protocol": "SSL", "ssl.ca.location": str(pki.ca_file)})
+    )
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await broker_pb2_grpc.BrokerStub(tls_only.channel(sasl_cluster.bootstrap[0])).Metadata(
+                broker_pb2.MetadataRequest()
+            )
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        forged = (("tidelog-session", "not-a-session"),)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await broker_pb2_grpc.BrokerStub(tls_only.channel(sasl_cluster.bootstrap[0])).Metadata(
+                broker_pb2.MetadataRequest(), metadata=forged
+            )
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        await tls_only.close()
+
+
+async def test_password_changes_and_deletions_apply_live(sasl_cluster: LocalCluster, pki: Pki) -> None:
+    async with _admin(sasl_cluster, pki) as admin:
+        await admin.alter_user_scram_credentials({"dave": "dave-password-1"})
+
+        async def can_log_in(password: str) -> bool:
+            try:
+                async with _admin(sasl_cluster, pki, "dave", password) as as_dave:
+                    await as_dave.list_topics()
+                return True
+            except SaslAuthenticationFailedError:
+                return False
+
+        assert await wait_until(lambda: can_log_in("dave-password-1"), timeout_s=5, what="dave's first login")
+        await admin.alter_user_scram_credentials({"dave": "dave-password-2"})
+        await wait_until(lambda: _not(can_log_in("dave-password-1")), timeout_s=2, what="the old password refused")
+        assert await can_log_in("dave-password-2")
+        assert await admin.alter_user_scram_credentials(deletions=["dave"]) == {"dave": None}
+        await wait_until(lambda: _not(can_log_in("dave-password-2")), timeout_s=2, what="the deleted user refused")
+        deleted_again = await admin.alter_user_scram_credentials(deletions=["dave"])
+        assert "has no SCRAM-SHA-512 credential" in str(deleted_again["dave"])
+        bad = await admin.alter_user_scram_credentials({"bad/name": "whatever-password"})
+        assert isinstance(bad["bad/name"], InvalidRequestError)
+
+
+async def _not(awaitable) -> bool:
+    return not await awaitable
+
+
+def test_scram_exchange_against_rfc_7677_style_vectors() -> None:
+    """Both sides agree, a wrong proof fails, and a tampered server signature is noticed."""
+    credential = ScramCredential.from_password("pencil", iterations=4096)
+    server = ScramServer(lambda user: credential if user == "user,=odd" else None, b"s" * 32)
+    client = ScramClient("user,=odd", "pencil")  # a name needing =2C and =3D escapes
+    first = client.first()
+    assert first.startswith(b"n,,n=user=2C=3Dodd,r=")
+    final, user = server.final(client.final(server.first(first)))
+    assert user == "user,=odd"
+    client.verify(final)
+    with pytest.raises(ScramError, match="signature is wrong"):
+        client.verify(b"v=" + b"A" * 88)
+    for hostile in (
+        b"y,,n=a,r=b",
+        b"n,a=x,n=a,r=b",
+        b"n,,n=a",
+        b"n,,garbage",
+        b"n,,n=a=zz,r=b",
+        b"\xff\xfe",
+        b"n" * 5000,
+    ):
+        with pytest.raises(ScramError):
+            ScramServer(lambda user: credential, b"s" * 32).first(hostile)
+    replay = ScramServer(lambda user: credential if user == "user,=odd" else None, b"s" * 32)
+    replay.first(ScramClient("user,=odd", "pencil").first())
+    with pytest.raises(ScramError, match="nonce"):
+        replay.final(client.final(server.first(first)))  # a proof made for another exchange
