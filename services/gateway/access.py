@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tidelog.gateway.responses import error_response
 from tidelog.gateway.rest_errors import UNAUTHORIZED, RestError
+from tidelog.gateway.scram_basic import ScramBasic
 
 __all__ = ["ANONYMOUS", "Authentication", "load_credentials"]
 
@@ -45,9 +46,24 @@ def load_credentials(path: Path) -> dict[str, str]:
 class Authentication:
     """ASGI middleware: sets scope["state"]["principal"] or answers 401 (error 40101)."""
 
-    def __init__(self, app: ASGIApp, credentials: Mapping[str, str]) -> None:
+    def __init__(self, app: ASGIApp, credentials: Mapping[str, str], basic: ScramBasic | None = None) -> None:
         self.app = app
         self.credentials = dict(credentials)
+        self.basic = basic  # authentication.method=BASIC: HTTP Basic against the cluster's SCRAM users
+
+    async def _scram_principal(self, headers: Mapping[bytes, bytes]) -> str | None:
+        if self.basic is None:
+            return None
+        scheme, _, value = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+        if scheme.lower() != "basic":
+            return None
+        try:
+            user, separator, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        if not separator or not user:
+            return None
+        return await self.basic.principal(user, password)
 
     def _principal(self, headers: Mapping[bytes, bytes]) -> str | None:
         offered: str | None = None
@@ -74,14 +90,17 @@ class Authentication:
             await self.app(scope, receive, send)
             return
         state = scope.setdefault("state", {})
-        if not self.credentials or scope["path"] in OPEN_PATHS:
+        if (not self.credentials and self.basic is None) or scope["path"] in OPEN_PATHS:
             state["principal"] = ANONYMOUS
             await self.app(scope, receive, send)
             return
-        principal = self._principal(dict(scope["headers"]))
+        headers = dict(scope["headers"])
+        principal = self._principal(headers) or await self._scram_principal(headers)
         if principal is None:
-            response = error_response(RestError(UNAUTHORIZED, "authentication required: a valid API key or token"))
-            response.headers["www-authenticate"] = 'Bearer realm="tidelog"'
+            response = error_response(
+                RestError(UNAUTHORIZED, "authentication required: a valid user name and password, API key or token")
+            )
+            response.headers["www-authenticate"] = 'Basic realm="tidelog"' if self.basic else 'Bearer realm="tidelog"'
             await response(scope, receive, send)
             return
         state["principal"] = principal

@@ -27,6 +27,7 @@ from tidelog.gateway.produce_routes import ProduceFastPath
 from tidelog.gateway.responses import ERROR_RESPONSES, KafkaV2Response, error_response, json_response
 from tidelog.gateway.rest_errors import KAFKA_ERROR, UNPROCESSABLE, RestError
 from tidelog.gateway.rest_models import RestErrorBody
+from tidelog.gateway.scram_basic import ScramBasic
 
 __all__ = ["create_app"]
 
@@ -93,11 +94,15 @@ def _routes(context: GatewayContext) -> FastAPI:
 
 
 def create_app(
-    context: GatewayContext, *, credentials: Mapping[str, str], forward_client: httpx.AsyncClient
+    context: GatewayContext,
+    *,
+    credentials: Mapping[str, str],
+    forward_client: httpx.AsyncClient,
+    basic: ScramBasic | None = None,
 ) -> tuple[FastAPI, ASGIApp]:
     """(the FastAPI app, the whole ASGI stack to serve)."""
     app = _routes(context)
     stack: ASGIApp = ProduceFastPath(app, context)
     stack = InstanceForwarding(stack, context.registry, forward_client)
-    stack = Authentication(stack, credentials)
+    stack = Authentication(stack, credentials, basic)
     return app, RequestMetrics(stack)

@@ -27,11 +27,15 @@ from tidelog.client.connections import Connections
 from tidelog.common.etcd.registry import cluster_id, registered_brokers
 from tidelog.common.etcd.session import Session
 from tidelog.common.runtime import run_service
+from tidelog.common.security.credential_store import CredentialCache
 from tidelog.common.settings import GatewaySettings, SecuritySettings
 from tidelog.gateway.access import load_credentials
 from tidelog.gateway.app import create_app
 from tidelog.gateway.gateway_context import GatewayContext
 from tidelog.gateway.instance_registry import InstanceRegistry
+from tidelog.gateway.principal_clients import ClientsByPrincipal
+from tidelog.gateway.rest_tls import RestTls
+from tidelog.gateway.scram_basic import ScramBasic
 
 log = structlog.get_logger(__name__)
 
@@ -72,9 +76,16 @@ class _Gateway:
         self.etcd = etcd
         self.stopping = stopping
         self.credentials = load_credentials(args.credentials_file) if args.credentials_file else {}
-        self.url = args.advertised_url or f"http://{args.host}:{args.port}"
+        settings = self.settings
+        self.rest_tls = RestTls(settings) if settings.rest_ssl_certificate_location else None
+        scheme = "https" if self.rest_tls else "http"
+        self.url = args.advertised_url or f"{scheme}://{args.host}:{args.port}"
         self.connections = Connections(args.security)
-        self.forward_client = httpx.AsyncClient(timeout=FORWARD_TIMEOUT_S)
+        # Requests for an instance another replica holds go there, over HTTPS when this one serves it.
+        self.forward_client = httpx.AsyncClient(
+            timeout=FORWARD_TIMEOUT_S, verify=self.rest_tls.client_context() if self.rest_tls else True
+        )
+        self.scram_credentials = CredentialCache(etcd) if settings.authentication_method == "BASIC" else None
         self.background: list[asyncio.Task[None]] = []
         self.serving: asyncio.Task[None] | None = None
 
@@ -91,6 +102,14 @@ class _Gateway:
             instances_max=settings.consumer_instances_max,
         )
         self.producer = Producer(bootstrap, linger_ms=settings.producer_linger_ms, connections=self.connections)
+        authenticating = bool(self.credentials) or self.scram_credentials is not None
+        self.principals = (
+            ClientsByPrincipal(bootstrap, self.args.security, settings)
+            if authenticating and settings.rest_principal_propagation_enable
+            else None
+        )
+        if self.scram_credentials is not None:
+            await self.scram_credentials.start()
         self.context = GatewayContext(
             limits=settings,
             bootstrap=bootstrap,
@@ -100,8 +119,14 @@ class _Gateway:
             offsets=Consumer(bootstrap, connections=self.connections),
             registry=self.registry,
             cluster_id=await cluster_id(self.etcd),
+            principals=self.principals,
         )
-        _, stack = create_app(self.context, credentials=self.credentials, forward_client=self.forward_client)
+        _, stack = create_app(
+            self.context,
+            credentials=self.credentials,
+            forward_client=self.forward_client,
+            basic=ScramBasic(self.scram_credentials) if self.scram_credentials is not None else None,
+        )
         self.server = _Server(
             uvicorn.Config(
                 stack,
@@ -111,6 +136,7 @@ class _Gateway:
                 lifespan="off",
                 timeout_graceful_shutdown=10,
                 http="httptools",
+                **(self.rest_tls.uvicorn_options() if self.rest_tls else {}),
             )
         )
         return self
@@ -126,6 +152,8 @@ class _Gateway:
             asyncio.create_task(self.registry.expire()),
             asyncio.create_task(self.registry.keep_registered()),
         ]
+        if self.rest_tls is not None:
+            self.background.append(asyncio.create_task(self.rest_tls.follow(lambda: self.server.config.ssl)))
         log.info(
             "gateway_serving",
             url=self.url,
@@ -148,6 +176,10 @@ class _Gateway:
         await self.registry.close()  # every instance leaves its group; the lease goes
 
     async def close(self) -> None:
+        if self.principals is not None:
+            await self.principals.close()
+        if self.scram_credentials is not None:
+            await self.scram_credentials.close()
         await self.producer.close()
         await self.forward_client.aclose()
         await self.context.offsets.close()

@@ -98,7 +98,7 @@ class ProduceFastPath:
         request = Request(scope, receive)
         try:
             response = await produce_request(
-                request, self.context, match["topic"], None if partition is None else int(partition)
+                request, self.context.for_caller(scope), match["topic"], None if partition is None else int(partition)
             )
         except RestError as error:
             response = error_response(error)

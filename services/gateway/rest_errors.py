@@ -57,4 +57,10 @@ def from_tidelog(error: TidelogError) -> RestError:
         return RestError(LEADER_NOT_AVAILABLE, error.message)
     if error.code in (ErrorCode.INVALID_CONFIG, ErrorCode.INVALID_SESSION_TIMEOUT):
         return RestError(INVALID_CONSUMER_CONFIG, str(error))
+    if error.code in (
+        ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        ErrorCode.GROUP_AUTHORIZATION_FAILED,
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+    ):
+        return RestError(FORBIDDEN, str(error))  # the REST caller's principal lacks the ACL
     return RestError(KAFKA_RETRIABLE_ERROR if error.retriable else KAFKA_ERROR, str(error))

@@ -108,7 +108,7 @@ def acl_cluster(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         yield local
 
 
-SERVICE_USERS = ("controller-1", "broker-1", "broker-2", "coordinator-1", "admin")
+SERVICE_USERS = ("controller-1", "broker-1", "broker-2", "coordinator-1", "gateway-1", "admin")
 
 
 def password_of(user: str) -> str:
@@ -134,6 +134,17 @@ def sasl_cluster(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             "controller.principals": "User:controller-1",
             "broker.principals": "User:broker-1;User:broker-2",
             "coordinator.principals": "User:coordinator-1",
+            "gateway.principals": "User:gateway-1",
+            **(
+                {  # the REST listener: HTTPS, HTTP Basic against the SCRAM users, principals propagated
+                    "authentication.method": "BASIC",
+                    "rest.ssl.certificate.location": str(certificate),
+                    "rest.ssl.key.location": str(key),
+                    "rest.ssl.ca.location": str(pki.ca_file),
+                }
+                if name.startswith("gateway")
+                else {}
+            ),
         }
 
     with running_cluster(
@@ -141,6 +152,7 @@ def sasl_cluster(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         brokers=2,
         controllers=1,
         coordinators=1,
+        gateways=1,
         coordinator_args=COORDINATOR_ARGS,
         service_security=settings,
         client_security=sasl_client(pki, "admin"),

@@ -14,7 +14,12 @@ from typing import Final
 import grpc
 
 from tidelog.client.connections import Connections
-from tidelog.common.errors import ErrorCode, LeaderNotAvailableError, UnknownTopicOrPartitionError
+from tidelog.common.errors import (
+    ErrorCode,
+    LeaderNotAvailableError,
+    TopicAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
+)
 from tidelog.v1 import broker_pb2, common_pb2
 
 __all__ = ["ClusterMetadata", "TopicPartition"]
@@ -100,6 +105,8 @@ class ClusterMetadata:
             await self.refresh([topic])
         if topic not in self.partitions:
             code = self.topic_errors.get(topic, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            if code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                raise TopicAuthorizationFailedError(f"not authorised to describe topic {topic!r}")
             raise UnknownTopicOrPartitionError(f"topic {topic!r} is not known to the cluster (error {code})")
         return self.partitions[topic]
 

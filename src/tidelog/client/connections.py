@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import grpc
 
@@ -22,8 +22,13 @@ def security_settings(security: SecuritySettings | Mapping[str, object] | None) 
 
 
 class Connections:
-    def __init__(self, security: SecuritySettings | Mapping[str, object] | None = None) -> None:
-        self.pool = ChannelPool(security_settings(security))
+    def __init__(
+        self,
+        security: SecuritySettings | Mapping[str, object] | None = None,
+        *,
+        call_metadata: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        self.pool = ChannelPool(security_settings(security), call_metadata=call_metadata)
 
     @property
     def security(self) -> SecuritySettings:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from typing import Final
+from collections.abc import Callable, Sequence
+from typing import Any, Final
 
 import grpc
 import structlog
@@ -32,9 +32,15 @@ RETIRED_CHANNEL_GRACE_S: Final = 30.0
 
 class ChannelPool:
     def __init__(
-        self, security: SecuritySettings | None = None, *, clock: Callable[[], float] = time.monotonic
+        self,
+        security: SecuritySettings | None = None,
+        *,
+        call_metadata: Sequence[tuple[str, str]] = (),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.security = security or SecuritySettings.from_configs()
+        # Sent with every call (a gateway naming the REST caller it acts for).
+        self._interceptors: list[grpc.aio.ClientInterceptor] = [_CallMetadata(call_metadata)] if call_metadata else []
         self._clock = clock
         self._files = pem_files_of(self.security) if self.security.tls else None
         # Read now: a missing or mismatched file is an error at construction, not at the first call.
@@ -51,16 +57,18 @@ class ChannelPool:
         channel = self._channels.get(endpoint)
         if channel is None:
             if self._credentials is None:
-                channel = grpc.aio.insecure_channel(endpoint, options=GRPC_OPTIONS)
+                channel = grpc.aio.insecure_channel(endpoint, options=GRPC_OPTIONS, interceptors=self._interceptors)
             elif self.security.security_protocol == "SASL_SSL":
                 # A login per channel (per connection, as Kafka's per-connection SASL handshake).
                 login = SaslLogin(self.security.sasl_username, self.security.sasl_password)
                 channel = grpc.aio.secure_channel(
-                    endpoint, self._credentials, options=GRPC_OPTIONS, interceptors=[login]
+                    endpoint, self._credentials, options=GRPC_OPTIONS, interceptors=[*self._interceptors, login]
                 )
                 login.channel = channel
             else:
-                channel = grpc.aio.secure_channel(endpoint, self._credentials, options=GRPC_OPTIONS)
+                channel = grpc.aio.secure_channel(
+                    endpoint, self._credentials, options=GRPC_OPTIONS, interceptors=self._interceptors
+                )
             self._channels[endpoint] = channel
         return channel
 
@@ -90,3 +98,14 @@ class ChannelPool:
             await channel.close()
         for task in list(self._retiring):
             task.cancel()
+
+
+class _CallMetadata(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]  # (untyped base)
+    def __init__(self, metadata: Sequence[tuple[str, str]]) -> None:
+        self.metadata = tuple(metadata)
+
+    async def intercept_unary_unary(
+        self, continuation: Callable[..., Any], client_call_details: grpc.aio.ClientCallDetails, request: Any
+    ) -> Any:
+        metadata = grpc.aio.Metadata(*(client_call_details.metadata or ()), *self.metadata)
+        return await continuation(client_call_details._replace(metadata=metadata), request)

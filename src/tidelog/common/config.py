@@ -397,6 +397,42 @@ GATEWAY_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
         "linger.ms of the gateway's producer (REST Proxy's producer.* pass-through).",
         minimum=0,
     ),
+    ConfigDef(
+        "authentication.method",
+        ConfigType.STRING,
+        "NONE",
+        "How REST callers authenticate (REST Proxy's): NONE, or BASIC (HTTP Basic with a SCRAM user's "
+        "name and password, checked against the cluster's credentials). --credentials-file adds API keys.",
+        choices=("NONE", "BASIC"),
+    ),
+    ConfigDef(
+        "rest.principal.propagation.enable",
+        ConfigType.BOOLEAN,
+        True,
+        "Act towards the cluster as the REST caller's principal (its ACLs apply), not as the gateway's "
+        "own; the gateway's principal must be in the services' gateway.principals.",
+    ),
+    _int(
+        "rest.principal.clients.max",
+        256,
+        "Principals whose cluster clients (connections, producer) the gateway keeps; the least recent go.",
+        minimum=1,
+    ),
+    ConfigDef(
+        "rest.ssl.certificate.location",
+        ConfigType.STRING,
+        "",
+        "PEM certificate chain of the HTTPS listener (empty: HTTP).",
+    ),
+    ConfigDef("rest.ssl.key.location", ConfigType.STRING, "", "PEM private key of the HTTPS listener."),
+    ConfigDef("rest.ssl.ca.location", ConfigType.STRING, "", "PEM CAs REST client certificates are verified against."),
+    ConfigDef(
+        "rest.ssl.client.auth",
+        ConfigType.STRING,
+        "none",
+        "none, requested or required: client certificates at the HTTPS listener.",
+        choices=("none", "requested", "required"),
+    ),
 )
 
 OPERATOR_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(

@@ -242,6 +242,13 @@ class GatewaySettings(Settings):
     rest_request_max_bytes: int
     produce_records_max: int
     producer_linger_ms: int
+    authentication_method: str
+    rest_principal_propagation_enable: bool
+    rest_principal_clients_max: int
+    rest_ssl_certificate_location: str
+    rest_ssl_key_location: str
+    rest_ssl_ca_location: str
+    rest_ssl_client_auth: str
 
 
 @settings_of(ConfigScope.OPERATOR)

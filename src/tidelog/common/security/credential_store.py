@@ -8,10 +8,34 @@ from collections.abc import Mapping
 
 from etcd3aio import Etcd3Client
 
-from tidelog.common.metadata import scram_credential_key
+from tidelog.common.etcd.watched_prefix import WatchedPrefix
+from tidelog.common.metadata import SCRAM_CREDENTIALS_PREFIX, scram_credential_key
 from tidelog.common.security.scram import ScramCredential
 
-__all__ = ["seed_users"]
+__all__ = ["CredentialCache", "seed_users"]
+
+
+class CredentialCache:
+    """Every user's SCRAM credential, followed live from etcd: {user: credential}."""
+
+    def __init__(self, etcd: Etcd3Client) -> None:
+        self.credentials: dict[str, ScramCredential] = {}
+        self._watch = WatchedPrefix(etcd, SCRAM_CREDENTIALS_PREFIX, self._replace)
+
+    def _replace(self, contents: dict[bytes, bytes]) -> None:
+        prefix = SCRAM_CREDENTIALS_PREFIX.encode()
+        self.credentials = {
+            key[len(prefix) :].decode(): ScramCredential.from_json(value) for key, value in contents.items()
+        }
+
+    def get(self, user: str) -> ScramCredential | None:
+        return self.credentials.get(user)
+
+    async def start(self) -> None:
+        await self._watch.start()
+
+    async def close(self) -> None:
+        await self._watch.close()
 
 
 async def seed_users(etcd_endpoint: str, users: Mapping[str, str]) -> None:

@@ -21,12 +21,11 @@ import structlog
 from etcd3aio import Etcd3Client
 
 from tidelog.common.errors import ErrorCode
-from tidelog.common.etcd.watched_prefix import WatchedPrefix
-from tidelog.common.metadata import SCRAM_CREDENTIALS_PREFIX
 from tidelog.common.security.authentication import AUTHENTICATION_FAILED as _FAILED
 from tidelog.common.security.authentication import AUTHENTICATION_SUCCEEDED as _SUCCEEDED
+from tidelog.common.security.credential_store import CredentialCache
 from tidelog.common.security.principal import Principal
-from tidelog.common.security.scram import MECHANISM, ScramCredential, ScramError, ScramServer
+from tidelog.common.security.scram import MECHANISM, ScramError, ScramServer
 from tidelog.v1 import security_pb2, security_pb2_grpc
 
 __all__ = ["SESSION_METADATA", "AuthenticationService", "SaslSessions"]
@@ -42,23 +41,16 @@ SESSIONS_MAX: Final = 100_000
 class SaslSessions:
     def __init__(self, etcd: Etcd3Client, *, lifetime_ms: int) -> None:
         self.lifetime_s = lifetime_ms / 1000
-        self.credentials: dict[str, ScramCredential] = {}
-        self._watch = WatchedPrefix(etcd, SCRAM_CREDENTIALS_PREFIX, self._replace)
+        self.credentials = CredentialCache(etcd)
         self._secret = os.urandom(32)
         self._exchanges: collections.OrderedDict[str, tuple[ScramServer, str, float]] = collections.OrderedDict()
         self._sessions: collections.OrderedDict[str, tuple[Principal, str, float]] = collections.OrderedDict()
 
-    def _replace(self, contents: dict[bytes, bytes]) -> None:
-        prefix = SCRAM_CREDENTIALS_PREFIX.encode()
-        self.credentials = {
-            key[len(prefix) :].decode(): ScramCredential.from_json(value) for key, value in contents.items()
-        }
-
     async def start(self) -> None:
-        await self._watch.start()
+        await self.credentials.start()
 
     async def close(self) -> None:
-        await self._watch.close()
+        await self.credentials.close()
 
     def principal_of(self, context: Any) -> Principal | None:
         """The principal of the session this call names, if valid for this connection now."""
@@ -75,7 +67,7 @@ class SaslSessions:
         principal, peer, expires = found
         if peer != context.peer() or time.monotonic() > expires:
             return None
-        if principal.name not in self.credentials:  # the user was deleted: its sessions end
+        if self.credentials.get(principal.name) is None:  # the user was deleted: its sessions end
             self._sessions.pop(token, None)
             return None
         return principal
