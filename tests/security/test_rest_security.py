@@ -87,7 +87,9 @@ async def test_rest_principals_see_and_touch_only_what_their_acls_allow(sasl_clu
         assert foreign.json()["error_code"] == 40301
         # Erin's consumer reads her records through her group; Frank's instance lookup is refused.
         created = await erin.post(
-            "/consumers/erin-group", json={"name": "e1", "format": "binary", "auto.offset.reset": "earliest"}, headers={"content-type": V2}
+            "/consumers/erin-group",
+            json={"name": "e1", "format": "binary", "auto.offset.reset": "earliest"},
+            headers={"content-type": V2},
         )
         assert created.status_code == 200, created.text
         base = "/consumers/erin-group/instances/e1"
