@@ -19,6 +19,7 @@ from etcd3aio import Etcd3Client
 from tidelog.broker.broker_metrics import REQUEST_MS_BUCKETS
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.producer_id_manager import ProducerIdManager
+from tidelog.broker.quota_manager import QuotaManager
 from tidelog.broker.replica_manager import PartitionRead, ReplicaManager
 from tidelog.common import metrics_catalog
 from tidelog.common.errors import ErrorCode, StaleControllerEpochError, TidelogError
@@ -30,6 +31,7 @@ from tidelog.common.metadata import (
 )
 from tidelog.common.security.access_control import AccessControl, Role
 from tidelog.common.security.acl import CLUSTER_NAME, Operation, ResourceType
+from tidelog.common.security.quota import QuotaKind
 from tidelog.common.settings import SecuritySettings
 from tidelog.v1 import broker_pb2, broker_pb2_grpc, coordinator_pb2
 
@@ -71,6 +73,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         fetch_max_bytes: int,
         fetch_wait_max_ms: int,
         access: AccessControl | None = None,
+        quotas: QuotaManager | None = None,
     ) -> None:
         self.fetch_max_bytes = fetch_max_bytes  # fetch.max.bytes: the most one response carries
         self.fetch_wait_max_ms = fetch_wait_max_ms  # fetch.max.wait.ms.max: the longest long poll
@@ -79,11 +82,16 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self.producer_ids = producer_ids
         self.etcd = etcd
         self.access = access or AccessControl(SecuritySettings.from_configs())
+        self.quotas = quotas or QuotaManager(None)
 
     def _leader_hint(self, topic: str, partition: int) -> int:
         return self.metadata.leader_of(topic, partition)
 
     async def Produce(self, request: broker_pb2.ProduceRequest, context: Context) -> broker_pb2.ProduceResponse:  # noqa: N802
+        quota_client = None
+        if self.quotas.active:
+            quota_client = self.quotas.client_of(context)
+            await self.quotas.wait_unmuted(quota_client)  # a client throttled before waits it out here
         started = time.perf_counter()
         response = broker_pb2.ProduceResponse()
         if request.acks not in (-1, 0, 1):
@@ -116,7 +124,14 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         await asyncio.gather(*(produce_in_order(indexes) for indexes in by_partition.values()))
         response.partitions.extend(result for result in results if result is not None)
         REQUESTS.labels("Produce", NONE).inc()
-        TOTAL_TIME_MS.labels("Produce").observe((time.perf_counter() - started) * 1000)
+        elapsed = time.perf_counter() - started
+        TOTAL_TIME_MS.labels("Produce").observe(elapsed * 1000)
+        if quota_client is not None:
+            produced = sum(len(entry.record_batches) for entry in request.partitions)
+            response.throttle_time_ms = max(
+                self.quotas.record(quota_client, QuotaKind.PRODUCER_BYTE_RATE, produced),
+                self.quotas.record(quota_client, QuotaKind.REQUEST_PERCENTAGE, elapsed * 100),
+            )
         return response
 
     async def _produce_one(self, entry: Any, acks: int, timeout_s: float) -> broker_pb2.ProducePartitionResult:
@@ -205,6 +220,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             unauthorised = self._fetch_refused(context, request, follower)
             if unauthorised:
                 return unauthorised
+        quota_client = None
+        if self.quotas.active and not follower:  # replication is not a client: never throttled
+            quota_client = self.quotas.client_of(context)
+            await self.quotas.wait_unmuted(quota_client)
         refused = (
             self.replicas.record_follower_fetch(
                 request.replica_id, request.replica_incarnation, list(request.partitions)
@@ -213,9 +232,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             else {}
         )
         wanted = [entry for entry in request.partitions if (entry.topic, entry.partition) not in refused]
+        read_s = 0.0
         while True:
             events = self.replicas.append_events(keys)  # before the read: no lost wake-up
+            read_started = time.perf_counter()
             reads = await self.replicas.run_io(self._read_all, wanted, max_bytes, follower, request=kind)
+            read_s += time.perf_counter() - read_started  # request time, without the long-poll wait
             reads += [
                 PartitionRead(topic, partition, b"", -1, -1, -1, code) for (topic, partition), code in refused.items()
             ]
@@ -240,6 +262,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             )
         REQUESTS.labels(kind, NONE).inc()
         TOTAL_TIME_MS.labels(kind).observe((time.perf_counter() - started) * 1000)
+        if quota_client is not None:
+            fetched = sum(len(read.data) for read in reads)
+            response.throttle_time_ms = max(
+                self.quotas.record(quota_client, QuotaKind.CONSUMER_BYTE_RATE, fetched),
+                self.quotas.record(quota_client, QuotaKind.REQUEST_PERCENTAGE, read_s * 100),
+            )
         return response
 
     def _read_all(self, partitions: list[Any], max_bytes: int, follower: bool) -> list[PartitionRead]:

@@ -19,6 +19,7 @@ from tidelog.broker.controlled_shutdown import controlled_shutdown
 from tidelog.broker.isr_manager import IsrManager
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.producer_id_manager import ProducerIdManager
+from tidelog.broker.quota_manager import QuotaManager
 from tidelog.broker.registration import Registration
 from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.common.channels import ChannelPool
@@ -92,6 +93,12 @@ class _Broker:
         self.etcd = Etcd3Client([args.etcd])
         self.service_security = ServiceSecurity(args.security, self.etcd)
         self.access = self.service_security.access
+        self.quotas = QuotaManager(
+            self.etcd,
+            window_num=settings.quota_window_num,
+            window_size_s=settings.quota_window_size_seconds,
+            throttle_max_ms=settings.quota_throttle_max_ms,
+        )
         self.registration = Registration(
             self.etcd,
             BrokerRegistration(
@@ -114,6 +121,7 @@ class _Broker:
             fetch_max_bytes=self.settings.fetch_max_bytes,
             fetch_wait_max_ms=self.settings.fetch_max_wait_ms_max,
             access=self.access,
+            quotas=self.quotas,
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(service, server)
         return ["tidelog.v1.Broker"]
@@ -122,6 +130,7 @@ class _Broker:
         settings, replicas = self.settings, self.replicas
         if self.etcd.kv is None:  # (connected already when security needed it first)
             await self.etcd.connect()
+        await self.quotas.start()
         await self.registration.register()
         replicas.cleaner.start()
         self.background = [
@@ -158,6 +167,7 @@ class _Broker:
                 await task
         await self.isr_manager.close()
         await self.replicas.close()  # flushes every log and leaves the clean-shutdown marker
+        await self.quotas.close()
         await self.etcd.close()
 
 

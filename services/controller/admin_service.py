@@ -6,20 +6,23 @@ endpoint. Per-topic problems come back per topic, with Kafka's error codes.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, Protocol, TypeVar
 
 import grpc
-from etcd3aio import prefix_range_end
+from etcd3aio import Etcd3Client, prefix_range_end
+from etcd3aio.kv import KVService
 
 from tidelog.common import metrics_catalog
 from tidelog.common.errors import ErrorCode, InvalidRequestError, NotControllerError, TidelogError
-from tidelog.common.metadata import SCRAM_CREDENTIALS_PREFIX, scram_credential_key
+from tidelog.common.metadata import QUOTAS_PREFIX, SCRAM_CREDENTIALS_PREFIX, scram_credential_key
 from tidelog.common.security.access_control import AccessControl, Role
 from tidelog.common.security.acl import CLUSTER_NAME, Operation, ResourceType
 from tidelog.common.security.acl_proto import acl_filter_from_proto, acl_from_proto, acl_to_proto
 from tidelog.common.security.acl_store import add_acls, list_acls, remove_acls
+from tidelog.common.security.quota import DEFAULT, QuotaEntity, check_values
 from tidelog.common.security.scram import MECHANISM, ScramCredential
 from tidelog.common.settings import SecuritySettings
 from tidelog.controller.controller import Controller
@@ -438,6 +441,86 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
                 response.users.add(user=user, mechanism=credential.mechanism, iterations=credential.iterations)
 
         return await self._security_call("DescribeUserScramCredentials", context, Operation.DESCRIBE, response, work)
+
+    # ---- client quotas (KIP-546): kept in etcd ----------------------------------------------
+
+    async def AlterClientQuotas(  # noqa: N802
+        self, request: controller_pb2.AlterClientQuotasRequest, context: Context
+    ) -> controller_pb2.AlterClientQuotasResponse:
+        etcd = self.controller.etcd
+
+        async def work() -> None:
+            changes = [(_entity_of(entry.entity), entry.ops) for entry in request.entries]  # all checked first
+            for _, ops in changes:
+                check_values({op.key: op.value for op in ops if not op.remove})
+                check_values({op.key: 1.0 for op in ops if op.remove})  # known names only
+            for entity, ops in changes:
+                await _alter_quota(etcd, entity, ops)
+
+        return await self._security_call(
+            "AlterClientQuotas", context, Operation.ALTER_CONFIGS, controller_pb2.AlterClientQuotasResponse(), work
+        )
+
+    async def DescribeClientQuotas(  # noqa: N802
+        self, request: controller_pb2.DescribeClientQuotasRequest, context: Context
+    ) -> controller_pb2.DescribeClientQuotasResponse:
+        response = controller_pb2.DescribeClientQuotasResponse()
+        etcd = self.controller.etcd
+
+        async def work() -> None:
+            assert etcd.kv is not None
+            prefix = QUOTAS_PREFIX.encode()
+            for kv in (await etcd.kv.get(prefix, prefix_range_end(prefix))).kvs:
+                entity = QuotaEntity.from_key(bytes(kv.key)[len(prefix) :].decode())
+                response.entries.add(entity=_entity_parts(entity), values=json.loads(bytes(kv.value)))
+
+        return await self._security_call("DescribeClientQuotas", context, Operation.DESCRIBE_CONFIGS, response, work)
+
+
+def _entity_of(parts: Sequence[controller_pb2.QuotaEntityPart]) -> QuotaEntity:
+    names: dict[str, str] = {}
+    for part in parts:
+        if part.entity_type not in ("user", "client-id") or part.entity_type in names:
+            raise InvalidRequestError(f"quota entity type {part.entity_type!r}: user or client-id, each at most once")
+        if not part.is_default and not part.name:
+            raise InvalidRequestError(f"quota entity {part.entity_type}: a name, or is_default")
+        names[part.entity_type] = DEFAULT if part.is_default else part.name
+    return QuotaEntity(names.get("user"), names.get("client-id"))
+
+
+def _entity_parts(entity: QuotaEntity) -> list[controller_pb2.QuotaEntityPart]:
+    parts = []
+    for entity_type, name in (("user", entity.user), ("client-id", entity.client_id)):
+        if name is not None:
+            parts.append(
+                controller_pb2.QuotaEntityPart(
+                    entity_type=entity_type, name="" if name == DEFAULT else name, is_default=name == DEFAULT
+                )
+            )
+    return parts
+
+
+async def _alter_quota(etcd: Etcd3Client, entity: QuotaEntity, ops: Sequence[controller_pb2.QuotaValue]) -> None:
+    """Read, change, write back only if nobody changed it meanwhile (else again)."""
+    assert etcd.kv is not None
+    key = QUOTAS_PREFIX + entity.key
+    while True:
+        found = await etcd.kv.get(key)
+        version = int(found.kvs[0].version) if found.kvs else 0
+        values: dict[str, float] = json.loads(bytes(found.kvs[0].value)) if found.kvs else {}
+        for op in ops:
+            if op.remove:
+                values.pop(op.key, None)
+            else:
+                values[op.key] = op.value
+        write = (
+            KVService.txn_op_put(key, json.dumps(values, sort_keys=True).encode())
+            if values
+            else KVService.txn_op_delete(key)
+        )
+        response = await etcd.kv.txn(compare=[KVService.txn_compare_version(key, version)], success=[write])
+        if response.succeeded:
+            return
 
 
 def _credential_of(upsertion: controller_pb2.ScramCredentialUpsertion) -> ScramCredential:

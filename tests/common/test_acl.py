@@ -151,5 +151,5 @@ def test_principal_mapping_rules_as_kafka_documents_them() -> None:
     assert mapper.map("OU=none") == Principal("User", "OU=none")  # DEFAULT
     assert PrincipalMapper("RULE:^CN=([^,]*),O=acme$/$1/").map("CN=x,O=other") is None  # no rule: refused
     for bad in ("", "RULE:abc", "NOPE", "RULE:(/x/", "DEFAULT DEFAULT"):
-        with pytest.raises(Exception, match="ssl.principal.mapping.rules"):
+        with pytest.raises(Exception, match=r"ssl\.principal\.mapping\.rules"):
             PrincipalMapper(bad)

@@ -11,6 +11,7 @@ from tidelog.cli.cluster_commands import add_cluster_commands
 from tidelog.cli.dev import add_dev_commands
 from tidelog.cli.group_commands import add_group_commands
 from tidelog.cli.log_tools import add_log_commands
+from tidelog.cli.quota_commands import add_quota_commands
 from tidelog.cli.user_commands import add_user_commands
 
 __all__ = ["main"]
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_log_commands(commands)
     add_acl_commands(commands)
     add_user_commands(commands)
+    add_quota_commands(commands)
     return parser
 
 

@@ -21,6 +21,7 @@ from tidelog.client.connections import Connections
 from tidelog.common.errors import ErrorCode, RequestTimedOutError, TidelogError, error_for
 from tidelog.common.security.acl import AclBinding, AclFilter
 from tidelog.common.security.acl_proto import acl_filter_to_proto, acl_from_proto, acl_to_proto
+from tidelog.common.security.quota import DEFAULT, QuotaEntity
 from tidelog.common.security.scram import ITERATIONS_DEFAULT, MECHANISM, salted_password
 from tidelog.common.settings import SecuritySettings
 from tidelog.v1 import common_pb2, controller_pb2
@@ -319,6 +320,47 @@ class AdminClient:
         )
         _raise_whole(response)
         return {user.user: user.iterations for user in response.users}
+
+    # ---- client quotas (Kafka's alterClientQuotas / describeClientQuotas) -------------------
+
+    async def alter_client_quotas(
+        self, entity: QuotaEntity, set_values: Mapping[str, float] | None = None, remove: Sequence[str] = ()
+    ) -> None:
+        """Set (producer_byte_rate=..., consumer_byte_rate=..., request_percentage=...) and remove
+        quotas of one entity: QuotaEntity(user="alice"), QuotaEntity(user=DEFAULT, client_id="app"), ..."""
+        parts = []
+        for entity_type, name in (("user", entity.user), ("client-id", entity.client_id)):
+            if name is not None:
+                parts.append(
+                    controller_pb2.QuotaEntityPart(
+                        entity_type=entity_type, name="" if name == DEFAULT else name, is_default=name == DEFAULT
+                    )
+                )
+        ops = [controller_pb2.QuotaValue(key=key, value=value) for key, value in (set_values or {}).items()]
+        ops += [controller_pb2.QuotaValue(key=key, remove=True) for key in remove]
+        request = controller_pb2.AlterClientQuotasRequest(
+            entries=[controller_pb2.QuotaAlteration(entity=parts, ops=ops)]
+        )
+        response = await self._call(
+            lambda endpoint: self.connections.controller(endpoint).AlterClientQuotas(
+                request, timeout=self.request_timeout_s
+            )
+        )
+        _raise_whole(response)
+
+    async def describe_client_quotas(self) -> dict[QuotaEntity, dict[str, float]]:
+        request = controller_pb2.DescribeClientQuotasRequest()
+        response = await self._call(
+            lambda endpoint: self.connections.controller(endpoint).DescribeClientQuotas(
+                request, timeout=self.request_timeout_s
+            )
+        )
+        _raise_whole(response)
+        described = {}
+        for entry in response.entries:
+            names = {part.entity_type: DEFAULT if part.is_default else part.name for part in entry.entity}
+            described[QuotaEntity(names.get("user"), names.get("client-id"))] = dict(entry.values)
+        return described
 
 
 def _raise_whole(response: Any) -> None:

@@ -10,7 +10,13 @@ from tidelog.common.channels import ChannelPool
 from tidelog.common.settings import SecuritySettings
 from tidelog.v1 import broker_pb2_grpc, controller_pb2_grpc
 
-__all__ = ["Connections", "security_settings"]
+__all__ = ["CLIENT_ID_METADATA", "Connections", "client_id_metadata", "security_settings"]
+
+CLIENT_ID_METADATA = "tidelog-client-id"  # Kafka's request header client id, for client quotas
+
+
+def client_id_metadata(client_id: str) -> tuple[tuple[str, str], ...]:
+    return ((CLIENT_ID_METADATA, client_id),) if client_id else ()
 
 
 def security_settings(security: SecuritySettings | Mapping[str, object] | None) -> SecuritySettings:

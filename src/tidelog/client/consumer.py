@@ -23,7 +23,7 @@ import grpc
 
 from tidelog.client.client_logging import get_logger
 from tidelog.client.cluster_metadata import ClusterMetadata, TopicPartition
-from tidelog.client.connections import Connections
+from tidelog.client.connections import Connections, client_id_metadata
 from tidelog.common.errors import (
     ErrorCode,
     OffsetOutOfRangeError,
@@ -97,6 +97,7 @@ class Consumer:
         retry_backoff_ms: int = DEFAULTS.retry_backoff_ms,
         connections: Connections | None = None,
         security: SecuritySettings | Mapping[str, object] | None = None,
+        client_id: str = "",
     ) -> None:
         ConsumerSettings.from_configs(  # the registry's bounds: an InvalidConfigError names a bad value
             {
@@ -117,7 +118,8 @@ class Consumer:
         self.request_timeout_s = request_timeout_ms / 1000
         self.retry_backoff_s = retry_backoff_ms / 1000
         self._backoff_until: dict[str, float] = {}  # endpoints whose last fetch failed
-        self.connections = connections or Connections(security)
+        # The client id travels with every request (client quotas may name it).
+        self.connections = connections or Connections(security, call_metadata=client_id_metadata(client_id))
         self._owns_connections = connections is None
         self.metadata = ClusterMetadata(bootstrap, self.connections, request_timeout_s=self.request_timeout_s)
         self._positions: dict[TopicPartition, int | None] = {}
@@ -381,6 +383,8 @@ class Consumer:
             response: broker_pb2.FetchResponse = await self.connections.broker(endpoint).Fetch(
                 request, timeout=self.request_timeout_s + max_wait_ms / 1000
             )
+            if response.throttle_time_ms:  # over a quota: no fetch to this broker until it passes (KIP-219)
+                self._backoff_until[endpoint] = time.monotonic() + response.throttle_time_ms / 1000
             return response
         except grpc.aio.AioRpcError as error:
             log.info("fetch_failed", endpoint=endpoint, code=error.code().name)

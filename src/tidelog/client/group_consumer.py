@@ -30,7 +30,7 @@ from tidelog.client.assignors import (
 )
 from tidelog.client.client_logging import get_logger
 from tidelog.client.cluster_metadata import TopicPartition
-from tidelog.client.connections import Connections
+from tidelog.client.connections import Connections, client_id_metadata
 from tidelog.client.consumer import Consumer, ConsumerRecord, next_offsets
 from tidelog.client.coordinator_link import CoordinatorLink
 from tidelog.client.membership import Membership, MemberState
@@ -103,7 +103,7 @@ class GroupConsumer:
         self.strategies = list(partition_assignment_strategy)
         self.request_timeout_s = request_timeout_ms / 1000
         self.retry_backoff_s = retry_backoff_ms / 1000
-        self.connections = connections or Connections(security)
+        self.connections = connections or Connections(security, call_metadata=client_id_metadata(client_id))
         self._owns_connections = connections is None
         self.consumer = Consumer(
             bootstrap,

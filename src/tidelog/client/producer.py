@@ -28,7 +28,7 @@ from typing import Any, Final
 
 from tidelog.client.client_logging import get_logger
 from tidelog.client.cluster_metadata import ClusterMetadata
-from tidelog.client.connections import Connections
+from tidelog.client.connections import Connections, client_id_metadata
 from tidelog.client.murmur2 import partition_for_key
 from tidelog.client.producer_batch import ProducerBatch
 from tidelog.client.producer_sequences import ProducerSequences
@@ -147,6 +147,7 @@ class Producer:
         max_block_ms: int = DEFAULTS.max_block_ms,
         connections: Connections | None = None,
         security: SecuritySettings | Mapping[str, object] | None = None,
+        client_id: str = "",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         # Checked against the registry's bounds: a bad value is an InvalidConfigError naming it.
@@ -175,7 +176,8 @@ class Producer:
         self.max_request_size = max_request_size
         self.retry_backoff_s = retry_backoff_ms / 1000
         self.max_block_s = max_block_ms / 1000
-        self.connections = connections or Connections(security)
+        # The client id travels with every request (client quotas may name it).
+        self.connections = connections or Connections(security, call_metadata=client_id_metadata(client_id))
         self._owns_connections = connections is None
         self.metadata = ClusterMetadata(bootstrap, self.connections, request_timeout_s=request_timeout_ms / 1000)
         self.accumulator = RecordAccumulator(

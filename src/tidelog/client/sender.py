@@ -208,6 +208,10 @@ class Sender:
                     self.fail(batch, error_for(result.error_code, result.error_message))
             if retried:
                 await self.refresh_quietly()
+            if response.throttle_time_ms:
+                # Over a quota: nothing more goes to this broker until the throttle has passed (the
+                # endpoint stays "in flight"; KIP-219's client side).
+                await asyncio.sleep(response.throttle_time_ms / 1000)
         except Exception as error:  # never leave deliveries hanging
             for batch in batches:
                 if batch.state is BatchState.IN_FLIGHT:

@@ -262,6 +262,14 @@ BROKER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
         "it, per-topic sums only, so a scrape and Prometheus's series count stay bounded.",
         minimum=0,
     ),
+    _int("quota.window.num", 11, "Samples a client quota's rate is measured over.", minimum=2, maximum=1000),
+    _int("quota.window.size.seconds", 1, "Length of each of those samples.", minimum=1, maximum=3600),
+    _int(
+        "quota.throttle.max.ms",
+        300_000,
+        "Longest throttle one response asks for (a bound on a client's wait after a burst).",
+        minimum=1,
+    ),
 )
 
 CONTROLLER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(

@@ -344,6 +344,14 @@ METRICS: Final[tuple[MetricDef, ...]] = (
         "Bytes free for the broker on its log directory's filesystem (statvfs, as df shows)",
     ),
     _m("tidelog_broker_log_dir_capacity_bytes", G, (), BR, "Size of the broker's log directory's filesystem"),
+    _m(
+        "tidelog_broker_quota_throttle_ms",
+        H,
+        ("quota",),
+        BR,
+        "Throttles asked of clients over their quota (producer_byte_rate, consumer_byte_rate, request_percentage)",
+        "kafka.server:type=Produce/Fetch/Request throttle-time",
+    ),
     _m("tidelog_controller_admin_requests_total", C, ("method", "outcome"), CT, "Admin requests handled"),
     _m(
         "tidelog_etcd_sessions",

@@ -198,6 +198,9 @@ class BrokerSettings(Settings):
     controlled_shutdown_max_retries: int
     controlled_shutdown_retry_backoff_ms: int
     producer_id_expiration_ms: int
+    quota_window_num: int
+    quota_window_size_seconds: int
+    quota_throttle_max_ms: int
 
 
 @settings_of(ConfigScope.CONTROLLER)

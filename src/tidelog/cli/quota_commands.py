@@ -1,0 +1,87 @@
+"""`tidelog quota alter | describe`: client quotas (as kafka-configs.sh --entity-type users/clients).
+
+    tidelog quota alter --user alice --add-config producer_byte_rate=1048576,consumer_byte_rate=2097152
+    tidelog quota alter --user-default --client-id etl --add-config request_percentage=50
+    tidelog quota alter --client-default --delete-config producer_byte_rate
+    tidelog quota describe
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from tidelog.cli.cluster_commands import bootstrap_endpoints, command_security, endpoints, run_command
+from tidelog.cli.output import table
+from tidelog.client import AdminClient
+from tidelog.common.security.quota import DEFAULT, QuotaEntity
+
+__all__ = ["add_quota_commands"]
+
+
+def _admin(args: argparse.Namespace) -> AdminClient:
+    bootstrap, controllers = bootstrap_endpoints(args)
+    return AdminClient(bootstrap, controllers=controllers, security=command_security(args))
+
+
+def _entity(args: argparse.Namespace) -> QuotaEntity:
+    user = DEFAULT if args.user_default else args.user
+    client_id = DEFAULT if args.client_default else args.client_id
+    if user is None and client_id is None:
+        raise SystemExit("name the entity: --user/--user-default and/or --client-id/--client-default")
+    return QuotaEntity(user, client_id)
+
+
+def _values(text: str) -> dict[str, float]:
+    values = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, separator, value = item.partition("=")
+        if not separator:
+            raise SystemExit(f"--add-config wants NAME=VALUE, got {item!r}")
+        try:
+            values[name] = float(value)
+        except ValueError:
+            raise SystemExit(f"--add-config {name}: {value!r} is not a number") from None
+    return values
+
+
+async def _alter(args: argparse.Namespace) -> int:
+    entity = _entity(args)
+    added = _values(args.add_config or "")
+    removed = [name.strip() for name in (args.delete_config or "").split(",") if name.strip()]
+    if not added and not removed:
+        raise SystemExit("give --add-config and/or --delete-config")
+    async with _admin(args) as admin:
+        await admin.alter_client_quotas(entity, added, removed)
+    print(f"quotas of {entity} altered")
+    return 0
+
+
+async def _describe(args: argparse.Namespace) -> int:
+    async with _admin(args) as admin:
+        quotas = await admin.describe_client_quotas()
+    rows = [
+        [entity.user or "-", entity.client_id or "-", name, f"{value:g}"]
+        for entity, values in sorted(quotas.items(), key=lambda item: item[0].key)
+        for name, value in sorted(values.items())
+    ]
+    print(table(["user", "client-id", "quota", "value"], rows) if rows else "no quotas")
+    return 0
+
+
+def add_quota_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    quota = commands.add_parser("quota", help="client quotas: producer/consumer byte rates, request time")
+    quota_commands = quota.add_subparsers(dest="quota_command", required=True)
+    alter = quota_commands.add_parser("alter")
+    user = alter.add_mutually_exclusive_group()
+    user.add_argument("--user")
+    user.add_argument("--user-default", action="store_true", help="the <default> user")
+    client = alter.add_mutually_exclusive_group()
+    client.add_argument("--client-id")
+    client.add_argument("--client-default", action="store_true", help="the <default> client id")
+    alter.add_argument("--add-config", help="producer_byte_rate=N,consumer_byte_rate=N,request_percentage=N")
+    alter.add_argument("--delete-config", help="names of quotas to remove, comma-separated")
+    alter.set_defaults(handler=run_command(_alter))
+    describe = quota_commands.add_parser("describe")
+    describe.set_defaults(handler=run_command(_describe))
+    for parser in (alter, describe):
+        endpoints(parser)
