@@ -1,4 +1,4 @@
-"""The `Topic` and `ConsumerGroup` CustomResourceDefinitions (API group `tidelog.io`, `v1beta1`).
+"""The `Topic`, `ConsumerGroup` and `User` CustomResourceDefinitions (API group `tidelog.io`, `v1beta1`).
 
 Defined here once and written to `helm/tidelog/crds/` by `python -m tidelog.operator.crds`; a test
 fails when the files are stale. `spec.config` is generated from the config registry
@@ -16,8 +16,9 @@ from typing import Any, Final
 import yaml
 
 from tidelog.common.config import INT_MAX, LOG_CONFIGS, LONG_MAX, ConfigDef, ConfigType
+from tidelog.common.security.acl import Operation
 
-__all__ = ["CONSUMER_GROUP_CRD", "CRD_FILES", "GROUP", "TOPIC_CRD", "VERSION", "render"]
+__all__ = ["CONSUMER_GROUP_CRD", "CRD_FILES", "GROUP", "TOPIC_CRD", "USER_CRD", "VERSION", "render"]
 
 GROUP: Final = "tidelog.io"
 VERSION: Final = "v1beta1"
@@ -248,6 +249,80 @@ def _group_status() -> Schema:
     }
 
 
+def _user_spec() -> Schema:
+    """Strimzi's KafkaUser spec: authentication, authorization (simple ACLs), quotas."""
+    acl_rule = {
+        "type": "object",
+        "required": ["resource", "operations"],
+        "properties": {
+            "resource": {
+                "type": "object",
+                "required": ["type"],
+                "properties": {
+                    "type": {"type": "string", "enum": ["topic", "group", "cluster"]},
+                    "name": {"type": "string", "minLength": 1, "maxLength": 1024},
+                    "patternType": {"type": "string", "enum": ["literal", "prefix"], "default": "literal"},
+                },
+                "x-kubernetes-validations": [
+                    {
+                        "rule": "self.type == 'cluster' || has(self.name)",
+                        "message": "topic and group resources need a name",
+                    }
+                ],
+            },
+            "operations": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "string",
+                    "enum": [operation.value for operation in Operation],
+                },
+            },
+            "host": {"type": "string", "default": "*"},
+            "type": {"type": "string", "enum": ["allow", "deny"], "default": "allow"},
+        },
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "authentication": {
+                "type": "object",
+                "required": ["type"],
+                "properties": {"type": {"type": "string", "enum": ["tls", "scram-sha-512"]}},
+                "description": "tls: a client certificate in a Secret named after the user; scram-sha-512: a password.",
+            },
+            "authorization": {
+                "type": "object",
+                "required": ["type"],
+                "properties": {
+                    "type": {"type": "string", "enum": ["simple"]},
+                    "acls": {"type": "array", "maxItems": 1000, "items": acl_rule},
+                },
+            },
+            "quotas": {
+                "type": "object",
+                "properties": {
+                    "producerByteRate": {"type": "integer", "minimum": 1},
+                    "consumerByteRate": {"type": "integer", "minimum": 1},
+                    "requestPercentage": {"type": "integer", "minimum": 1},
+                },
+            },
+        },
+    }
+
+
+def _user_status() -> Schema:
+    return {
+        "type": "object",
+        "properties": _status_common()
+        | {
+            "username": {"type": "string"},
+            "principal": {"type": "string"},
+            "secret": {"type": "string", "description": "The Secret with the user's credentials."},
+        },
+    }
+
+
 def _crd(
     kind: str, plural: str, short_names: list[str], *, spec: Schema, status: Schema, columns: list[Schema]
 ) -> Schema:
@@ -325,6 +400,20 @@ CONSUMER_GROUP_CRD: Final = _crd(
     ],
 )
 
+USER_CRD: Final = _crd(
+    "User",
+    "users",
+    ["tlu"],
+    spec=_user_spec(),
+    status=_user_status(),
+    columns=[
+        _column("Authentication", ".spec.authentication.type"),
+        _column("Principal", ".status.principal"),
+        _column("Ready", READY),
+        _column("Age", ".metadata.creationTimestamp", "date"),
+    ],
+)
+
 # kopf's own resource, where operator replicas meet (kopf peering: the highest priority acts), as
 # kopf's documentation defines it; installed with ours so that `operator.replicas > 1` works.
 KOPF_PEERING_CRD: Final = {
@@ -354,6 +443,7 @@ KOPF_PEERING_CRD: Final = {
 CRD_FILES: Final = {
     "topics.tidelog.io.yaml": TOPIC_CRD,
     "consumergroups.tidelog.io.yaml": CONSUMER_GROUP_CRD,
+    "users.tidelog.io.yaml": USER_CRD,
     "clusterkopfpeerings.kopf.dev.yaml": KOPF_PEERING_CRD,
 }
 

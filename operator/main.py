@@ -23,6 +23,7 @@ import asyncio
 import datetime
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Final
 
 import kopf
@@ -33,9 +34,13 @@ from tidelog.client.group_admin import GroupAdmin
 from tidelog.common import metrics_catalog
 from tidelog.common.runtime import configure_logging, start_metrics
 from tidelog.common.settings import OperatorSettings, SecuritySettings
+from tidelog.operator import kube_api
+from tidelog.operator.client_certificates import ClientCertificateIssuer
 from tidelog.operator.crds import GROUP, VERSION
 from tidelog.operator.group_reconciler import GroupReconciler, GroupSpec
+from tidelog.operator.kube_secrets import KubeSecrets, owner_reference
 from tidelog.operator.topic_reconciler import Outcome, TopicReconciler, TopicSpec
+from tidelog.operator.user_reconciler import UserReconciler, UserSpec
 
 __all__ = ["main", "retry_delay"]
 
@@ -43,6 +48,7 @@ log = structlog.get_logger(__name__)
 
 TOPICS: Final = (GROUP, VERSION, "topics")
 GROUPS: Final = (GROUP, VERSION, "consumergroups")
+USERS: Final = (GROUP, VERSION, "users")
 RECONCILES = metrics_catalog.counter("tidelog_operator_reconciles_total")
 RECONCILE_SECONDS = metrics_catalog.histogram(
     "tidelog_operator_reconcile_seconds", buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -60,6 +66,11 @@ def _reconciler() -> TopicReconciler:
 
 def _group_reconciler() -> GroupReconciler:
     reconciler: GroupReconciler = _state["group_reconciler"]
+    return reconciler
+
+
+def _user_reconciler() -> UserReconciler:
+    reconciler: UserReconciler = _state["user_reconciler"]
     return reconciler
 
 
@@ -209,6 +220,38 @@ async def group_changed(
         raise kopf.TemporaryError(outcome.message, delay=retry_delay(outcome, retry, _settings()))
 
 
+async def user_changed(
+    *,
+    body: kopf.Body,
+    spec: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    name: str,
+    namespace: str | None,
+    patch: kopf.Patch,
+    retry: int = 0,
+    **_: Any,
+) -> None:
+    """User: credentials (a Secret), ACLs and quotas of `User:<name>`, as the spec says."""
+    with RECONCILE_SECONDS.labels("User").time():
+        try:
+            outcome = await _user_reconciler().reconcile(
+                UserSpec.from_resource(name, spec), namespace=namespace or "default", owner=owner_reference(body)
+            )
+        except Exception:
+            ERRORS.labels("User").inc()
+            raise
+    _record(outcome, body, patch, meta, kind="User")
+    if not outcome.ready and outcome.retry_after_s is not None:
+        raise kopf.TemporaryError(outcome.message, delay=retry_delay(outcome, retry, _settings()))
+
+
+async def user_deleted(*, spec: Mapping[str, Any], name: str, retry: int, **_: Any) -> None:
+    outcome = await _user_reconciler().delete(UserSpec.from_resource(name, spec))
+    RECONCILES.labels("User", outcome.reason).inc()
+    if not outcome.ready:
+        raise kopf.TemporaryError(outcome.message, delay=retry_delay(outcome, retry, _settings()) or 5.0)
+
+
 @kopf.on.delete(*GROUPS)
 async def group_deleted(*, spec: Mapping[str, Any], name: str, retry: int, **_: Any) -> None:
     outcome = await _group_reconciler().delete(GroupSpec.from_resource(name, spec))
@@ -232,6 +275,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--standalone", action="store_true", help="no peering: the only replica")
     parser.add_argument("--peering", default="tidelog", help="the ClusterKopfPeering/KopfPeering replicas meet in")
     parser.add_argument("--priority", type=int, default=0, help="among replicas the highest acts; equal ones freeze")
+    parser.add_argument("--clients-ca-cert", type=Path, help="the clients CA's certificate (User tls authentication)")
+    parser.add_argument("--clients-ca-key", type=Path, help="that CA's private key")
     OperatorSettings.add_arguments(parser)
     SecuritySettings.add_arguments(parser)
     args = parser.parse_args(argv)
@@ -252,14 +297,27 @@ async def serve(args: argparse.Namespace) -> None:
         ) as admin,
         GroupAdmin(args.bootstrap, request_timeout_ms=timeout_ms, security=args.security) as groups,
     ):
+        issuer = (
+            ClientCertificateIssuer.from_files(args.clients_ca_cert, args.clients_ca_key)
+            if args.clients_ca_cert and args.clients_ca_key
+            else None
+        )
+        kube = kube_api.session(kube_api.connection())
         _state.update(
-            settings=settings, reconciler=TopicReconciler(admin), group_reconciler=GroupReconciler(groups, admin)
+            settings=settings,
+            reconciler=TopicReconciler(admin),
+            group_reconciler=GroupReconciler(groups, admin),
+            user_reconciler=UserReconciler(admin, KubeSecrets(kube), issuer),
         )
         interval = settings.operator_reconcile_interval_ms / 1000
         kopf.timer(*TOPICS, interval=interval, initial_delay=interval, idle=None)(topic_drift)
         for register in (kopf.on.create(*GROUPS), kopf.on.update(*GROUPS, field="spec"), kopf.on.resume(*GROUPS)):
             register(group_changed)
         kopf.timer(*GROUPS, interval=interval, idle=None)(group_changed)
+        for register in (kopf.on.create(*USERS), kopf.on.update(*USERS, field="spec"), kopf.on.resume(*USERS)):
+            register(user_changed)
+        kopf.timer(*USERS, interval=interval, initial_delay=interval, idle=None)(user_changed)  # drift
+        kopf.on.delete(*USERS)(user_deleted)
         await kopf.operator(
             standalone=args.standalone,
             peering_name=None if args.standalone else args.peering,
@@ -268,6 +326,7 @@ async def serve(args: argparse.Namespace) -> None:
             namespaces=args.namespace,
             liveness_endpoint=f"http://0.0.0.0:{args.health_port}/healthz" if args.health_port else None,
         )
+        await kube.close()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from tidelog.common.settings import SecuritySettings
 from tidelog.coordinator.main import _ensure_offsets_topic
 
 
@@ -21,5 +22,7 @@ def _closed_port() -> int:
 async def test_a_coordinator_keeps_asking_until_its_deadline_then_says_why() -> None:
     started = time.monotonic()
     with pytest.raises(ConnectionError, match="no broker answered a metadata request"):
-        await _ensure_offsets_topic([f"127.0.0.1:{_closed_port()}"], 1, 1, wait_s=1.0)
+        await _ensure_offsets_topic(
+            [f"127.0.0.1:{_closed_port()}"], 1, 1, security=SecuritySettings.from_configs(), wait_s=1.0
+        )
     assert time.monotonic() - started >= 1.0  # it retried until the deadline, not failed at the first refusal
