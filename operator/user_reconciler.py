@@ -33,6 +33,9 @@ from tidelog.operator.topic_reconciler import Outcome
 __all__ = ["SecretStore", "UserReconciler", "UserSpec"]
 
 RETRY_UNREACHABLE_S: Final = 5.0
+# The chart's service certificates are CN=tidelog-<component> (User:tidelog-broker, ...): a User of
+# such a name would get a client certificate with a service's identity.
+RESERVED_PREFIX: Final = "tidelog-"
 PASSWORD_BYTES: Final = 24
 QUOTA_FIELDS: Final = {
     "producerByteRate": "producer_byte_rate",
@@ -89,6 +92,9 @@ class UserReconciler:
         self.issuer = issuer
 
     async def reconcile(self, spec: UserSpec, *, namespace: str, owner: Mapping[str, Any]) -> Outcome:
+        if spec.name.startswith(RESERVED_PREFIX):
+            message = f"user names starting with {RESERVED_PREFIX!r} are the services' own identities"
+            return Outcome(False, "InvalidSpec", message, events=[("Warning", "InvalidSpec", message)])
         events: list[tuple[str, str, str]] = []
         try:
             secret = await self._credentials(spec, namespace, owner, events)

@@ -52,9 +52,32 @@ def test_notes_name_the_release_and_the_gateway_credentials() -> None:
     assert "kubectl create secret generic tidelog-gateway-credentials" in notes
 
 
+SECURITY_PROPERTIES = "/etc/tidelog/security/security.properties"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def security_properties(
+    manifests: dict[tuple[str, str], dict[str, Any]], tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The rendered security settings as a file: where the pods' mount puts it, here."""
+    path = tmp_path_factory.mktemp("security") / "security.properties"
+    path.write_text(manifests[("ConfigMap", f"{RELEASE}-security")]["data"]["security.properties"])
+    _MOUNTED[SECURITY_PROPERTIES] = str(path)
+    return path
+
+
+_MOUNTED: dict[str, str] = {}
+
+
+def _mounted(script: str) -> str:
+    for inside, here in _MOUNTED.items():
+        script = script.replace(inside, here)
+    return script
+
+
 def _command_line(statefulset: dict[str, Any]) -> list[str]:
     container = statefulset["spec"]["template"]["spec"]["containers"][0]
-    script = container["args"][0].removeprefix("exec ")
+    script = _mounted(container["args"][0].removeprefix("exec "))
     script = script.replace("$(( ${HOSTNAME##*-} + 1 ))", "1").replace("$(HOSTNAME)", "pod-0")
     script = script.replace('"$(cat /var/run/tidelog-rack/rack)"', "eu-west-1b")  # what the init container wrote
     return shlex.split(script)
@@ -96,17 +119,23 @@ def test_gateways_run_behind_one_service_with_authentication_on(
 ) -> None:
     deployment = manifests[("Deployment", f"{RELEASE}-gateway")]
     pod = deployment["spec"]["template"]["spec"]
-    script = pod["containers"][0]["args"][0].removeprefix("exec ")
+    script = _mounted(pod["containers"][0]["args"][0].removeprefix("exec "))
     script = script.replace("$(HOSTNAME)", "gw-0").replace("$(POD_IP)", "10.0.0.7")
     program, *arguments = shlex.split(script)
     assert program == "tidelog-gateway"
     args = gateway_main.parse_args(arguments)
     assert args.etcd == f"{RELEASE}-etcd:2379"
-    assert args.advertised_url == f"http://10.0.0.7:{args.port}"  # what other replicas forward to
+    assert args.advertised_url == f"https://10.0.0.7:{args.port}"  # what other replicas forward to
     mount = pod["containers"][0]["volumeMounts"][0]
     assert str(args.credentials_file).startswith(mount["mountPath"])
-    assert [volume["secret"]["secretName"] for volume in pod["volumes"]] == ["tidelog-gateway-credentials"]
-    assert pod["containers"][0]["readinessProbe"]["grpc"]["port"] == args.health_port
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    assert volumes["credentials"]["secret"]["secretName"] == "tidelog-gateway-credentials"
+    assert volumes["tls"]["secret"]["secretName"] == f"{RELEASE}-gateway-tls"
+    # HTTPS, HTTP Basic against the SCRAM users, and the cluster over mutual TLS as User:tidelog-gateway.
+    assert args.settings.authentication_method == "BASIC"
+    assert args.settings.rest_ssl_certificate_location == "/etc/tidelog/tls/tls.crt"
+    assert (args.security.security_protocol, args.security.ssl_client_auth) == ("SSL", "required")
+    assert pod["containers"][0]["readinessProbe"]["grpc"]["port"] == args.health_port  # health stays plain gRPC
     service = manifests[("Service", f"{RELEASE}-gateway")]
     assert {port["name"]: port["port"] for port in service["spec"]["ports"]} == {
         "http": args.port,
@@ -121,7 +150,7 @@ def test_the_operator_runs_once_with_flags_it_accepts_and_a_role_for_its_resourc
     assert deployment["spec"]["replicas"] == 1
     assert deployment["spec"]["strategy"]["type"] == "Recreate"  # a rollout never runs two at once
     pod = deployment["spec"]["template"]["spec"]
-    program, *arguments = shlex.split(pod["containers"][0]["args"][0].removeprefix("exec "))
+    program, *arguments = shlex.split(_mounted(pod["containers"][0]["args"][0].removeprefix("exec ")))
     assert program == "tidelog-operator"
     args = operator_main.parse_args(arguments)
     assert args.standalone
@@ -179,7 +208,8 @@ def test_without_a_topology_key_brokers_run_without_a_rack_or_a_role() -> None:
     kinds = {(d["kind"], d["metadata"]["name"]): d for d in rendered if d}
     assert set(kinds) == {("Service", f"{RELEASE}-broker"), ("StatefulSet", f"{RELEASE}-broker")}
     pod = kinds[("StatefulSet", f"{RELEASE}-broker")]["spec"]["template"]["spec"]
-    assert "initContainers" not in pod and "volumes" not in pod and "serviceAccountName" not in pod
+    assert "initContainers" not in pod and "serviceAccountName" not in pod
+    assert [volume["name"] for volume in pod["volumes"]] == ["tls", "security"]  # no rack volume
     assert "--rack" not in pod["containers"][0]["args"][0]
 
 
@@ -304,7 +334,7 @@ def test_two_operator_replicas_meet_in_kopf_peering_with_distinct_priorities() -
     statefulset = documents[("StatefulSet", f"{RELEASE}-operator")]
     assert statefulset["spec"]["replicas"] == 2
     assert ("ClusterKopfPeering", f"{RELEASE}-operator") in documents
-    script = statefulset["spec"]["template"]["spec"]["containers"][0]["args"][0].removeprefix("exec ")
+    script = _mounted(statefulset["spec"]["template"]["spec"]["containers"][0]["args"][0].removeprefix("exec "))
     priorities = set()
     for ordinal in (0, 1):  # what the shell makes of each pod's name
         line = script.replace("$(( 1000 - ${HOSTNAME##*-} ))", str(1000 - ordinal))
@@ -362,7 +392,7 @@ def test_dashboards_ship_as_configmaps_for_grafanas_sidecar(manifests: dict[tupl
     assert shipped
     found = {}
     for (kind, _), document in manifests.items():
-        if kind == "ConfigMap" and document["metadata"]["labels"].get("grafana_dashboard") == "1":
+        if kind == "ConfigMap" and document["metadata"].get("labels", {}).get("grafana_dashboard") == "1":
             assert document["metadata"]["annotations"]["grafana_folder"] == "Tidelog"
             found.update(document["data"])
     assert {name: json.loads(text) for name, text in found.items()} == {
@@ -370,3 +400,73 @@ def test_dashboards_ship_as_configmaps_for_grafanas_sidecar(manifests: dict[tupl
     }
     off = render({"monitoring": {"dashboards": {"enabled": False}}})["tidelog/templates/monitoring.yaml"]
     assert "grafana_dashboard" not in off
+
+
+def _certificates(manifests: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    import base64  # noqa: PLC0415
+
+    from cryptography import x509  # noqa: PLC0415
+
+    return {
+        name: x509.load_pem_x509_certificate(base64.b64decode(document["data"]["tls.crt"]))
+        for (kind, name), document in manifests.items()
+        if kind == "Secret" and name.endswith(("-tls", "-cluster-ca"))
+    }
+
+
+def test_security_is_on_by_default_with_a_ca_and_a_certificate_per_component(
+    manifests: dict[tuple[str, str], dict[str, Any]], security_properties: Path
+) -> None:
+    from cryptography import x509  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa  # noqa: PLC0415
+
+    from tidelog.common.settings import SecuritySettings, read_properties  # noqa: PLC0415
+
+    settings = SecuritySettings.from_configs(read_properties(security_properties))
+    assert (settings.security_protocol, settings.ssl_client_auth, settings.authorizer_class_name) == (
+        "SSL",
+        "required",
+        "AclAuthorizer",
+    )
+    assert SecuritySettings.principals(settings.super_users) == {"User:tidelog-operator"}
+    assert settings.broker_principals == "User:tidelog-broker"
+    certificates = _certificates(manifests)
+    ca = certificates[f"{RELEASE}-cluster-ca"]
+    for component in ("controller", "broker", "coordinator", "gateway", "operator"):
+        certificate = certificates[f"{RELEASE}-{component}-tls"]
+        assert certificate.subject.rfc4514_string() == f"CN=tidelog-{component}"
+        assert certificate.issuer == ca.subject
+        public_key = ca.public_key()
+        signature_args: tuple[Any, ...] = (
+            (padding.PKCS1v15(), certificate.signature_hash_algorithm)
+            if isinstance(public_key, rsa.RSAPublicKey)
+            else (ec.ECDSA(certificate.signature_hash_algorithm),)
+        )
+        public_key.verify(certificate.signature, certificate.tbs_certificate_bytes, *signature_args)  # type: ignore[arg-type]
+        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+            x509.DNSName
+        )
+        assert f"*.{RELEASE}-{component}" in names and f"{RELEASE}-{component}" in names
+    # The CA outlives upgrades: Helm keeps it when the release is uninstalled.
+    assert manifests[("Secret", f"{RELEASE}-cluster-ca")]["metadata"]["annotations"] == {
+        "helm.sh/resource-policy": "keep"
+    }
+    # TLS listeners: kubelet's gRPC probe speaks no TLS, a TCP probe stands in.
+    broker = manifests[("StatefulSet", f"{RELEASE}-broker")]["spec"]["template"]["spec"]["containers"][0]
+    assert "tcpSocket" in broker["readinessProbe"]
+
+
+def test_with_cert_manager_it_issues_the_certificates() -> None:
+    documents = _documents(render({"security": {"certManager": {"enabled": True}}}))
+    certificates = {name: d for (kind, name), d in documents.items() if kind == "Certificate"}
+    assert certificates[f"{RELEASE}-cluster-ca"]["spec"]["isCA"] is True
+    broker = certificates[f"{RELEASE}-broker-tls"]["spec"]
+    assert broker["issuerRef"]["name"] == f"{RELEASE}-cluster-ca" and broker["commonName"] == "tidelog-broker"
+    assert not [name for (kind, name) in documents if kind == "Secret" and name.endswith("-tls")]
+
+
+def test_security_can_be_turned_off() -> None:
+    documents = _documents(render({"security": {"enabled": False}}))
+    assert not [key for key in documents if key[0] == "Secret" or key == ("ConfigMap", f"{RELEASE}-security")]
+    broker = documents[("StatefulSet", f"{RELEASE}-broker")]["spec"]["template"]["spec"]["containers"][0]
+    assert "grpc" in broker["readinessProbe"] and "--config-file" not in broker["args"][0]

@@ -170,3 +170,25 @@ async def test_a_tls_user_gets_a_client_certificate_signed_by_the_clients_ca(
         assert certificate.not_valid_after_utc > datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=300)
         assert base64.b64decode(secret["data"]["ca.crt"]) == ca.cert_pem.bytes()
         assert b"PRIVATE KEY" in base64.b64decode(secret["data"]["user.key"])
+
+
+async def test_a_user_named_like_a_service_is_refused(user_operator: tuple[str, trustme.CA]) -> None:
+    url, _ = user_operator
+    body = {
+        "apiVersion": "tidelog.io/v1beta1",
+        "kind": "User",
+        "metadata": {"name": "tidelog-broker", "namespace": "default"},
+        "spec": {"authentication": {"type": "tls"}},
+    }
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{url}{API}", json=body) as answer:
+            assert answer.status in (200, 201), await answer.text()
+
+        async def refused() -> dict[str, Any] | None:
+            found = await _get(session, f"{url}{API}/tidelog-broker")
+            conditions = ((found or {}).get("status") or {}).get("conditions") or []
+            return next((c for c in conditions if c["reason"] == "InvalidSpec"), None)
+
+        condition = await wait_until(refused, timeout_s=30, what="the InvalidSpec condition")
+        assert condition["status"] == "False" and "services' own identities" in condition["message"]
+        assert await _get(session, f"{url}{SECRETS}/tidelog-broker") is None  # no certificate was issued

@@ -8,3 +8,35 @@ podAntiAffinity:
         labelSelector:
           matchLabels: {app.kubernetes.io/name: {{ .name }}, app.kubernetes.io/instance: {{ .release | quote }}}
 {{- end }}
+
+{{/* With security on: the flag every service and the operator read their security settings from. */}}
+{{- define "tidelog.securityFlag" -}}
+{{- if .Values.security.enabled }} --config-file /etc/tidelog/security/security.properties{{ end }}
+{{- end }}
+
+{{/* With security on: the component's certificate and the shared security settings, mounted. */}}
+{{- define "tidelog.securityMounts" -}}
+{{- if .root.Values.security.enabled }}
+- {name: tls, mountPath: /etc/tidelog/tls, readOnly: true}
+- {name: security, mountPath: /etc/tidelog/security, readOnly: true}
+{{- end }}
+{{- end }}
+
+{{- define "tidelog.securityVolumes" -}}
+{{- if .root.Values.security.enabled }}
+- name: tls
+  secret: {secretName: {{ .root.Release.Name }}-{{ .component }}-tls}
+- name: security
+  configMap: {name: {{ .root.Release.Name }}-security}
+{{- end }}
+{{- end }}
+
+{{/* Probes: gRPC health without TLS; a TCP connect when the listener speaks TLS (kubelet's gRPC
+probe has no TLS). */}}
+{{- define "tidelog.probe" -}}
+{{- if .root.Values.security.enabled }}
+tcpSocket: {port: {{ .port }}}
+{{- else }}
+grpc: {port: {{ .port }}}
+{{- end }}
+{{- end }}
