@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tidelog.common.config import LOG_CONFIGS
-from tidelog.operator.crds import CONSUMER_GROUP_CRD, CRD_FILES, TOPIC_CRD, render
+from tidelog.operator.crds import CONSUMER_GROUP_CRD, CRD_FILES, TOPIC_CRD, USER_CRD, render
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples" / "kubernetes").glob("*.yaml"))
@@ -47,7 +47,7 @@ def test_the_chart_holds_the_generated_crds() -> None:
 @pytest.mark.parametrize("path", EXAMPLES, ids=[path.name for path in EXAMPLES])
 def test_every_example_is_valid(path: Path) -> None:
     resource = yaml.safe_load(path.read_text())
-    crd = {"Topic": TOPIC_CRD, "ConsumerGroup": CONSUMER_GROUP_CRD}[resource["kind"]]
+    crd = {"Topic": TOPIC_CRD, "ConsumerGroup": CONSUMER_GROUP_CRD, "User": USER_CRD}[resource["kind"]]
     assert resource["apiVersion"] == f"{crd['spec']['group']}/{crd['spec']['versions'][0]['name']}"
     assert _errors(crd, resource) == []
 
@@ -91,3 +91,27 @@ def test_a_timestamp_reset_needs_its_timestamp() -> None:
     assert "to: timestamp needs timestamp" in _errors(CONSUMER_GROUP_CRD, group)
     group["spec"]["resetOffsets"]["timestamp"] = 1_700_000_000_000
     assert _errors(CONSUMER_GROUP_CRD, group) == []
+
+
+def test_the_user_crd_refuses_a_bad_acl_and_maps_to_kafka_bindings() -> None:
+    from tidelog.operator.user_reconciler import UserSpec  # noqa: PLC0415
+
+    bad = {
+        "apiVersion": "tidelog.io/v1beta1",
+        "kind": "User",
+        "metadata": {"name": "u"},
+        "spec": {"authorization": {"type": "simple", "acls": [{"resource": {"type": "topic"}, "operations": ["Fly"]}]}},
+    }
+    assert any("Fly" in error for error in _errors(USER_CRD, bad))
+    spec = yaml.safe_load((ROOT / "examples" / "kubernetes" / "user-orders-app.yaml").read_text())
+    user = UserSpec.from_resource("orders-app", spec["spec"])
+    assert user.authentication == "scram-sha-512" and user.quotas == {
+        "producer_byte_rate": 10485760.0,
+        "consumer_byte_rate": 20971520.0,
+    }
+    assert {str(binding) for binding in user.acls} == {
+        "Allow User:orders-app from * to Write Topic:Prefixed:orders",
+        "Allow User:orders-app from * to Describe Topic:Prefixed:orders",
+        "Allow User:orders-app from * to Read Topic:Prefixed:orders",
+        "Allow User:orders-app from * to Read Group:Prefixed:orders-",
+    }
