@@ -76,7 +76,9 @@ async def test_produce_and_consume_need_their_acls_and_changes_apply_live(acl_cl
             return True
 
         await wait_until(produced, timeout_s=ACL_CHANGE_S * 5, what="the Write ACL in force")
-        assert time.monotonic() - granted <= ACL_CHANGE_S * 5
+        applied_s = time.monotonic() - granted  # includes the producer's own start and metadata
+        print(f"Write ACL in force {applied_s * 1000:.0f} ms after create_acls returned")
+        assert applied_s <= ACL_CHANGE_S * 2  # (the target is 1 s; 2 s leaves room for a slow CI machine)
 
         # The writer may not read, a reader with Read may (Read implies the Describe metadata needs).
         async with Consumer(
