@@ -11,6 +11,10 @@ producing `--records` 100-byte records with `send_batch` (acks=1) and consuming 
   principal with Write/Read ACLs on the topic (not a super user: every request is checked);
 - SASL_SSL: the same over TLS with SCRAM-SHA-512 logins.
 Each figure is the best of `--rounds` runs; the ratio to plaintext is what the target is about.
+
+Then, on the plaintext cluster, client quotas: a producer and a consumer each running as fast as
+they can for 10 s under a byte-rate quota (`--quota-bytes`), the rate measured against the quota
+(target: within ±15%).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pathlib import Path
 import trustme
 
 from tidelog.client import AclBinding, AdminClient, Consumer, Producer, TopicPartition
+from tidelog.common.security.quota import QuotaEntity
 from tidelog.common.settings import SecuritySettings
 from tidelog.local_cluster import LocalCluster
 
@@ -107,6 +112,39 @@ async def consume_all(
         return consumed / (time.perf_counter() - started)
 
 
+QUOTA_SECONDS = 10.0
+QUOTA_RESULTS: dict[str, float] = {}
+
+
+async def measure_quotas(cluster: LocalCluster, quota: int) -> dict[str, float]:
+    """Bytes/s a producer and a consumer reach under `quota` bytes/s each, over QUOTA_SECONDS."""
+    record = b"q" * 1000
+    async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+        await admin.create_topic("bench-quota", 1, 1)
+        await admin.alter_client_quotas(QuotaEntity(client_id="bench-producer"), {"producer_byte_rate": quota})
+        await admin.alter_client_quotas(QuotaEntity(client_id="bench-consumer"), {"consumer_byte_rate": quota})
+    await asyncio.sleep(1)  # the quotas reach every broker
+    produced = 0
+    async with Producer(cluster.bootstrap, acks=1, client_id="bench-producer") as producer:
+        deadline = time.monotonic() + QUOTA_SECONDS
+        while time.monotonic() < deadline:
+            await (await producer.send_batch("bench-quota", [record] * 16, partition=0))
+            produced += 16 * len(record)
+    async with Producer(cluster.bootstrap, acks=1) as producer:  # unthrottled: enough to read for 10 s
+        for _ in range(int(quota * QUOTA_SECONDS * 2 / len(record) / 1000) + 1):
+            await (await producer.send_batch("bench-quota", [record] * 1000, partition=0))
+    consumed = 0
+    async with Consumer(
+        cluster.bootstrap, client_id="bench-consumer", auto_offset_reset="earliest", max_partition_fetch_bytes=65536
+    ) as consumer:
+        consumer.assign([TopicPartition("bench-quota", 0)])
+        await consumer.seek_to_beginning()
+        deadline = time.monotonic() + QUOTA_SECONDS
+        while time.monotonic() < deadline:
+            consumed += sum(len(r.value or b"") for r in await consumer.poll(100))
+    return {"produce": produced / QUOTA_SECONDS, "consume": consumed / QUOTA_SECONDS}
+
+
 async def run(
     folder: Path,
     values: list[bytes],
@@ -116,6 +154,7 @@ async def run(
     service: Callable[[str], dict[str, str]] | None = None,
     client: Callable[[str], dict[str, str]] | None = None,
     users: dict[str, str] | None = None,
+    quota_bytes: int = 0,
 ) -> tuple[float, float]:
     admin_security = SecuritySettings.from_configs(client("admin")) if client else None
     app_security = SecuritySettings.from_configs(client("app")) if client else None
@@ -148,6 +187,8 @@ async def run(
         consumed = max(
             [await consume_all(cluster, partitions, len(values) * rounds, app_security) for _ in range(rounds)]
         )
+        if quota_bytes:
+            QUOTA_RESULTS.update(await measure_quotas(cluster, quota_bytes))
         return produced, consumed
     finally:
         cluster.stop()
@@ -158,13 +199,16 @@ async def main() -> None:
     parser.add_argument("--records", type=int, default=500_000)
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--quota-bytes", type=int, default=1_000_000, help="bytes/s of the quota measured")
     args = parser.parse_args()
     values = [os.urandom(VALUE_BYTES) for _ in range(args.records)]
     with tempfile.TemporaryDirectory() as temporary:
         workdir = Path(temporary)
         pki = Pki(workdir)
         results = {
-            "PLAINTEXT": await run(workdir / "plain", values, args.partitions, args.rounds),
+            "PLAINTEXT": await run(
+                workdir / "plain", values, args.partitions, args.rounds, quota_bytes=args.quota_bytes
+            ),
             "SSL, mutual TLS + ACLs": await run(
                 workdir / "ssl",
                 values,
@@ -197,6 +241,11 @@ async def main() -> None:
             f"consume {consumed:10,.0f} records/s ({consumed / plain_consume:6.1%})"
         )
     print("  target: secured >= 80% of plaintext for batched produce and consume")
+    for name, rate in QUOTA_RESULTS.items():
+        print(
+            f"  quota {args.quota_bytes:,} B/s, {name} at full speed for {QUOTA_SECONDS:.0f} s: {rate:12,.0f} B/s "
+            f"({rate / args.quota_bytes:.2f}x; target 0.85-1.15)"
+        )
 
 
 if __name__ == "__main__":
