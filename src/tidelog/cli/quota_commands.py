@@ -1,9 +1,9 @@
 """`tidelog quota alter | describe`: client quotas (as kafka-configs.sh --entity-type users/clients).
 
-    tidelog quota alter --user alice --add-config producer_byte_rate=1048576,consumer_byte_rate=2097152
-    tidelog quota alter --user-default --client-id etl --add-config request_percentage=50
-    tidelog quota alter --client-default --delete-config producer_byte_rate
-    tidelog quota describe
+tidelog quota alter --user alice --add-config producer_byte_rate=1048576,consumer_byte_rate=2097152
+tidelog quota alter --user-default --client-id etl --add-config request_percentage=50
+tidelog quota alter --client-default --delete-config producer_byte_rate
+tidelog quota describe
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from grpc_health.v1._async import HealthServicer
 from prometheus_client import disable_created_metrics
 
 from tidelog.common import metrics_http
+from tidelog.common.request_decoding import RequestDecoding
 from tidelog.common.security.authentication import AuthenticationInterceptor, needs_interceptor
 from tidelog.common.security.service_security import ServiceSecurity
 from tidelog.common.security.tls import server_credentials
@@ -85,8 +86,8 @@ def grpc_server(
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
     ]
-    # the later of two equal keys wins
-    server = grpc.aio.server(options=[*GRPC_OPTIONS, *limits], interceptors=list(interceptors))
+    # the later of two equal keys wins; undecodable requests are refused first (INVALID_ARGUMENT)
+    server = grpc.aio.server(options=[*GRPC_OPTIONS, *limits], interceptors=[RequestDecoding(), *interceptors])
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     return server, health
