@@ -22,9 +22,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.cluster.conftest import COORDINATOR_ARGS, poll_until, started_cluster
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
+from tidelog.common.record.batch import encode_batch
 from tidelog.common.runtime import GRPC_OPTIONS
 from tidelog.local_cluster import LocalCluster
-from tidelog.v1 import broker_pb2, controller_pb2, coordinator_pb2, security_pb2
+from tidelog.v1 import broker_pb2, broker_pb2_grpc, controller_pb2, coordinator_pb2, security_pb2
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -194,6 +195,26 @@ async def test_every_method_answers_hostile_messages_specifically_and_the_cluste
     finally:
         for channel in channels.values():
             await channel.close()
+    # Hostile batches to a real partition, on every broker (the leader checks them, the other
+    # answers NOT_LEADER): refused, nothing written — the first record read below is "after".
+    valid = encode_batch([b"v"] * 10, timestamps=0)
+    truncated_and_garbled = (
+        valid[:-3],
+        valid[:20],
+        bytes(len(valid)),
+        valid + os.urandom(30),
+        valid[:30] + os.urandom(len(valid) - 30),
+    )
+    for endpoint in cluster.bootstrap:
+        async with grpc.aio.insecure_channel(endpoint) as channel:
+            for hostile in truncated_and_garbled:
+                request = broker_pb2.ProduceRequest(
+                    acks=-1,
+                    timeout_ms=5000,
+                    partitions=[broker_pb2.ProducePartition(topic=topic, partition=0, record_batches=hostile)],
+                )
+                answer = await broker_pb2_grpc.BrokerStub(channel).Produce(request, timeout=CALL_TIMEOUT_S)
+                assert answer.partitions[0].error_code != 0
     assert unexpected == [], "\n".join(unexpected)
     assert answered > 150
     # Every service still serves, and the cluster still works end to end.
