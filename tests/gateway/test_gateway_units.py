@@ -133,7 +133,9 @@ async def test_an_unexpected_failure_still_answers_with_the_rest_error_body() ->
         async def list_topics(self) -> list[str]:
             raise RuntimeError("etcd went away")
 
-    app = _routes(SimpleNamespace(admin=BrokenAdmin()))  # type: ignore[arg-type]
+    context = SimpleNamespace(admin=BrokenAdmin())
+    context.for_caller = lambda scope: context  # (no principal propagation here)
+    app = _routes(context)  # type: ignore[arg-type]
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
         answer = await client.get("/topics")
