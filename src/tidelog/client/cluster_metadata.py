@@ -110,6 +110,17 @@ class ClusterMetadata:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} is not known to the cluster (error {code})")
         return self.partitions[topic]
 
+    def learn_leader(self, topic: str, partition: int, leader: int) -> bool:
+        """A broker's NOT_LEADER_OR_FOLLOWER named the leader it knows (KIP-951): take it without
+        a metadata round trip, if it is a live broker we know and not the one we had. True if taken."""
+        states = self.partitions.get(topic)
+        if leader < 0 or states is None or partition >= len(states) or leader not in self.brokers:
+            return False
+        if states[partition].leader == leader:
+            return False
+        states[partition].leader = leader
+        return True
+
     def leader_endpoint(self, topic: str, partition: int) -> str:
         """Endpoint of the partition's leader; LeaderNotAvailableError when there is none known."""
         states = self.partitions.get(topic)

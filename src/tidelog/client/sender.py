@@ -199,6 +199,14 @@ class Sender:
             for batch, result in zip(batches, response.partitions, strict=True):
                 if result.error_code == 0:
                     self.complete(batch, (result.base_offset, result.log_append_time_ms))
+                elif (
+                    result.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+                    and batch.attempts == 0  # once: two stale brokers naming each other cost a backoff
+                    and self.metadata.learn_leader(batch.topic, batch.partition, result.leader_hint)
+                ):
+                    # The old leader named the new one (a controlled shutdown, a preferred election):
+                    # go there at once, without the backoff or a metadata refresh (KIP-951).
+                    self._retry_or_fail(batch, error_for(result.error_code, result.error_message), backoff=False)
                 elif result.error_code in RETRIABLE_CODES or (
                     self.options.idempotent and self.sequences.behind_a_retry(batch, result.error_code)
                 ):
@@ -222,18 +230,19 @@ class Sender:
             self.sending.difference_update(batch.key for batch in batches)
             self.wakeup.set()
 
-    def _retry_or_fail(self, batch: ProducerBatch, error: BaseException) -> None:
-        if self._schedule_retry(batch, error):
+    def _retry_or_fail(self, batch: ProducerBatch, error: BaseException, *, backoff: bool = True) -> None:
+        if self._schedule_retry(batch, error, backoff=backoff):
             self.accumulator.requeue(batch)
 
-    def _schedule_retry(self, batch: ProducerBatch, error: BaseException) -> bool:
-        """Another attempt after retry.backoff.ms; False (and the batch failed) when retries or time ran out."""
+    def _schedule_retry(self, batch: ProducerBatch, error: BaseException, *, backoff: bool = True) -> bool:
+        """Another attempt after retry.backoff.ms (at once with `backoff=False`: the new leader is
+        known); False (and the batch failed) when retries or time ran out."""
         batch.attempts += 1
         batch.last_error = error
         if batch.attempts > self.options.retries or self._expired(batch):
             self.fail(batch, error)
             return False
-        batch.next_attempt_at = self.clock() + self.options.retry_backoff_s
+        batch.next_attempt_at = self.clock() + (self.options.retry_backoff_s if backoff else 0.0)
         return True
 
     async def refresh_quietly(self) -> None:
