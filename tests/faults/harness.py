@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import statistics
 import time
 from collections.abc import AsyncIterator
@@ -20,6 +21,7 @@ from collections.abc import AsyncIterator
 from etcd3aio import Etcd3Client
 
 from tests.cluster.conftest import wait_until
+from tests.faults import summary
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
 from tidelog.common.metadata import PartitionStateRecord, partition_state_key
 from tidelog.local_cluster import LocalCluster
@@ -33,6 +35,7 @@ class ContinuousProducer:
         self.acknowledged: list[tuple[int, bytes]] = []
         self.last_ack = time.monotonic()
         self.last_ack_sent_at = 0.0
+        self.longest_gap = 0.0  # seconds between two acknowledgements, at most
         self.failovers: list[float] = []
         self.reader: ContinuousConsumer | None = None
         self._stop = asyncio.Event()
@@ -50,7 +53,10 @@ class ContinuousProducer:
                 except Exception:  # a failed delivery is not acknowledged: not counted
                     continue
                 self.acknowledged.append((metadata.offset, value))
-                self.last_ack = time.monotonic()
+                now = time.monotonic()
+                if len(self.acknowledged) > 1:
+                    self.longest_gap = max(self.longest_gap, now - self.last_ack)
+                self.last_ack = now
                 self.last_ack_sent_at = sent_at
 
     async def wait_acks(self, count: int) -> None:
@@ -147,8 +153,18 @@ async def verify(cluster: LocalCluster, producer: ContinuousProducer, scenario: 
         f"{', '.join(f'{t:.2f}' for t in failovers) or '-'}"
         + (f" (p50 {statistics.median(failovers):.2f})" if failovers else "")
     )
+    reordered = sum(1 for (a, _), (b, _) in itertools.pairwise(acknowledged) if b <= a)
+    summary.record(
+        scenario,
+        acknowledged=len(acknowledged),
+        lost=len(lost),
+        duplicated=duplicated,
+        reordered=reordered,
+        longest_unavailability_s=producer.longest_gap,
+    )
     assert not lost, f"acknowledged records lost: {lost[:5]}"
     assert not duplicated, "the idempotent producer's retries are written once"
+    assert not reordered, "acknowledged in the order sent, at growing offsets"
     assert producer.reader is not None and producer.reader.seen, "the live consumer read records"
     vanished = [(offset, value) for offset, value in producer.reader.seen if by_offset.get(offset) != value]
     assert not vanished, f"records a consumer saw were later truncated or replaced: {vanished[:5]}"

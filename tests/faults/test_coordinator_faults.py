@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.conftest import COORDINATOR_ARGS, started_cluster, wait_until
+from tests.faults import summary
 from tidelog.client import AdminClient, GroupConsumer, Producer, TopicPartition
 from tidelog.common.errors import TidelogError
 from tidelog.local_cluster import LocalCluster
@@ -109,6 +110,15 @@ async def _scenario(cluster: LocalCluster, fault: signal.Signals, label: str) ->
         f"{label}: commits acknowledged up to {sum(acknowledged.values())} records, lost {len(lost)} partitions, "
         f"went backwards {len(backwards)}, first commit after the fault {commits_after[0]:.2f} s "
         f"(coordinator session {SESSION_MS / 1000:.0f} s), observations {sum(len(v) for v in observed.values())}"
+    )
+    summary.record(
+        label,
+        acknowledged=sum(acknowledged.values()),
+        lost=len(lost),
+        duplicated=0,
+        reordered=len(backwards),  # a committed offset that went backwards
+        longest_unavailability_s=commits_after[0],
+        unit="offs",
     )
     assert lost == {}, lost
     assert backwards == {}, backwards

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.cluster.conftest import COORDINATOR_ARGS, started_cluster, wait_until
+from tests.faults import summary
 from tidelog.client import AdminClient, Consumer, TopicPartition
 
 pytestmark = pytest.mark.timeout(240)
@@ -115,6 +116,13 @@ async def test_kill_one_of_two_gateways_under_rest_produce_and_consume(tmp_path:
             f"gateway kill -9 (1 of 2): acknowledged {len(acknowledged)}, lost {len(lost)}, duplicated {duplicated}, "
             f"failed REST produce requests {failed_posts}, longest gap between acknowledgements {max(gaps):.2f} s, "
             f"REST consumer on the survivor read {len(read)}"
+        )
+        summary.record(
+            "gateway kill -9 (1 of 2), REST produce and consume",
+            acknowledged=len(acknowledged),
+            lost=len(lost),
+            duplicated=duplicated,
+            longest_unavailability_s=max(gaps),
         )
         assert lost == [] and duplicated == 0
         assert missed_by_rest_consumer == []

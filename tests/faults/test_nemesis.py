@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.faults import summary
 from tests.faults.nemesis import run_nemesis
 
 SHORT_SEEDS = [1201, 1202]
@@ -28,6 +29,14 @@ def _seeds(default: list[int]) -> list[int]:
 async def _run_and_check(tmp_path: Path, seed: int, seconds: float) -> None:
     report = await run_nemesis(tmp_path / f"cluster-{seed}", seed, seconds)
     print("\n" + report.details())
+    summary.record(
+        f"nemesis seed {seed} ({seconds:.0f} s of overlapping faults)",
+        acknowledged=report.acknowledged,
+        lost=len(report.lost),
+        duplicated=len(report.duplicated),
+        reordered=len(report.reordered),
+        longest_unavailability_s=max((s for _, s in report.unavailability), default=0.0),
+    )
     assert report.ok, f"{report.details()}\nreplay with TIDELOG_NEMESIS_SEED={seed}"
 
 
