@@ -40,7 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--rack", default="", help="broker.rack")
     parser.add_argument("--metrics-port", type=int, default=0)
-    parser.add_argument("--etcd", required=True, help="etcd endpoint host:port")
+    parser.add_argument("--etcd", required=True, help="etcd endpoints host:port,... (every member)")
     parser.add_argument("--data-dir", required=True, help="log.dirs: where partition logs live")
     parser.add_argument(
         "--log-config",
@@ -90,7 +90,7 @@ class _Broker:
         )
         broker_metrics.register(self.replicas, settings.metrics_partition_series_max)
         self.metadata = MetadataCache()
-        self.etcd = Etcd3Client([args.etcd])
+        self.etcd = Etcd3Client(args.etcd.split(","))
         self.service_security = ServiceSecurity(args.security, self.etcd)
         self.access = self.service_security.access
         self.quotas = QuotaManager(

@@ -30,7 +30,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--advertised-host", help="host clients are told to use (default: --host)")
     parser.add_argument("--port", type=int, required=True, help="admin gRPC port")
     parser.add_argument("--metrics-port", type=int, default=0)
-    parser.add_argument("--etcd", required=True, help="etcd endpoint host:port")
+    parser.add_argument("--etcd", required=True, help="etcd endpoints host:port,... (every member)")
     ControllerSettings.add_arguments(parser)
     SecuritySettings.add_arguments(parser)
     args = parser.parse_args(argv)
@@ -48,7 +48,7 @@ class _Controller:
             endpoint=f"{args.advertised_host or args.host}:{args.port}",
             settings=args.settings,
         )
-        self.etcd = Etcd3Client([args.etcd])
+        self.etcd = Etcd3Client(args.etcd.split(","))
         self.service_security = ServiceSecurity(args.security, self.etcd)
         self.access = self.service_security.access
         self.controller = Controller(self.config, self.etcd, channels=ChannelPool(args.security))

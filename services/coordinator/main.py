@@ -50,7 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--advertised-host", help="host clients are told to use (default: --host)")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--metrics-port", type=int, default=0)
-    parser.add_argument("--etcd", required=True, help="etcd endpoint host:port")
+    parser.add_argument("--etcd", required=True, help="etcd endpoints host:port,... (every member)")
     CoordinatorSettings.add_arguments(parser)
     SecuritySettings.add_arguments(parser)
     args = parser.parse_args(argv)
@@ -200,7 +200,7 @@ class _Coordinator:
 
 async def serve(args: argparse.Namespace) -> None:
     async def build(stopping: asyncio.Event) -> _Coordinator:
-        etcd = Etcd3Client([args.etcd])
+        etcd = Etcd3Client(args.etcd.split(","))
         await etcd.connect()
         bootstrap = await registered_brokers(etcd)
         settings: CoordinatorSettings = args.settings

