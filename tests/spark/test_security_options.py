@@ -38,5 +38,5 @@ def test_security_options_reach_the_clients_and_survive_pickling() -> None:
 
 
 def test_a_bad_security_option_is_refused_naming_it() -> None:
-    with pytest.raises(InvalidOptionError, match="security.protocol"):
+    with pytest.raises(InvalidOptionError, match=r"security\.protocol"):
         read_options({**BASE, "tidelog.security.protocol": "KERBEROS"}, streaming=False)
