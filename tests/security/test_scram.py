@@ -4,6 +4,7 @@ created, changed and deleted live, and a failed login says nothing about whether
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import grpc
 import httpx
@@ -11,7 +12,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.cluster.conftest import poll_until, wait_until
-from tests.security.conftest import Pki, sasl_client
+from tests.security.conftest import Pki, password_of, sasl_client
+from tidelog.cli.main import main as cli
 from tidelog.client import AclBinding, AdminClient, Consumer, Producer, TopicPartition
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import (
@@ -164,3 +166,33 @@ def test_scram_exchange_against_rfc_7677_style_vectors() -> None:
     replay.first(ScramClient("user,=odd", "pencil").first())
     with pytest.raises(ScramError, match="nonce"):
         replay.final(client.final(server.first(first)))  # a proof made for another exchange
+
+
+def test_user_command_creates_lists_and_deletes_users(
+    sasl_cluster: LocalCluster, pki: Pki, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    properties = tmp_path / "admin.properties"
+    properties.write_text(
+        "security.protocol=SASL_SSL\n"
+        f"ssl.ca.location={pki.ca_file}\n"
+        "sasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.username=admin\n"
+        f"sasl.password={password_of('admin')}\n"
+    )
+    password = tmp_path / "password"
+    password.write_text("grace-password-1\n")
+    common = ["--bootstrap", ",".join(sasl_cluster.bootstrap), "--command-config", str(properties)]
+    assert cli(["user", "create", "grace", "--password-file", str(password), *common]) == 0
+    assert "grace: SCRAM-SHA-512 credential set (4096 iterations)" in capsys.readouterr().out
+    assert cli(["user", "list", *common]) == 0
+    assert "grace" in capsys.readouterr().out
+    short = tmp_path / "short"
+    short.write_text("abc")
+    with pytest.raises(SystemExit, match="at least 8 characters"):
+        cli(["user", "create", "henry", "--password-file", str(short), *common])
+    assert cli(["user", "delete", "grace", *common]) == 0
+    capsys.readouterr()
+    assert cli(["user", "list", *common]) == 0
+    assert "grace" not in capsys.readouterr().out
+    assert cli(["user", "delete", "grace", *common]) == 1  # gone already: said so
+    assert "has no SCRAM-SHA-512 credential" in capsys.readouterr().err
