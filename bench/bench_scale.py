@@ -1,0 +1,186 @@
+"""Scale benchmark (issue 18): what a cluster costs as the partition count grows.
+
+    .venv/bin/python bench/bench_scale.py [--partitions 100,1000] [--idle-seconds 10]
+                                          (issue 18's last step: --partitions 100,1000,10000)
+
+For each count: a fresh local cluster (etcd, 2 controllers, 3 brokers), one topic of that many
+partitions with RF 3, then:
+- topic creation: create_topics → every partition has a leader (Metadata);
+- idle CPU of each broker over `--idle-seconds` with nothing produced (percent of one core, from
+  /proc/<pid>/stat), and each broker's resident memory;
+- metadata: the slowest of 20 Metadata requests for every topic;
+- produce/consume spread over every partition: send_batch of 100-byte records (one batch per
+  partition), then poll_batches until everything is read;
+- controller failover: kill -9 of the active controller → every partition answered by its leader
+  again (a produce to each partition acknowledged);
+- broker restart: SIGTERM + start of one broker → it is back in every ISR.
+Reference printed in the same run: the idle CPU of a broker holding no partition (the same cluster
+before the topic exists), so per-partition cost is the difference. Targets at 10,000 partitions:
+creation ≤ 10 s, idle CPU ≤ 3% per broker, controller failover ≤ 2 s, metadata ≤ 100 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
+from tidelog.local_cluster import LocalCluster
+
+TOPIC = "scale"
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def broker_pids(cluster: LocalCluster) -> dict[str, int]:
+    return {name: process.pid for name, process in cluster.processes.items() if name.startswith("broker-")}
+
+
+async def idle_cpu(cluster: LocalCluster, seconds: float) -> dict[str, float]:
+    pids = broker_pids(cluster)
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    await asyncio.sleep(seconds)
+    return {name: (cpu_seconds(pid) - before[name]) / seconds * 100 for name, pid in pids.items()}
+
+
+async def all_led(admin: AdminClient, partitions: int, timeout_s: float = 600) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        described = (await admin.describe_topics([TOPIC]))[TOPIC]
+        if (
+            not isinstance(described, Exception)
+            and len(described.partitions) == partitions
+            and all(partition.leader >= 0 for partition in described.partitions)
+        ):
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError("not every partition got a leader")
+
+
+async def all_in_sync(admin: AdminClient, timeout_s: float = 600) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        described = (await admin.describe_topics([TOPIC]))[TOPIC]
+        if not isinstance(described, Exception) and all(len(p.isr) == 3 for p in described.partitions):
+            return
+        await asyncio.sleep(0.1)
+    raise TimeoutError("the ISRs did not become whole")
+
+
+async def produce_everywhere(cluster: LocalCluster, partitions: int, per_partition: int) -> float:
+    value = os.urandom(100)
+    async with Producer(
+        cluster.bootstrap, acks=1, batch_size=1024 * 1024, max_request_size=8 * 1024 * 1024
+    ) as producer:
+        started = time.perf_counter()
+        deliveries = [
+            await producer.send_batch(TOPIC, [value] * per_partition, partition=partition)
+            for partition in range(partitions)
+        ]
+        for delivery in deliveries:
+            await delivery
+        return partitions * per_partition / (time.perf_counter() - started)
+
+
+async def consume_everything(cluster: LocalCluster, partitions: int, expected: int) -> float:
+    async with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(TOPIC, p) for p in range(partitions)])
+        await consumer.seek_to_beginning()
+        consumed = 0
+        started = time.perf_counter()
+        while consumed < expected:
+            for fetched in (await consumer.poll_batches(2000)).values():
+                for batch in fetched.batches:
+                    consumed += sum(1 for offset in batch.offsets if offset >= fetched.start_offset)
+        return consumed / (time.perf_counter() - started)
+
+
+async def every_partition_answers(cluster: LocalCluster, partitions: int, timeout_s: float = 600) -> None:
+    async with Producer(cluster.bootstrap, acks=1, request_timeout_ms=5000) as producer:
+        deliveries = [await producer.send(TOPIC, b"x", partition=p) for p in range(partitions)]
+        await asyncio.wait_for(asyncio.gather(*(delivery for delivery in deliveries)), timeout_s)
+
+
+async def measure(folder: Path, partitions: int, idle_seconds: float) -> dict[str, float]:
+    cluster = LocalCluster(folder, brokers=3, controllers=2, session_timeout_ms=6000)
+    cluster.start()
+    figures: dict[str, float] = {}
+    try:
+        await cluster.wait_ready()
+        empty = await idle_cpu(cluster, idle_seconds)
+        figures["idle CPU, no partitions (%)"] = max(empty.values())
+        async with AdminClient(
+            cluster.bootstrap, controllers=cluster.controller_endpoints, request_timeout_ms=600_000
+        ) as admin:
+            started = time.monotonic()
+            await admin.create_topic(TOPIC, partitions, 3)
+            await all_led(admin, partitions)
+            figures["topic creation (s)"] = time.monotonic() - started
+            await all_in_sync(admin)
+            idle = await idle_cpu(cluster, idle_seconds)
+            figures["idle CPU per broker, max (%)"] = max(idle.values())
+            figures["broker memory, max (MiB)"] = max(rss_mib(pid) for pid in broker_pids(cluster).values())
+            slowest = 0.0
+            for _ in range(20):
+                asked = time.perf_counter()
+                await admin.describe_topics([TOPIC])
+                slowest = max(slowest, time.perf_counter() - asked)
+            figures["slowest Metadata of 20 (ms)"] = slowest * 1000
+            per_partition = max(1, 200_000 // partitions)
+            figures["produce over all partitions (records/s)"] = await produce_everywhere(
+                cluster, partitions, per_partition
+            )
+            figures["consume over all partitions (records/s)"] = await consume_everything(
+                cluster, partitions, partitions * per_partition
+            )
+            cluster_state = await admin.describe_cluster()
+            active = f"controller-{cluster_state.controller_id}"
+            killed = time.monotonic()
+            cluster.signal(active, signal.SIGKILL)
+            await every_partition_answers(cluster, partitions)
+            figures["controller kill -9 → every partition answers (s)"] = time.monotonic() - killed
+            cluster.start_process(active)
+            stopped = time.monotonic()
+            cluster.restart("broker-3")
+            await all_in_sync(admin)
+            figures["broker restart → back in every ISR (s)"] = time.monotonic() - stopped
+    finally:
+        cluster.stop()
+    return figures
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--partitions", default="100,1000", help="counts to measure, comma-separated")
+    parser.add_argument("--idle-seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    counts = [int(count) for count in args.partitions.split(",")]
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="tidelog-bench-scale-") as folder:
+        for count in counts:
+            results[count] = await measure(Path(folder) / f"p{count}", count, args.idle_seconds)
+    names = list(next(iter(results.values())))
+    print("partitions (RF 3, 3 brokers)".ljust(48) + "".join(f"{count:>14,d}" for count in counts))
+    for name in names:
+        print(name.ljust(48) + "".join(f"{results[count][name]:>14,.1f}" for count in counts))
+    print("targets at 10,000: creation <= 10 s, idle CPU <= 3 %, controller failover <= 2 s, Metadata <= 100 ms")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
