@@ -22,7 +22,8 @@ from tidelog.common.security.access_control import AccessControl, Role
 from tidelog.common.security.acl import CLUSTER_NAME, Operation, ResourceType
 from tidelog.common.security.acl_proto import acl_filter_from_proto, acl_from_proto, acl_to_proto
 from tidelog.common.security.acl_store import add_acls, list_acls, remove_acls
-from tidelog.common.security.quota import DEFAULT, QuotaEntity, check_values
+from tidelog.common.security.quota import QuotaEntity, check_values
+from tidelog.common.security.quota_proto import quota_entity_from_parts, quota_entity_to_parts
 from tidelog.common.security.scram import MECHANISM, ScramCredential
 from tidelog.common.settings import SecuritySettings
 from tidelog.controller.controller import Controller
@@ -450,7 +451,9 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
         etcd = self.controller.etcd
 
         async def work() -> None:
-            changes = [(_entity_of(entry.entity), entry.ops) for entry in request.entries]  # all checked first
+            changes = [
+                (quota_entity_from_parts(entry.entity), entry.ops) for entry in request.entries
+            ]  # all checked first
             for _, ops in changes:
                 check_values({op.key: op.value for op in ops if not op.remove})
                 check_values({op.key: 1.0 for op in ops if op.remove})  # known names only
@@ -472,32 +475,9 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
             prefix = QUOTAS_PREFIX.encode()
             for kv in (await etcd.kv.get(prefix, prefix_range_end(prefix))).kvs:
                 entity = QuotaEntity.from_key(bytes(kv.key)[len(prefix) :].decode())
-                response.entries.add(entity=_entity_parts(entity), values=json.loads(bytes(kv.value)))
+                response.entries.add(entity=quota_entity_to_parts(entity), values=json.loads(bytes(kv.value)))
 
         return await self._security_call("DescribeClientQuotas", context, Operation.DESCRIBE_CONFIGS, response, work)
-
-
-def _entity_of(parts: Sequence[controller_pb2.QuotaEntityPart]) -> QuotaEntity:
-    names: dict[str, str] = {}
-    for part in parts:
-        if part.entity_type not in ("user", "client-id") or part.entity_type in names:
-            raise InvalidRequestError(f"quota entity type {part.entity_type!r}: user or client-id, each at most once")
-        if not part.is_default and not part.name:
-            raise InvalidRequestError(f"quota entity {part.entity_type}: a name, or is_default")
-        names[part.entity_type] = DEFAULT if part.is_default else part.name
-    return QuotaEntity(names.get("user"), names.get("client-id"))
-
-
-def _entity_parts(entity: QuotaEntity) -> list[controller_pb2.QuotaEntityPart]:
-    parts = []
-    for entity_type, name in (("user", entity.user), ("client-id", entity.client_id)):
-        if name is not None:
-            parts.append(
-                controller_pb2.QuotaEntityPart(
-                    entity_type=entity_type, name="" if name == DEFAULT else name, is_default=name == DEFAULT
-                )
-            )
-    return parts
 
 
 async def _alter_quota(etcd: Etcd3Client, entity: QuotaEntity, ops: Sequence[controller_pb2.QuotaValue]) -> None:

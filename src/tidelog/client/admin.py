@@ -21,7 +21,8 @@ from tidelog.client.connections import Connections
 from tidelog.common.errors import ErrorCode, RequestTimedOutError, TidelogError, error_for
 from tidelog.common.security.acl import AclBinding, AclFilter
 from tidelog.common.security.acl_proto import acl_filter_to_proto, acl_from_proto, acl_to_proto
-from tidelog.common.security.quota import DEFAULT, QuotaEntity
+from tidelog.common.security.quota import QuotaEntity
+from tidelog.common.security.quota_proto import quota_entity_from_parts, quota_entity_to_parts
 from tidelog.common.security.scram import ITERATIONS_DEFAULT, MECHANISM, salted_password
 from tidelog.common.settings import SecuritySettings
 from tidelog.v1 import common_pb2, controller_pb2
@@ -328,14 +329,7 @@ class AdminClient:
     ) -> None:
         """Set (producer_byte_rate=..., consumer_byte_rate=..., request_percentage=...) and remove
         quotas of one entity: QuotaEntity(user="alice"), QuotaEntity(user=DEFAULT, client_id="app"), ..."""
-        parts = []
-        for entity_type, name in (("user", entity.user), ("client-id", entity.client_id)):
-            if name is not None:
-                parts.append(
-                    controller_pb2.QuotaEntityPart(
-                        entity_type=entity_type, name="" if name == DEFAULT else name, is_default=name == DEFAULT
-                    )
-                )
+        parts = quota_entity_to_parts(entity)
         ops = [controller_pb2.QuotaValue(key=key, value=value) for key, value in (set_values or {}).items()]
         ops += [controller_pb2.QuotaValue(key=key, remove=True) for key in remove]
         request = controller_pb2.AlterClientQuotasRequest(
@@ -358,8 +352,7 @@ class AdminClient:
         _raise_whole(response)
         described = {}
         for entry in response.entries:
-            names = {part.entity_type: DEFAULT if part.is_default else part.name for part in entry.entity}
-            described[QuotaEntity(names.get("user"), names.get("client-id"))] = dict(entry.values)
+            described[quota_entity_from_parts(entry.entity)] = dict(entry.values)
         return described
 
 
