@@ -16,11 +16,9 @@ from tidelog.common import metrics_catalog
 from tidelog.common.etcd.watched_prefix import WatchedPrefix
 from tidelog.common.metadata import QUOTAS_PREFIX
 from tidelog.common.security.authentication import current_principal
-from tidelog.common.security.quota import QuotaKind, QuotaTable, RateSensor
+from tidelog.common.security.quota import CLIENT_ID_METADATA, QuotaKind, QuotaTable, RateSensor
 
-__all__ = ["CLIENT_ID_METADATA", "QuotaManager"]
-
-CLIENT_ID_METADATA: Final = "tidelog-client-id"  # (tidelog.client.connections sends it)
+__all__ = ["QuotaManager"]
 SENSORS_MAX: Final = 100_000
 
 THROTTLE_MS = metrics_catalog.histogram("tidelog_broker_quota_throttle_ms", buckets=(0, 10, 100, 1000, 10_000, 100_000))

@@ -103,15 +103,12 @@ def test_decisions_follow_a_replaced_snapshot() -> None:
 
 
 def test_authorize_any_of_a_type() -> None:
-    authorizer = Authorizer([acl("User:alice", "Write", "Topic", "t-", pattern="Prefixed")])
+    prefixed = acl("User:alice", "Write", "Topic", "t-", pattern="Prefixed")
+    authorizer = Authorizer([prefixed])
     assert authorizer.authorize_any(ALICE, "h", Operation.WRITE, T)
     assert not authorizer.authorize_any(BOB, "h", Operation.WRITE, T)
-    authorizer.replace([*authorizer_bindings(), acl("User:alice", "Write", "Topic", "*", permission="Deny")])
+    authorizer.replace([prefixed, acl("User:alice", "Write", "Topic", "*", permission="Deny")])
     assert not authorizer.authorize_any(ALICE, "h", Operation.WRITE, T)
-
-
-def authorizer_bindings() -> list[AclBinding]:
-    return [acl("User:alice", "Write", "Topic", "t-", pattern="Prefixed")]
 
 
 @pytest.mark.parametrize(

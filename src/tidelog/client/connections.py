@@ -7,12 +7,11 @@ from collections.abc import Mapping, Sequence
 import grpc
 
 from tidelog.common.channels import ChannelPool
+from tidelog.common.security.quota import CLIENT_ID_METADATA
 from tidelog.common.settings import SecuritySettings
 from tidelog.v1 import broker_pb2_grpc, controller_pb2_grpc
 
-__all__ = ["CLIENT_ID_METADATA", "Connections", "client_id_metadata", "security_settings"]
-
-CLIENT_ID_METADATA = "tidelog-client-id"  # Kafka's request header client id, for client quotas
+__all__ = ["Connections", "client_id_metadata", "security_settings"]
 
 
 def client_id_metadata(client_id: str) -> tuple[tuple[str, str], ...]:
@@ -35,10 +34,6 @@ class Connections:
         call_metadata: Sequence[tuple[str, str]] = (),
     ) -> None:
         self.pool = ChannelPool(security_settings(security), call_metadata=call_metadata)
-
-    @property
-    def security(self) -> SecuritySettings:
-        return self.pool.security
 
     def channel(self, endpoint: str) -> grpc.aio.Channel:
         return self.pool.channel(endpoint)

@@ -4,36 +4,20 @@ request it cannot decode. Installed on every service's server (runtime.grpc_serv
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import grpc
 from google.protobuf.message import DecodeError
+
+from tidelog.common.unary_interceptor import UnaryInterceptor
 
 __all__ = ["RequestDecoding"]
 
 _UNDECODABLE: Final = object()
 
 
-class RequestDecoding(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # (untyped base)
-    def __init__(self) -> None:
-        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(details)
-        if handler is None or handler.unary_unary is None or handler.request_deserializer is None:
-            return handler
-        wrapped = self._wrapped.get(details.method)
-        if wrapped is None:
-            wrapped = self._wrapped[details.method] = self._wrap(handler, details.method)
-        return wrapped
-
-    @staticmethod
-    def _wrap(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+class RequestDecoding(UnaryInterceptor):
+    def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         decode = handler.request_deserializer
         behavior = handler.unary_unary
 

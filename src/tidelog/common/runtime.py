@@ -18,7 +18,6 @@ from prometheus_client import disable_created_metrics
 
 from tidelog.common import metrics_http
 from tidelog.common.request_decoding import RequestDecoding
-from tidelog.common.security.authentication import AuthenticationInterceptor, needs_interceptor
 from tidelog.common.security.service_security import ServiceSecurity
 from tidelog.common.security.tls import server_credentials
 from tidelog.common.settings import SecuritySettings
@@ -180,8 +179,6 @@ async def run_service(
     if service_security is not None:
         await service_security.start()  # ACLs and credentials in force before the first call
         interceptors = [*service_security.interceptors(), *interceptors]
-    elif security is not None and needs_interceptor(security):
-        interceptors = [AuthenticationInterceptor(security), *interceptors]
     server, health = grpc_server(max_message_bytes, interceptors)
     names = parts.add_to(server)
     if service_security is not None:

@@ -22,6 +22,7 @@ import structlog
 from tidelog.common import metrics_catalog
 from tidelog.common.security.principal import ANONYMOUS, Principal, PrincipalMapper
 from tidelog.common.settings import SecuritySettings
+from tidelog.common.unary_interceptor import UnaryInterceptor
 
 __all__ = [
     "AUTHENTICATION_FAILED",
@@ -48,7 +49,6 @@ UNAUTHENTICATED_METHODS: Final = frozenset(
 
 AUTHENTICATION_SUCCEEDED = metrics_catalog.counter("kafka_server_socket_server_metrics_successful_authentication_total")
 AUTHENTICATION_FAILED = metrics_catalog.counter("kafka_server_socket_server_metrics_failed_authentication_total")
-_SUCCEEDED, _FAILED = AUTHENTICATION_SUCCEEDED, AUTHENTICATION_FAILED
 
 
 def needs_interceptor(security: SecuritySettings) -> bool:
@@ -64,7 +64,9 @@ class AuthenticationError(Exception):
 Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
 
-class AuthenticationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # (untyped base)
+class AuthenticationInterceptor(UnaryInterceptor):
+    SKIPPED = UNAUTHENTICATED_METHODS
+
     def __init__(
         self, security: SecuritySettings, sessions: Callable[[grpc.aio.ServicerContext], Principal | None] | None = None
     ) -> None:
@@ -72,7 +74,7 @@ class AuthenticationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[mis
         self.mapper = PrincipalMapper(security.ssl_principal_mapping_rules)
         self._sessions = sessions
         self._subjects: dict[bytes, Principal | None] = {}
-        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
+        super().__init__()
 
     def principal_of(self, context: grpc.aio.ServicerContext) -> Principal:
         if self.security.security_protocol == "SASL_SSL":
@@ -93,7 +95,7 @@ class AuthenticationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[mis
             if mapped is None:
                 log.warning("certificate_subject_unmapped", subject=subject.decode(errors="replace"))
             else:
-                _SUCCEEDED.inc()
+                AUTHENTICATION_SUCCEEDED.inc()
         principal = self._subjects[subject]
         if principal is None:
             raise AuthenticationError(
@@ -101,30 +103,19 @@ class AuthenticationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[mis
             )
         return principal
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(details)
-        if handler is None or handler.unary_unary is None or details.method in UNAUTHENTICATED_METHODS:
-            return handler
-        wrapped = self._wrapped.get(details.method)
-        if wrapped is None:
-            wrapped = grpc.unary_unary_rpc_method_handler(
-                self._authenticated(handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-            self._wrapped[details.method] = wrapped
-        return wrapped
+    def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        return grpc.unary_unary_rpc_method_handler(
+            self._authenticated(handler.unary_unary),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
 
     def _authenticated(self, inner: Handler) -> Handler:
         async def behavior(request: Any, context: grpc.aio.ServicerContext) -> Any:
             try:
                 principal = self.principal_of(context)
             except AuthenticationError as failure:
-                _FAILED.inc()
+                AUTHENTICATION_FAILED.inc()
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, f"authentication failed: {failure}")
             current_principal.set(principal)
             return await inner(request, context)

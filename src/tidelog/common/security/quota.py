@@ -23,9 +23,12 @@ from typing import Final
 
 from tidelog.common.errors import InvalidRequestError
 
-__all__ = ["DEFAULT", "QuotaEntity", "QuotaKind", "QuotaTable", "RateSensor", "check_values"]
+__all__ = ["CLIENT_ID_METADATA", "DEFAULT", "QuotaEntity", "QuotaKind", "QuotaTable", "RateSensor", "check_values"]
 
 DEFAULT: Final = "<default>"
+# The call metadata naming a request's client id (Kafka's request header field): clients send it,
+# brokers match client-id quotas on it.
+CLIENT_ID_METADATA: Final = "tidelog-client-id"
 
 
 class QuotaKind(enum.Enum):
