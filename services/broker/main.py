@@ -38,6 +38,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--advertised-host", help="host clients are told to use (default: --host)")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument(
+        "--advertised-port", type=int, help="port clients are told to use (default: --port; a proxy's in between)"
+    )
     parser.add_argument("--rack", default="", help="broker.rack")
     parser.add_argument("--metrics-port", type=int, default=0)
     parser.add_argument("--etcd", required=True, help="etcd endpoints host:port,... (every member)")
@@ -102,10 +105,16 @@ class _Broker:
         self.registration = Registration(
             self.etcd,
             BrokerRegistration(
-                args.id, args.advertised_host or args.host, args.port, args.rack, incarnation=self.replicas.incarnation
+                args.id,
+                args.advertised_host or args.host,
+                args.advertised_port or args.port,
+                args.rack,
+                incarnation=self.replicas.incarnation,
             ),
             ttl_s=max(1, settings.broker_session_timeout_ms // 1000),
             on_replaced=stopping.set,  # another process registered this broker id: stop, fenced anyway
+            on_lost=self.replicas.fence,
+            on_restored=self.replicas.registered_again,
         )
         self.isr_manager = IsrManager(
             self.replicas, self.metadata, lag_time_max_ms=settings.replica_lag_time_max_ms, channels=self.channels

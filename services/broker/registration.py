@@ -17,16 +17,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from typing import Final
 
 import structlog
 from etcd3aio import Etcd3Client
 from etcd3aio.kv import KVService
 
 from tidelog.common.etcd.compare import compare_mod_revision
-from tidelog.common.etcd.session import Session
+from tidelog.common.etcd.session import ETCD_UNREACHABLE, Session, new_session
 from tidelog.common.metadata import BrokerRegistration, broker_key
 
 __all__ = ["Registration"]
+
+REGISTER_RETRY_S: Final = 0.5
 
 log = structlog.get_logger(__name__)
 
@@ -39,11 +42,15 @@ class Registration:
         *,
         ttl_s: int,
         on_replaced: Callable[[], None] = lambda: None,
+        on_lost: Callable[[], None] = lambda: None,
+        on_restored: Callable[[], None] = lambda: None,
     ) -> None:
         self.etcd = etcd
         self.broker = broker
         self.ttl_s = ttl_s
         self.on_replaced = on_replaced  # another life holds our key: this process must stop
+        self.on_lost = on_lost  # our session may have expired: the controller may move our leaderships
+        self.on_restored = on_restored  # registered again under a new session
         self.session: Session | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -57,7 +64,15 @@ class Registration:
         assert self.etcd.kv is not None
         key = broker_key(self.broker.broker_id)
         log.info("broker_registering", broker=self.broker.broker_id)
-        session = await Session(self.etcd, ttl_s=self.ttl_s).start()
+        session = await new_session(self.etcd, ttl_s=self.ttl_s, holder=f"broker-{self.broker.broker_id}")
+        try:
+            return await self._put_registration(session, key, take_over=take_over)
+        except ETCD_UNREACHABLE:
+            await session.close(revoke=False)  # etcd went away again: its lease expires by itself
+            raise
+
+    async def _put_registration(self, session: Session, key: str, *, take_over: bool) -> bool:
+        assert self.etcd.kv is not None
         while True:
             response = await self.etcd.kv.txn(
                 compare=[KVService.txn_compare_create_revision(key, 0)],
@@ -100,10 +115,19 @@ class Registration:
             assert self.session is not None
             await self.session.done.wait()
             log.warning("broker_session_lost", broker=self.broker.broker_id)
-            if not await self._register_once(take_over=False):
+            self.on_lost()
+            while True:
+                try:
+                    registered = await self._register_once(take_over=False)
+                    break
+                except ETCD_UNREACHABLE as error:  # etcd still unreachable: keep trying, as long as it takes
+                    log.info("broker_register_retry", broker=self.broker.broker_id, error=repr(error))
+                    await asyncio.sleep(REGISTER_RETRY_S)
+            if not registered:
                 self.session = None
                 self.on_replaced()
                 return
+            self.on_restored()
 
     async def deregister(self) -> None:
         """Revoke the lease: the controller sees this broker leave at once."""

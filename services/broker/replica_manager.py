@@ -198,6 +198,8 @@ class ReplicaManager:
         self.log_defaults = dict(log_defaults or {})
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.controller_epoch = -1
+        self.fenced = False  # our etcd session was lost (see `fence`)
+        self._registered_again = False
         self.io = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="storage-io")
         self.cleaner = LogCleaner(lambda: [partition.log for partition in list(self.partitions.values())])
         self.fetchers = ReplicaFetcherManager(
@@ -245,9 +247,42 @@ class ReplicaManager:
         async with self._state_change:
             return await self._leader_and_isr(request)
 
+    # ---- fencing on a lost session ------------------------------------------------------------
+
+    def fence(self) -> None:
+        """Our etcd session may have expired (no keep-alive answered within its TTL): the controller
+        may already have given our leaderships to others. Lead nothing until a controller's whole
+        state, pushed after we registered again, says what we lead: produce and fetch get
+        NOT_LEADER_OR_FOLLOWER (clients look for the new leader), acks=all waiters end with it (their
+        batches may not be kept), and Metadata is refused (our view may be stale). The HW rule alone
+        already keeps an isolated leader from acknowledging acks=all writes its followers lack; this
+        makes the clients leave it at once instead of timing out on it."""
+        if self.fenced:
+            return
+        log.warning("broker_fenced", broker=self.broker_id, reason="etcd session lost")
+        self.fenced = True
+        self._registered_again = False
+        for hosted in self.partitions.values():
+            if hosted.role is ReplicaRole.LEADER:
+                hosted.wake_produce_waiters()
+                hosted.notify_appended()
+
+    def registered_again(self) -> None:
+        """A new session holds our registration: the next whole-state push lifts the fence."""
+        self._registered_again = True
+
     async def _leader_and_isr(self, request: broker_pb2.LeaderAndIsrRequest) -> list[broker_pb2.PartitionError]:
         self.check_controller_epoch(request.controller_epoch)
         self.check_incarnation(request.broker_incarnation)
+        if self.fenced and self._registered_again and request.full:
+            try:
+                return await self._apply_leader_and_isr(request)
+            finally:
+                self.fenced = self._registered_again = False
+                log.info("broker_unfenced", broker=self.broker_id, controller_epoch=request.controller_epoch)
+        return await self._apply_leader_and_isr(request)
+
+    async def _apply_leader_and_isr(self, request: broker_pb2.LeaderAndIsrRequest) -> list[broker_pb2.PartitionError]:
         errors = []
         wanted = set()
         for endpoint in request.live_leaders:
@@ -373,6 +408,10 @@ class ReplicaManager:
             raise UnknownTopicOrPartitionError(f"this broker hosts no replica of {topic}-{partition}")
         if hosted.role is not ReplicaRole.LEADER:
             raise NotLeaderOrFollowerError(f"broker {self.broker_id} is not the leader of {topic}-{partition}")
+        if self.fenced:
+            raise NotLeaderOrFollowerError(
+                f"broker {self.broker_id} lost its etcd session: it may no longer lead {topic}-{partition}"
+            )
         return hosted
 
     async def append(
@@ -430,6 +469,7 @@ class ReplicaManager:
         """This broker still leads `hosted`, in `leader_epoch`, and hosts that very replica."""
         return (
             hosted.role is ReplicaRole.LEADER
+            and not self.fenced
             and hosted.state.leader_epoch == leader_epoch
             and self.partitions.get((hosted.topic, hosted.partition)) is hosted
         )

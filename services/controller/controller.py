@@ -33,7 +33,7 @@ from etcd3aio import Etcd3Client, prefix_range_end
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import InvalidRequestError, NotControllerError, TidelogError
 from tidelog.common.etcd.election import Election, NotLeaderError
-from tidelog.common.etcd.session import Session
+from tidelog.common.etcd.session import ETCD_UNREACHABLE, Session, new_session
 from tidelog.common.metadata import BROKERS_PREFIX, CONTROLLER_ELECTION_PREFIX, BrokerRegistration, ControllerRecord
 from tidelog.controller.broker_requests import BrokerRequests
 from tidelog.controller.cluster_state import ClusterState
@@ -102,8 +102,10 @@ class Controller:
     async def run(self) -> None:
         """Campaign, lead while elected, campaign again; until `stop()`."""
         while not self.role.stopping.is_set():
-            self.role.move(Role.CANDIDATE, reason="campaigning")
-            session = await Session(self.etcd, ttl_s=self.config.session_ttl_s).start()
+            if self.role.current is not Role.CANDIDATE:
+                self.role.move(Role.CANDIDATE, reason="campaigning")
+            holder = f"controller-{self.config.controller_id}"
+            session = await new_session(self.etcd, ttl_s=self.config.session_ttl_s, holder=holder)
             election = Election(session, CONTROLLER_ELECTION_PREFIX)
             try:
                 record = ControllerRecord(self.config.controller_id, -1, self.config.endpoint)
@@ -117,6 +119,10 @@ class Controller:
             except (NotLeaderError, FencedError, ConflictError) as error:
                 log.warning("controller_deposed", controller=self.config.controller_id, reason=str(error))
                 self.role.move(Role.DEPOSED, reason=str(error))
+            except ETCD_UNREACHABLE as error:  # cut off from etcd: whatever we held goes with the session
+                log.warning("controller_etcd_unreachable", controller=self.config.controller_id, error=repr(error))
+                if self.role.current in (Role.LOADING, Role.ACTIVE):
+                    self.role.move(Role.DEPOSED, reason="etcd unreachable")
             finally:
                 self.store.election = None
                 with contextlib.suppress(Exception):

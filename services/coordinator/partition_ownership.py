@@ -24,7 +24,7 @@ import structlog
 from etcd3aio import Etcd3Client, prefix_range_end
 from etcd3aio.kv import KVService
 
-from tidelog.common.etcd.session import Session
+from tidelog.common.etcd.session import ETCD_UNREACHABLE, Session, new_session
 from tidelog.common.metadata import (
     COORDINATOR_INSTANCES_PREFIX,
     COORDINATOR_PARTITIONS_PREFIX,
@@ -72,13 +72,22 @@ class PartitionOwnership:
 
     async def run(self) -> None:
         while True:
-            self.session = await Session(self.etcd, ttl_s=self.ttl_s).start()
+            holder = f"coordinator-{self.instance.instance_id}"
+            self.session = await new_session(self.etcd, ttl_s=self.ttl_s, holder=holder)
             key = f"{COORDINATOR_INSTANCES_PREFIX}{self.instance.instance_id}"
-            await self.kv.put(key, self.instance.to_json(), lease=self.session.lease_id)
+            try:
+                await self.kv.put(key, self.instance.to_json(), lease=self.session.lease_id)
+            except ETCD_UNREACHABLE as error:  # etcd gone again: retry
+                log.info("coordinator_register_retry", instance=self.instance.instance_id, error=repr(error))
+                await self.session.close(revoke=False)
+                continue
             log.info("coordinator_registered", instance=self.instance.instance_id)
             try:
                 while not self.session.done.is_set():
-                    await self._step()
+                    try:
+                        await self._step()
+                    except ETCD_UNREACHABLE as error:  # etcd slow or unreachable: the session says when to stop
+                        log.info("coordinator_step_failed", instance=self.instance.instance_id, error=repr(error))
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self.session.done.wait(), POLL_S)
             finally:

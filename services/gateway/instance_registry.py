@@ -20,7 +20,7 @@ import structlog
 from etcd3aio import Etcd3Client
 from etcd3aio.kv import KVService
 
-from tidelog.common.etcd.session import Session
+from tidelog.common.etcd.session import Session, new_session
 from tidelog.common.metadata import GatewayConsumerRecord, gateway_consumer_key
 from tidelog.gateway.consumer_instances import ConsumerInstance
 from tidelog.gateway.rest_errors import (
@@ -36,7 +36,6 @@ __all__ = ["InstanceRegistry"]
 log = structlog.get_logger(__name__)
 
 EXPIRY_CHECK_S = 1.0
-SESSION_RETRY_S = 0.5
 
 
 class InstanceRegistry:
@@ -99,13 +98,8 @@ class InstanceRegistry:
         while True:
             await self.session.done.wait()
             log.warning("gateway_session_lost", instances=len(self.local))
-            while True:
-                try:
-                    self.session = await Session(self.etcd, ttl_s=self.session.ttl_s).start()
-                    break
-                except Exception as error:  # etcd still unreachable: keep serving, keep trying
-                    log.info("gateway_session_retry", error=repr(error))
-                    await asyncio.sleep(SESSION_RETRY_S)
+            # etcd still unreachable: keep serving, keep trying
+            self.session = await new_session(self.etcd, ttl_s=self.session.ttl_s, holder="gateway")
             for (group, name), instance in list(self.local.items()):
                 if not await self._register(group, name, instance.principal):
                     log.warning("consumer_instance_taken_meanwhile", group=group, instance=name)

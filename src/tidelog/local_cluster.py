@@ -37,7 +37,7 @@ from tidelog.common.metadata import (
 from tidelog.common.security.credential_store import seed_users
 from tidelog.common.settings import SecuritySettings
 
-__all__ = ["AnnouncedCluster", "LocalCluster", "announced_cluster", "user_state_file"]
+__all__ = ["AnnouncedCluster", "LocalCluster", "Placement", "announced_cluster", "user_state_file"]
 
 READY_TIMEOUT_S: Final = 60.0
 # With conventional_ports, the first start takes the ports Kafka's, REST Proxy's and etcd's docs use
@@ -53,6 +53,18 @@ CONVENTIONAL_PORTS: Final = {
 }
 STOP_TIMEOUT_S: Final = 15.0
 GRACEFUL: Final = signal.SIGTERM  # (in the class body `signal` is the method of that name)
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where one process runs when not on loopback: in a network namespace of its own (the fault
+    tests cut, slow and drop the traffic between such hosts), listening at `address` there.
+    `advertised` ("host:port") is where the others are told to reach it instead: a proxy in the
+    path that delays what crosses it (brokers only)."""
+
+    namespace: str
+    address: str
+    advertised: str | None = None
 
 
 @dataclasses.dataclass
@@ -88,6 +100,7 @@ class LocalCluster:
         client_security: SecuritySettings | None = None,
         scram_users: Mapping[str, str] | None = None,
         etcd_members: int = 1,
+        placements: Mapping[str, Placement] | None = None,
     ) -> None:
         self.data_dir = data_dir.resolve()
         self.broker_ids = list(range(1, brokers + 1))
@@ -104,8 +117,17 @@ class LocalCluster:
         self.conventional_ports = conventional_ports
         self.announce = announce  # tell every `tidelog` command of this user where the cluster is
         self.ports = self._load_ports()
+        # Process name ("broker-2", "etcd") → where it runs; the others run on loopback.
+        self.placements = dict(placements or {})
+        assert "etcd" not in self.placements or etcd_members == 1, "only a one-member etcd is placed"
         self.etcd: EtcdServer | EtcdCluster = (
-            EtcdServer(self.data_dir / "etcd", client_port=self.ports.etcd_client, peer_port=self.ports.etcd_peer)
+            EtcdServer(
+                self.data_dir / "etcd",
+                client_port=self.ports.etcd_client,
+                peer_port=self.ports.etcd_peer,
+                host=self.host_of("etcd"),
+                command_prefix=self._command_prefix("etcd"),
+            )
             if etcd_members == 1
             else EtcdCluster(self.data_dir / "etcd", etcd_members)  # a quorum that survives a member's loss
         )
@@ -171,19 +193,34 @@ class LocalCluster:
 
     # ---- endpoints -------------------------------------------------------------------------
 
+    def host_of(self, name: str) -> str:
+        """The address a process listens on: its placement's, else loopback."""
+        placement = self.placements.get(name)
+        return "127.0.0.1" if placement is None else placement.address
+
+    def _command_prefix(self, name: str) -> list[str]:
+        placement = self.placements.get(name)
+        return [] if placement is None else ["ip", "netns", "exec", placement.namespace]
+
     @property
     def bootstrap(self) -> list[str]:
-        return [f"127.0.0.1:{self.ports.brokers[broker_id]}" for broker_id in self.broker_ids]
+        return [self.broker_endpoint(broker_id) for broker_id in self.broker_ids]
 
     def broker_endpoint(self, broker_id: int) -> str:
-        return f"127.0.0.1:{self.ports.brokers[broker_id]}"
+        """Where clients reach the broker (its advertised address)."""
+        placement = self.placements.get(f"broker-{broker_id}")
+        if placement is not None and placement.advertised:
+            return placement.advertised
+        return f"{self.host_of(f'broker-{broker_id}')}:{self.ports.brokers[broker_id]}"
 
     @property
     def controller_endpoints(self) -> list[str]:
-        return [f"127.0.0.1:{self.ports.controllers[controller_id]}" for controller_id in self.controller_ids]
+        return [
+            f"{self.host_of(f'controller-{number}')}:{self.ports.controllers[number]}" for number in self.controller_ids
+        ]
 
     def metrics_endpoint(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.ports.metrics[name]}/metrics"
+        return f"http://{self.host_of(name)}:{self.ports.metrics[name]}/metrics"
 
     # ---- processes -------------------------------------------------------------------------
 
@@ -192,7 +229,7 @@ class LocalCluster:
         logs.mkdir(exist_ok=True)
         with open(logs / f"{name}.log", "ab") as output:
             self.processes[name] = subprocess.Popen(
-                [sys.executable, "-m", module, *arguments],
+                [*self._command_prefix(name), sys.executable, "-m", module, *arguments],
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -216,6 +253,11 @@ class LocalCluster:
         ]
         if self.metrics:
             arguments += ["--metrics-port", str(self.ports.metrics[name])]
+        if (placement := self.placements.get(name)) is not None:
+            arguments += ["--host", placement.address]
+            if placement.advertised:
+                host, advertised_port = placement.advertised.rsplit(":", 1)
+                arguments += ["--advertised-host", host, "--advertised-port", advertised_port]
         if self.service_security is not None:
             for setting, value in self.service_security(name).items():
                 arguments += ["--config", f"{setting}={value}"]
@@ -236,14 +278,19 @@ class LocalCluster:
 
     @property
     def coordinator_endpoints(self) -> list[str]:
-        return [f"127.0.0.1:{self.ports.coordinators[coordinator_id]}" for coordinator_id in self.coordinator_ids]
+        return [
+            f"{self.host_of(f'coordinator-{number}')}:{self.ports.coordinators[number]}"
+            for number in self.coordinator_ids
+        ]
 
     def start_gateway(self, gateway_id: int) -> None:
         self._start_service("gateway", gateway_id, self.ports.gateways[gateway_id], self.gateway_args)
 
     @property
     def gateway_urls(self) -> list[str]:
-        return [f"http://127.0.0.1:{self.ports.gateways[gateway_id]}" for gateway_id in self.gateway_ids]
+        return [
+            f"http://{self.host_of(f'gateway-{number}')}:{self.ports.gateways[number]}" for number in self.gateway_ids
+        ]
 
     def start(self) -> None:
         if self.announce:
@@ -364,8 +411,9 @@ class LocalCluster:
 
     async def _gateways_serve(self) -> bool:
         for url in self.gateway_urls:
+            host, port = url.removeprefix("http://").rsplit(":", 1)
             try:
-                _, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":", 1)[1]))
+                _, writer = await asyncio.open_connection(host, int(port))
             except OSError:
                 return False
             writer.close()

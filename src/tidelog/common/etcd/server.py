@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -92,8 +93,13 @@ class EtcdServer:
         peer_port: int | None = None,
         name: str = "tidelog-etcd",
         initial_cluster: str = "",
+        host: str = "127.0.0.1",
+        command_prefix: Sequence[str] = (),
     ) -> None:
         self.data_dir = data_dir
+        self.host = host  # the address it listens on (and is reached at)
+        # Run it through this (["ip", "netns", "exec", "ns"]: in a network namespace of its own).
+        self.command_prefix = list(command_prefix)
         self.client_port = client_port or free_port()
         self.peer_port = peer_port or free_port()
         self.name = name
@@ -102,19 +108,20 @@ class EtcdServer:
 
     @property
     def peer_url(self) -> str:
-        return f"http://127.0.0.1:{self.peer_port}"
+        return f"http://{self.host}:{self.peer_port}"
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.client_port}"
+        return f"{self.host}:{self.client_port}"
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        client_url = f"http://127.0.0.1:{self.client_port}"
-        peer_url = f"http://127.0.0.1:{self.peer_port}"
+        client_url = f"http://{self.host}:{self.client_port}"
+        peer_url = self.peer_url
         log_file = open(self.data_dir.parent / f"{self.data_dir.name}.log", "ab")  # noqa: SIM115
         self.process = subprocess.Popen(
             [
+                *self.command_prefix,
                 etcd_binary(),
                 "--name",
                 self.name,
@@ -154,7 +161,7 @@ class EtcdServer:
             if self.process.poll() is not None:
                 raise RuntimeError(f"etcd exited with {self.process.returncode}; see {self.data_dir}.log")
             try:
-                with socket.create_connection(("127.0.0.1", self.client_port), timeout=0.5):
+                with socket.create_connection((self.host, self.client_port), timeout=0.5):
                     return
             except OSError:
                 time.sleep(0.05)

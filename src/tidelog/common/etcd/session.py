@@ -22,7 +22,7 @@ from etcd3aio._protobuf import LeaseKeepAliveRequest
 
 from tidelog.common import metrics_catalog
 
-__all__ = ["Session"]
+__all__ = ["ETCD_UNREACHABLE", "Session", "new_session"]
 
 log = structlog.get_logger(__name__)
 
@@ -31,6 +31,21 @@ LOSSES: Final = metrics_catalog.counter("tidelog_etcd_session_losses_total")
 KEEPALIVE_FAILURES: Final = metrics_catalog.counter("tidelog_etcd_keepalive_failures_total")
 RETRY_INTERVAL_S: Final = 0.2
 CLOSE_TIMEOUT_S: Final = 2.0
+GRANT_RETRY_S: Final = 0.5  # between two tries to open a session while etcd does not answer
+# What a call to etcd raises while etcd does not answer (cut off, quorum lost): worth trying again.
+ETCD_UNREACHABLE: Final = (EtcdError, grpc.RpcError, TimeoutError, OSError)
+
+
+async def new_session(client: Etcd3Client, *, ttl_s: int, holder: str) -> Session:
+    """A started session, trying again for as long as etcd does not answer (cut off, quorum lost):
+    a service that lost its session keeps serving what it still may and is back as soon as etcd
+    answers, instead of its re-registration dying on the first timeout. Cancel to give up."""
+    while True:
+        try:
+            return await Session(client, ttl_s=ttl_s).start()
+        except ETCD_UNREACHABLE as error:
+            log.info("etcd_session_retry", holder=holder, error=repr(error))
+            await asyncio.sleep(GRANT_RETRY_S)
 
 
 class Session:

@@ -1,0 +1,188 @@
+"""Network faults (issue 19): brokers, controllers and etcd each in a network namespace of their
+own (tests/faults/network.py), the test process on the bridge between them as the client, and
+a producer writing with acks=all all along (3 brokers, RF 3, min.insync.replicas=2).
+
+The scenarios follow Kafka's replication and round-trip fault tests and the Jepsen analyses: the
+partition leader cut off from the controllers and etcd while producers still reach it (it is
+fenced: nothing it acknowledges afterwards may be lost, and a new leader takes over); a follower
+cut off (the ISR shrinks), then a second (NOT_ENOUGH_REPLICAS, as min.insync.replicas says); a
+symmetric 1|2 split with the active controller on the minority side; one-way loss from the leader
+to a follower; and a degraded link on the leader (added latency and jitter through a userspace
+proxy, a rate limit, random packet loss). Each ends healed and checked by `verify`: nothing
+acknowledged lost, duplicated or reordered, nothing a consumer saw truncated, one leader per epoch.
+
+Needs root, iproute2, nftables and tc; skips with the reason elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.conftest import wait_until
+from tests.faults.harness import TOPIC, ContinuousProducer, isr_size, leader, verify, writing
+from tests.faults.network import DelayProxy, Network, network, network_unavailable
+from tidelog.client import AdminClient, Producer
+from tidelog.common.errors import NotEnoughReplicasError
+from tidelog.common.etcd.server import free_port
+from tidelog.local_cluster import LocalCluster, Placement
+
+pytestmark = pytest.mark.skipif(bool(network_unavailable()), reason=network_unavailable() or "runs")
+
+SESSION_MS = 2000
+LAG_MS = 2000  # replica.lag.time.max.ms: a cut follower leaves the ISR after this
+BROKER_ARGS = ["--replica-lag-time-max-ms", str(LAG_MS)]
+HOSTS = ["etcd", "controller-1", "controller-2", "broker-1", "broker-2", "broker-3"]
+SERVICES = HOSTS[1:]  # what a host can be cut from, beside etcd
+
+
+@contextlib.asynccontextmanager
+async def networked_cluster(
+    data_dir: Path, *, proxied: bool = False
+) -> AsyncIterator[tuple[Network, LocalCluster, dict[int, DelayProxy]]]:
+    """A cluster whose every process has a host of its own. With `proxied`, clients and the other
+    brokers reach each broker through a DelayProxy on the bridge (no delay until one is set)."""
+    with network(HOSTS) as (net, placements):
+        proxies: dict[int, DelayProxy] = {}
+        for broker_id in (1, 2, 3) if proxied else ():
+            name, port = f"broker-{broker_id}", free_port()
+            placed = placements[name]
+            placements[name] = Placement(placed.namespace, placed.address, f"{net.client_address}:{port}")
+            proxies[broker_id] = DelayProxy((net.client_address, port), (placed.address, 0))
+        cluster = LocalCluster(data_dir, session_timeout_ms=SESSION_MS, broker_args=BROKER_ARGS, placements=placements)
+        try:
+            for broker_id, proxy in proxies.items():
+                proxy.target = (placements[f"broker-{broker_id}"].address, cluster.ports.brokers[broker_id])
+                await proxy.start()
+            cluster.start()
+            await cluster.wait_ready()
+            yield net, cluster, proxies
+        finally:
+            cluster.stop()
+            for proxy in proxies.values():
+                await proxy.close()
+
+
+async def _isr_is(admin: AdminClient, size: int) -> bool:
+    return await isr_size(admin) == size
+
+
+async def _leader_is_not(admin: AdminClient, old: int) -> bool:
+    try:
+        return await leader(admin) not in (old, -1)
+    except Exception:  # a broker cut off: ask again
+        return False
+
+
+async def _whole_again(admin: AdminClient, producer: ContinuousProducer) -> None:
+    await wait_until(lambda: _isr_is(admin, 3), timeout_s=60, what="the ISR to be whole again")
+    await producer.wait_acks(100)
+
+
+async def test_leader_cut_off_from_controllers_and_etcd(tmp_path: Path) -> None:
+    async with networked_cluster(tmp_path / "cluster") as (net, cluster, _):
+        async with (
+            AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin,
+            writing(cluster, admin) as producer,
+        ):
+            old = await leader(admin)
+            cut_at = time.monotonic()
+            net.cut([f"broker-{old}"], ["etcd", "controller-1", "controller-2"])  # producers still reach it
+            await wait_until(lambda: _leader_is_not(admin, old), timeout_s=30, what="a new leader")
+            await producer.time_failover(cut_at)
+            await producer.wait_acks(200)  # acknowledged by the new leader while the old one still runs
+            net.heal()
+            await _whole_again(admin, producer)
+        await verify(cluster, producer, f"net: leader cut from controllers+etcd (errors {dict(producer.errors)})")
+
+
+async def test_followers_cut_off_one_then_two(tmp_path: Path) -> None:
+    async with networked_cluster(tmp_path / "cluster") as (net, cluster, _):
+        async with (
+            AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin,
+            writing(cluster, admin) as producer,
+        ):
+            current = await leader(admin)
+            first, second = (f"broker-{b}" for b in cluster.broker_ids if b != current)
+            everyone = [*HOSTS, "client"]
+            net.cut([first], [host for host in everyone if host != first])
+            await wait_until(lambda: _isr_is(admin, 2), timeout_s=30, what="the cut follower out of the ISR")
+            await producer.wait_acks(200)  # two in sync: min.insync.replicas=2 still met
+            net.cut([second], [host for host in everyone if host not in (first, second)])
+            await wait_until(lambda: _isr_is(admin, 1), timeout_s=30, what="the second follower out of the ISR")
+            # The leader alone refuses acks=all, as min.insync.replicas says (the idempotent producer
+            # above retries that error until its delivery timeout; a producer that does not retry sees it).
+            async with Producer(cluster.bootstrap, acks="all", enable_idempotence=False, retries=0) as probe:
+                with pytest.raises(NotEnoughReplicasError):
+                    await (await probe.send(TOPIC, b"refused", partition=0))
+            healed_at = time.monotonic()
+            net.heal()
+            await producer.time_failover(healed_at)
+            await _whole_again(admin, producer)
+        await verify(cluster, producer, f"net: one follower cut, then two (errors {dict(producer.errors)})")
+
+
+async def test_symmetric_split_leader_and_active_controller_in_the_minority(tmp_path: Path) -> None:
+    async with networked_cluster(tmp_path / "cluster") as (net, cluster, _):
+        async with (
+            AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin,
+            writing(cluster, admin) as producer,
+        ):
+            old = await leader(admin)
+            active = (await admin.describe_cluster()).controller_id
+            minority = [f"broker-{old}", f"controller-{active}"]
+            majority = [host for host in HOSTS if host not in minority]
+            split_at = time.monotonic()
+            net.cut(minority, majority)
+
+            async def other_controller() -> bool:
+                try:
+                    return (await admin.describe_cluster()).controller_id not in (active, -1)
+                except Exception:  # the controller asked was the cut one
+                    return False
+
+            await wait_until(other_controller, timeout_s=30, what="the majority side's controller active")
+            await wait_until(lambda: _leader_is_not(admin, old), timeout_s=30, what="a leader on the majority side")
+            await producer.time_failover(split_at)
+            await producer.wait_acks(200)
+            net.heal()
+            await _whole_again(admin, producer)
+        await verify(cluster, producer, f"net: split 1|2, leader+controller minority (errors {dict(producer.errors)})")
+
+
+async def test_one_way_loss_from_the_leader_to_a_follower(tmp_path: Path) -> None:
+    async with networked_cluster(tmp_path / "cluster") as (net, cluster, _):
+        async with (
+            AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin,
+            writing(cluster, admin) as producer,
+        ):
+            current = await leader(admin)
+            follower = next(b for b in cluster.broker_ids if b != current)
+            net.drop(f"broker-{current}", f"broker-{follower}")  # its fetch responses never arrive
+            await wait_until(lambda: _isr_is(admin, 2), timeout_s=30, what="the starved follower out of the ISR")
+            await producer.wait_acks(200)
+            net.heal()
+            await _whole_again(admin, producer)
+        await verify(cluster, producer, f"net: one-way loss leader->follower (errors {dict(producer.errors)})")
+
+
+async def test_degraded_link_on_the_leader(tmp_path: Path) -> None:
+    async with networked_cluster(tmp_path / "cluster", proxied=True) as (net, cluster, proxies):
+        async with (
+            AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin,
+            writing(cluster, admin) as producer,
+        ):
+            current = await leader(admin)
+            proxies[current].delay_ms, proxies[current].jitter_ms = 20, 10
+            net.lose(f"broker-{current}", 5)
+            net.limit_rate(f"broker-{current}", 8000)
+            await producer.wait_acks(300)  # slower, but it goes on
+            proxies[current].delay_ms = proxies[current].jitter_ms = 0
+            net.heal()
+            await _whole_again(admin, producer)
+        scenario = f"net: leader +20±10 ms, 5% loss, 8 Mbit/s (errors {dict(producer.errors)})"
+        await verify(cluster, producer, scenario)
