@@ -354,7 +354,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             # broker serves no clients before it has caught up, it refuses, and clients ask another.
             REQUESTS.labels("Metadata", "UNAVAILABLE").inc()
             await context.abort(grpc.StatusCode.UNAVAILABLE, "this broker has no cluster metadata yet")
-        if self.replicas.fenced:  # cut off from etcd: what it knows may be stale (ReplicaManager.fence)
+        if self.replicas.isolated():  # cut off from etcd and followers: its view is stale (ReplicaManager.fence)
             REQUESTS.labels("Metadata", "UNAVAILABLE").inc()
             await context.abort(grpc.StatusCode.UNAVAILABLE, "this broker lost its etcd session: ask another broker")
         REQUESTS.labels("Metadata", NONE).inc()

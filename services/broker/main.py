@@ -90,6 +90,7 @@ class _Broker:
                 "backoff_ms": settings.replica_fetch_backoff_ms,
             },
             channels=self.channels,
+            lag_time_max_ms=settings.replica_lag_time_max_ms,
         )
         broker_metrics.register(self.replicas, settings.metrics_partition_series_max)
         self.metadata = MetadataCache()

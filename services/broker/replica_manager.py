@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import math
 import shutil
 import time
 import uuid
@@ -190,6 +191,7 @@ class ReplicaManager:
         fetcher_options: dict[str, int] | None = None,
         incarnation: str = "",
         channels: ChannelPool | None = None,
+        lag_time_max_ms: int = 30_000,
     ) -> None:
         assert 1 <= io_threads <= 256
         self.broker_id = broker_id
@@ -198,8 +200,9 @@ class ReplicaManager:
         self.log_defaults = dict(log_defaults or {})
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.controller_epoch = -1
-        self.fenced = False  # our etcd session was lost (see `fence`)
+        self.session_lost = False  # our etcd session was lost (see `fence`)
         self._registered_again = False
+        self.lag_time_max_s = lag_time_max_ms / 1000  # replica.lag.time.max.ms
         self.io = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="storage-io")
         self.cleaner = LogCleaner(lambda: [partition.log for partition in list(self.partitions.values())])
         self.fetchers = ReplicaFetcherManager(
@@ -250,36 +253,52 @@ class ReplicaManager:
     # ---- fencing on a lost session ------------------------------------------------------------
 
     def fence(self) -> None:
-        """Our etcd session may have expired (no keep-alive answered within its TTL): the controller
-        may already have given our leaderships to others. Lead nothing until a controller's whole
-        state, pushed after we registered again, says what we lead: produce and fetch get
-        NOT_LEADER_OR_FOLLOWER (clients look for the new leader), acks=all waiters end with it (their
-        batches may not be kept), and Metadata is refused (our view may be stale). The HW rule alone
-        already keeps an isolated leader from acknowledging acks=all writes its followers lack; this
-        makes the clients leave it at once instead of timing out on it."""
-        if self.fenced:
+        """Our etcd session may have expired (no keep-alive answered within its TTL). If only we are
+        cut off, the controller may already have given our leaderships to others; if etcd is down
+        for everyone, nobody can, and we still lead. The followers tell which: a follower the
+        controller re-pointed stops fetching from us. So while the session is lost, a partition
+        whose in-sync followers have not all fetched within replica.lag.time.max.ms is led no more
+        (`fenced_out`): produce and fetch get NOT_LEADER_OR_FOLLOWER, acks=all waiters end with it
+        (their batches may not be kept), Metadata is refused (our view is stale), and clients look
+        for the new leader elsewhere instead of timing out on us. The HW rule alone already keeps
+        such a leader from acknowledging acks=all writes; this is for the clients' sake. Lifted by
+        the first whole state a controller pushes after we registered again."""
+        if self.session_lost:
             return
-        log.warning("broker_fenced", broker=self.broker_id, reason="etcd session lost")
-        self.fenced = True
+        log.warning("broker_session_lost_fencing_armed", broker=self.broker_id)
+        self.session_lost = True
         self._registered_again = False
-        for hosted in self.partitions.values():
-            if hosted.role is ReplicaRole.LEADER:
-                hosted.wake_produce_waiters()
-                hosted.notify_appended()
 
     def registered_again(self) -> None:
         """A new session holds our registration: the next whole-state push lifts the fence."""
         self._registered_again = True
 
+    def fenced_out(self, hosted: Partition) -> bool:
+        """Our session is lost and an in-sync follower stopped fetching from us (see `fence`)."""
+        if not self.session_lost:
+            return False
+        horizon = time.monotonic() - self.lag_time_max_s
+        return any(
+            hosted.follower_fetched_s.get(member, -math.inf) < horizon
+            for member in hosted.state.isr
+            if member != self.broker_id
+        )
+
+    def isolated(self) -> bool:
+        """Our session is lost and some partition we led was taken from us (Metadata is refused)."""
+        return self.session_lost and any(
+            hosted.role is ReplicaRole.LEADER and self.fenced_out(hosted) for hosted in list(self.partitions.values())
+        )
+
     async def _leader_and_isr(self, request: broker_pb2.LeaderAndIsrRequest) -> list[broker_pb2.PartitionError]:
         self.check_controller_epoch(request.controller_epoch)
         self.check_incarnation(request.broker_incarnation)
-        if self.fenced and self._registered_again and request.full:
+        if self.session_lost and self._registered_again and request.full:
             try:
                 return await self._apply_leader_and_isr(request)
             finally:
-                self.fenced = self._registered_again = False
-                log.info("broker_unfenced", broker=self.broker_id, controller_epoch=request.controller_epoch)
+                self.session_lost = self._registered_again = False
+                log.info("broker_fencing_lifted", broker=self.broker_id, controller_epoch=request.controller_epoch)
         return await self._apply_leader_and_isr(request)
 
     async def _apply_leader_and_isr(self, request: broker_pb2.LeaderAndIsrRequest) -> list[broker_pb2.PartitionError]:
@@ -408,9 +427,10 @@ class ReplicaManager:
             raise UnknownTopicOrPartitionError(f"this broker hosts no replica of {topic}-{partition}")
         if hosted.role is not ReplicaRole.LEADER:
             raise NotLeaderOrFollowerError(f"broker {self.broker_id} is not the leader of {topic}-{partition}")
-        if self.fenced:
+        if self.fenced_out(hosted):
             raise NotLeaderOrFollowerError(
-                f"broker {self.broker_id} lost its etcd session: it may no longer lead {topic}-{partition}"
+                f"broker {self.broker_id} lost its etcd session and its followers: "
+                f"it may no longer lead {topic}-{partition}"
             )
         return hosted
 
@@ -469,7 +489,7 @@ class ReplicaManager:
         """This broker still leads `hosted`, in `leader_epoch`, and hosts that very replica."""
         return (
             hosted.role is ReplicaRole.LEADER
-            and not self.fenced
+            and not self.fenced_out(hosted)
             and hosted.state.leader_epoch == leader_epoch
             and self.partitions.get((hosted.topic, hosted.partition)) is hosted
         )
