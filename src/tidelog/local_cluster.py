@@ -101,6 +101,7 @@ class LocalCluster:
         scram_users: Mapping[str, str] | None = None,
         etcd_members: int = 1,
         placements: Mapping[str, Placement] | None = None,
+        environments: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self.data_dir = data_dir.resolve()
         self.broker_ids = list(range(1, brokers + 1))
@@ -119,6 +120,8 @@ class LocalCluster:
         self.ports = self._load_ports()
         # Process name ("broker-2", "etcd") → where it runs; the others run on loopback.
         self.placements = dict(placements or {})
+        # Process name → variables added to its environment (a fault test's LD_PRELOAD, say).
+        self.environments = {name: dict(variables) for name, variables in (environments or {}).items()}
         assert "etcd" not in self.placements or etcd_members == 1, "only a one-member etcd is placed"
         self.etcd: EtcdServer | EtcdCluster = (
             EtcdServer(
@@ -233,7 +236,7 @@ class LocalCluster:
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.environments.get(name, {})},
                 # Own session: a terminal's Ctrl-C reaches only `dev up`, which stops them in order.
                 start_new_session=True,
             )

@@ -113,8 +113,10 @@ class ContinuousConsumer:
 
 
 @contextlib.asynccontextmanager
-async def writing(cluster: LocalCluster, admin: AdminClient) -> AsyncIterator[ContinuousProducer]:
-    await admin.create_topic(TOPIC, 1, 3, {"min.insync.replicas": "2"})
+async def writing(
+    cluster: LocalCluster, admin: AdminClient, configs: dict[str, str] | None = None
+) -> AsyncIterator[ContinuousProducer]:
+    await admin.create_topic(TOPIC, 1, 3, {"min.insync.replicas": "2", **(configs or {})})
     producer = ContinuousProducer(cluster)
     reader = ContinuousConsumer(cluster)
     producer.reader = reader
@@ -159,6 +161,7 @@ async def verify(cluster: LocalCluster, producer: ContinuousProducer, scenario: 
     epochs = await leader_epoch_history(cluster)
     print(
         f"\n{scenario}: acked {len(acknowledged)}, consumed {len(consumed)}, lost {len(lost)}, "
+        f"failed sends {dict(producer.errors) or 0}, "
         f"duplicated {duplicated}, leader epochs {len(epochs)}, failover s: "
         f"{', '.join(f'{t:.2f}' for t in failovers) or '-'}"
         + (f" (p50 {statistics.median(failovers):.2f})" if failovers else "")
