@@ -505,6 +505,11 @@ class ReplicaManager:
         """
         deadline = asyncio.get_running_loop().time() + timeout_s
         while True:
+            if self.fenced_out(hosted):
+                raise NotLeaderOrFollowerError(
+                    f"{hosted.topic}-{hosted.partition}: broker {self.broker_id} lost its etcd session and its "
+                    "followers during the wait; the batch may not be kept"
+                )
             if not self.leads_in(hosted, leader_epoch):
                 raise NotLeaderOrFollowerError(
                     f"{hosted.topic}-{hosted.partition}: leader epoch {leader_epoch} ended during the wait "

@@ -44,6 +44,7 @@ async def _apply(
     partition_epoch: int,
     isr: list[int],
     extra: tuple[int, ...] | list[int] = (),
+    full: bool = False,
 ) -> None:
     state = common_pb2.PartitionState(
         topic=TOPIC,
@@ -58,7 +59,11 @@ async def _apply(
     )
     errors = await manager.leader_and_isr(
         broker_pb2.LeaderAndIsrRequest(
-            controller_id=1, controller_epoch=1, partitions=[state], broker_incarnation=manager.incarnation
+            controller_id=1,
+            controller_epoch=1,
+            partitions=[state],
+            broker_incarnation=manager.incarnation,
+            full=full,
         )
     )
     assert not errors
@@ -262,3 +267,45 @@ async def test_an_unanswered_isr_change_is_asked_again_until_settled(replicas: R
         assert partition.pending_isr is None
         replicas.record_follower_fetch(OTHER, "life-2", [_fetch(10, 1)])
         assert partition.log.high_watermark == 10
+
+
+async def test_a_leader_cut_off_from_etcd_leads_on_while_its_followers_fetch(tmp_path: Path) -> None:
+    # ADR 0013: etcd down for everyone — the followers still fetch, so nobody was told of another
+    # leader: the partition keeps serving with its session lost.
+    manager = ReplicaManager(ME, tmp_path, io_threads=2, lag_time_max_ms=60_000)
+    try:
+        await _apply(manager, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER])
+        manager.record_follower_fetch(OTHER, "life-1", [_fetch(0, 1)])
+        manager.fence()
+        assert not manager.isolated()
+        info = await manager.append(TOPIC, 0, encode_batch([b"a"]), acks=1)
+        assert info.first_offset == 0
+        assert manager.leader_partition(TOPIC, 0) is manager.partitions[(TOPIC, 0)]
+    finally:
+        await manager.close()
+
+
+async def test_a_leader_cut_off_whose_follower_went_quiet_leads_no_more(tmp_path: Path) -> None:
+    # ... but a follower that stopped fetching was re-pointed by a controller (or died): the broker
+    # leads that partition no more, its acks=all waiter ends, Metadata would be refused; the first
+    # whole-state push after it registered again lifts the fence.
+    manager = ReplicaManager(ME, tmp_path, io_threads=2, lag_time_max_ms=200)
+    try:
+        await _apply(manager, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER])
+        manager.record_follower_fetch(OTHER, "life-1", [_fetch(0, 1)])
+        waiting = asyncio.create_task(manager.append(TOPIC, 0, encode_batch([b"a"]), acks=-1, timeout_s=30))
+        await wait_until(lambda: _end_is(manager, 1), timeout_s=10, what="the leader's append")
+        manager.fence()
+        with pytest.raises(NotLeaderOrFollowerError, match="lost its etcd session"):
+            await asyncio.wait_for(waiting, 10)  # ended once the follower's last fetch is 200 ms old
+        assert manager.isolated()
+        with pytest.raises(NotLeaderOrFollowerError):
+            manager.leader_partition(TOPIC, 0)
+        await _apply(manager, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER], full=True)
+        assert manager.isolated(), "a push before registering again does not lift it"
+        manager.registered_again()
+        await _apply(manager, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER], full=True)
+        assert not manager.isolated()
+        assert manager.leader_partition(TOPIC, 0) is manager.partitions[(TOPIC, 0)]
+    finally:
+        await manager.close()

@@ -17,6 +17,8 @@ Needs root, iproute2, nftables and tc; skips with the reason elsewhere.
 from __future__ import annotations
 
 import contextlib
+import functools
+import random
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -186,3 +188,42 @@ async def test_degraded_link_on_the_leader(tmp_path: Path) -> None:
             await _whole_again(admin, producer)
         scenario = "net: leader +20±10 ms, 5% loss, 8 Mbit/s"
         await verify(cluster, producer, scenario)
+
+
+SOAK_ROUNDS = 12
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("seed", [1901, 1902])
+async def test_network_soak(tmp_path: Path, seed: int) -> None:
+    """`-m soak`: rounds of seeded random network faults (a host cut from everyone, a 1|2 split, a
+    one-way drop between two hosts, loss on a host), each held until the cluster reacted, then
+    healed and the ISR whole again before the next."""
+    chooser = random.Random(seed)
+    async with networked_cluster(tmp_path / "cluster") as (net, cluster, _):
+        async with (
+            AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin,
+            writing(cluster, admin) as producer,
+        ):
+            for _ in range(SOAK_ROUNDS):
+                fault = chooser.choice(["isolate", "split", "one-way", "loss"])
+                victim = chooser.choice(SERVICES)
+                if fault == "isolate":
+                    net.cut([victim], [host for host in [*HOSTS, "client"] if host != victim])
+                elif fault == "split":
+                    minority = [victim, chooser.choice([h for h in HOSTS if h != victim])]
+                    net.cut(minority, [host for host in HOSTS if host not in minority])
+                elif fault == "one-way":
+                    net.drop(victim, chooser.choice([h for h in HOSTS if h != victim]))
+                else:
+                    net.lose(victim, chooser.choice([5, 20, 50]))
+                fault_at = time.monotonic()
+                await wait_until(functools.partial(_elapsed, fault_at, 4.0), timeout_s=10, what="the fault held 4 s")
+                net.heal()
+                await _whole_again(admin, producer)
+        await verify(cluster, producer, f"net soak seed {seed} ({SOAK_ROUNDS} rounds)")
+
+
+async def _elapsed(since: float, seconds: float) -> bool:
+    return time.monotonic() - since >= seconds
