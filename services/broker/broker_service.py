@@ -17,6 +17,7 @@ import structlog
 from etcd3aio import Etcd3Client
 
 from tidelog.broker.broker_metrics import REQUEST_MS_BUCKETS
+from tidelog.broker.fetch_session import FetchSession, SessionError
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.producer_id_manager import ProducerIdManager
 from tidelog.broker.quota_manager import QuotaManager
@@ -212,7 +213,6 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         limit = self.fetch_max_bytes
         max_bytes = min(request.max_bytes if request.max_bytes > 0 else limit, limit)
         deadline = time.monotonic() + min(max(request.max_wait_ms, 0), self.fetch_wait_max_ms) / 1000
-        keys = [(entry.topic, entry.partition) for entry in request.partitions]
         follower = request.replica_id >= 0
         kind = "FetchFollower" if follower else "Fetch"  # as Kafka's RequestMetrics tell them apart
         # Once per request: a long poll that wakes up is the same fetch, not a new sign of life.
@@ -224,30 +224,18 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         if self.quotas.active and not follower:  # replication is not a client: never throttled
             quota_client = self.quotas.client_of(context)
             await self.quotas.wait_unmuted(quota_client)
-        refused = (
-            self.replicas.record_follower_fetch(
-                request.replica_id, request.replica_incarnation, list(request.partitions)
-            )
-            if follower
-            else {}
-        )
-        wanted = [entry for entry in request.partitions if (entry.topic, entry.partition) not in refused]
-        read_s = 0.0
-        while True:
-            events = self.replicas.append_events(keys)  # before the read: no lost wake-up
-            read_started = time.perf_counter()
-            reads = await self.replicas.run_io(self._read_all, wanted, max_bytes, follower, request=kind)
-            read_s += time.perf_counter() - read_started  # request time, without the long-poll wait
-            reads += [
-                PartitionRead(topic, partition, b"", -1, -1, -1, code) for (topic, partition), code in refused.items()
-            ]
-            total = sum(len(read.data) for read in reads)
-            errors = any(read.error_code for read in reads)
-            remaining = deadline - time.monotonic()
-            if total >= max(request.min_bytes, 1) or errors or remaining <= 0:
-                break
-            await self.replicas.wait_for_append(events, remaining)
-        response = broker_pb2.FetchResponse()
+        if follower and request.incremental:
+            try:
+                session = self.replicas.fetch_sessions.resolve(request)
+            except SessionError as error:
+                REQUESTS.labels(kind, error.code.name).inc()
+                return broker_pb2.FetchResponse(error_code=int(error.code), error_message=error.message)
+            reads = await self._session_reads(request, session, max_bytes, deadline, kind)
+            response = broker_pb2.FetchResponse(session_id=session.id)
+            read_s = 0.0
+        else:
+            reads, read_s = await self._full_reads(request, max_bytes, deadline, kind)
+            response = broker_pb2.FetchResponse()
         for read in reads:  # each byte string is copied once, into the response
             response.partitions.add(
                 topic=read.topic,
@@ -269,6 +257,72 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 self.quotas.record(quota_client, QuotaKind.REQUEST_PERCENTAGE, read_s * 100),
             )
         return response
+
+    async def _full_reads(
+        self,
+        request: broker_pb2.FetchRequest,
+        max_bytes: int,
+        deadline: float,
+        kind: str,
+    ) -> tuple[list[PartitionRead], float]:
+        """A sessionless fetch: every listed partition read, long-polling until there is data."""
+        keys = [(entry.topic, entry.partition) for entry in request.partitions]
+        follower = request.replica_id >= 0
+        refused = (
+            self.replicas.record_follower_fetch(
+                request.replica_id, request.replica_incarnation, list(request.partitions)
+            )
+            if follower
+            else {}
+        )
+        wanted = [entry for entry in request.partitions if (entry.topic, entry.partition) not in refused]
+        read_s = 0.0
+        while True:
+            events = self.replicas.append_events(keys)  # before the read: no lost wake-up
+            read_started = time.perf_counter()
+            reads = await self.replicas.run_io(self._read_all, wanted, max_bytes, follower, request=kind)
+            read_s += time.perf_counter() - read_started  # request time, without the long-poll wait
+            reads += [
+                PartitionRead(topic, partition, b"", -1, -1, -1, code) for (topic, partition), code in refused.items()
+            ]
+            total = sum(len(read.data) for read in reads)
+            errors = any(read.error_code for read in reads)
+            remaining = deadline - time.monotonic()
+            if total >= max(request.min_bytes, 1) or errors or remaining <= 0:
+                return reads, read_s
+            await self.replicas.wait_for_append(events, remaining)
+
+    async def _session_reads(
+        self,
+        request: broker_pb2.FetchRequest,
+        session: FetchSession,
+        max_bytes: int,
+        deadline: float,
+        kind: str,
+    ) -> list[PartitionRead]:
+        """A follower's incremental fetch (KIP-227): the session takes the changed partitions and
+        drops the forgotten ones; the answer holds the changed ones and those with news since the
+        last answer. With none, it waits on the session's one event: idle costs nothing per
+        partition."""
+        forgotten = [(entry.topic, entry.partition) for entry in request.forgotten]
+        answer = set(session.update(request.partitions, forgotten))
+        session.last_fetch_s = time.monotonic()
+        refused = self.replicas.record_follower_fetch(
+            request.replica_id, request.replica_incarnation, list(request.partitions), session
+        )
+        while True:
+            answer |= session.take_dirty()  # before the read: no lost wake-up
+            wanted = [session.partitions[key] for key in answer if key in session.partitions and key not in refused]
+            reads = await self.replicas.run_io(self._read_all, wanted, max_bytes, True, request=kind) if wanted else []
+            reads += [
+                PartitionRead(topic, partition, b"", -1, -1, -1, code) for (topic, partition), code in refused.items()
+            ]
+            total = sum(len(read.data) for read in reads)
+            errors = any(read.error_code for read in reads)
+            remaining = deadline - time.monotonic()
+            if total >= max(request.min_bytes, 1) or errors or remaining <= 0 or session.closed:
+                return reads
+            await session.wait(remaining)
 
     def _read_all(self, partitions: list[Any], max_bytes: int, follower: bool) -> list[PartitionRead]:
         reads: list[PartitionRead] = []

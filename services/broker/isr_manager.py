@@ -72,7 +72,7 @@ class IsrManager:
         keep = [
             member
             for member in isr
-            if member == me or now - partition.follower_caught_up_s.get(member, partition.leader_since_s) <= self.lag_s
+            if member == me or now - partition.caught_up_s(member, partition.leader_since_s) <= self.lag_s
         ]
         epochs = partition.log.leader_epochs.entries()
         epoch_start = epochs[-1][1] if epochs else 0
@@ -83,7 +83,7 @@ class IsrManager:
             for replica in partition.state.replicas
             if replica not in isr
             and partition.follower_end.get(replica, -1) >= floor
-            and now - partition.follower_fetched_s.get(replica, float("-inf")) <= self.lag_s
+            and now - partition.fetched_s(replica) <= self.lag_s
         ]
         return keep + joining
 

@@ -42,6 +42,16 @@ class FollowedPartition:
     truncated: bool = False  # set once the KIP-279 truncation for this leader epoch is done
 
 
+@dataclasses.dataclass(slots=True)
+class FollowerSession:
+    """Our side of an incremental fetch session with one leader (KIP-227): what the leader holds
+    of ours, so each request lists only what changed since."""
+
+    session_id: int = 0  # 0: none yet, the next fetch is a full one and opens it
+    epoch: int = 0
+    sent: dict[tuple[str, int], tuple[int, int]] = dataclasses.field(default_factory=dict)  # (offset, epoch)
+
+
 class ReplicaFetcherManager:
     def __init__(
         self,
@@ -63,6 +73,7 @@ class ReplicaFetcherManager:
         self.endpoints: dict[int, str] = {}
         self.followed: dict[tuple[str, int], FollowedPartition] = {}
         self._fetchers: dict[int, asyncio.Task[None]] = {}
+        self._sessions: dict[int, FollowerSession] = {}  # by leader
         self._channels = channels or ChannelPool()
         self.on_appended: Callable[[tuple[str, int]], None] = lambda key: None
 
@@ -99,9 +110,10 @@ class ReplicaFetcherManager:
                 if stub is None:
                     raise ConnectionError(f"no endpoint known for leader {leader}")
                 await self._truncate(stub, [followed for followed in partitions if not followed.truncated])
-                await self._fetch(stub, [followed for followed in partitions if followed.truncated])
+                await self._fetch(stub, leader, [followed for followed in partitions if followed.truncated])
             except (grpc.aio.AioRpcError, ConnectionError, TidelogError) as error:
                 log.info("replica_fetch_failed", leader=leader, error=str(error)[:200])
+                self._sessions.pop(leader, None)  # the leader may have lost it: start a new one
                 await asyncio.sleep(self.backoff_s)
 
     async def _truncate(self, stub: broker_pb2_grpc.BrokerStub, partitions: list[FollowedPartition]) -> None:
@@ -152,28 +164,54 @@ class ReplicaFetcherManager:
             )
             partition_log.truncate_to(target)
 
-    async def _fetch(self, stub: broker_pb2_grpc.BrokerStub, partitions: list[FollowedPartition]) -> None:
+    async def _fetch(self, stub: broker_pb2_grpc.BrokerStub, leader: int, partitions: list[FollowedPartition]) -> None:
         if not partitions:
+            self._sessions.pop(leader, None)
             await asyncio.sleep(self.backoff_s)
             return
+        session = self._sessions.setdefault(leader, FollowerSession())
+        full = session.session_id == 0
         request = broker_pb2.FetchRequest(
             replica_id=self.broker_id,
             replica_incarnation=self.incarnation,
             max_wait_ms=self.wait_max_ms,
             min_bytes=1,
             max_bytes=self.fetch_max_bytes * len(partitions),
+            incremental=True,
+            session_id=session.session_id,
+            session_epoch=session.epoch,
         )
-        for followed in partitions:
-            request.partitions.add(
-                topic=followed.topic,
-                partition=followed.partition,
-                fetch_offset=followed.log.log_end_offset,
-                partition_max_bytes=self.fetch_max_bytes,
-                current_leader_epoch=followed.leader_epoch,
-            )
-        response = await stub.Fetch(request, timeout=self.wait_max_ms / 1000 + 30)
         by_key = {(followed.topic, followed.partition): followed for followed in partitions}
-        for result in response.partitions:
+        changes: dict[tuple[str, int], tuple[int, int]] = {}
+        for key, followed in by_key.items():
+            position = (followed.log.log_end_offset, followed.leader_epoch)
+            if full or session.sent.get(key) != position:  # idle: nothing listed at all
+                changes[key] = position
+                request.partitions.add(
+                    topic=followed.topic,
+                    partition=followed.partition,
+                    fetch_offset=position[0],
+                    partition_max_bytes=self.fetch_max_bytes,
+                    current_leader_epoch=followed.leader_epoch,
+                )
+        forgotten = [] if full else [key for key in session.sent if key not in by_key]
+        for topic, partition in forgotten:
+            request.forgotten.add(topic=topic, partition=partition)
+        response = await stub.Fetch(request, timeout=self.wait_max_ms / 1000 + 30)
+        if response.error_code:  # the session is unknown or out of step there: open a new one
+            log.info("fetch_session_reset", leader=leader, error=ErrorCode(response.error_code).name)
+            self._sessions.pop(leader, None)
+            return
+        if full:
+            session.sent.clear()
+            session.epoch = 1
+        else:
+            session.epoch += 1
+        session.session_id = response.session_id
+        session.sent.update(changes)
+        for key in forgotten:
+            session.sent.pop(key, None)
+        for result in response.partitions:  # only the partitions with news
             key = (result.topic, result.partition)
             fetched = by_key.get(key)
             if fetched is None or self.followed.get(key) is not fetched:

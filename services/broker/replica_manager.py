@@ -29,6 +29,7 @@ from typing import Any, Final, TypeVar
 import structlog
 
 from tidelog.broker.broker_metrics import REQUEST_MS_BUCKETS
+from tidelog.broker.fetch_session import FetchSession, FetchSessionCache
 from tidelog.broker.replica_fetcher import FollowedPartition, ReplicaFetcherManager
 from tidelog.broker.replica_role import ReplicaRole, role_in, transition
 from tidelog.broker.storage import LogCleaner, LogConfig, PartitionLog
@@ -101,6 +102,13 @@ class Partition:
     # have committed the change, and a replica it added may be elected even if we never learn of it.
     pending_isr: tuple[int, tuple[int, ...]] | None = None
     high_watermark_moved: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    # The incremental fetch sessions holding this partition, by key (the replica manager's map,
+    # shared by every partition: a partition marks them when it has news).
+    watchers: dict[tuple[str, int], set[FetchSession]] | None = None
+    # Leader only: the session through which each follower last fetched this partition. A session
+    # fetch that leaves the partition out means "same offset as before": the follower's liveness
+    # is then the session's last fetch (`fetched_s`, `caught_up_s`).
+    follower_sessions: dict[int, FetchSession] = dataclasses.field(default_factory=dict)
 
     @property
     def leader(self) -> int:
@@ -121,9 +129,32 @@ class Partition:
         self.follower_caught_up_s.clear()
         self.follower_fetched_s.clear()
         self.follower_incarnation.clear()
+        self.follower_sessions.clear()
         self.leader_since_s = time.monotonic()
 
-    def note_follower_fetch(self, replica_id: int, incarnation: str, fetch_offset: int, now: float) -> None:
+    def fetched_s(self, replica_id: int) -> float:
+        """When the follower last fetched this partition (any offset); -inf if never."""
+        stored = self.follower_fetched_s.get(replica_id, -math.inf)
+        session = self.follower_sessions.get(replica_id)
+        if session is not None and session.holds((self.topic, self.partition)):
+            return max(stored, session.last_fetch_s)
+        return stored
+
+    def caught_up_s(self, replica_id: int, default: float) -> float:
+        """When the follower last held our whole log (for replica.lag.time.max.ms)."""
+        stored = self.follower_caught_up_s.get(replica_id, default)
+        session = self.follower_sessions.get(replica_id)
+        if (
+            session is not None
+            and session.holds((self.topic, self.partition))
+            and self.follower_end.get(replica_id, -1) >= self.log.log_end_offset
+        ):
+            return max(stored, session.last_fetch_s)  # it fetched again since, still at our end
+        return stored
+
+    def note_follower_fetch(
+        self, replica_id: int, incarnation: str, fetch_offset: int, now: float, session: FetchSession | None = None
+    ) -> None:
         """Leader: a follower fetched from `fetch_offset`, so it holds everything below it."""
         if self.follower_incarnation.get(replica_id) != incarnation:
             if replica_id in self.follower_incarnation:
@@ -141,6 +172,10 @@ class Partition:
             self.follower_incarnation[replica_id] = incarnation
         self.follower_end[replica_id] = fetch_offset
         self.follower_fetched_s[replica_id] = now
+        if session is None:
+            self.follower_sessions.pop(replica_id, None)
+        else:
+            self.follower_sessions[replica_id] = session
         if fetch_offset >= self.log.log_end_offset:
             self.follower_caught_up_s[replica_id] = now
 
@@ -150,9 +185,14 @@ class Partition:
         self.high_watermark_moved = asyncio.Event()
 
     def notify_appended(self) -> None:
-        """Wake fetches waiting on this partition (a fresh event for the next waiters)."""
+        """Wake fetches waiting on this partition (a fresh event for the next waiters), and tell
+        the fetch sessions holding it that it has news."""
         self.appended.set()
         self.appended = asyncio.Event()
+        if self.watchers:
+            key = (self.topic, self.partition)
+            for session in self.watchers.get(key, ()):
+                session.mark(key)
 
     def maximal_isr(self) -> Collection[int]:
         """The ISR the high watermark must wait for: the committed one and any change in flight.
@@ -192,6 +232,7 @@ class ReplicaManager:
         incarnation: str = "",
         channels: ChannelPool | None = None,
         lag_time_max_ms: int = 30_000,
+        fetch_session_slots: int = 1000,
     ) -> None:
         assert 1 <= io_threads <= 256
         self.broker_id = broker_id
@@ -200,6 +241,9 @@ class ReplicaManager:
         self.log_defaults = dict(log_defaults or {})
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.controller_epoch = -1
+        # Incremental fetch sessions (KIP-227): partition key → the sessions holding it.
+        self.fetch_watchers: dict[tuple[str, int], set[FetchSession]] = {}
+        self.fetch_sessions = FetchSessionCache(self.fetch_watchers, slots=fetch_session_slots)
         self.session_lost = False  # our etcd session was lost (see `fence`)
         self._registered_again = False
         self.lag_time_max_s = lag_time_max_ms / 1000  # replica.lag.time.max.ms
@@ -278,11 +322,7 @@ class ReplicaManager:
         if not self.session_lost:
             return False
         horizon = time.monotonic() - self.lag_time_max_s
-        return any(
-            hosted.follower_fetched_s.get(member, -math.inf) < horizon
-            for member in hosted.state.isr
-            if member != self.broker_id
-        )
+        return any(hosted.fetched_s(member) < horizon for member in hosted.state.isr if member != self.broker_id)
 
     def isolated(self) -> bool:
         """Our session is lost and some partition we led was taken from us (Metadata is refused)."""
@@ -353,6 +393,7 @@ class ReplicaManager:
                 state,
                 role_in(state, self.broker_id),
                 configs=configs,
+                watchers=self.fetch_watchers,
             )
             self.partitions[key] = existing
         if existing.role is ReplicaRole.LEADER:
@@ -524,7 +565,11 @@ class ReplicaManager:
                 await asyncio.wait_for(hosted.high_watermark_moved.wait(), min(remaining, 0.5))
 
     def record_follower_fetch(
-        self, replica_id: int, incarnation: str, fetches: list[broker_pb2.FetchPartition]
+        self,
+        replica_id: int,
+        incarnation: str,
+        fetches: list[broker_pb2.FetchPartition],
+        session: FetchSession | None = None,
     ) -> dict[tuple[str, int], int]:
         """Leader: note each follower's position; errors (by partition) for fetches it must refuse."""
         errors: dict[tuple[str, int], int] = {}
@@ -543,7 +588,7 @@ class ReplicaManager:
                 continue
             if replica_id not in hosted.state.replicas:
                 continue
-            hosted.note_follower_fetch(replica_id, incarnation, fetch.fetch_offset, now)
+            hosted.note_follower_fetch(replica_id, incarnation, fetch.fetch_offset, now, session)
             hosted.advance_high_watermark(self.broker_id)
         return errors
 
@@ -597,6 +642,7 @@ class ReplicaManager:
         return sum(partition.log.expire_producers(expiration_ms) for partition in list(self.partitions.values()))
 
     async def close(self) -> None:
+        self.fetch_sessions.close_all()
         await self.fetchers.close()
         self.cleaner.stop()
         for key in list(self.partitions):

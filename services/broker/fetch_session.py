@@ -1,0 +1,147 @@
+"""Incremental fetch sessions, the leader's side (KIP-227): what a follower fetches is remembered
+here, so its requests list only what changed and idle replication costs the same whatever the
+number of partitions.
+
+A session holds, per partition, the follower's last fetch (offset, leader epoch, byte limit) and a
+`dirty` set: the partitions with news since the last response (an append, a moved high watermark,
+a change of role). Partitions mark their sessions as things happen (`Partition.notify_appended`),
+so a fetch with nothing new waits on the session's one event instead of one per partition, and
+answers only the dirty and the changed partitions. What a follower's silence means for the ISR
+(it fetched again at the same offset) is read from the session's last fetch time
+(`Partition.fetched_s`, `caught_up_s`).
+
+Bounded by `max.incremental.fetch.session.cache.slots`; a follower holds one session per leader,
+so a new session of a replica closes its older one, and the least recently used goes first when
+the cache is full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import Iterable
+from typing import Final
+
+from tidelog.common.errors import ErrorCode
+from tidelog.v1 import broker_pb2
+
+__all__ = ["FetchSession", "FetchSessionCache", "SessionError"]
+
+Key = tuple[str, int]
+SESSION_ID_MAX: Final = 2**31 - 1
+
+
+class SessionError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class FetchSession:
+    def __init__(self, session_id: int, replica_id: int, watchers: dict[Key, set[FetchSession]]) -> None:
+        self.id = session_id
+        self.replica_id = replica_id
+        self.epoch = 1  # the epoch the next incremental request must carry
+        self.partitions: dict[Key, broker_pb2.FetchPartition] = {}
+        self.dirty: set[Key] = set()
+        self.woken = asyncio.Event()
+        self.last_fetch_s = time.monotonic()
+        self.closed = False
+        self._watchers = watchers  # the replica manager's: key → sessions holding it
+
+    def holds(self, key: Key) -> bool:
+        return not self.closed and key in self.partitions
+
+    def mark(self, key: Key) -> None:
+        """News for `key` (called by the partition): answer it, and wake a waiting fetch."""
+        self.dirty.add(key)
+        self.woken.set()
+
+    def update(self, fetches: Iterable[broker_pb2.FetchPartition], forgotten: Iterable[Key]) -> list[Key]:
+        """Take a request's changed partitions and dropped ones; the changed keys, in order."""
+        changed = []
+        for fetch in fetches:
+            key = (fetch.topic, fetch.partition)
+            if key not in self.partitions:
+                self._watchers.setdefault(key, set()).add(self)
+            self.partitions[key] = fetch
+            changed.append(key)
+        for key in forgotten:
+            if self.partitions.pop(key, None) is not None:
+                self._unwatch(key)
+            self.dirty.discard(key)
+        return changed
+
+    def take_dirty(self) -> set[Key]:
+        """The partitions with news, emptied; the event cleared first so no news is missed."""
+        self.woken.clear()
+        dirty, self.dirty = self.dirty, set()
+        return dirty
+
+    async def wait(self, timeout_s: float) -> None:
+        if timeout_s > 0 and not self.woken.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.woken.wait(), timeout_s)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for key in self.partitions:
+            self._unwatch(key)
+        self.woken.set()  # a fetch waiting on it answers now
+
+    def _unwatch(self, key: Key) -> None:
+        holders = self._watchers.get(key)
+        if holders is not None:
+            holders.discard(self)
+            if not holders:
+                del self._watchers[key]
+
+
+class FetchSessionCache:
+    def __init__(self, watchers: dict[Key, set[FetchSession]], *, slots: int = 1000) -> None:
+        assert slots >= 0
+        self.slots = slots  # max.incremental.fetch.session.cache.slots
+        self.watchers = watchers
+        self.sessions: dict[int, FetchSession] = {}  # in least recently used order
+        self._ids = itertools.count(1)
+
+    def resolve(self, request: broker_pb2.FetchRequest) -> FetchSession:
+        """The session a follower's incremental request belongs to (a new one for session id 0),
+        its epoch checked and advanced; SessionError when it is unknown or out of step."""
+        if request.session_id == 0:
+            return self._open(request.replica_id)
+        session = self.sessions.get(request.session_id)
+        if session is None or session.replica_id != request.replica_id:
+            raise SessionError(ErrorCode.FETCH_SESSION_ID_NOT_FOUND, f"no fetch session {request.session_id}")
+        if request.session_epoch != session.epoch:
+            raise SessionError(
+                ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+                f"fetch session {session.id} expects epoch {session.epoch}, not {request.session_epoch}",
+            )
+        session.epoch += 1
+        self.sessions[session.id] = self.sessions.pop(session.id)  # most recently used last
+        return session
+
+    def _open(self, replica_id: int) -> FetchSession:
+        for older in [s for s in self.sessions.values() if s.replica_id == replica_id]:
+            self._close(older)  # one fetcher per leader: its earlier session is dead
+        while self.sessions and len(self.sessions) >= self.slots:
+            self._close(next(iter(self.sessions.values())))  # the least recently used
+        session_id = next(self._ids) % SESSION_ID_MAX or next(self._ids)
+        session = FetchSession(session_id, replica_id, self.watchers)
+        if self.slots > 0:
+            self.sessions[session_id] = session
+        return session
+
+    def _close(self, session: FetchSession) -> None:
+        self.sessions.pop(session.id, None)
+        session.close()
+
+    def close_all(self) -> None:
+        for session in list(self.sessions.values()):
+            self._close(session)

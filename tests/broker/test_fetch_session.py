@@ -1,0 +1,67 @@
+"""Incremental fetch sessions, the leader's side (KIP-227): opening, epochs, news, eviction."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tidelog.broker.fetch_session import FetchSession, FetchSessionCache, SessionError
+from tidelog.common.errors import ErrorCode
+from tidelog.v1 import broker_pb2
+
+
+def _request(replica: int, session_id: int = 0, epoch: int = 0) -> broker_pb2.FetchRequest:
+    return broker_pb2.FetchRequest(replica_id=replica, incremental=True, session_id=session_id, session_epoch=epoch)
+
+
+def _fetch(partition: int, offset: int = 0) -> broker_pb2.FetchPartition:
+    return broker_pb2.FetchPartition(topic="t", partition=partition, fetch_offset=offset)
+
+
+async def test_a_session_is_opened_then_followed_epoch_by_epoch() -> None:
+    cache = FetchSessionCache({})
+    session = cache.resolve(_request(2))
+    assert session.id > 0
+    assert cache.resolve(_request(2, session.id, 1)) is session
+    assert cache.resolve(_request(2, session.id, 2)) is session
+    with pytest.raises(SessionError) as stale:
+        cache.resolve(_request(2, session.id, 2))  # a repeated epoch: out of step
+    assert stale.value.code is ErrorCode.INVALID_FETCH_SESSION_EPOCH
+    with pytest.raises(SessionError) as unknown:
+        cache.resolve(_request(2, session.id + 100, 1))
+    assert unknown.value.code is ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    with pytest.raises(SessionError):
+        cache.resolve(_request(3, session.id, 3))  # another replica's id is not ours
+
+
+async def test_a_replica_holds_one_session_and_the_least_recently_used_goes_first() -> None:
+    watchers: dict[tuple[str, int], set[FetchSession]] = {}
+    cache = FetchSessionCache(watchers, slots=2)
+    first = cache.resolve(_request(2))
+    first.update([_fetch(0)], [])
+    again = cache.resolve(_request(2))  # the follower restarted its fetcher
+    assert first.closed and not again.closed
+    assert watchers == {}, "a closed session watches nothing"
+    other = cache.resolve(_request(3))
+    cache.resolve(_request(2, again.id, 1))  # used: now the most recent
+    fourth = cache.resolve(_request(4))
+    assert other.closed, "the least recently used was evicted"
+    assert set(cache.sessions) == {again.id, fourth.id}
+
+
+async def test_news_wakes_the_waiting_fetch_and_is_taken_once() -> None:
+    watchers: dict[tuple[str, int], set[FetchSession]] = {}
+    session = FetchSessionCache(watchers).resolve(_request(2))
+    assert session.update([_fetch(0), _fetch(1)], []) == [("t", 0), ("t", 1)]
+    assert watchers[("t", 1)] == {session}
+    waiting = asyncio.create_task(session.wait(10))
+    await asyncio.sleep(0)
+    for holder in watchers[("t", 1)]:
+        holder.mark(("t", 1))
+    await asyncio.wait_for(waiting, 1)
+    assert session.take_dirty() == {("t", 1)}
+    assert session.take_dirty() == set()
+    session.update([], [("t", 1)])
+    assert ("t", 1) not in watchers and not session.holds(("t", 1))
+    assert session.holds(("t", 0))
