@@ -91,6 +91,7 @@ class _Broker:
             },
             channels=self.channels,
             lag_time_max_ms=settings.replica_lag_time_max_ms,
+            fetch_session_slots=settings.max_incremental_fetch_session_cache_slots,
         )
         broker_metrics.register(self.replicas, settings.metrics_partition_series_max)
         self.metadata = MetadataCache()

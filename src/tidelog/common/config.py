@@ -241,6 +241,14 @@ BROKER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     _int("replica.fetch.wait.max.ms", 500, "A follower's fetch long-polls the leader for up to this long.", minimum=1),
     _int("replica.fetch.max.bytes", MIB, "Bytes a follower fetches per partition and request.", minimum=1024),
     _int("replica.fetch.backoff.ms", 200, "Wait after a follower's fetch fails before the next.", minimum=0),
+    _int(
+        "max.incremental.fetch.session.cache.slots",
+        1000,
+        "Incremental fetch sessions (KIP-227) a leader keeps; one per follower broker, the least recently used "
+        "evicted beyond this (at least 1: followers always open one).",
+        minimum=1,
+        maximum=100_000,
+    ),
     ConfigDef(
         "controlled.shutdown.enable",
         ConfigType.BOOLEAN,

@@ -192,6 +192,7 @@ class BrokerSettings(Settings):
     fetch_max_wait_ms_max: int
     replica_lag_time_max_ms: int
     replica_fetch_wait_max_ms: int
+    max_incremental_fetch_session_cache_slots: int
     replica_fetch_max_bytes: int
     replica_fetch_backoff_ms: int
     controlled_shutdown_enable: bool
