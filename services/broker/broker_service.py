@@ -321,6 +321,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             errors = any(read.error_code for read in reads)
             remaining = deadline - time.monotonic()
             if total >= max(request.min_bytes, 1) or errors or remaining <= 0 or session.closed:
+                for read in reads:  # left out for the response's size: still news for the next fetch
+                    key = (read.topic, read.partition)
+                    held = session.partitions.get(key)
+                    if not read.data and held is not None and read.log_end_offset > held.fetch_offset:
+                        session.dirty.add(key)
                 return reads
             await session.wait(remaining)
 

@@ -87,6 +87,7 @@ class _Broker:
             fetcher_options={
                 "wait_max_ms": settings.replica_fetch_wait_max_ms,
                 "fetch_max_bytes": settings.replica_fetch_max_bytes,
+                "response_max_bytes": settings.replica_fetch_response_max_bytes,
                 "backoff_ms": settings.replica_fetch_backoff_ms,
             },
             channels=self.channels,

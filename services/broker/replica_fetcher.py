@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -21,6 +22,7 @@ import grpc
 import structlog
 
 from tidelog.broker.storage import PartitionLog
+from tidelog.common import metrics_catalog
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode, TidelogError
 from tidelog.v1 import broker_pb2, broker_pb2_grpc
@@ -30,6 +32,9 @@ __all__ = ["FollowedPartition", "ReplicaFetcherManager"]
 log = structlog.get_logger(__name__)
 
 UNDEFINED: Final = -1
+APPEND_MS: Final = metrics_catalog.histogram(
+    "tidelog_replica_fetch_append_ms", buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 1000)
+)
 
 
 @dataclasses.dataclass(slots=True)
@@ -61,6 +66,7 @@ class ReplicaFetcherManager:
         incarnation: str = "",
         wait_max_ms: int = 500,
         fetch_max_bytes: int = 1024 * 1024,
+        response_max_bytes: int = 10 * 1024 * 1024,
         backoff_ms: int = 200,
         channels: ChannelPool | None = None,
     ) -> None:
@@ -68,7 +74,8 @@ class ReplicaFetcherManager:
         self.incarnation = incarnation
         self.run_io = run_io
         self.wait_max_ms = wait_max_ms
-        self.fetch_max_bytes = fetch_max_bytes
+        self.fetch_max_bytes = fetch_max_bytes  # replica.fetch.max.bytes, per partition
+        self.response_max_bytes = response_max_bytes  # replica.fetch.response.max.bytes, per request
         self.backoff_s = backoff_ms / 1000
         self.endpoints: dict[int, str] = {}
         self.followed: dict[tuple[str, int], FollowedPartition] = {}
@@ -114,6 +121,10 @@ class ReplicaFetcherManager:
             except (grpc.aio.AioRpcError, ConnectionError, TidelogError) as error:
                 log.info("replica_fetch_failed", leader=leader, error=str(error)[:200])
                 self._sessions.pop(leader, None)  # the leader may have lost it: start a new one
+                await asyncio.sleep(self.backoff_s)
+            except Exception:  # a bug must not end replication from this leader for good: say it, go on
+                log.exception("replica_fetcher_error", leader=leader)
+                self._sessions.pop(leader, None)
                 await asyncio.sleep(self.backoff_s)
 
     async def _truncate(self, stub: broker_pb2_grpc.BrokerStub, partitions: list[FollowedPartition]) -> None:
@@ -176,7 +187,7 @@ class ReplicaFetcherManager:
             replica_incarnation=self.incarnation,
             max_wait_ms=self.wait_max_ms,
             min_bytes=1,
-            max_bytes=self.fetch_max_bytes * len(partitions),
+            max_bytes=self.response_max_bytes,
             incremental=True,
             session_id=session.session_id,
             session_epoch=session.epoch,
@@ -232,7 +243,9 @@ class ReplicaFetcherManager:
         if result.error_code:
             raise TidelogError(f"{followed.topic}-{followed.partition}: {ErrorCode(result.error_code).name}")
         if result.record_batches:
+            started = time.perf_counter()
             await self.run_io(followed.log.append_as_follower, result.record_batches)
+            APPEND_MS.observe((time.perf_counter() - started) * 1000)
         followed.log.update_high_watermark(min(result.high_watermark, followed.log.log_end_offset))
         self.on_appended((followed.topic, followed.partition))
 

@@ -58,6 +58,10 @@ T = TypeVar("T")
 BYTES_IN: Final = metrics_catalog.counter("kafka_server_brokertopicmetrics_bytesin_total")
 RECORDS_IN: Final = metrics_catalog.counter("kafka_server_brokertopicmetrics_messagesin_total")
 BYTES_OUT: Final = metrics_catalog.counter("kafka_server_brokertopicmetrics_bytesout_total")
+LOCAL_TIME_MS: Final = metrics_catalog.histogram("kafka_network_requestmetrics_localtimems", buckets=REQUEST_MS_BUCKETS)
+REMOTE_TIME_MS: Final = metrics_catalog.histogram(
+    "kafka_network_requestmetrics_remotetimems", buckets=REQUEST_MS_BUCKETS
+)
 QUEUE_TIME_MS: Final = metrics_catalog.histogram(
     "kafka_network_requestmetrics_requestqueuetimems", buckets=REQUEST_MS_BUCKETS
 )
@@ -486,11 +490,15 @@ class ReplicaManager:
                 f"{topic}-{partition} has {len(hosted.state.isr)} in-sync replicas; min.insync.replicas={min_insync}"
             )
         leader_epoch = hosted.state.leader_epoch
+        started = time.perf_counter()
         info: AppendInfo = await self.run_io(hosted.log.append_as_leader, batches, leader_epoch, request="Produce")
         if not hosted.advance_high_watermark(self.broker_id):  # a moved HW already woke the waiters
             hosted.notify_appended()
+        appended = time.perf_counter()
+        LOCAL_TIME_MS.labels("Produce").observe((appended - started) * 1000)
         if acks == -1:
             await self._wait_replicated(hosted, leader_epoch, info.last_offset + 1, timeout_s)
+            REMOTE_TIME_MS.labels("Produce").observe((time.perf_counter() - appended) * 1000)
             if len(hosted.state.isr) < min_insync:
                 raise RemoteError(
                     ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,

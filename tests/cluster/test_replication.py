@@ -206,3 +206,34 @@ async def test_a_replica_joins_the_isr_only_on_fetches_of_its_registered_life(
         assert answered.error_code == 0 and follower in answered.state.isr
     finally:
         cluster.signal(f"broker-{follower}", signal.SIGCONT)
+
+
+async def test_fetch_sessions_keep_every_follower_up_to_date_when_a_response_cannot_hold_all(
+    tmp_path: Path,
+) -> None:
+    # Incremental fetch sessions (KIP-227) answer only partitions with news. With a response too
+    # small for every partition's news (replica.fetch.response.max.bytes of 1 KiB, 60 partitions
+    # written at once), the ones left out must come in a later fetch: an acks=all produce to every
+    # partition completes only if every follower catches up on every partition, and the ISR may not
+    # shrink meanwhile (replica.lag.time.max.ms of a minute).
+    async with (
+        started_cluster(
+            tmp_path / "cluster",
+            broker_args=["--replica-fetch-response-max-bytes", "1024", "--replica-lag-time-max-ms", "60000"],
+        ) as cluster,
+        AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin,
+    ):
+        await admin.create_topic("sessions", 60, 3, {"min.insync.replicas": "3"})
+        # Bounded: a partition left out and never answered again would time its delivery out.
+        async with Producer(
+            cluster.bootstrap, acks="all", request_timeout_ms=10_000, delivery_timeout_ms=15_000
+        ) as producer:
+            for round_number in range(3):  # the second and third rounds go through live sessions
+                deliveries = [
+                    await producer.send("sessions", b"%d-%d" % (round_number, p) * 100, partition=p) for p in range(60)
+                ]
+                for delivery in deliveries:
+                    assert (await delivery).offset == round_number
+        described = (await admin.describe_topics(["sessions"]))["sessions"]
+        assert not isinstance(described, Exception)
+        assert all(len(partition.isr) == 3 for partition in described.partitions)

@@ -240,6 +240,12 @@ BROKER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     ),
     _int("replica.fetch.wait.max.ms", 500, "A follower's fetch long-polls the leader for up to this long.", minimum=1),
     _int("replica.fetch.max.bytes", MIB, "Bytes a follower fetches per partition and request.", minimum=1024),
+    _int(
+        "replica.fetch.response.max.bytes",
+        10 * MIB,
+        "Bytes a follower asks for in one fetch over all its partitions (at least one batch comes anyway).",
+        minimum=1024,
+    ),
     _int("replica.fetch.backoff.ms", 200, "Wait after a follower's fetch fails before the next.", minimum=0),
     _int(
         "max.incremental.fetch.session.cache.slots",

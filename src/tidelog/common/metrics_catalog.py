@@ -335,6 +335,23 @@ METRICS: Final[tuple[MetricDef, ...]] = (
         "Time a request waited for a free I/O thread before its disk work began, in milliseconds",
         "kafka.network:type=RequestMetrics,name=RequestQueueTimeMs,request=*",
     ),
+    _m(
+        "kafka_network_requestmetrics_localtimems",
+        H,
+        ("request",),
+        BR,
+        "Time the leader spent on a request itself (for Produce: the append to its log), in milliseconds",
+        "kafka.network:type=RequestMetrics,name=LocalTimeMs,request=*",
+    ),
+    _m(
+        "kafka_network_requestmetrics_remotetimems",
+        H,
+        ("request",),
+        BR,
+        "Time a request waited on other brokers (for Produce with acks=all: the followers' fetches moving "
+        "the high watermark past it), in milliseconds",
+        "kafka.network:type=RequestMetrics,name=RemoteTimeMs,request=*",
+    ),
     # ---- ours, no Kafka equivalent --------------------------------------------------------------
     _m(
         "tidelog_broker_log_dir_free_bytes",
@@ -351,6 +368,14 @@ METRICS: Final[tuple[MetricDef, ...]] = (
         BR,
         "Throttles asked of clients over their quota (producer_byte_rate, consumer_byte_rate, request_percentage)",
         "kafka.server:type=Produce/Fetch/Request throttle-time",
+    ),
+    _m(
+        "tidelog_replica_fetch_append_ms",
+        H,
+        (),
+        BR,
+        "Time a follower took to append what a fetch brought (the follower's share of an acks=all produce's "
+        "remote time), in milliseconds",
     ),
     _m("tidelog_controller_admin_requests_total", C, ("method", "outcome"), CT, "Admin requests handled"),
     _m(

@@ -194,6 +194,7 @@ class BrokerSettings(Settings):
     replica_fetch_wait_max_ms: int
     max_incremental_fetch_session_cache_slots: int
     replica_fetch_max_bytes: int
+    replica_fetch_response_max_bytes: int
     replica_fetch_backoff_ms: int
     controlled_shutdown_enable: bool
     controlled_shutdown_max_retries: int
