@@ -23,6 +23,7 @@ from tidelog.broker.quota_manager import QuotaManager
 from tidelog.broker.registration import Registration
 from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.common.channels import ChannelPool
+from tidelog.common.etcd.active_controller import active_controller_endpoint
 from tidelog.common.metadata import BrokerRegistration
 from tidelog.common.runtime import run_service
 from tidelog.common.security.service_security import ServiceSecurity
@@ -167,6 +168,7 @@ class _Broker:
                 max_retries=self.settings.controlled_shutdown_max_retries,
                 backoff_ms=self.settings.controlled_shutdown_retry_backoff_ms,
                 channels=self.channels,
+                find_controller=lambda: active_controller_endpoint(self.etcd),
             )
 
     async def leave(self) -> None:

@@ -32,6 +32,7 @@ from etcd3aio import Etcd3Client, prefix_range_end
 
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import InvalidRequestError, NotControllerError, TidelogError
+from tidelog.common.etcd.active_controller import active_controller_endpoint
 from tidelog.common.etcd.election import Election, NotLeaderError
 from tidelog.common.etcd.session import ETCD_UNREACHABLE, Session, new_session
 from tidelog.common.metadata import BROKERS_PREFIX, CONTROLLER_ELECTION_PREFIX, BrokerRegistration, ControllerRecord
@@ -233,14 +234,7 @@ class Controller:
         """host:port of the active controller, or "" when none is elected."""
         if self.active.is_set():
             return self.config.endpoint
-        response = await self.store.kv.get(
-            CONTROLLER_ELECTION_PREFIX + "/",
-            prefix_range_end((CONTROLLER_ELECTION_PREFIX + "/").encode()),
-        )
-        if not response.kvs:
-            return ""
-        oldest = min(response.kvs, key=lambda kv: kv.create_revision)
-        return ControllerRecord.from_json(oldest.value).endpoint
+        return await active_controller_endpoint(self.etcd)
 
     async def create_topics(self, request: controller_pb2.CreateTopicsRequest) -> list[controller_pb2.TopicResult]:
         if len(request.topics) > TOPICS_PER_REQUEST_MAX:

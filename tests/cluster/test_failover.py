@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import signal
 import uuid
+from pathlib import Path
 
 import grpc
 
@@ -13,7 +14,7 @@ from tidelog.common.errors import ErrorCode
 from tidelog.local_cluster import LocalCluster
 from tidelog.v1 import broker_pb2, common_pb2
 
-from .conftest import wait_until
+from .conftest import started_cluster, wait_until
 
 
 async def _active(admin: AdminClient) -> tuple[int, int]:
@@ -174,3 +175,27 @@ async def test_sigterm_stops_each_service_cleanly(fresh_cluster: LocalCluster) -
             return cluster.controller_id != active and 1 not in {broker.broker_id for broker in cluster.brokers}
 
         await wait_until(moved_and_elected, timeout_s=10, what="the broker to leave and a new controller")
+
+
+async def test_a_broker_stopping_right_after_the_controller_died_hands_over_to_its_successor(
+    tmp_path: Path,
+) -> None:
+    # The controller the broker knows is dead; its successor is elected once the dead one's etcd
+    # session expires. The stopping broker looks the successor up in etcd and asks it, instead of
+    # waiting out controlled.shutdown.retry.backoff.ms (20 s here: longer than the 15 s a SIGTERM'd
+    # process is given before signal() gives up on it).
+    async with started_cluster(
+        tmp_path / "cluster",
+        session_timeout_ms=2000,
+        broker_args=["--controlled-shutdown-retry-backoff-ms", "20000", "--controlled-shutdown-max-retries", "1"],
+    ) as cluster:
+        async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+            await admin.create_topic("handover", 3, 3)
+            active, _ = await _active(admin)
+            leader = (await admin.describe_topics(["handover"]))["handover"]
+            assert not isinstance(leader, Exception)
+            victim = leader.partitions[0].leader
+            cluster.signal(f"controller-{active}", signal.SIGKILL)
+            assert cluster.signal(f"broker-{victim}", signal.SIGTERM) == 0
+        lines = (cluster.data_dir / "logs" / f"broker-{victim}.log").read_text().splitlines()
+        assert any('"controlled_shutdown_done"' in line for line in lines), "the successor moved its leaderships"
