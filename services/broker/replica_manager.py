@@ -58,6 +58,7 @@ T = TypeVar("T")
 BYTES_IN: Final = metrics_catalog.counter("kafka_server_brokertopicmetrics_bytesin_total")
 RECORDS_IN: Final = metrics_catalog.counter("kafka_server_brokertopicmetrics_messagesin_total")
 BYTES_OUT: Final = metrics_catalog.counter("kafka_server_brokertopicmetrics_bytesout_total")
+NEW_LOGS_IN_PARALLEL_MIN: Final = 8  # fewer new replicas in a LeaderAndIsr are opened one by one
 LOCAL_TIME_MS: Final = metrics_catalog.histogram("kafka_network_requestmetrics_localtimems", buckets=REQUEST_MS_BUCKETS)
 REMOTE_TIME_MS: Final = metrics_catalog.histogram(
     "kafka_network_requestmetrics_remotetimems", buckets=REQUEST_MS_BUCKETS
@@ -350,12 +351,13 @@ class ReplicaManager:
         wanted = set()
         for endpoint in request.live_leaders:
             self.fetchers.endpoints[endpoint.broker_id] = f"{endpoint.host}:{endpoint.port}"
+        opened = await self._open_new_logs(request)
         for state in request.partitions:
             key = (state.topic, state.partition)
             wanted.add(key)
             try:
                 configs = json.loads(request.topic_configs_json.get(state.topic, "{}"))
-                await self._apply_state(state, configs)
+                await self._apply_state(state, configs, opened.pop(key, None))
             except TidelogError as error:
                 errors.append(
                     broker_pb2.PartitionError(
@@ -365,13 +367,31 @@ class ReplicaManager:
                         error_message=error.message,
                     )
                 )
+        for unused in opened.values():  # named twice in one request: opened once, used once
+            await self.run_io(unused.close)
         if request.full:
             for key in [key for key in self.partitions if key not in wanted]:
                 log.warning("replica_not_assigned_any_more", topic=key[0], partition=key[1])
                 await self._stop(key, delete=False)
         return errors
 
-    async def _apply_state(self, state: common_pb2.PartitionState, configs: dict[str, str]) -> None:
+    async def _open_new_logs(self, request: broker_pb2.LeaderAndIsrRequest) -> dict[tuple[str, int], PartitionLog]:
+        """The logs of replicas new to this broker, opened side by side on the I/O pool (a topic of
+        thousands of partitions is mostly file creation, which the threads overlap)."""
+        new = [state for state in request.partitions if (state.topic, state.partition) not in self.partitions]
+        if len(new) < NEW_LOGS_IN_PARALLEL_MIN:
+            return {}
+
+        async def open_one(state: common_pb2.PartitionState) -> tuple[tuple[str, int], PartitionLog]:
+            configs = json.loads(request.topic_configs_json.get(state.topic, "{}"))
+            opened = await self.run_io(self._open_log, state.topic, state.partition, state.topic_id, configs)
+            return (state.topic, state.partition), opened
+
+        return dict(await asyncio.gather(*(open_one(state) for state in new)))
+
+    async def _apply_state(
+        self, state: common_pb2.PartitionState, configs: dict[str, str], opened: PartitionLog | None = None
+    ) -> None:
         key = (state.topic, state.partition)
         existing = self.partitions.get(key)
         if existing is not None and existing.topic_id == state.topic_id:
@@ -388,7 +408,11 @@ class ReplicaManager:
         else:
             if existing is not None:  # the topic was deleted and created again under the same name
                 await self._stop(key, delete=True)
-            partition_log = await self.run_io(self._open_log, state.topic, state.partition, state.topic_id, configs)
+            partition_log: PartitionLog = (
+                opened
+                if opened is not None
+                else await self.run_io(self._open_log, state.topic, state.partition, state.topic_id, configs)
+            )
             existing = Partition(
                 state.topic,
                 state.partition,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterable, Mapping
+from typing import Final
 
 import grpc
 import structlog
@@ -24,6 +25,7 @@ from tidelog.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 __all__ = ["BrokerRequests"]
 
 log = structlog.get_logger(__name__)
+NEW_REPLICA_ALLOWANCE_S: Final = 0.003  # added to a LeaderAndIsr deadline per partition it carries
 
 
 class BrokerRequests:
@@ -74,7 +76,11 @@ class BrokerRequests:
     ) -> bool:
         stub = self._stub(broker.endpoint)
         try:
-            response = await stub.LeaderAndIsr(leader_and_isr, timeout=self.timeout_s)
+            # A broker new to thousands of replicas creates a log for each the first time (about a
+            # millisecond apiece): the deadline grows with the request, or a big first push would be
+            # cut off and sent again and again, never done.
+            timeout = self.timeout_s + len(leader_and_isr.partitions) * NEW_REPLICA_ALLOWANCE_S
+            response = await stub.LeaderAndIsr(leader_and_isr, timeout=timeout)
             if response.error_code:
                 log.warning(
                     "leader_and_isr_refused", broker=broker.broker_id, error=ErrorCode(response.error_code).name

@@ -113,6 +113,7 @@ class PartitionLog:
         self.producer_state = ProducerStateManager(directory)
         self._log_start_offset = 0
         self._high_watermark = 0
+        self._checkpointed: dict[str, int] = {}  # offset checkpoint file → the value it holds (absent: 0)
         self._recovery_point = 0
         self._unflushed_records = 0
         self._last_flush_ms = clock()
@@ -206,6 +207,11 @@ class PartitionLog:
                 path.unlink()
 
     def _load_offsets(self) -> None:
+        for name in (RECOVERY_POINT_FILE, HIGH_WATERMARK_FILE, LOG_START_OFFSET_FILE):  # what is on disk now
+            path = self.directory / name
+            if path.exists():
+                value = _read_offset(path)
+                self._checkpointed[name] = -1 if value is None else value  # -1: unreadable, rewrite it
         if not self._segments:
             start = _read_offset(self.directory / LOG_START_OFFSET_FILE) or 0
             self._append_segment(self._new_segment(start))
@@ -664,9 +670,16 @@ class PartitionLog:
         self._write_checkpoints()
 
     def _write_checkpoints(self) -> None:
-        write_checkpoint(self.directory / RECOVERY_POINT_FILE, [(self._recovery_point,)])
-        write_checkpoint(self.directory / HIGH_WATERMARK_FILE, [(self._high_watermark,)])
-        write_checkpoint(self.directory / LOG_START_OFFSET_FILE, [(self._log_start_offset,)])
+        """Write the offsets that changed since written (an fsync'd file each): a new, empty log
+        writes none (a missing file reads as 0), and a flush that moved nothing writes nothing."""
+        for name, value in (
+            (RECOVERY_POINT_FILE, self._recovery_point),
+            (HIGH_WATERMARK_FILE, self._high_watermark),
+            (LOG_START_OFFSET_FILE, self._log_start_offset),
+        ):
+            if self._checkpointed.get(name, 0) != value:
+                write_checkpoint(self.directory / name, [(value,)])
+                self._checkpointed[name] = value
         self.leader_epochs.flush()
 
     def close(self) -> None:
