@@ -7,7 +7,12 @@ Starts etcd, 2 controllers and 3 brokers (tidelog.local_cluster), one topic of 6
 then in this one Python process:
 - produce with the per-record `send` API (acks from --acks, default 1);
 - p50/p99 send → acknowledgement latency at a steady 20,000 records/s (latency under saturation
-  only measures the producer's buffer);
+  only measures the producer's buffer), with acks=1 in the same run as its reference, and where
+  the time went (issue 18): the brokers' own Produce metrics scraped before and after — time in
+  the broker (Kafka's TotalTimeMs), of which waiting for an I/O thread (RequestQueueTimeMs), the
+  leader's append (LocalTimeMs) and waiting for the followers to move the high watermark
+  (RemoteTimeMs), the followers' appends (tidelog_replica_fetch_append_ms) — and the rest, the
+  client's linger and queue and the network, as the client's latency minus the broker's;
 - produce with the bulk `send_batch` API;
 - consume everything with `poll_batches` (every record decoded to Python objects).
 Reference printed in the same run: the storage engine alone, in this process, encoding the same
@@ -20,11 +25,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
+import dataclasses
+import math
 import os
 import statistics
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from tidelog.broker.storage import LogConfig, PartitionLog
 from tidelog.client import AdminClient, Consumer, Producer, RecordDelivery, TopicPartition
@@ -34,6 +45,54 @@ from tidelog.local_cluster import LocalCluster
 VALUE_BYTES = 100
 BATCH_RECORDS = 1000
 LATENCY_RATE = 20_000
+STAGES = (  # (label, metric, its request label or "")
+    ("in the broker (TotalTimeMs)", "kafka_network_requestmetrics_totaltimems", "Produce"),
+    ("  waiting for an I/O thread (RequestQueueTimeMs)", "kafka_network_requestmetrics_requestqueuetimems", "Produce"),
+    ("  leader append (LocalTimeMs)", "kafka_network_requestmetrics_localtimems", "Produce"),
+    ("  followers moving the HW (RemoteTimeMs)", "kafka_network_requestmetrics_remotetimems", "Produce"),
+    ("    a follower's append", "tidelog_replica_fetch_append_ms", ""),
+)
+
+
+@dataclasses.dataclass
+class Histogram:
+    total: float = 0.0
+    count: float = 0.0
+    buckets: dict[float, float] = dataclasses.field(default_factory=dict)  # upper bound → cumulative count
+
+
+def scrape_histograms(cluster: LocalCluster) -> dict[tuple[str, str], Histogram]:
+    """Every broker's histograms summed, by (metric, request label)."""
+    found: dict[tuple[str, str], Histogram] = collections.defaultdict(Histogram)
+    for broker_id in cluster.broker_ids:
+        with urllib.request.urlopen(cluster.metrics_endpoint(f"broker-{broker_id}"), timeout=10) as answer:
+            text = answer.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                histogram = found[(family.name, sample.labels.get("request", ""))]
+                if sample.name.endswith("_sum"):
+                    histogram.total += sample.value
+                elif sample.name.endswith("_count"):
+                    histogram.count += sample.value
+                elif sample.name.endswith("_bucket"):
+                    bound = float(sample.labels["le"])
+                    histogram.buckets[bound] = histogram.buckets.get(bound, 0.0) + sample.value
+    return found
+
+
+def stage_figures(
+    before: dict[tuple[str, str], Histogram], after: dict[tuple[str, str], Histogram], metric: str, request: str
+) -> tuple[float, float, int]:
+    """(mean ms, p99's bucket upper bound ms, count) of a histogram between two scrapes."""
+    now, then = after.get((metric, request)), before.get((metric, request), Histogram())
+    if now is None or now.count - then.count <= 0:
+        return 0.0, 0.0, 0
+    count = int(now.count - then.count)
+    p99 = next(
+        (bound for bound in sorted(now.buckets) if now.buckets[bound] - then.buckets.get(bound, 0.0) >= 0.99 * count),
+        math.inf,
+    )
+    return (now.total - then.total) / count, p99, count
 
 
 def reference_local_append(values: list[bytes], workdir: Path) -> float:
@@ -119,7 +178,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as temporary:
         workdir = Path(temporary)
         local_rate = reference_local_append(values, workdir)
-        cluster = LocalCluster(workdir / "cluster", brokers=3, controllers=2)
+        cluster = LocalCluster(workdir / "cluster", brokers=3, controllers=2, metrics=True)
         cluster.start()
         try:
             await cluster.wait_ready()
@@ -127,12 +186,18 @@ async def main() -> None:
                 for name in ("bench-send", "bench-bulk", "bench-latency"):
                     await admin.create_topic(name, args.partitions, args.replication_factor)
             send_rate = await produce_per_record(cluster, "bench-send", values, args.acks)
+            before = await asyncio.to_thread(scrape_histograms, cluster)
             latencies = await produce_latency(cluster, "bench-latency", LATENCY_RATE, 3, args.acks)
+            after = await asyncio.to_thread(scrape_histograms, cluster)
+            reference = (
+                await produce_latency(cluster, "bench-latency", LATENCY_RATE, 3, "1") if args.acks != "1" else latencies
+            )
             bulk_rate = await produce_bulk(cluster, "bench-bulk", values, args.acks)
             consume_rate = await consume_all(cluster, "bench-bulk", args.partitions, args.records)
         finally:
             cluster.stop()
     quantiles = statistics.quantiles(latencies, n=100)
+    reference_quantiles = statistics.quantiles(reference, n=100)
     # issue 3: >= 500,000 records/s with acks=1; issue 4: >= 300,000 with acks=all and RF=3
     target = "300,000" if args.acks == "all" and args.replication_factor >= 3 else "500,000"
     print(
@@ -153,6 +218,24 @@ async def main() -> None:
     print(
         f"  produce latency at a steady {LATENCY_RATE:,} records/s, linger.ms=1, acks={args.acks}:"
         f" p50 {quantiles[49] * 1000:.2f} ms  p99 {quantiles[98] * 1000:.2f} ms  ({len(latencies):,} records)"
+        f"   (target p99 <= 10 ms)"
+    )
+    print(
+        f"  reference: the same with acks=1                  p50 {reference_quantiles[49] * 1000:.2f} ms"
+        f"  p99 {reference_quantiles[98] * 1000:.2f} ms"
+    )
+    print(f"  where the time went, acks={args.acks} (broker histograms; p99 as its bucket's upper bound):")
+    client_mean_ms = statistics.fmean(latencies) * 1000
+    print(f"    {'client: send() -> acknowledgement':52s} mean {client_mean_ms:7.2f} ms")
+    broker_mean_ms = 0.0
+    for label, metric, request in STAGES:
+        mean, p99, count = stage_figures(before, after, metric, request)
+        if metric.endswith("totaltimems"):
+            broker_mean_ms = mean
+        print(f"    {label:52s} mean {mean:7.2f} ms   p99 <= {p99:6.1f} ms   ({count:,} requests)")
+    print(
+        f"    {'client linger + queue + network (client - broker)':52s} mean "
+        f"{client_mean_ms - broker_mean_ms:7.2f} ms   (linger.ms=1; a request per record batch)"
     )
 
 
