@@ -144,6 +144,7 @@ class Producer:
         retry_backoff_ms: int = DEFAULTS.retry_backoff_ms,
         delivery_timeout_ms: int = DEFAULTS.delivery_timeout_ms,
         request_timeout_ms: int = DEFAULTS.request_timeout_ms,
+        max_in_flight_requests_per_connection: int = DEFAULTS.max_in_flight_requests_per_connection,
         max_block_ms: int = DEFAULTS.max_block_ms,
         connections: Connections | None = None,
         security: SecuritySettings | Mapping[str, object] | None = None,
@@ -164,6 +165,7 @@ class Producer:
                 "retry.backoff.ms": retry_backoff_ms,
                 "delivery.timeout.ms": delivery_timeout_ms,
                 "request.timeout.ms": request_timeout_ms,
+                "max.in.flight.requests.per.connection": max_in_flight_requests_per_connection,
                 "max.block.ms": max_block_ms,
             }
         )
@@ -195,6 +197,7 @@ class Producer:
                 retry_backoff_s=self.retry_backoff_s,
                 delivery_timeout_s=delivery_timeout_ms / 1000,
                 request_timeout_s=request_timeout_ms / 1000,
+                max_in_flight=max_in_flight_requests_per_connection,
             ),
             self.accumulator,
             self.sequences,
@@ -385,7 +388,7 @@ class Producer:
             while not self.sender.idle:
                 waits: list[asyncio.Future[Any]] = [
                     *(batch.future for batch in self.accumulator.waiting()),
-                    *self.sender.in_flight.values(),
+                    *self.sender.requests(),
                 ]
                 self._wake_sender()
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Sequence
 
@@ -45,6 +46,7 @@ class SenderOptions:
     retry_backoff_s: float
     delivery_timeout_s: float
     request_timeout_s: float
+    max_in_flight: int = 5  # max.in.flight.requests.per.connection
 
 
 class Sender:
@@ -66,7 +68,8 @@ class Sender:
         self.connections = connections
         self.topics = topics  # what metadata refreshes ask for: the topics produced to
         self.clock = clock
-        self.in_flight: dict[str, asyncio.Task[None]] = {}  # endpoint → its one request
+        self.in_flight: dict[str, set[asyncio.Task[None]]] = {}  # endpoint → its requests in flight
+        self.muted_until: dict[str, float] = {}  # endpoint → the end of the throttle it asked for
         self.sending: set[tuple[str, int]] = set()  # partitions with a batch in a request in flight
         self.wakeup = asyncio.Event()
         self.flushing = 0
@@ -155,7 +158,7 @@ class Sender:
                     waiting.append(batch)
                     retry_at = batch.next_attempt_at if retry_at is None else min(retry_at, batch.next_attempt_at)
                 continue
-            if endpoint in self.in_flight:
+            if self._busy(endpoint, now):
                 waiting.append(batch)
                 blocked.add(batch.key)
                 continue
@@ -168,11 +171,32 @@ class Sender:
                     self.sequences.assign(batch)
                 batch.move_to(BatchState.IN_FLIGHT)
             self.sending.update(batch.key for batch in request_batches)
-            self.in_flight[endpoint] = asyncio.create_task(self._send(endpoint, request_batches))
+            task = asyncio.create_task(self._send(endpoint, request_batches))
+            self.in_flight.setdefault(endpoint, set()).add(task)
+            task.add_done_callback(functools.partial(self._request_done, endpoint))
         self.accumulator.put_back(waiting)
         if refresh:
             await self.refresh_quietly()
         return retry_at
+
+    def requests(self) -> list[asyncio.Task[None]]:
+        """Every request in flight."""
+        return [task for tasks in self.in_flight.values() for task in tasks]
+
+    def _busy(self, endpoint: str, now: float) -> bool:
+        """No new request to `endpoint` now: max.in.flight.requests.per.connection reached, or a
+        throttle it asked for still running (KIP-219's client side)."""
+        if self.muted_until.get(endpoint, 0.0) > now:
+            return True
+        return len(self.in_flight.get(endpoint, ())) >= self.options.max_in_flight
+
+    def _request_done(self, endpoint: str, task: asyncio.Task[None]) -> None:
+        tasks = self.in_flight.get(endpoint)
+        if tasks is not None:
+            tasks.discard(task)
+            if not tasks:
+                del self.in_flight[endpoint]
+        self.wakeup.set()
 
     async def _send(self, endpoint: str, batches: list[ProducerBatch]) -> None:
         try:
@@ -217,8 +241,10 @@ class Sender:
             if retried:
                 await self.refresh_quietly()
             if response.throttle_time_ms:
-                # Over a quota: nothing more goes to this broker until the throttle has passed (the
-                # endpoint stays "in flight"; KIP-219's client side).
+                # Over a quota: nothing more goes to this broker until the throttle has passed
+                # (KIP-219's client side); this request stays in flight meanwhile.
+                until = self.clock() + response.throttle_time_ms / 1000
+                self.muted_until[endpoint] = max(self.muted_until.get(endpoint, 0.0), until)
                 await asyncio.sleep(response.throttle_time_ms / 1000)
         except Exception as error:  # never leave deliveries hanging
             for batch in batches:
@@ -226,7 +252,6 @@ class Sender:
                     self.fail(batch, error)
             raise
         finally:
-            self.in_flight.pop(endpoint, None)
             self.sending.difference_update(batch.key for batch in batches)
             self.wakeup.set()
 

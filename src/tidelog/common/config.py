@@ -524,6 +524,14 @@ PRODUCER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     _long("retry.backoff.ms", 100, "Wait before retrying a batch."),
     _long("delivery.timeout.ms", 120_000, "A record not acknowledged by then fails.", minimum=1),
     _int("request.timeout.ms", 30_000, "Deadline of one request to a broker.", minimum=1),
+    _int(
+        "max.in.flight.requests.per.connection",
+        5,
+        "Produce requests to one broker at a time, never two with batches of one partition (so order "
+        "and idempotence hold at any value).",
+        minimum=1,
+        maximum=5,
+    ),
     _long(
         "max.block.ms",
         60_000,

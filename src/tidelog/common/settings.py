@@ -318,6 +318,7 @@ class ProducerSettings(Settings):
     retry_backoff_ms: int
     delivery_timeout_ms: int
     request_timeout_ms: int
+    max_in_flight_requests_per_connection: int
     max_block_ms: int
 
 
