@@ -307,6 +307,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         forgotten = [(entry.topic, entry.partition) for entry in request.forgotten]
         answer = set(session.update(request.partitions, forgotten))
         session.last_fetch_s = time.monotonic()
+        session.quiet = False
         refused = self.replicas.record_follower_fetch(
             request.replica_id, request.replica_incarnation, list(request.partitions), session
         )

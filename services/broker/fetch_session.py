@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from tidelog.common.errors import ErrorCode
@@ -49,6 +49,7 @@ class FetchSession:
         self.dirty: set[Key] = set()
         self.woken = asyncio.Event()
         self.last_fetch_s = time.monotonic()
+        self.quiet = False  # flagged by the ISR check for no fetch in a while; cleared by the next fetch
         self.closed = False
         self._watchers = watchers  # the replica manager's: key → sessions holding it
 
@@ -103,10 +104,17 @@ class FetchSession:
 
 
 class FetchSessionCache:
-    def __init__(self, watchers: dict[Key, set[FetchSession]], *, slots: int = 1000) -> None:
-        assert slots >= 0
+    def __init__(
+        self,
+        watchers: dict[Key, set[FetchSession]],
+        *,
+        slots: int = 1000,
+        on_close: Callable[[FetchSession], None] = lambda session: None,
+    ) -> None:
+        assert slots >= 1
         self.slots = slots  # max.incremental.fetch.session.cache.slots
         self.watchers = watchers
+        self.on_close = on_close  # the ISR check looks at its partitions again
         self.sessions: dict[int, FetchSession] = {}  # in least recently used order
         self._ids = itertools.count(1)
 
@@ -134,13 +142,13 @@ class FetchSessionCache:
             self._close(next(iter(self.sessions.values())))  # the least recently used
         session_id = next(self._ids) % SESSION_ID_MAX or next(self._ids)
         session = FetchSession(session_id, replica_id, self.watchers)
-        if self.slots > 0:
-            self.sessions[session_id] = session
+        self.sessions[session_id] = session
         return session
 
     def _close(self, session: FetchSession) -> None:
         self.sessions.pop(session.id, None)
         session.close()
+        self.on_close(session)
 
     def close_all(self) -> None:
         for session in list(self.sessions.values()):

@@ -88,10 +88,24 @@ class IsrManager:
         return keep + joining
 
     async def check_once(self) -> None:
+        """Look at the partitions in the replica manager's ISR watch (not every partition: a
+        settled one is left alone until something could unsettle it)."""
         now = time.monotonic()
         changes = []
-        for key, partition in list(self.replicas.partitions.items()):
-            if partition.role is not ReplicaRole.LEADER or key in self._pending:
+        watch = self.replicas.isr_watch
+        # A session quiet for half the lag time: its followers may be gone, look at theirs again
+        # (they leave the ISR once quiet for the whole lag time, judged by the session's last fetch).
+        quiet_s = self.lag_s / 2
+        self.replicas.watch_quiet_sessions(quiet_s)
+        for key in list(watch):
+            partition = self.replicas.partitions.get(key)
+            if partition is None or partition.role is not ReplicaRole.LEADER:
+                watch.discard(key)
+                continue
+            if key in self._pending:
+                continue
+            if self.replicas.settled(partition, now, quiet_s):
+                watch.discard(key)
                 continue
             pending = partition.pending_isr
             if pending is not None and pending[0] == partition.state.partition_epoch:

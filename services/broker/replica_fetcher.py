@@ -55,6 +55,9 @@ class FollowerSession:
     session_id: int = 0  # 0: none yet, the next fetch is a full one and opens it
     epoch: int = 0
     sent: dict[tuple[str, int], tuple[int, int]] = dataclasses.field(default_factory=dict)  # (offset, epoch)
+    # Partitions whose position may differ from `sent` (followed, appended to, truncated, dropped):
+    # the only ones an incremental request looks at, so an idle round costs nothing per partition.
+    changed: set[tuple[str, int]] = dataclasses.field(default_factory=set)
 
 
 class ReplicaFetcherManager:
@@ -79,6 +82,8 @@ class ReplicaFetcherManager:
         self.backoff_s = backoff_ms / 1000
         self.endpoints: dict[int, str] = {}
         self.followed: dict[tuple[str, int], FollowedPartition] = {}
+        self._by_leader: dict[int, dict[tuple[str, int], FollowedPartition]] = {}  # the same, by leader
+        self._untruncated: dict[int, set[tuple[str, int]]] = {}  # by leader: KIP-279 truncation to do
         self._fetchers: dict[int, asyncio.Task[None]] = {}
         self._sessions: dict[int, FollowerSession] = {}  # by leader
         self._channels = channels or ChannelPool()
@@ -89,11 +94,26 @@ class ReplicaFetcherManager:
         current = self.followed.get(key)
         if current is not None and (current.leader, current.leader_epoch) == (followed.leader, followed.leader_epoch):
             return
+        if current is not None:
+            self.unfollow(key)
         self.followed[key] = followed
+        self._by_leader.setdefault(followed.leader, {})[key] = followed
+        self._untruncated.setdefault(followed.leader, set()).add(key)
+        self._changed(followed.leader, key)
         self._ensure_fetcher(followed.leader)
 
     def unfollow(self, key: tuple[str, int]) -> None:
-        self.followed.pop(key, None)
+        followed = self.followed.pop(key, None)
+        if followed is None:
+            return
+        self._by_leader.get(followed.leader, {}).pop(key, None)
+        self._untruncated.get(followed.leader, set()).discard(key)
+        self._changed(followed.leader, key)
+
+    def _changed(self, leader: int, key: tuple[str, int]) -> None:
+        session = self._sessions.get(leader)
+        if session is not None:
+            session.changed.add(key)
 
     def _ensure_fetcher(self, leader: int) -> None:
         task = self._fetchers.get(leader)
@@ -108,16 +128,21 @@ class ReplicaFetcherManager:
 
     async def _run(self, leader: int) -> None:
         while True:
-            partitions = [followed for followed in self.followed.values() if followed.leader == leader]
+            partitions = self._by_leader.get(leader)
             if not partitions:
                 self._fetchers.pop(leader, None)
+                self._by_leader.pop(leader, None)
+                self._untruncated.pop(leader, None)
+                self._sessions.pop(leader, None)
                 return
             stub = self._stub(leader)
             try:
                 if stub is None:
                     raise ConnectionError(f"no endpoint known for leader {leader}")
-                await self._truncate(stub, [followed for followed in partitions if not followed.truncated])
-                await self._fetch(stub, leader, [followed for followed in partitions if followed.truncated])
+                untruncated = self._untruncated.get(leader, set())
+                if untruncated:
+                    await self._truncate(stub, leader, [partitions[key] for key in untruncated if key in partitions])
+                await self._fetch(stub, leader, partitions)
             except (grpc.aio.AioRpcError, ConnectionError, TidelogError) as error:
                 log.info("replica_fetch_failed", leader=leader, error=str(error)[:200])
                 self._sessions.pop(leader, None)  # the leader may have lost it: start a new one
@@ -127,7 +152,9 @@ class ReplicaFetcherManager:
                 self._sessions.pop(leader, None)
                 await asyncio.sleep(self.backoff_s)
 
-    async def _truncate(self, stub: broker_pb2_grpc.BrokerStub, partitions: list[FollowedPartition]) -> None:
+    async def _truncate(
+        self, stub: broker_pb2_grpc.BrokerStub, leader: int, partitions: list[FollowedPartition]
+    ) -> None:
         if not partitions:
             return
         request = broker_pb2.OffsetsForLeaderEpochRequest(replica_id=self.broker_id)
@@ -154,6 +181,9 @@ class ReplicaFetcherManager:
                 continue
             await self.run_io(self._truncate_one, asked, answer.leader_epoch, answer.end_offset)
             asked.truncated = True
+            key = (answer.topic, answer.partition)
+            self._untruncated.get(leader, set()).discard(key)
+            self._changed(leader, key)
 
     @staticmethod
     def _truncate_one(followed: FollowedPartition, leader_epoch: int, leader_end_offset: int) -> None:
@@ -175,13 +205,17 @@ class ReplicaFetcherManager:
             )
             partition_log.truncate_to(target)
 
-    async def _fetch(self, stub: broker_pb2_grpc.BrokerStub, leader: int, partitions: list[FollowedPartition]) -> None:
-        if not partitions:
-            self._sessions.pop(leader, None)
-            await asyncio.sleep(self.backoff_s)
-            return
+    async def _fetch(
+        self, stub: broker_pb2_grpc.BrokerStub, leader: int, partitions: dict[tuple[str, int], FollowedPartition]
+    ) -> None:
         session = self._sessions.setdefault(leader, FollowerSession())
         full = session.session_id == 0
+        # A full fetch lists every partition ready to fetch; an incremental one looks only at those
+        # whose position may have changed, and lists those whose position did.
+        looked_at = list(partitions) if full else list(session.changed)
+        session.changed.clear()
+        changes: dict[tuple[str, int], tuple[int, int]] = {}
+        forgotten: list[tuple[str, int]] = []
         request = broker_pb2.FetchRequest(
             replica_id=self.broker_id,
             replica_incarnation=self.incarnation,
@@ -192,11 +226,14 @@ class ReplicaFetcherManager:
             session_id=session.session_id,
             session_epoch=session.epoch,
         )
-        by_key = {(followed.topic, followed.partition): followed for followed in partitions}
-        changes: dict[tuple[str, int], tuple[int, int]] = {}
-        for key, followed in by_key.items():
+        for key in looked_at:
+            followed = partitions.get(key)
+            if followed is None or not followed.truncated:  # not ours now, or not ready: out of the session
+                if key in session.sent and not full:
+                    forgotten.append(key)
+                continue
             position = (followed.log.log_end_offset, followed.leader_epoch)
-            if full or session.sent.get(key) != position:  # idle: nothing listed at all
+            if full or session.sent.get(key) != position:
                 changes[key] = position
                 request.partitions.add(
                     topic=followed.topic,
@@ -205,10 +242,16 @@ class ReplicaFetcherManager:
                     partition_max_bytes=self.fetch_max_bytes,
                     current_leader_epoch=followed.leader_epoch,
                 )
-        forgotten = [] if full else [key for key in session.sent if key not in by_key]
+        if not changes and not forgotten and not full and not session.sent:
+            await asyncio.sleep(self.backoff_s)  # nothing ready to fetch yet (all truncating)
+            return
         for topic, partition in forgotten:
             request.forgotten.add(topic=topic, partition=partition)
-        response = await stub.Fetch(request, timeout=self.wait_max_ms / 1000 + 30)
+        try:
+            response = await stub.Fetch(request, timeout=self.wait_max_ms / 1000 + 30)
+        except BaseException:
+            session.changed.update(looked_at)  # not taken: look at them again
+            raise
         if response.error_code:  # the session is unknown or out of step there: open a new one
             log.info("fetch_session_reset", leader=leader, error=ErrorCode(response.error_code).name)
             self._sessions.pop(leader, None)
@@ -224,10 +267,11 @@ class ReplicaFetcherManager:
             session.sent.pop(key, None)
         for result in response.partitions:  # only the partitions with news
             key = (result.topic, result.partition)
-            fetched = by_key.get(key)
+            fetched = partitions.get(key)
             if fetched is None or self.followed.get(key) is not fetched:
                 continue  # leadership changed while the fetch was in flight
             await self._apply(fetched, result)
+            session.changed.add(key)  # its log end may have moved
 
     async def _apply(self, followed: FollowedPartition, result: Any) -> None:
         if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -239,6 +283,7 @@ class ReplicaFetcherManager:
                 leader_log_start=result.log_start_offset,
             )
             await self.run_io(followed.log.truncate_fully_and_start_at, max(result.log_start_offset, 0))
+            self._changed(followed.leader, (followed.topic, followed.partition))
             return
         if result.error_code:
             raise TidelogError(f"{followed.topic}-{followed.partition}: {ErrorCode(result.error_code).name}")

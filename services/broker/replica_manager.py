@@ -248,7 +248,15 @@ class ReplicaManager:
         self.controller_epoch = -1
         # Incremental fetch sessions (KIP-227): partition key → the sessions holding it.
         self.fetch_watchers: dict[tuple[str, int], set[FetchSession]] = {}
-        self.fetch_sessions = FetchSessionCache(self.fetch_watchers, slots=fetch_session_slots)
+        self.fetch_sessions = FetchSessionCache(
+            self.fetch_watchers, slots=fetch_session_slots, on_close=self._session_closed
+        )
+        # The partitions the ISR check looks at (IsrManager): those we lead whose ISR could change.
+        # A partition leaves it once settled (every replica in the ISR, each at our log end through
+        # a live session) and comes back on whatever could unsettle it: an append, a state change,
+        # a follower's new life, its session going quiet or closing. Idle, the check costs nothing
+        # per partition.
+        self.isr_watch: set[tuple[str, int]] = set()
         self.session_lost = False  # our etcd session was lost (see `fence`)
         self._registered_again = False
         self.lag_time_max_s = lag_time_max_ms / 1000  # replica.lag.time.max.ms
@@ -298,6 +306,36 @@ class ReplicaManager:
     async def leader_and_isr(self, request: broker_pb2.LeaderAndIsrRequest) -> list[broker_pb2.PartitionError]:
         async with self._state_change:
             return await self._leader_and_isr(request)
+
+    def _session_closed(self, session: FetchSession) -> None:
+        self.isr_watch.update(session.partitions)
+
+    def watch_quiet_sessions(self, quiet_s: float) -> None:
+        """Put back in the ISR watch the partitions of sessions with no fetch for `quiet_s`."""
+        horizon = time.monotonic() - quiet_s
+        for session in self.fetch_sessions.sessions.values():
+            if session.last_fetch_s < horizon and not session.quiet:
+                session.quiet = True
+                self.isr_watch.update(session.partitions)
+
+    def settled(self, hosted: Partition, now: float, quiet_s: float) -> bool:
+        """Nothing about `hosted`'s ISR can change until something puts it back in the watch."""
+        if hosted.pending_isr is not None or len(hosted.state.isr) != len(hosted.state.replicas):
+            return False
+        end = hosted.log.log_end_offset
+        key = (hosted.topic, hosted.partition)
+        for member in hosted.state.isr:
+            if member == self.broker_id:
+                continue
+            session = hosted.follower_sessions.get(member)
+            if (
+                session is None
+                or not session.holds(key)
+                or session.last_fetch_s < now - quiet_s
+                or hosted.follower_end.get(member, -1) < end
+            ):
+                return False
+        return True
 
     # ---- fencing on a lost session ------------------------------------------------------------
 
@@ -442,6 +480,8 @@ class ReplicaManager:
                 self.fetchers.unfollow(key)
         existing.wake_produce_waiters()  # each checks whether it still leads in its own epoch
         existing.notify_appended()
+        if existing.role is ReplicaRole.LEADER:
+            self.isr_watch.add(key)
 
     def _open_log(self, topic: str, partition: int, topic_id: str, configs: dict[str, str]) -> PartitionLog:
         directory = self.data_dir / f"{topic}-{partition}"
@@ -468,6 +508,7 @@ class ReplicaManager:
         hosted.move_to(state, self.broker_id)
         hosted.advance_high_watermark(self.broker_id)
         hosted.wake_produce_waiters()
+        self.isr_watch.add((state.topic, state.partition))
 
     async def stop_replicas(self, request: broker_pb2.StopReplicaRequest) -> None:
         async with self._state_change:
@@ -519,6 +560,7 @@ class ReplicaManager:
         if not hosted.advance_high_watermark(self.broker_id):  # a moved HW already woke the waiters
             hosted.notify_appended()
         appended = time.perf_counter()
+        self.isr_watch.add((topic, partition))  # its followers are behind until they fetch it
         LOCAL_TIME_MS.labels("Produce").observe((appended - started) * 1000)
         if acks == -1:
             await self._wait_replicated(hosted, leader_epoch, info.last_offset + 1, timeout_s)
@@ -620,6 +662,8 @@ class ReplicaManager:
                 continue
             if replica_id not in hosted.state.replicas:
                 continue
+            if hosted.follower_incarnation.get(replica_id) != incarnation:
+                self.isr_watch.add(key)  # a new life: judged afresh
             hosted.note_follower_fetch(replica_id, incarnation, fetch.fetch_offset, now, session)
             hosted.advance_high_watermark(self.broker_id)
         return errors
