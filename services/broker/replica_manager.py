@@ -257,6 +257,7 @@ class ReplicaManager:
         # a follower's new life, its session going quiet or closing. Idle, the check costs nothing
         # per partition.
         self.isr_watch: set[tuple[str, int]] = set()
+        self._unflushed: set[tuple[str, int]] = set()  # appended to since last seen flushed (flush_due)
         self.session_lost = False  # our etcd session was lost (see `fence`)
         self._registered_again = False
         self.lag_time_max_s = lag_time_max_ms / 1000  # replica.lag.time.max.ms
@@ -271,6 +272,7 @@ class ReplicaManager:
         self._state_change = asyncio.Lock()
 
     def _follower_appended(self, key: tuple[str, int]) -> None:
+        self._unflushed.add(key)
         partition = self.partitions.get(key)
         if partition is not None:
             partition.notify_appended()
@@ -561,6 +563,7 @@ class ReplicaManager:
             hosted.notify_appended()
         appended = time.perf_counter()
         self.isr_watch.add((topic, partition))  # its followers are behind until they fetch it
+        self._unflushed.add((topic, partition))
         LOCAL_TIME_MS.labels("Produce").observe((appended - started) * 1000)
         if acks == -1:
             await self._wait_replicated(hosted, leader_epoch, info.last_offset + 1, timeout_s)
@@ -708,8 +711,15 @@ class ReplicaManager:
     # ---- housekeeping ----------------------------------------------------------------------
 
     def flush_due(self) -> None:
-        for partition in list(self.partitions.values()):
-            partition.log.maybe_flush()
+        """Flush the logs flush.ms says are due, among those appended to since they were last
+        flushed (not every log: an idle broker does nothing per partition here)."""
+        for key in list(self._unflushed):  # list(): one C call, while the event loop adds keys
+            partition = self.partitions.get(key)
+            if partition is not None:
+                partition.log.maybe_flush()
+                if partition.log.has_unflushed:
+                    continue
+            self._unflushed.discard(key)
 
     def apply_retention(self) -> int:
         return sum(partition.log.apply_retention() for partition in list(self.partitions.values()))

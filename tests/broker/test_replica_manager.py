@@ -309,3 +309,21 @@ async def test_a_leader_cut_off_whose_follower_went_quiet_leads_no_more(tmp_path
         assert manager.leader_partition(TOPIC, 0) is manager.partitions[(TOPIC, 0)]
     finally:
         await manager.close()
+
+
+async def test_the_flush_scheduler_looks_only_at_logs_appended_to(tmp_path: Path) -> None:
+    manager = ReplicaManager(ME, tmp_path, io_threads=2, log_defaults={"flush.ms": "300"})
+    try:
+        await _apply(manager, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME])
+        assert not manager._unflushed, "nothing appended: nothing to look at"
+        await manager.append(TOPIC, 0, encode_batch([b"a"]), acks=1)
+        partition_log = manager.partitions[(TOPIC, 0)].log
+        assert partition_log.has_unflushed and manager._unflushed == {(TOPIC, 0)}
+
+        async def flushed() -> bool:
+            manager.flush_due()  # due once flush.ms (300 ms) has passed since the last flush
+            return not partition_log.has_unflushed and not manager._unflushed
+
+        await wait_until(flushed, timeout_s=10, what="the due flush")
+    finally:
+        await manager.close()

@@ -646,6 +646,11 @@ class PartitionLog:
     def _flush_due(self) -> bool:
         return self.clock() - self._last_flush_ms >= self.config.flush_ms
 
+    @property
+    def has_unflushed(self) -> bool:
+        """Records appended and not yet fsync'd (read without the lock: a hint for the scheduler)."""
+        return self._unflushed_records > 0
+
     def maybe_flush(self) -> bool:
         """Flush when `flush.ms` has passed with unflushed data; the broker calls this on a timer."""
         with self._lock:
