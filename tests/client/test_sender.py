@@ -25,6 +25,20 @@ class FakeClock:
         return self.now
 
 
+def _options(*, idempotent: bool, max_in_flight: int) -> SenderOptions:
+    return SenderOptions(
+        acks=-1,
+        idempotent=idempotent,
+        compression=CompressionType.NONE,
+        max_request_size=1 << 20,
+        retries=10,
+        retry_backoff_s=0.1,
+        delivery_timeout_s=DELIVERY_TIMEOUT_S,
+        request_timeout_s=5,
+        max_in_flight=max_in_flight,
+    )
+
+
 class OneLeader:
     """Metadata naming one leader for every partition."""
 
@@ -37,17 +51,7 @@ async def test_while_its_leader_is_busy_only_a_batch_never_sent_expires() -> Non
     accumulator = RecordAccumulator(batch_size=1000, linger_s=0, buffer_memory=10_000, clock=clock)
     sequences = ProducerSequences()
     sequences.set_id(7, 0)
-    options = SenderOptions(
-        acks=-1,
-        idempotent=True,
-        compression=CompressionType.NONE,
-        max_request_size=1 << 20,
-        retries=10,
-        retry_backoff_s=0.1,
-        delivery_timeout_s=DELIVERY_TIMEOUT_S,
-        request_timeout_s=5,
-        max_in_flight=1,
-    )
+    options = _options(idempotent=True, max_in_flight=1)
     sender = Sender(
         options,
         accumulator,
@@ -102,17 +106,7 @@ async def test_several_requests_to_one_broker_but_never_two_with_one_partition()
     clock = FakeClock()
     accumulator = RecordAccumulator(batch_size=1000, linger_s=0, buffer_memory=100_000, clock=clock)
     broker = HeldBroker()
-    options = SenderOptions(
-        acks=-1,
-        idempotent=False,
-        compression=CompressionType.NONE,
-        max_request_size=1 << 20,
-        retries=10,
-        retry_backoff_s=0.1,
-        delivery_timeout_s=DELIVERY_TIMEOUT_S,
-        request_timeout_s=5,
-        max_in_flight=5,
-    )
+    options = _options(idempotent=False, max_in_flight=5)
     sender = Sender(
         options,
         accumulator,
