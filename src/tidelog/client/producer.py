@@ -30,7 +30,7 @@ from tidelog.client.client_logging import get_logger
 from tidelog.client.cluster_metadata import ClusterMetadata
 from tidelog.client.connections import Connections, client_id_metadata
 from tidelog.client.murmur2 import partition_for_key
-from tidelog.client.producer_batch import ProducerBatch
+from tidelog.client.producer_batch import BatchState, ProducerBatch
 from tidelog.client.producer_sequences import ProducerSequences
 from tidelog.client.record_accumulator import RecordAccumulator
 from tidelog.client.sender import Sender, SenderOptions
@@ -287,18 +287,24 @@ class Producer:
             raise RuntimeError("producer is closed")
         if partition is not None and partition < 0:
             raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {partition}")
-        count = await self._partition_count(topic, partition)
+        # The common case takes no await of its own: the topic known, room in buffer.memory.
+        known = self.metadata.partitions.get(topic) if topic in self._topics else None
+        if known is not None and (partition is None or partition < len(known)):
+            count = len(known)
+        else:
+            count = await self._partition_count(topic, partition)
         if partition is None:
             partition = partition_for_key(key, count) if key is not None else self._sticky_partition(topic, count)
         size = self.record_size(value, key, headers)
-        await self.accumulator.reserve(size, self.max_block_s, self._wake_sender)
+        if not self.accumulator.try_reserve(size):
+            await self.accumulator.reserve(size, self.max_block_s, self._wake_sender)
         batch, index, created = self.accumulator.append(
             topic, partition, value, key=key, headers=headers, timestamp=timestamp, size=size
         )
-        if created or not self.accumulator.is_open(topic, partition):
+        if created or batch.state is not BatchState.OPEN:
             self._wake_sender()  # a new batch's linger deadline, or a full batch, is news to the sender
-        if not self.accumulator.is_open(topic, partition) and self._sticky.get(topic) == partition:
-            self._sticky.pop(topic)  # the batch closed: the next keyless record picks a new partition
+            if batch.state is not BatchState.OPEN and self._sticky.get(topic) == partition:
+                self._sticky.pop(topic)  # the batch closed: the next keyless record picks a new partition
         return RecordDelivery(batch, index)
 
     def _sticky_partition(self, topic: str, count: int) -> int:

@@ -154,6 +154,13 @@ class RecordAccumulator:
 
     # ---- buffer.memory ---------------------------------------------------------------------
 
+    def try_reserve(self, size: int) -> bool:
+        """Hold `size` bytes of buffer.memory if there is room now (send()'s path without an await)."""
+        if self.buffered + size > self.buffer_memory and self.buffered:
+            return False
+        self.buffered += size
+        return True
+
     async def reserve(self, size: int, max_block_s: float, drain: Callable[[], None]) -> None:
         """Hold `size` bytes of buffer.memory, waiting up to max.block.ms while it is full.
 
