@@ -196,10 +196,10 @@ async def records(
     limit = min(max_bytes or ctx.limits.consumer_request_max_bytes, ctx.limits.consumer_request_max_bytes)
     async with consumer.lock:
         got = await consumer.records(consumer.request_timeout_ms if timeout is None else timeout, limit)
-        rendered = consumer.render(got)
+        body = consumer.render_json(got)
         consumer.touch()
-    RECORDS_CONSUMED.inc(len(rendered))
-    return json_response(rendered, media_type=consumer.format.content_type)
+    RECORDS_CONSUMED.inc(len(got))
+    return Response(body, media_type=consumer.format.content_type)
 
 
 @router.get(
