@@ -11,8 +11,9 @@ partitions with RF 3, then:
 - metadata: the slowest of 20 Metadata requests for every topic;
 - produce/consume spread over every partition: send_batch of 100-byte records (one batch per
   partition), then poll_batches until everything is read;
-- controller failover: kill -9 of the active controller → every partition answered by its leader
-  again (a produce to each partition acknowledged);
+- controller failover: kill -9 of the active controller → another one active, and → every
+  partition answered by its leader again (a produce to each partition acknowledged; the same with
+  no fault is printed as its reference: the data path never needed the controller);
 - broker restart: kill -9 + start of one broker → it is back in every ISR.
 Reference printed in the same run: the idle CPU of a broker holding no partition (the same cluster
 before the topic exists), so per-partition cost is the difference. Targets at 10,000 partitions:
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import tempfile
@@ -111,6 +113,16 @@ async def consume_everything(cluster: LocalCluster, partitions: int, expected: i
         return consumed / (time.perf_counter() - started)
 
 
+async def another_controller(admin: AdminClient, old: int, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):  # the dead one asked first: ask again
+            if (await admin.describe_cluster()).controller_id not in (old, -1):
+                return
+        await asyncio.sleep(0.02)
+    raise TimeoutError("no other controller became active")
+
+
 async def every_partition_answers(cluster: LocalCluster, partitions: int, timeout_s: float = 600) -> None:
     async with Producer(cluster.bootstrap, acks=1, request_timeout_ms=5000) as producer:
         deliveries = [await producer.send(TOPIC, b"x", partition=p) for p in range(partitions)]
@@ -149,10 +161,15 @@ async def measure(folder: Path, partitions: int, idle_seconds: float) -> dict[st
             figures["consume over all partitions (records/s)"] = await consume_everything(
                 cluster, partitions, partitions * per_partition
             )
+            asked = time.monotonic()
+            await every_partition_answers(cluster, partitions)  # the reference: what answering costs
+            figures["every partition answers, no fault (s)"] = time.monotonic() - asked
             cluster_state = await admin.describe_cluster()
             active = f"controller-{cluster_state.controller_id}"
             killed = time.monotonic()
             cluster.signal(active, signal.SIGKILL)
+            await another_controller(admin, cluster_state.controller_id)
+            figures["controller kill -9 → another one active (s)"] = time.monotonic() - killed
             await every_partition_answers(cluster, partitions)
             figures["controller kill -9 → every partition answers (s)"] = time.monotonic() - killed
             cluster.start_process(active)
