@@ -1,7 +1,10 @@
 """Synchronous facades over the asyncio clients, for scripts and code without an event loop.
 
-Each facade owns one background thread running an event loop; every call is submitted to it and
-waited for with a timeout. The async clients stay the one implementation.
+Every facade of a process shares one background thread running one event loop (gRPC's asyncio
+layer serves one loop per process: facades on loops of their own raced at close, a closed loop
+still handed gRPC completions); every call is submitted to it and waited for with a timeout. The
+thread starts with the first facade and stops when the last one closes. The async clients stay
+the one implementation.
 """
 
 from __future__ import annotations
@@ -30,19 +33,41 @@ class _LoopThread:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="tidelog-client-loop", daemon=True)
         self.thread.start()
+        self.users = 0  # facades open on it
 
     def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float = CALL_TIMEOUT_S) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout_s)
 
     def stop(self) -> None:
+        """A facade closed: the last one stops the loop (after letting gRPC's last callbacks run)."""
+        with _shared_lock:
+            self.users -= 1
+            if self.users > 0:
+                return
+            _shared.pop("loop", None)
+        self.run(asyncio.sleep(0.05))  # completions of the just-closed channels are handled, not orphaned
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
         self.loop.close()
 
 
+_shared: dict[str, _LoopThread] = {}  # "loop" → the process's client loop, while a facade is open
+_shared_lock = threading.Lock()
+
+
+def _loop_thread() -> _LoopThread:
+    """The process's client loop, started if none runs; each caller must `stop()` it once."""
+    with _shared_lock:
+        shared = _shared.get("loop")
+        if shared is None:
+            shared = _shared["loop"] = _LoopThread()
+        shared.users += 1
+        return shared
+
+
 class SyncAdminClient:
     def __init__(self, bootstrap: Sequence[str], **options: Any) -> None:
-        self._loop = _LoopThread()
+        self._loop = _loop_thread()
         self._admin = self._loop.run(_make(AdminClient, bootstrap, **options))
 
     def create_topic(
@@ -70,7 +95,7 @@ class SyncAdminClient:
 
 class SyncProducer:
     def __init__(self, bootstrap: Sequence[str], **options: Any) -> None:
-        self._loop = _LoopThread()
+        self._loop = _loop_thread()
         self._producer = self._loop.run(_make(Producer, bootstrap, **options))
 
     def send(
@@ -106,7 +131,7 @@ class SyncProducer:
 
 class SyncConsumer:
     def __init__(self, bootstrap: Sequence[str], **options: Any) -> None:
-        self._loop = _LoopThread()
+        self._loop = _loop_thread()
         self._consumer = self._loop.run(_make(Consumer, bootstrap, **options))
 
     def assign(self, partitions: Sequence[TopicPartition]) -> None:
