@@ -282,13 +282,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             read_started = time.perf_counter()
             reads = await self.replicas.run_io(self._read_all, wanted, max_bytes, follower, request=kind)
             read_s += time.perf_counter() - read_started  # request time, without the long-poll wait
-            reads += [
-                PartitionRead(topic, partition, b"", -1, -1, -1, code) for (topic, partition), code in refused.items()
-            ]
-            total = sum(len(read.data) for read in reads)
-            errors = any(read.error_code for read in reads)
+            reads += _refused_reads(refused)
             remaining = deadline - time.monotonic()
-            if total >= max(request.min_bytes, 1) or errors or remaining <= 0:
+            if _fetch_done(reads, request.min_bytes, remaining):
                 return reads, read_s
             await self.replicas.wait_for_append(events, remaining)
 
@@ -315,13 +311,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             answer |= session.take_dirty()  # before the read: no lost wake-up
             wanted = [session.partitions[key] for key in answer if key in session.partitions and key not in refused]
             reads = await self.replicas.run_io(self._read_all, wanted, max_bytes, True, request=kind) if wanted else []
-            reads += [
-                PartitionRead(topic, partition, b"", -1, -1, -1, code) for (topic, partition), code in refused.items()
-            ]
-            total = sum(len(read.data) for read in reads)
-            errors = any(read.error_code for read in reads)
+            reads += _refused_reads(refused)
             remaining = deadline - time.monotonic()
-            if total >= max(request.min_bytes, 1) or errors or remaining <= 0 or session.closed:
+            if _fetch_done(reads, request.min_bytes, remaining) or session.closed:
                 for read in reads:  # left out for the response's size: still news for the next fetch
                     key = (read.topic, read.partition)
                     held = session.partitions.get(key)
@@ -522,3 +514,17 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             return broker_pb2.UpdateMetadataResponse(error_code=int(ErrorCode.STALE_CONTROLLER_EPOCH))
         self.metadata.update(request)
         return broker_pb2.UpdateMetadataResponse()
+
+
+def _refused_reads(refused: dict[tuple[str, int], int]) -> list[PartitionRead]:
+    """A fetch's partitions refused before reading (fenced epochs), as error results."""
+    return [PartitionRead(topic, partition, b"", -1, -1, -1, code) for (topic, partition), code in refused.items()]
+
+
+def _fetch_done(reads: list[PartitionRead], min_bytes: int, remaining_s: float) -> bool:
+    """Answer now: fetch.min.bytes reached, an error to report, or the long poll's time is up."""
+    return (
+        sum(len(read.data) for read in reads) >= max(min_bytes, 1)
+        or any(read.error_code for read in reads)
+        or remaining_s <= 0
+    )

@@ -17,6 +17,7 @@ Needs root, iproute2, nftables and tc; skips with the reason elsewhere.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import random
 import time
@@ -85,109 +86,98 @@ async def _whole_again(admin: AdminClient, producer: ContinuousProducer) -> None
     await producer.wait_acks(100)
 
 
-async def test_leader_cut_off_from_controllers_and_etcd(tmp_path: Path) -> None:
-    async with networked_cluster(tmp_path / "cluster") as (net, cluster, _):
+@dataclasses.dataclass(frozen=True)
+class UnderLoad:
+    net: Network
+    cluster: LocalCluster
+    proxies: dict[int, DelayProxy]
+    admin: AdminClient
+    producer: ContinuousProducer
+
+
+@contextlib.asynccontextmanager
+async def under_load(tmp_path: Path, scenario: str, *, proxied: bool = False) -> AsyncIterator[UnderLoad]:
+    """A networked cluster with the producer and reader running; after the body: every fault
+    healed, the ISR whole and acknowledging again, then `verify` under the scenario's name."""
+    async with networked_cluster(tmp_path / "cluster", proxied=proxied) as (net, cluster, proxies):
         async with (
             AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin,
             writing(cluster, admin) as producer,
         ):
-            old = await leader(admin)
-            cut_at = time.monotonic()
-            net.cut([f"broker-{old}"], ["etcd", "controller-1", "controller-2"])  # producers still reach it
-            await wait_until(lambda: _leader_is_not(admin, old), timeout_s=30, what="a new leader")
-            await producer.time_failover(cut_at)
-            await producer.wait_acks(200)  # acknowledged by the new leader while the old one still runs
+            yield UnderLoad(net, cluster, proxies, admin, producer)
+            for proxy in proxies.values():
+                proxy.delay_ms = proxy.jitter_ms = 0
             net.heal()
             await _whole_again(admin, producer)
-        await verify(cluster, producer, "net: leader cut from controllers+etcd")
+        await verify(cluster, producer, scenario)
+
+
+async def test_leader_cut_off_from_controllers_and_etcd(tmp_path: Path) -> None:
+    async with under_load(tmp_path, "net: leader cut from controllers+etcd") as run:
+        old = await leader(run.admin)
+        cut_at = time.monotonic()
+        run.net.cut([f"broker-{old}"], ["etcd", "controller-1", "controller-2"])  # producers still reach it
+        await wait_until(lambda: _leader_is_not(run.admin, old), timeout_s=30, what="a new leader")
+        await run.producer.time_failover(cut_at)
+        await run.producer.wait_acks(200)  # acknowledged by the new leader while the old one still runs
 
 
 async def test_followers_cut_off_one_then_two(tmp_path: Path) -> None:
-    async with networked_cluster(tmp_path / "cluster") as (net, cluster, _):
-        async with (
-            AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin,
-            writing(cluster, admin) as producer,
-        ):
-            current = await leader(admin)
-            first, second = (f"broker-{b}" for b in cluster.broker_ids if b != current)
-            everyone = [*HOSTS, "client"]
-            net.cut([first], [host for host in everyone if host != first])
-            await wait_until(lambda: _isr_is(admin, 2), timeout_s=30, what="the cut follower out of the ISR")
-            await producer.wait_acks(200)  # two in sync: min.insync.replicas=2 still met
-            net.cut([second], [host for host in everyone if host not in (first, second)])
-            await wait_until(lambda: _isr_is(admin, 1), timeout_s=30, what="the second follower out of the ISR")
-            # The leader alone refuses acks=all, as min.insync.replicas says (the idempotent producer
-            # above retries that error until its delivery timeout; a producer that does not retry sees it).
-            async with Producer(cluster.bootstrap, acks="all", enable_idempotence=False, retries=0) as probe:
-                with pytest.raises(NotEnoughReplicasError):
-                    await (await probe.send(TOPIC, b"refused", partition=0))
-            healed_at = time.monotonic()
-            net.heal()
-            await producer.time_failover(healed_at)
-            await _whole_again(admin, producer)
-        await verify(cluster, producer, "net: one follower cut, then two")
+    async with under_load(tmp_path, "net: one follower cut, then two") as run:
+        current = await leader(run.admin)
+        first, second = (f"broker-{b}" for b in run.cluster.broker_ids if b != current)
+        everyone = [*HOSTS, "client"]
+        run.net.cut([first], [host for host in everyone if host != first])
+        await wait_until(lambda: _isr_is(run.admin, 2), timeout_s=30, what="the cut follower out of the ISR")
+        await run.producer.wait_acks(200)  # two in sync: min.insync.replicas=2 still met
+        run.net.cut([second], [host for host in everyone if host not in (first, second)])
+        await wait_until(lambda: _isr_is(run.admin, 1), timeout_s=30, what="the second follower out of the ISR")
+        # The leader alone refuses acks=all, as min.insync.replicas says (the idempotent producer
+        # above retries that error until its delivery timeout; a producer that does not retry sees it).
+        async with Producer(run.cluster.bootstrap, acks="all", enable_idempotence=False, retries=0) as probe:
+            with pytest.raises(NotEnoughReplicasError):
+                await (await probe.send(TOPIC, b"refused", partition=0))
+        healed_at = time.monotonic()
+        run.net.heal()
+        await run.producer.time_failover(healed_at)
 
 
 async def test_symmetric_split_leader_and_active_controller_in_the_minority(tmp_path: Path) -> None:
-    async with networked_cluster(tmp_path / "cluster") as (net, cluster, _):
-        async with (
-            AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin,
-            writing(cluster, admin) as producer,
-        ):
-            old = await leader(admin)
-            active = (await admin.describe_cluster()).controller_id
-            minority = [f"broker-{old}", f"controller-{active}"]
-            majority = [host for host in HOSTS if host not in minority]
-            split_at = time.monotonic()
-            net.cut(minority, majority)
+    async with under_load(tmp_path, "net: split 1|2, leader+controller minority") as run:
+        old = await leader(run.admin)
+        active = (await run.admin.describe_cluster()).controller_id
+        minority = [f"broker-{old}", f"controller-{active}"]
+        split_at = time.monotonic()
+        run.net.cut(minority, [host for host in HOSTS if host not in minority])
 
-            async def other_controller() -> bool:
-                try:
-                    return (await admin.describe_cluster()).controller_id not in (active, -1)
-                except Exception:  # the controller asked was the cut one
-                    return False
+        async def other_controller() -> bool:
+            try:
+                return (await run.admin.describe_cluster()).controller_id not in (active, -1)
+            except Exception:  # the controller asked was the cut one
+                return False
 
-            await wait_until(other_controller, timeout_s=30, what="the majority side's controller active")
-            await wait_until(lambda: _leader_is_not(admin, old), timeout_s=30, what="a leader on the majority side")
-            await producer.time_failover(split_at)
-            await producer.wait_acks(200)
-            net.heal()
-            await _whole_again(admin, producer)
-        await verify(cluster, producer, "net: split 1|2, leader+controller minority")
+        await wait_until(other_controller, timeout_s=30, what="the majority side's controller active")
+        await wait_until(lambda: _leader_is_not(run.admin, old), timeout_s=30, what="a leader on the majority side")
+        await run.producer.time_failover(split_at)
+        await run.producer.wait_acks(200)
 
 
 async def test_one_way_loss_from_the_leader_to_a_follower(tmp_path: Path) -> None:
-    async with networked_cluster(tmp_path / "cluster") as (net, cluster, _):
-        async with (
-            AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin,
-            writing(cluster, admin) as producer,
-        ):
-            current = await leader(admin)
-            follower = next(b for b in cluster.broker_ids if b != current)
-            net.drop(f"broker-{current}", f"broker-{follower}")  # its fetch responses never arrive
-            await wait_until(lambda: _isr_is(admin, 2), timeout_s=30, what="the starved follower out of the ISR")
-            await producer.wait_acks(200)
-            net.heal()
-            await _whole_again(admin, producer)
-        await verify(cluster, producer, "net: one-way loss leader->follower")
+    async with under_load(tmp_path, "net: one-way loss leader->follower") as run:
+        current = await leader(run.admin)
+        follower = next(b for b in run.cluster.broker_ids if b != current)
+        run.net.drop(f"broker-{current}", f"broker-{follower}")  # its fetch responses never arrive
+        await wait_until(lambda: _isr_is(run.admin, 2), timeout_s=30, what="the starved follower out of the ISR")
+        await run.producer.wait_acks(200)
 
 
 async def test_degraded_link_on_the_leader(tmp_path: Path) -> None:
-    async with networked_cluster(tmp_path / "cluster", proxied=True) as (net, cluster, proxies):
-        async with (
-            AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin,
-            writing(cluster, admin) as producer,
-        ):
-            current = await leader(admin)
-            proxies[current].delay_ms, proxies[current].jitter_ms = 20, 10
-            net.lose(f"broker-{current}", 5)
-            net.limit_rate(f"broker-{current}", 8000)
-            await producer.wait_acks(300)  # slower, but it goes on
-            proxies[current].delay_ms = proxies[current].jitter_ms = 0
-            net.heal()
-            await _whole_again(admin, producer)
-        scenario = "net: leader +20±10 ms, 5% loss, 8 Mbit/s"
-        await verify(cluster, producer, scenario)
+    async with under_load(tmp_path, "net: leader +20±10 ms, 5% loss, 8 Mbit/s", proxied=True) as run:
+        current = await leader(run.admin)
+        run.proxies[current].delay_ms, run.proxies[current].jitter_ms = 20, 10
+        run.net.lose(f"broker-{current}", 5)
+        run.net.limit_rate(f"broker-{current}", 8000)
+        await run.producer.wait_acks(300)  # slower, but it goes on
 
 
 SOAK_ROUNDS = 12
@@ -201,28 +191,23 @@ async def test_network_soak(tmp_path: Path, seed: int) -> None:
     one-way drop between two hosts, loss on a host), each held until the cluster reacted, then
     healed and the ISR whole again before the next."""
     chooser = random.Random(seed)
-    async with networked_cluster(tmp_path / "cluster") as (net, cluster, _):
-        async with (
-            AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin,
-            writing(cluster, admin) as producer,
-        ):
-            for _ in range(SOAK_ROUNDS):
-                fault = chooser.choice(["isolate", "split", "one-way", "loss"])
-                victim = chooser.choice(SERVICES)
-                if fault == "isolate":
-                    net.cut([victim], [host for host in [*HOSTS, "client"] if host != victim])
-                elif fault == "split":
-                    minority = [victim, chooser.choice([h for h in HOSTS if h != victim])]
-                    net.cut(minority, [host for host in HOSTS if host not in minority])
-                elif fault == "one-way":
-                    net.drop(victim, chooser.choice([h for h in HOSTS if h != victim]))
-                else:
-                    net.lose(victim, chooser.choice([5, 20, 50]))
-                fault_at = time.monotonic()
-                await wait_until(functools.partial(_elapsed, fault_at, 4.0), timeout_s=10, what="the fault held 4 s")
-                net.heal()
-                await _whole_again(admin, producer)
-        await verify(cluster, producer, f"net soak seed {seed} ({SOAK_ROUNDS} rounds)")
+    async with under_load(tmp_path, f"net soak seed {seed} ({SOAK_ROUNDS} rounds)") as run:
+        for _ in range(SOAK_ROUNDS):
+            fault = chooser.choice(["isolate", "split", "one-way", "loss"])
+            victim = chooser.choice(SERVICES)
+            if fault == "isolate":
+                run.net.cut([victim], [host for host in [*HOSTS, "client"] if host != victim])
+            elif fault == "split":
+                minority = [victim, chooser.choice([h for h in HOSTS if h != victim])]
+                run.net.cut(minority, [host for host in HOSTS if host not in minority])
+            elif fault == "one-way":
+                run.net.drop(victim, chooser.choice([h for h in HOSTS if h != victim]))
+            else:
+                run.net.lose(victim, chooser.choice([5, 20, 50]))
+            fault_at = time.monotonic()
+            await wait_until(functools.partial(_elapsed, fault_at, 4.0), timeout_s=10, what="the fault held 4 s")
+            run.net.heal()
+            await _whole_again(run.admin, run.producer)
 
 
 async def _elapsed(since: float, seconds: float) -> bool:
