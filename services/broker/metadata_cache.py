@@ -26,11 +26,25 @@ class MetadataCache:
         self.controller_epoch = request.controller_epoch
         self.controller_endpoint = request.controller_endpoint
         self.brokers = list(request.live_brokers)
-        topics: dict[str, list[common_pb2.PartitionState]] = {}
+        if not request.incremental:
+            self.topics, self.configs = {}, {}
+        for name in request.deleted_topics:
+            self.topics.pop(name, None)
+            self.configs.pop(name, None)
+        changed: dict[str, dict[int, common_pb2.PartitionState]] = {}
         for state in request.partitions:
-            topics.setdefault(state.topic, []).append(state)
-        self.topics = {name: sorted(states, key=lambda state: state.partition) for name, states in topics.items()}
-        self.configs = {name: json.loads(value) for name, value in request.topic_configs_json.items()}
+            changed.setdefault(state.topic, {})[state.partition] = state
+        for name, states in changed.items():
+            held = self.topics.get(name, [])
+            if all(partition < len(held) for partition in states):  # partitions are numbered 0..n-1
+                for partition, state in states.items():
+                    assert held[partition].partition == partition
+                    held[partition] = state  # in place: one changed partition costs one assignment
+                continue
+            merged = {state.partition: state for state in held}
+            merged.update(states)
+            self.topics[name] = [merged[partition] for partition in sorted(merged)]
+        self.configs.update({name: json.loads(value) for name, value in request.topic_configs_json.items()})
 
     @property
     def initialised(self) -> bool:
@@ -38,9 +52,9 @@ class MetadataCache:
         return self.controller_epoch >= 0
 
     def leader_of(self, topic: str, partition: int) -> int:
-        for state in self.topics.get(topic, ()):
-            if state.partition == partition:
-                return state.leader
+        states = self.topics.get(topic, ())
+        if 0 <= partition < len(states) and states[partition].partition == partition:
+            return states[partition].leader
         return -1
 
     def describe(self, topics: list[str]) -> broker_pb2.MetadataResponse:

@@ -392,11 +392,14 @@ class ReplicaManager:
         for endpoint in request.live_leaders:
             self.fetchers.endpoints[endpoint.broker_id] = f"{endpoint.host}:{endpoint.port}"
         opened = await self._open_new_logs(request)
+        topic_configs: dict[str, dict[str, str]] = {}
         for state in request.partitions:
             key = (state.topic, state.partition)
             wanted.add(key)
             try:
-                configs = json.loads(request.topic_configs_json.get(state.topic, "{}"))
+                configs = topic_configs.get(state.topic)
+                if configs is None:
+                    configs = topic_configs[state.topic] = json.loads(request.topic_configs_json.get(state.topic, "{}"))
                 await self._apply_state(state, configs, opened.pop(key, None))
             except TidelogError as error:
                 errors.append(
@@ -410,9 +413,17 @@ class ReplicaManager:
         for unused in opened.values():  # named twice in one request: opened once, used once
             await self.run_io(unused.close)
         if request.full:
-            for key in [key for key in self.partitions if key not in wanted]:
-                log.warning("replica_not_assigned_any_more", topic=key[0], partition=key[1])
-                await self._stop(key, delete=False)
+            unassigned = [key for key in self.partitions if key not in wanted]
+        else:  # a delta names them; only the very topic (a topic created again is another)
+            unassigned = [
+                (state.topic, state.partition)
+                for state in request.unassigned
+                if (hosted := self.partitions.get((state.topic, state.partition))) is not None
+                and hosted.topic_id == state.topic_id
+            ]
+        for key in unassigned:
+            log.warning("replica_not_assigned_any_more", topic=key[0], partition=key[1])
+            await self._stop(key, delete=False)
         return errors
 
     async def _open_new_logs(self, request: broker_pb2.LeaderAndIsrRequest) -> dict[tuple[str, int], PartitionLog]:
@@ -435,6 +446,8 @@ class ReplicaManager:
         key = (state.topic, state.partition)
         existing = self.partitions.get(key)
         if existing is not None and existing.topic_id == state.topic_id:
+            if state == existing.state and configs == existing.configs:
+                return  # told again what we hold (a new controller's first, whole push): nothing to do
             if state.partition_epoch < existing.state.partition_epoch:
                 raise RemoteError(
                     ErrorCode.FENCED_LEADER_EPOCH,

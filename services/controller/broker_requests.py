@@ -1,15 +1,14 @@
 """The controller's requests to brokers: LeaderAndIsr, UpdateMetadata, StopReplica.
 
-State is sent whole (every replica a broker holds; every partition in the cluster), so requests
-are idempotent and the newest always wins: a broker keeps whichever state has the higher
-controller epoch and partition epoch. A broker that cannot be reached is skipped; it gets the whole
-state again when it registers (the controller watches registrations).
+What a push carries (whole, or what changed since the broker's view) is `state_delta`'s; here the
+requests travel. Requests are idempotent and the newest wins: a broker keeps whichever state has
+the higher controller epoch and partition epoch. A broker that cannot be reached is skipped and
+gets the whole state at the next push.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterable, Mapping
 from typing import Final
 
@@ -19,7 +18,7 @@ import structlog
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode
 from tidelog.common.metadata import BrokerRegistration
-from tidelog.controller.cluster_state import ClusterState
+from tidelog.controller.state_delta import StatePush
 from tidelog.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 
 __all__ = ["BrokerRequests"]
@@ -36,45 +35,12 @@ class BrokerRequests:
     def _stub(self, endpoint: str) -> broker_pb2_grpc.BrokerStub:
         return broker_pb2_grpc.BrokerStub(self._channels.channel(endpoint))
 
-    async def send_state(
-        self, state: ClusterState, controller_id: int, epoch: int, controller_endpoint: str, broker_id: int
-    ) -> bool:
-        """Send whole state to one broker; False when it was not reached (to be sent again).
-
-        The requests are built before the first await: they hold the state as of the call.
-        """
-        broker = state.brokers.get(broker_id)
-        if broker is None:
-            return True  # gone: it gets everything when it registers again
-        configs = {name: json.dumps(topic.value.configs) for name, topic in state.topics.items()}
-        partitions = state.all_partition_protos()
-        update = broker_pb2.UpdateMetadataRequest(
-            controller_id=controller_id,
-            controller_epoch=epoch,
-            controller_endpoint=controller_endpoint,
-            live_brokers=state.broker_protos(),
-            partitions=partitions,
-            topic_configs_json=configs,
-        )
-        mine = [partition for partition in partitions if broker_id in partition.replicas]
-        leader_and_isr = broker_pb2.LeaderAndIsrRequest(
-            controller_id=controller_id,
-            controller_epoch=epoch,
-            partitions=mine,
-            topic_configs_json={partition.topic: configs[partition.topic] for partition in mine},
-            live_leaders=state.broker_protos(),
-            full=True,
-            broker_incarnation=broker.incarnation,
-        )
-        return await self._send_to(broker, leader_and_isr, update)
-
-    async def _send_to(
-        self,
-        broker: BrokerRegistration,
-        leader_and_isr: broker_pb2.LeaderAndIsrRequest,
-        update: broker_pb2.UpdateMetadataRequest,
-    ) -> bool:
+    async def send_push(self, broker: BrokerRegistration, push: StatePush) -> set[tuple[str, int]] | None:
+        """LeaderAndIsr then UpdateMetadata to one broker: the partitions it refused (to be sent
+        again), or None when it was not reached (what it holds is unknown: the next push is whole)."""
+        leader_and_isr, update = push.leader_and_isr, push.update_metadata
         stub = self._stub(broker.endpoint)
+        refused: set[tuple[str, int]] = set()
         try:
             # A broker new to thousands of replicas creates a log for each the first time (about a
             # millisecond apiece): the deadline grows with the request, or a big first push would be
@@ -85,6 +51,8 @@ class BrokerRequests:
                 log.warning(
                     "leader_and_isr_refused", broker=broker.broker_id, error=ErrorCode(response.error_code).name
                 )
+                return None
+            refused = {(error.topic, error.partition) for error in response.partitions}
             metadata_response = await stub.UpdateMetadata(update, timeout=self.timeout_s)
             if metadata_response.error_code:
                 log.warning(
@@ -92,10 +60,11 @@ class BrokerRequests:
                     broker=broker.broker_id,
                     error=ErrorCode(metadata_response.error_code).name,
                 )
-            return True
+                return None
+            return refused
         except grpc.aio.AioRpcError as error:
             log.info("broker_unreachable", broker=broker.broker_id, code=error.code().name)
-            return False
+            return None
 
     async def stop_replicas(
         self,

@@ -14,7 +14,7 @@ split by job, as Kafka's controller is:
 - `controller_role.py`: the role (candidate, loading, active, deposed, stopping) and its epoch;
 - `metadata_store.py`: the controller's copy of the metadata and the fenced etcd writes;
 - `partition_leadership.py`: elections and ISR changes (the partition state machine);
-- `propagation.py`: pushing the whole state to brokers (the channel manager's pushes);
+- `propagation.py` (with `state_delta.py`): pushing the state to brokers, whole or what changed;
 - `topic_admin.py`: creating and deleting topics, partitions and configs;
 - `reassignments.py` (with the phases in `reassignment.py`): moving replicas (KIP-455).
 """
@@ -151,6 +151,7 @@ class Controller:
         async with self._mutex:
             self.role.lead_under(await self.store.bump_epoch(election, self.config.controller_id, self.config.endpoint))
             revision = await self.store.load()
+            self.propagation.forget()  # a new term tells every broker the whole state first
             log.info(
                 "controller_elected",
                 controller=self.config.controller_id,
@@ -199,6 +200,7 @@ class Controller:
                 shutting_down = self.leadership.shutting_down
                 for event in response.events:
                     broker_id = int(event.kv.key.decode().rsplit("/", 1)[1])
+                    self.propagation.forget(broker_id)  # (re-)registered or gone: told the whole state next
                     if event.type == EVENT_PUT:
                         registration = BrokerRegistration.from_json(event.kv.value)
                         previous = self.state.brokers.get(broker_id)

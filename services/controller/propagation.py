@@ -1,11 +1,13 @@
 """Getting the controller's state to the brokers (the pushing half of Kafka's channel manager).
 
-Every push is the whole state (full LeaderAndIsr and UpdateMetadata), so pushes are idempotent
-and the newest wins. Pushes to one broker run one at a time, each with the state as it is when it
-starts: a broker never receives an older whole state after a newer one (a full LeaderAndIsr stops
-replicas it does not list, so an old one arriving late would stop a new partition). Each broker has
-its own queue, so a stalled broker delays only its own updates; a broker a push did not reach is
-pushed again every RESYNC_INTERVAL_S.
+A push brings a broker up to the state as it is when the push starts: whole the first time in a
+controller term (and after the broker registered again, or a push did not reach it), afterwards
+only what changed since the push it acknowledged last (`state_delta`). Pushes to one broker run
+one at a time, so a broker never receives an older state after a newer one (a full LeaderAndIsr
+stops replicas it does not list, so an old one arriving late would stop a new partition), and each
+delta is computed against what the broker really acknowledged. Each broker has its own queue, so a
+stalled broker delays only its own updates; a broker a push did not reach is pushed again (whole)
+every RESYNC_INTERVAL_S.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, Final
 from tidelog.controller.broker_requests import BrokerRequests
 from tidelog.controller.controller_role import ControllerRole
 from tidelog.controller.metadata_store import MetadataStore
+from tidelog.controller.state_delta import BrokerView, build_push
 from tidelog.v1 import common_pb2
 
 __all__ = ["Propagation"]
@@ -43,7 +46,16 @@ class Propagation:
         self._push_locks: dict[int, asyncio.Lock] = {}
         self._queued_push: dict[int, asyncio.Future[None]] = {}
         self._background: set[asyncio.Task[Any]] = set()
-        self._unsynced: set[int] = set()  # live brokers the last whole-state push did not reach
+        self._unsynced: set[int] = set()  # live brokers the last push did not reach
+        self._views: dict[int, BrokerView] = {}  # what each broker acknowledged in this term
+
+    def forget(self, broker_id: int | None = None) -> None:
+        """The next push to `broker_id` (to every broker when None) is whole: a new controller term,
+        or the broker registered (again) and may hold anything."""
+        if broker_id is None:
+            self._views.clear()
+        else:
+            self._views.pop(broker_id, None)
 
     async def propagate(self, brokers: Iterable[int]) -> None:
         """Push full LeaderAndIsr and UpdateMetadata to `brokers` (idempotent, newest wins)."""
@@ -90,9 +102,7 @@ class Propagation:
             async with self._push_locks.setdefault(broker_id, asyncio.Lock()):
                 if self._queued_push.get(broker_id) is done:
                     del self._queued_push[broker_id]  # later changes need a push of their own
-                reached = await self.broker_requests.send_state(
-                    self.store.state, self.controller_id, self.role.epoch, self.endpoint, broker_id
-                )
+                reached = await self._push_now(broker_id)
                 if reached:
                     self._unsynced.discard(broker_id)
                 else:
@@ -101,6 +111,34 @@ class Propagation:
             if self._queued_push.get(broker_id) is done:
                 del self._queued_push[broker_id]
             done.set_result(None)
+
+    async def _push_now(self, broker_id: int) -> bool:
+        """One push (under the broker's lock); False when the broker was not reached."""
+        state = self.store.state
+        broker = state.brokers.get(broker_id)
+        term = self.role.epoch
+        if broker is None:
+            self._views.pop(broker_id, None)
+            return True  # gone: it gets everything when it registers again
+        push = build_push(
+            state,
+            broker_id=broker_id,
+            controller_id=self.controller_id,
+            controller_epoch=self.role.epoch,
+            controller_endpoint=self.endpoint,
+            view=self._views.pop(broker_id, None),  # until acknowledged, what it holds is unknown
+        )
+        if push.empty:
+            self._views[broker_id] = push.view
+            return True
+        refused = await self.broker_requests.send_push(broker, push)
+        if refused is None:
+            return False
+        for key in refused:  # sent again with the next push
+            push.view.versions.pop(key, None)
+        if self.store.state.brokers.get(broker_id) is broker and self.role.epoch == term:
+            self._views[broker_id] = push.view  # (not when it registered again meanwhile: `forget`)
+        return True
 
     async def resync(self) -> None:
         """Push whole state again, every second, to live brokers a push did not reach."""

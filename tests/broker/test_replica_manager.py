@@ -327,3 +327,28 @@ async def test_the_flush_scheduler_looks_only_at_logs_appended_to(tmp_path: Path
         await wait_until(flushed, timeout_s=10, what="the due flush")
     finally:
         await manager.close()
+
+
+async def test_a_delta_stops_only_the_replicas_it_names_of_the_same_topic_id(replicas: ReplicaManager) -> None:
+    await _apply(replicas, leader=ME, leader_epoch=0, partition_epoch=0, isr=[ME, OTHER])
+    hosted = replicas.partitions[(TOPIC, 0)]
+    elsewhere = common_pb2.PartitionState(topic=TOPIC, partition=0, topic_id="id-older")
+    request = broker_pb2.LeaderAndIsrRequest(
+        controller_id=1, controller_epoch=1, broker_incarnation=replicas.incarnation, unassigned=[elsewhere]
+    )
+    assert not await replicas.leader_and_isr(request)
+    assert replicas.partitions[(TOPIC, 0)] is hosted  # another topic of that name: not ours to stop
+    request.unassigned[0].topic_id = "id-1"
+    assert not await replicas.leader_and_isr(request)
+    assert (TOPIC, 0) not in replicas.partitions
+    assert (replicas.data_dir / f"{TOPIC}-0").exists()  # stopped, its log kept (as a full push does)
+
+
+async def test_a_state_told_again_changes_nothing(replicas: ReplicaManager) -> None:
+    await _apply(replicas, leader=ME, leader_epoch=0, partition_epoch=0, isr=[ME, OTHER])
+    hosted = replicas.partitions[(TOPIC, 0)]
+    hosted.follower_end[OTHER] = 0  # what the leader learnt of its follower survives a repeat
+    replicas.isr_watch.clear()
+    await _apply(replicas, leader=ME, leader_epoch=0, partition_epoch=0, isr=[ME, OTHER], full=True)
+    assert replicas.partitions[(TOPIC, 0)] is hosted and hosted.follower_end == {OTHER: 0}
+    assert not replicas.isr_watch  # not even looked at again

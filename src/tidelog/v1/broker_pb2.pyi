@@ -224,7 +224,7 @@ class InitProducerIdResponse(_message.Message):
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...
 
 class LeaderAndIsrRequest(_message.Message):
-    __slots__ = ("controller_id", "controller_epoch", "partitions", "topic_configs_json", "live_leaders", "full", "broker_incarnation")
+    __slots__ = ("controller_id", "controller_epoch", "partitions", "topic_configs_json", "live_leaders", "full", "broker_incarnation", "unassigned")
     class TopicConfigsJsonEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -239,6 +239,7 @@ class LeaderAndIsrRequest(_message.Message):
     LIVE_LEADERS_FIELD_NUMBER: _ClassVar[int]
     FULL_FIELD_NUMBER: _ClassVar[int]
     BROKER_INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    UNASSIGNED_FIELD_NUMBER: _ClassVar[int]
     controller_id: int
     controller_epoch: int
     partitions: _containers.RepeatedCompositeFieldContainer[_common_pb2.PartitionState]
@@ -246,7 +247,8 @@ class LeaderAndIsrRequest(_message.Message):
     live_leaders: _containers.RepeatedCompositeFieldContainer[_common_pb2.BrokerEndpoint]
     full: bool
     broker_incarnation: str
-    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[_common_pb2.PartitionState, _Mapping]]] = ..., topic_configs_json: _Optional[_Mapping[str, str]] = ..., live_leaders: _Optional[_Iterable[_Union[_common_pb2.BrokerEndpoint, _Mapping]]] = ..., full: _Optional[bool] = ..., broker_incarnation: _Optional[str] = ...) -> None: ...
+    unassigned: _containers.RepeatedCompositeFieldContainer[_common_pb2.PartitionState]
+    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[_common_pb2.PartitionState, _Mapping]]] = ..., topic_configs_json: _Optional[_Mapping[str, str]] = ..., live_leaders: _Optional[_Iterable[_Union[_common_pb2.BrokerEndpoint, _Mapping]]] = ..., full: _Optional[bool] = ..., broker_incarnation: _Optional[str] = ..., unassigned: _Optional[_Iterable[_Union[_common_pb2.PartitionState, _Mapping]]] = ...) -> None: ...
 
 class PartitionError(_message.Message):
     __slots__ = ("topic", "partition", "error_code", "error_message")
@@ -291,7 +293,7 @@ class StopReplicaResponse(_message.Message):
     def __init__(self, error_code: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionError, _Mapping]]] = ...) -> None: ...
 
 class UpdateMetadataRequest(_message.Message):
-    __slots__ = ("controller_id", "controller_epoch", "controller_endpoint", "live_brokers", "partitions", "topic_configs_json")
+    __slots__ = ("controller_id", "controller_epoch", "controller_endpoint", "live_brokers", "partitions", "topic_configs_json", "incremental", "deleted_topics")
     class TopicConfigsJsonEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -305,13 +307,17 @@ class UpdateMetadataRequest(_message.Message):
     LIVE_BROKERS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     TOPIC_CONFIGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    INCREMENTAL_FIELD_NUMBER: _ClassVar[int]
+    DELETED_TOPICS_FIELD_NUMBER: _ClassVar[int]
     controller_id: int
     controller_epoch: int
     controller_endpoint: str
     live_brokers: _containers.RepeatedCompositeFieldContainer[_common_pb2.BrokerEndpoint]
     partitions: _containers.RepeatedCompositeFieldContainer[_common_pb2.PartitionState]
     topic_configs_json: _containers.ScalarMap[str, str]
-    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., controller_endpoint: _Optional[str] = ..., live_brokers: _Optional[_Iterable[_Union[_common_pb2.BrokerEndpoint, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[_common_pb2.PartitionState, _Mapping]]] = ..., topic_configs_json: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    incremental: bool
+    deleted_topics: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., controller_endpoint: _Optional[str] = ..., live_brokers: _Optional[_Iterable[_Union[_common_pb2.BrokerEndpoint, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[_common_pb2.PartitionState, _Mapping]]] = ..., topic_configs_json: _Optional[_Mapping[str, str]] = ..., incremental: _Optional[bool] = ..., deleted_topics: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class UpdateMetadataResponse(_message.Message):
     __slots__ = ("error_code",)
