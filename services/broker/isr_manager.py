@@ -161,6 +161,8 @@ class IsrManager:
                     partition=partition.partition,
                     error=ErrorCode(response.error_code).name,
                     message=response.error_message,
+                    ours=(request.leader_epoch, request.partition_epoch),
+                    controllers=(response.state.leader, response.state.leader_epoch, response.state.partition_epoch),
                 )
                 return
             if response.HasField("state"):

@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import os
 import shutil
 import time
 import uuid
@@ -59,6 +60,7 @@ BYTES_IN: Final = metrics_catalog.counter("kafka_server_brokertopicmetrics_bytes
 RECORDS_IN: Final = metrics_catalog.counter("kafka_server_brokertopicmetrics_messagesin_total")
 BYTES_OUT: Final = metrics_catalog.counter("kafka_server_brokertopicmetrics_bytesout_total")
 NEW_LOGS_IN_PARALLEL_MIN: Final = 8  # fewer new replicas in a LeaderAndIsr are opened one by one
+NEW_LOGS_PER_TASK: Final = 64  # new logs opened by one I/O task
 LOCAL_TIME_MS: Final = metrics_catalog.histogram("kafka_network_requestmetrics_localtimems", buckets=REQUEST_MS_BUCKETS)
 REMOTE_TIME_MS: Final = metrics_catalog.histogram(
     "kafka_network_requestmetrics_remotetimems", buckets=REQUEST_MS_BUCKETS
@@ -260,6 +262,7 @@ class ReplicaManager:
         self._unflushed: set[tuple[str, int]] = set()  # appended to since last seen flushed (flush_due)
         self.session_lost = False  # our etcd session was lost (see `fence`)
         self._registered_again = False
+        self.io_threads = io_threads
         self.lag_time_max_s = lag_time_max_ms / 1000  # replica.lag.time.max.ms
         self.io = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="storage-io")
         self.cleaner = LogCleaner(lambda: [partition.log for partition in list(self.partitions.values())])
@@ -428,17 +431,29 @@ class ReplicaManager:
 
     async def _open_new_logs(self, request: broker_pb2.LeaderAndIsrRequest) -> dict[tuple[str, int], PartitionLog]:
         """The logs of replicas new to this broker, opened side by side on the I/O pool (a topic of
-        thousands of partitions is mostly file creation, which the threads overlap)."""
+        thousands of partitions is mostly file creation, which the threads overlap), a chunk per
+        task so the event loop handles a few hundred completions rather than thousands."""
         new = [state for state in request.partitions if (state.topic, state.partition) not in self.partitions]
         if len(new) < NEW_LOGS_IN_PARALLEL_MIN:
             return {}
+        configs: dict[str, LogConfig] = {}
+        for state in new:
+            if state.topic not in configs:
+                topic_configs = json.loads(request.topic_configs_json.get(state.topic, "{}"))
+                configs[state.topic] = LogConfig.from_configs({**self.log_defaults, **topic_configs})
 
-        async def open_one(state: common_pb2.PartitionState) -> tuple[tuple[str, int], PartitionLog]:
-            configs = json.loads(request.topic_configs_json.get(state.topic, "{}"))
-            opened = await self.run_io(self._open_log, state.topic, state.partition, state.topic_id, configs)
-            return (state.topic, state.partition), opened
+        def open_chunk(chunk: list[common_pb2.PartitionState]) -> list[tuple[tuple[str, int], PartitionLog]]:
+            return [
+                (
+                    (state.topic, state.partition),
+                    self._open_log_with(state.topic, state.partition, state.topic_id, configs[state.topic]),
+                )
+                for state in chunk
+            ]
 
-        return dict(await asyncio.gather(*(open_one(state) for state in new)))
+        step = max(1, min(NEW_LOGS_PER_TASK, len(new) // self.io_threads))
+        chunks = await asyncio.gather(*(self.run_io(open_chunk, new[i : i + step]) for i in range(0, len(new), step)))
+        return {key: opened for chunk in chunks for key, opened in chunk}
 
     async def _apply_state(
         self, state: common_pb2.PartitionState, configs: dict[str, str], opened: PartitionLog | None = None
@@ -499,14 +514,25 @@ class ReplicaManager:
             self.isr_watch.add(key)
 
     def _open_log(self, topic: str, partition: int, topic_id: str, configs: dict[str, str]) -> PartitionLog:
+        config = LogConfig.from_configs({**self.log_defaults, **configs})
+        return self._open_log_with(topic, partition, topic_id, config)
+
+    def _open_log_with(self, topic: str, partition: int, topic_id: str, config: LogConfig) -> PartitionLog:
         directory = self.data_dir / f"{topic}-{partition}"
         marker = directory / PARTITION_METADATA_FILE
-        if directory.exists() and (not marker.exists() or marker.read_text().strip() != f"topic_id: {topic_id}"):
+        try:  # new to this broker, the common case: no recovery to run, only files to create
+            partition_log = PartitionLog.create(directory, config)
+        except FileExistsError:
+            pass
+        else:
+            _write_marker(marker, topic_id)
+            return partition_log
+        if not marker.exists() or marker.read_text().strip() != f"topic_id: {topic_id}":
             log.warning("stale_log_replaced", topic=topic, partition=partition)
             shutil.rmtree(directory)
-        partition_log = PartitionLog.open(directory, LogConfig.from_configs({**self.log_defaults, **configs}))
+        partition_log = PartitionLog.open(directory, config)
         if not marker.exists():
-            marker.write_text(f"topic_id: {topic_id}\n")
+            _write_marker(marker, topic_id)
         return partition_log
 
     def apply_committed_state(self, state: common_pb2.PartitionState) -> None:
@@ -748,3 +774,13 @@ class ReplicaManager:
             partition = self.partitions.pop(key)
             await self.run_io(partition.log.close)
         self.io.shutdown(wait=True)
+
+
+def _write_marker(marker: Path, topic_id: str) -> None:
+    """partition.metadata: which topic (by id) the log belongs to, so one of a deleted topic is
+    never taken for a new topic's of the same name."""
+    descriptor = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(descriptor, f"topic_id: {topic_id}\n".encode())
+    finally:
+        os.close(descriptor)

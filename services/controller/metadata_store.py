@@ -9,10 +9,13 @@ role then moves to DEPOSED and the term ends (the next one reloads everything).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from typing import Any, Final
 
+import structlog
 from etcd3aio import Etcd3Client, prefix_range_end
+from etcd3aio._protobuf import Compare
 from etcd3aio.kv import KVService
 
 from tidelog.common import metrics_catalog
@@ -35,6 +38,8 @@ from tidelog.controller.cluster_state import ClusterState, Versioned
 from tidelog.controller.controller_role import ControllerRole, Role
 
 __all__ = ["ConflictError", "FencedError", "MetadataStore"]
+
+log = structlog.get_logger(__name__)
 
 STATES_PER_TXN: Final = 100  # etcd's default --max-txn-ops is 128
 LEADER_ELECTIONS: Final = metrics_catalog.counter("kafka_controller_controllerstats_leaderelections_total")
@@ -60,6 +65,23 @@ class MetadataStore:
     def kv(self) -> KVService:
         assert self.etcd.kv is not None
         return self.etcd.kv
+
+    async def _failed_compares(self, compares: list[Any]) -> list[str]:
+        """Which of a refused transaction's compares do not hold now (etcd does not say): for the
+        log, so a step-down names its cause (lost election key, or a record changed elsewhere)."""
+        failed = []
+        for compare in compares:
+            with contextlib.suppress(Exception):
+                found = (await self.kv.get(compare.key)).kvs
+                held = found[0] if found else None
+                field = {Compare.CREATE: "create_revision", Compare.MOD: "mod_revision", Compare.VERSION: "version"}
+                name = field.get(compare.target)
+                if name is None:
+                    continue
+                actual = int(getattr(held, name)) if held is not None else 0
+                if actual != int(getattr(compare, name)):
+                    failed.append(f"{compare.key.decode()}: {name} {actual}, expected {getattr(compare, name)}")
+        return failed
 
     async def bump_epoch(self, election: Election, controller_id: int, endpoint: str) -> int:
         """Claim the next controller epoch (fenced by the election) and proclaim it."""
@@ -120,6 +142,8 @@ class MetadataStore:
         if not response.succeeded:
             # Fenced out, or etcd holds something our copy does not: either way this term is over;
             # the next one (here or elsewhere) reloads everything from etcd.
+            failed = await self._failed_compares([self.election.fence(), *compares])
+            log.warning("metadata_write_refused", failed=failed)
             self.role.move(Role.DEPOSED, reason="a fenced metadata write did not apply")
             raise ConflictError("a fenced metadata write did not apply; the controller steps down")
         return int(response.header.revision)

@@ -137,6 +137,16 @@ class PartitionLog:
         partition_log._load()
         return partition_log
 
+    @classmethod
+    def create(cls, directory: Path, config: LogConfig, *, clock: Callable[[], int] = wall_clock_ms) -> PartitionLog:
+        """A new, empty log in a `directory` that does not exist yet: `open` without recovery,
+        which has nothing to read (a topic of thousands of partitions creates thousands of these:
+        each file-system call counts). Fails with FileExistsError if the directory exists."""
+        directory.mkdir(parents=True)
+        partition_log = cls(directory, config, clock)
+        partition_log._append_segment(partition_log._new_segment(0))
+        return partition_log
+
     def _new_segment(self, base_offset: int, file_suffix: str = "") -> LogSegment:
         return LogSegment(
             self.directory,

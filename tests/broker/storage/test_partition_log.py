@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tidelog.broker.storage import LogConfig, PartitionLog
 from tidelog.broker.storage.partition_log import (
     HIGH_WATERMARK_FILE,
     LOG_START_OFFSET_FILE,
@@ -356,3 +357,22 @@ def test_failed_disk_write_leaves_no_half_batch(open_log: OpenLog, monkeypatch: 
     assert partition_log.log_end_offset == 3
     assert partition_log.append_as_leader(batch_of(2, start=3), leader_epoch=0).first_offset == 3
     assert [offset for offset, _, _ in records_of(read_all(partition_log))] == [0, 1, 2, 3, 4]
+
+
+def test_a_created_log_is_an_opened_empty_one_and_survives_reopening(tmp_path: Path, clock: FakeClock) -> None:
+    config = LogConfig.from_configs({})
+    created = PartitionLog.create(tmp_path / "data" / "new-0", config, clock=clock)
+    opened = PartitionLog.open(tmp_path / "old-0", config, clock=clock)
+    for log_ in (created, opened):
+        assert (log_.log_start_offset, log_.log_end_offset, log_.high_watermark) == (0, 0, 0)
+        assert log_.leader_epochs.entries() == []
+    assert sorted(os.listdir(tmp_path / "data" / "new-0")) == sorted(os.listdir(tmp_path / "old-0"))
+    with pytest.raises(FileExistsError):
+        PartitionLog.create(tmp_path / "data" / "new-0", config, clock=clock)
+    created.assign_leader_epoch(3)
+    created.append_as_leader(batch_of(2), leader_epoch=3)
+    created.close()
+    opened.close()
+    reopened = PartitionLog.open(tmp_path / "data" / "new-0", config, clock=clock)
+    assert reopened.log_end_offset == 2 and reopened.leader_epochs.entries() == [(3, 0)]
+    reopened.close()
