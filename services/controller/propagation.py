@@ -134,8 +134,7 @@ class Propagation:
         refused = await self.broker_requests.send_push(broker, push)
         if refused is None:
             return False
-        for key in refused:  # sent again with the next push
-            push.view.versions.pop(key, None)
+        push.view.retry = refused  # sent again with the next push
         if self.store.state.brokers.get(broker_id) is broker and self.role.epoch == term:
             self._views[broker_id] = push.view  # (not when it registered again meanwhile: `forget`)
         return True

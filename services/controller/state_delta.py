@@ -3,8 +3,8 @@
 Kafka's controller sends a broker the partitions that changed, not the whole cluster: at 10,000
 partitions a whole state is a megabyte per broker per request, and an ISR change of one partition
 would resend all of it. So each push carries only the partitions whose state or topic record
-changed since the push the broker acknowledged last (`BrokerView`); a partition's version is the
-etcd mod revision of its state and of its topic record, which every committed change moves.
+changed since the push the broker acknowledged last (`BrokerView`), found in the cluster state's
+journal (every change of a partition state or a topic record, in order) at the cost of the changes.
 
 A broker with no view gets the whole state (full LeaderAndIsr, whole UpdateMetadata): the first
 push of a controller term, a broker that registered (again), and one a push did not reach (its
@@ -17,24 +17,26 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from tidelog.controller.cluster_state import ClusterState
+from tidelog.controller.cluster_state import ClusterState, Journal
 from tidelog.v1 import broker_pb2, common_pb2
 
 __all__ = ["BrokerView", "StatePush", "build_push"]
 
 PartitionKey = tuple[str, int]
-Version = tuple[int, int]  # (mod revision of the partition's state or -1 before it has one, of its topic record)
 
 
 @dataclasses.dataclass(slots=True)
 class BrokerView:
-    """What one life of a broker acknowledged: every partition's version, topic ids, its replicas."""
+    """What one life of a broker acknowledged: the state up to a journal position, topic ids, its
+    replicas (by topic), and partitions it refused (sent again)."""
 
     incarnation: str
-    versions: dict[PartitionKey, Version]
+    journal: Journal
+    seq: int
     topic_ids: dict[str, str]
-    mine: set[PartitionKey]
+    mine: dict[str, set[int]]
     live_brokers: tuple[tuple[int, str, int, str, str], ...]  # as it was told (always sent whole)
+    retry: set[PartitionKey] = dataclasses.field(default_factory=set)
 
 
 @dataclasses.dataclass(slots=True)
@@ -58,14 +60,8 @@ class StatePush:
         )
 
 
-def versions_of(state: ClusterState) -> dict[PartitionKey, Version]:
-    versions: dict[PartitionKey, Version] = {}
-    for name in sorted(state.topics):
-        topic = state.topics[name]
-        for partition in sorted(int(number) for number in topic.value.assignment):
-            held = state.partitions.get((name, partition))
-            versions[(name, partition)] = (held.mod_revision if held is not None else -1, topic.mod_revision)
-    return versions
+def _all_partitions(state: ClusterState) -> list[PartitionKey]:
+    return [(name, partition) for name in sorted(state.topics) for partition in state.topic_partitions(name)]
 
 
 def build_push(
@@ -76,39 +72,54 @@ def build_push(
     controller_epoch: int,
     controller_endpoint: str,
     view: BrokerView | None,
-    live_brokers: list[common_pb2.BrokerEndpoint] | None = None,
 ) -> StatePush:
-    """The requests for `broker_id` as of `state` now: whole without a `view` of the same life,
-    else only what changed since it."""
+    """The requests for `broker_id` as of `state` now: whole without a `view` of the same life
+    (and the same journal: one controller term), else only what changed since it. The view is
+    consumed: pass the one the broker acknowledged last, keep the returned one."""
     broker = state.brokers[broker_id]
-    versions = versions_of(state)
-    full = view is None or view.incarnation != broker.incarnation
+    full = view is None or view.incarnation != broker.incarnation or view.journal is not state.journal
+    unassigned: list[common_pb2.PartitionState] = []
     if full or view is None:
-        changed = list(versions)
+        changed = _all_partitions(state)
         deleted_topics: list[str] = []
-        kept_mine: set[PartitionKey] = set()
+        mine: dict[str, set[int]] = {}
     else:
-        changed = [key for key, version in versions.items() if view.versions.get(key) != version]
+        partitions, topics = state.journal.since(view.seq)
+        candidates = set(partitions) | view.retry
+        for name in topics:
+            if name in state.topics:
+                candidates.update((name, partition) for partition in range(state.topics[name].value.partition_count))
+        changed = sorted(key for key in candidates if state.partition_exists(key))
         deleted_topics = sorted(
             name
             for name, topic_id in view.topic_ids.items()
             if name not in state.topics or state.topics[name].value.topic_id != topic_id
         )
-        changed_set = set(changed)
-        kept_mine = {key for key in view.mine if key in versions and key not in changed_set}
+        mine = view.mine
+        for name in topics:  # a topic deleted (or created again) takes its partitions along
+            if name not in state.topics or state.topics[name].value.topic_id != view.topic_ids.get(name):
+                for partition in sorted(mine.pop(name, ())):
+                    unassigned.append(
+                        common_pb2.PartitionState(
+                            topic=name, partition=partition, topic_id=view.topic_ids.get(name, "")
+                        )
+                    )
     protos = [state.partition_proto(*key) for key in changed]
+    mine_protos = []
+    for proto in protos:
+        held = mine.setdefault(proto.topic, set())
+        if broker_id in proto.replicas:
+            mine_protos.append(proto)
+            held.add(proto.partition)
+        elif proto.partition in held:  # moved away from this broker
+            held.discard(proto.partition)
+            unassigned.append(
+                common_pb2.PartitionState(topic=proto.topic, partition=proto.partition, topic_id=proto.topic_id)
+            )
     configs = {
         name: json.dumps(state.topics[name].value.configs) for name in dict.fromkeys(proto.topic for proto in protos)
     }
-    mine_protos = [proto for proto in protos if broker_id in proto.replicas]
-    mine = kept_mine | {(proto.topic, proto.partition) for proto in mine_protos}
-    unassigned = []
-    if view is not None and not full:
-        for key in sorted(view.mine - mine):
-            unassigned.append(
-                common_pb2.PartitionState(topic=key[0], partition=key[1], topic_id=view.topic_ids.get(key[0], ""))
-            )
-    live = live_brokers if live_brokers is not None else state.broker_protos()
+    live = state.broker_protos()
     live_key = tuple((b.broker_id, b.host, b.port, b.rack, b.incarnation) for b in live)
     update = broker_pb2.UpdateMetadataRequest(
         controller_id=controller_id,
@@ -131,5 +142,6 @@ def build_push(
         unassigned=unassigned,
     )
     topic_ids = {name: topic.value.topic_id for name, topic in state.topics.items()}
-    view_after = BrokerView(broker.incarnation, versions, topic_ids, mine, live_key)
+    mine = {name: partitions for name, partitions in mine.items() if partitions}
+    view_after = BrokerView(broker.incarnation, state.journal, state.journal.seq, topic_ids, mine, live_key)
     return StatePush(leader_and_isr, update, view_after, view is None or view.live_brokers != live_key)

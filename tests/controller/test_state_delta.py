@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -175,10 +176,11 @@ def test_deltas_leave_a_broker_where_a_whole_push_would(steps: list[tuple[str, s
     final = cluster.push(view)
     told.apply(final)
     whole = Broker()
+    whole_view = cluster.push(None).view
     whole.apply(cluster.push(None))
     assert told.replicas == whole.replicas
     assert told.metadata.describe([]) == whole.metadata.describe([])
-    assert final.view.versions == cluster.push(None).view.versions
+    assert final.view.mine == cluster.push(None).view.mine and final.view.topic_ids == whole_view.topic_ids
 
 
 def test_an_incremental_update_keeps_the_rest_of_the_cache() -> None:
@@ -192,3 +194,26 @@ def test_an_incremental_update_keeps_the_rest_of_the_cache() -> None:
     assert [cache.leader_of("t", p) for p in range(3)] == [1, 2, 1]
     cache.update(broker_pb2.UpdateMetadataRequest(controller_epoch=1, incremental=True, deleted_topics=["t"]))
     assert cache.leader_of("t", 0) == -1 and "t" not in cache.configs
+
+
+def test_partitions_a_broker_refused_are_sent_again() -> None:
+    cluster = Cluster()
+    cluster.create("t", [[1, 2], [1, 3]])
+    view = cluster.push(None).view
+    view.retry = {("t", 1)}
+    again = cluster.push(view)
+    assert [(p.topic, p.partition) for p in again.leader_and_isr.partitions] == [("t", 1)]
+    assert cluster.push(again.view).empty
+
+
+def test_the_journal_names_what_changed_after_a_position_and_refuses_blind_changes() -> None:
+    state = ClusterState()
+    record = PartitionStateRecord(1, [1], 0, 0, 1)
+    state.partitions[("a", 0)] = Versioned(record, 1)
+    seen = state.journal.seq
+    state.partitions[("b", 0)] = Versioned(record, 2)
+    state.partitions[("a", 0)] = Versioned(record, 3)
+    assert sorted(state.journal.since(seen)[0]) == [("a", 0), ("b", 0)]
+    assert state.journal.since(state.journal.seq) == ([], [])
+    with pytest.raises(NotImplementedError):
+        state.partitions.update({("c", 0): Versioned(record, 4)})
