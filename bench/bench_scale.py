@@ -11,10 +11,12 @@ partitions with RF 3, then:
 - metadata: the slowest of 20 Metadata requests for every topic;
 - produce/consume spread over every partition: send_batch of 100-byte records (one batch per
   partition), then poll_batches until everything is read;
-- controller failover: kill -9 of the active controller → another one active, and → every
-  partition answered by its leader again (a produce to each partition acknowledged; the same with
-  no fault is printed as its reference: the data path never needed the controller);
-- broker restart: kill -9 + start of one broker → it is back in every ISR.
+- controller failover: kill -9 of the active controller → another one active (the standby sees
+  the dead process's port refuse connections and revokes its lease: controller_liveness.py), and
+  → every partition answered by its leader again (a produce to each partition acknowledged; the
+  same with no fault is printed as its reference: the data path never needed the controller);
+- broker restart: kill -9 + start of one broker → its new life left every ISR and is back in all
+  (each partition's state changed twice: out, then in).
 Reference printed in the same run: the idle CPU of a broker holding no partition (the same cluster
 before the topic exists), so per-partition cost is the difference. Targets at 10,000 partitions:
 creation ≤ 10 s, idle CPU ≤ 3% per broker, controller failover ≤ 2 s, metadata ≤ 100 ms.
@@ -75,11 +77,26 @@ async def all_led(admin: AdminClient, partitions: int, timeout_s: float = 600) -
     raise TimeoutError("not every partition got a leader")
 
 
-async def all_in_sync(admin: AdminClient, timeout_s: float = 600) -> None:
+async def partition_epochs(admin: AdminClient) -> list[int]:
+    described = (await admin.describe_topics([TOPIC]))[TOPIC]
+    assert not isinstance(described, Exception)
+    return [partition.partition_epoch for partition in described.partitions]
+
+
+async def all_in_sync(admin: AdminClient, timeout_s: float = 600, changed_since: list[int] | None = None) -> None:
+    """Every ISR whole; with `changed_since` (partition epochs), only once each partition's state
+    changed twice since (a restarted broker's new life leaves every ISR, then rejoins)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         described = (await admin.describe_topics([TOPIC]))[TOPIC]
-        if not isinstance(described, Exception) and all(len(p.isr) == 3 for p in described.partitions):
+        if (
+            not isinstance(described, Exception)
+            and all(len(p.isr) == 3 for p in described.partitions)
+            and (
+                changed_since is None
+                or all(p.partition_epoch >= changed_since[p.partition] + 2 for p in described.partitions)
+            )
+        ):
             return
         await asyncio.sleep(0.1)
     raise TimeoutError("the ISRs did not become whole")
@@ -173,10 +190,12 @@ async def measure(folder: Path, partitions: int, idle_seconds: float) -> dict[st
             await every_partition_answers(cluster, partitions)
             figures["controller kill -9 → every partition answers (s)"] = time.monotonic() - killed
             cluster.start_process(active)
+            await all_in_sync(admin)
+            before = await partition_epochs(admin)
             stopped = time.monotonic()
             cluster.restart("broker-3", signal.SIGKILL)  # (a crash: SIGTERM's controlled shutdown is bench_failover's)
             await cluster.wait_ready()  # its new life registered ...
-            await all_in_sync(admin)  # ... and in every ISR (it leaves them at once and rejoins once caught up)
+            await all_in_sync(admin, changed_since=before)  # ... left every ISR and rejoined them all
             figures["broker kill -9 + start → registered, in every ISR (s)"] = time.monotonic() - stopped
     finally:
         cluster.stop()

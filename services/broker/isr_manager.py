@@ -6,7 +6,8 @@ leads is examined: an ISR follower whose last caught-up fetch (reaching our log 
 watermark and the start of the current leader epoch, by a fetch within the lag time, joins. The
 change goes to the active controller as AlterPartition for the exact (leader epoch, partition
 epoch) we hold; the controller commits it to etcd and answers with the state in force, which we
-apply at once (a shrink may let the high watermark move). One request per partition at a time.
+apply at once (a shrink may let the high watermark move). One change per partition in flight; the
+changes of one check travel together (up to ISR_CHANGES_PER_REQUEST per request).
 
 While a change is in flight the high watermark waits for the union of the old and the new ISR
 (KIP-497's maximal ISR): the controller may commit it and elect a replica it added before the
@@ -39,6 +40,9 @@ log = structlog.get_logger(__name__)
 
 ISR_SHRINKS: Final = metrics_catalog.counter("kafka_server_replicamanager_isrshrinks_total")
 ISR_EXPANDS: Final = metrics_catalog.counter("kafka_server_replicamanager_isrexpands_total")
+ISR_CHANGES_PER_REQUEST: Final = 1000  # one AlterPartition carries at most this many (the controller takes 10,000)
+ALTER_TIMEOUT_S: Final = 5.0
+ALTER_PER_CHANGE_S: Final = 0.002  # the deadline grows with the batch: the controller commits 100 per transaction
 
 
 class IsrManager:
@@ -91,7 +95,7 @@ class IsrManager:
         """Look at the partitions in the replica manager's ISR watch (not every partition: a
         settled one is left alone until something could unsettle it)."""
         now = time.monotonic()
-        changes = []
+        changes: list[tuple[Partition, list[int]]] = []
         watch = self.replicas.isr_watch
         # A session quiet for half the lag time: its followers may be gone, look at theirs again
         # (they leave the ISR once quiet for the whole lag time, judged by the session's last fetch).
@@ -112,13 +116,14 @@ class IsrManager:
                 # Asked before and never answered: the controller may have committed it or not.
                 # Ask the same again until an answer settles it (Kafka's AlterPartitionManager);
                 # a fresh request in its place would leave the old one counting in the HW forever.
-                changes.append(self._alter(partition, list(pending[1])))
+                changes.append((partition, list(pending[1])))
                 continue
             wanted = self.wanted_isr(partition, now)
             if set(wanted) != set(partition.state.isr):
-                changes.append(self._alter(partition, wanted))
+                changes.append((partition, wanted))
         if changes:
-            await asyncio.gather(*changes)
+            step = ISR_CHANGES_PER_REQUEST
+            await asyncio.gather(*(self._alter(changes[i : i + step]) for i in range(0, len(changes), step)))
 
     def _stub(self) -> controller_pb2_grpc.ControllerStub | None:
         endpoint = self.metadata.controller_endpoint
@@ -126,17 +131,18 @@ class IsrManager:
             return None
         return controller_pb2_grpc.ControllerStub(self._channels.channel(endpoint))
 
-    async def _alter(self, partition: Partition, wanted: list[int]) -> None:
-        key = (partition.topic, partition.partition)
+    async def _alter(self, batch: list[tuple[Partition, list[int]]]) -> None:
+        """One AlterPartition for `batch`'s changes; each answer applied as it came."""
         stub = self._stub()
         if stub is None:
             return
-        self._pending.add(key)
-        # Before the request leaves: from now on the HW waits for the union of both ISRs.
-        partition.pending_isr = (partition.state.partition_epoch, tuple(wanted))
-        try:
-            request = controller_pb2.AlterPartitionRequest(
-                broker_id=self.replicas.broker_id,
+        keys = [(partition.topic, partition.partition) for partition, _ in batch]
+        self._pending.update(keys)
+        request = controller_pb2.AlterPartitionRequest(broker_id=self.replicas.broker_id)
+        for partition, wanted in batch:
+            # Before the request leaves: from now on the HW waits for the union of both ISRs.
+            partition.pending_isr = (partition.state.partition_epoch, tuple(wanted))
+            request.partitions.add(
                 topic=partition.topic,
                 partition=partition.partition,
                 leader_epoch=partition.state.leader_epoch,
@@ -148,38 +154,47 @@ class IsrManager:
                     if replica in partition.follower_incarnation
                 },
             )
-            response = await stub.AlterPartition(request, timeout=5)
-            if response.error_code and response.error_code != ErrorCode.INVALID_UPDATE_VERSION:
-                # Refused for the very partition epoch we hold: nothing of ours was committed since.
-                # (FENCED_LEADER_EPOCH is checked first and proves nothing: we are deposed, and
-                # the next LeaderAndIsr replaces the state and with it the pending change.)
-                if response.error_code != ErrorCode.FENCED_LEADER_EPOCH:
+        try:
+            response = await stub.AlterPartition(request, timeout=ALTER_TIMEOUT_S + len(batch) * ALTER_PER_CHANGE_S)
+            if response.error_code:  # refused whole (not the controller, ...): nothing was committed
+                for partition, _ in batch:
                     partition.pending_isr = None
-                log.info(
-                    "alter_partition_refused",
-                    topic=partition.topic,
-                    partition=partition.partition,
-                    error=ErrorCode(response.error_code).name,
-                    message=response.error_message,
-                    ours=(request.leader_epoch, request.partition_epoch),
-                    controllers=(response.state.leader, response.state.leader_epoch, response.state.partition_epoch),
-                )
+                log.info("alter_partition_refused", partitions=len(batch), error=ErrorCode(response.error_code).name)
                 return
-            if response.HasField("state"):
-                before = set(partition.state.isr)
-                self.replicas.apply_committed_state(response.state)
-                after = set(response.state.isr)
-                if after < before:
-                    ISR_SHRINKS.inc()
-                elif after > before:
-                    ISR_EXPANDS.inc()
-                log.info(
-                    "isr_updated", topic=partition.topic, partition=partition.partition, isr=list(response.state.isr)
-                )
+            for (partition, _), result in zip(batch, response.partitions, strict=True):
+                self._settle(partition, result)
         except grpc.aio.AioRpcError as error:
-            log.info("alter_partition_failed", code=error.code().name)
+            log.info("alter_partition_failed", partitions=len(batch), code=error.code().name)
         finally:
-            self._pending.discard(key)
+            self._pending.difference_update(keys)
+
+    def _settle(self, partition: Partition, result: controller_pb2.PartitionIsrResult) -> None:
+        """Apply the controller's answer to one change."""
+        if result.error_code and result.error_code != ErrorCode.INVALID_UPDATE_VERSION:
+            # Refused for the very partition epoch we hold: nothing of ours was committed since.
+            # (FENCED_LEADER_EPOCH is checked first and proves nothing: we are deposed, and the
+            # next LeaderAndIsr replaces the state and with it the pending change.)
+            if result.error_code != ErrorCode.FENCED_LEADER_EPOCH:
+                partition.pending_isr = None
+            log.info(
+                "alter_partition_refused",
+                topic=partition.topic,
+                partition=partition.partition,
+                error=ErrorCode(result.error_code).name,
+                message=result.error_message,
+                ours=(partition.state.leader_epoch, partition.state.partition_epoch),
+                controllers=(result.state.leader, result.state.leader_epoch, result.state.partition_epoch),
+            )
+            return
+        if result.HasField("state"):
+            before = set(partition.state.isr)
+            self.replicas.apply_committed_state(result.state)
+            after = set(result.state.isr)
+            if after < before:
+                ISR_SHRINKS.inc()
+            elif after > before:
+                ISR_EXPANDS.inc()
+            log.info("isr_updated", topic=partition.topic, partition=partition.partition, isr=list(result.state.isr))
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -219,8 +219,12 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
             )
         try:
             response = await self.controller.alter_partition(request)
-            ADMIN_REQUESTS.labels("AlterPartition", "error" if response.error_code else "ok").inc()
+            refused = any(result.error_code for result in response.partitions)
+            ADMIN_REQUESTS.labels("AlterPartition", "error" if refused else "ok").inc()
             return response
+        except InvalidRequestError as error:
+            ADMIN_REQUESTS.labels("AlterPartition", "error").inc()
+            return controller_pb2.AlterPartitionResponse(error_code=int(error.code), error_message=error.message)
         except NotControllerError as error:
             ADMIN_REQUESTS.labels("AlterPartition", "not_controller").inc()
             return controller_pb2.AlterPartitionResponse(

@@ -31,14 +31,21 @@ import structlog
 from etcd3aio import Etcd3Client, prefix_range_end
 
 from tidelog.common.channels import ChannelPool
-from tidelog.common.errors import InvalidRequestError, NotControllerError, TidelogError
+from tidelog.common.errors import ErrorCode, InvalidRequestError, NotControllerError, TidelogError
 from tidelog.common.etcd.active_controller import active_controller_endpoint
 from tidelog.common.etcd.election import Election, NotLeaderError
 from tidelog.common.etcd.session import ETCD_UNREACHABLE, Session, new_session
-from tidelog.common.metadata import BROKERS_PREFIX, CONTROLLER_ELECTION_PREFIX, BrokerRegistration, ControllerRecord
+from tidelog.common.metadata import (
+    BROKERS_PREFIX,
+    CONTROLLER_ELECTION_PREFIX,
+    BrokerRegistration,
+    ControllerRecord,
+    PartitionStateRecord,
+)
 from tidelog.controller.broker_requests import BrokerRequests
 from tidelog.controller.cluster_state import ClusterState
 from tidelog.controller.controller_config import ControllerConfig
+from tidelog.controller.controller_liveness import ControllerLiveness
 from tidelog.controller.controller_role import ControllerRole, Role
 from tidelog.controller.metadata_store import ConflictError, FencedError, MetadataStore
 from tidelog.controller.partition_leadership import PartitionLeadership, affected_by
@@ -53,6 +60,7 @@ log = structlog.get_logger(__name__)
 
 EVENT_PUT: Final = 0
 TOPICS_PER_REQUEST_MAX: Final = 1000
+ISR_CHANGES_PER_REQUEST_MAX: Final = 10_000  # a broker sends at most ISR_CHANGES_PER_REQUEST (isr_manager)
 CAMPAIGN_RETRY_S: Final = 0.5
 
 
@@ -71,6 +79,7 @@ class Controller:
         self.broker_requests = broker_requests or BrokerRequests(
             timeout_s=config.settings.controller_socket_timeout_ms / 1000, channels=channels
         )
+        self.liveness = ControllerLiveness(channels or ChannelPool())
         self.role = ControllerRole(config.controller_id)
         self.active = self.role.active  # set exactly while the role is ACTIVE
         self.store = MetadataStore(etcd, self.role)
@@ -110,7 +119,7 @@ class Controller:
             election = Election(session, CONTROLLER_ELECTION_PREFIX)
             try:
                 record = ControllerRecord(self.config.controller_id, -1, self.config.endpoint)
-                await self._until_stopping(election.campaign(record.to_json()))
+                await self._until_stopping(election.campaign(record.to_json(), predecessor_dead=self.liveness.dead))
                 if self.role.stopping.is_set():
                     break
                 self.role.move(Role.LOADING, reason="elected")
@@ -303,26 +312,45 @@ class Controller:
     async def alter_partition(
         self, request: controller_pb2.AlterPartitionRequest
     ) -> controller_pb2.AlterPartitionResponse:
-        """A leader changes its ISR (KIP-497): only for the exact state it knows, only as leader."""
+        """A leader changes ISRs (KIP-497): each only for the exact state it knows, only as leader.
+        The accepted changes are committed together (one etcd transaction per STATES_PER_TXN)."""
+        if len(request.partitions) > ISR_CHANGES_PER_REQUEST_MAX:
+            raise InvalidRequestError(f"at most {ISR_CHANGES_PER_REQUEST_MAX} ISR changes per request")
+        results: list[controller_pb2.PartitionIsrResult] = []
         async with self._mutex:
             self._require_active()
-            key = (request.topic, request.partition)
-            before = self.state.partitions[key].value if key in self.state.partitions else None
-            next_state, refused = self.leadership.isr_change(request)
-            if refused is not None:
-                return refused
-            assert next_state is not None and before is not None
-            await self.store.write_states({key: next_state})
-            log.info("isr_changed", topic=request.topic, partition=request.partition, isr=next_state.isr)
-            replicas = self.state.topics[request.topic].value.replicas(request.partition)
-            if replicas and replicas[0] in set(next_state.isr) - set(before.isr) and replicas[0] != before.leader:
-                self._preferred_returned.set()
-            await self.reassignments.advance([key])  # phase A may just have ended
-            committed = self.state.partition_proto(*key)
-        # The leader applies the answer itself; the others learn it in the background (a stalled
-        # follower must not hold up the answer past the leader's deadline).
-        self.propagation.propagate_soon(self.state.brokers)
-        return controller_pb2.AlterPartitionResponse(state=committed)
+            changes: dict[tuple[str, int], PartitionStateRecord] = {}
+            befores: dict[tuple[str, int], PartitionStateRecord] = {}
+            for change in request.partitions:
+                key = (change.topic, change.partition)
+                if key in changes:
+                    results.append(_isr_error(change, ErrorCode.INVALID_REQUEST, "the partition is named twice"))
+                    continue
+                next_state, refused = self.leadership.isr_change(request.broker_id, change)
+                if refused is not None:
+                    results.append(refused)
+                    continue
+                assert next_state is not None
+                befores[key] = self.state.partitions[key].value
+                changes[key] = next_state
+                results.append(controller_pb2.PartitionIsrResult(topic=change.topic, partition=change.partition))
+            if changes:
+                await self.store.write_states(changes)
+                log.info("isr_changed", broker=request.broker_id, partitions=len(changes))
+                for key, before in befores.items():
+                    replicas = self.state.topics[key[0]].value.replicas(key[1])
+                    joined = set(changes[key].isr) - set(before.isr)
+                    if replicas and replicas[0] in joined and replicas[0] != before.leader:
+                        self._preferred_returned.set()
+                await self.reassignments.advance(list(changes))  # phase A may just have ended
+                for result in results:
+                    if not result.error_code:
+                        result.state.CopyFrom(self.state.partition_proto(result.topic, result.partition))
+        if changes:
+            # The leader applies the answer itself; the others learn it in the background (a
+            # stalled follower must not hold up the answer past the leader's deadline).
+            self.propagation.propagate_soon(self.state.brokers)
+        return controller_pb2.AlterPartitionResponse(partitions=results)
 
     # ---- leader elections on request, and the automatic rebalance --------------------------
 
@@ -414,3 +442,11 @@ class Controller:
 
 def _error_result(name: str, error: TidelogError) -> controller_pb2.TopicResult:
     return controller_pb2.TopicResult(name=name, error_code=int(error.code), error_message=error.message)
+
+
+def _isr_error(
+    change: controller_pb2.PartitionIsrChange, code: ErrorCode, message: str
+) -> controller_pb2.PartitionIsrResult:
+    return controller_pb2.PartitionIsrResult(
+        topic=change.topic, partition=change.partition, error_code=int(code), error_message=message
+    )

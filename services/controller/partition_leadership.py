@@ -182,32 +182,32 @@ class PartitionLeadership:
         return changes, remaining
 
     def isr_change(
-        self, request: controller_pb2.AlterPartitionRequest
-    ) -> tuple[PartitionStateRecord | None, controller_pb2.AlterPartitionResponse | None]:
-        """A leader's AlterPartition: the next state, or the error answer (KIP-497, KIP-903)."""
+        self, broker_id: int, request: controller_pb2.PartitionIsrChange
+    ) -> tuple[PartitionStateRecord | None, controller_pb2.PartitionIsrResult | None]:
+        """One change of a leader's AlterPartition: the next state, or the error answer (KIP-497, KIP-903)."""
         state = self.store.state
         key = (request.topic, request.partition)
         held = state.partitions.get(key)
         if held is None or request.topic not in state.topics:
             return None, _alter_error(
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{request.topic}-{request.partition} is unknown"
+                request, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{request.topic}-{request.partition} is unknown"
             )
         record = held.value
         current = state.partition_proto(*key)
-        if request.broker_id != record.leader or request.leader_epoch != record.leader_epoch:
-            return None, _alter_error(ErrorCode.FENCED_LEADER_EPOCH, "not the leader of this epoch", current)
+        if broker_id != record.leader or request.leader_epoch != record.leader_epoch:
+            return None, _alter_error(request, ErrorCode.FENCED_LEADER_EPOCH, "not the leader of this epoch", current)
         if request.partition_epoch != record.partition_epoch:
-            return None, _alter_error(ErrorCode.INVALID_UPDATE_VERSION, "the partition state changed", current)
+            return None, _alter_error(request, ErrorCode.INVALID_UPDATE_VERSION, "the partition state changed", current)
         replicas = state.topics[request.topic].value.replicas(request.partition)
         new_isr = [broker for broker in replicas if broker in set(request.new_isr)]
         if record.leader not in new_isr or len(new_isr) != len(set(request.new_isr)):
             return None, _alter_error(
-                ErrorCode.INELIGIBLE_REPLICA, "the ISR must hold the leader and only replicas", current
+                request, ErrorCode.INELIGIBLE_REPLICA, "the ISR must hold the leader and only replicas", current
             )
         joining = set(new_isr) - set(record.isr)
         if any(broker not in state.brokers or broker in self.shutting_down for broker in joining):
             return None, _alter_error(
-                ErrorCode.INELIGIBLE_REPLICA, "only live brokers not shutting down join the ISR", current
+                request, ErrorCode.INELIGIBLE_REPLICA, "only live brokers not shutting down join the ISR", current
             )
         stale = sorted(
             broker
@@ -216,7 +216,7 @@ class PartitionLeadership:
         )
         if stale:  # the leader judged them on fetches of a life that is over (KIP-903)
             return None, _alter_error(
-                ErrorCode.INELIGIBLE_REPLICA, f"brokers {stale} joined on fetches of an earlier life", current
+                request, ErrorCode.INELIGIBLE_REPLICA, f"brokers {stale} joined on fetches of an earlier life", current
             )
         return record.changed(isr=new_isr, controller_epoch=self.role.epoch), None
 
@@ -231,6 +231,11 @@ def affected_by(removed: frozenset[int]) -> Callable[[PartitionStateRecord], boo
 
 
 def _alter_error(
-    code: ErrorCode, message: str, state: common_pb2.PartitionState | None = None
-) -> controller_pb2.AlterPartitionResponse:
-    return controller_pb2.AlterPartitionResponse(error_code=int(code), error_message=message, state=state)
+    request: controller_pb2.PartitionIsrChange,
+    code: ErrorCode,
+    message: str,
+    state: common_pb2.PartitionState | None = None,
+) -> controller_pb2.PartitionIsrResult:
+    return controller_pb2.PartitionIsrResult(
+        topic=request.topic, partition=request.partition, error_code=int(code), error_message=message, state=state
+    )

@@ -193,18 +193,20 @@ class _SlowController(controller_pb2_grpc.ControllerServicer):
         self.request = request
         self.received.set()
         await self.release.wait()
-        return controller_pb2.AlterPartitionResponse(
-            state=common_pb2.PartitionState(
-                topic=request.topic,
-                partition=request.partition,
+        response = controller_pb2.AlterPartitionResponse()
+        for change in request.partitions:
+            state = common_pb2.PartitionState(
+                topic=change.topic,
+                partition=change.partition,
                 leader=request.broker_id,
-                isr=list(request.new_isr),
+                isr=list(change.new_isr),
                 replicas=[ME, OTHER, THIRD],
-                leader_epoch=request.leader_epoch,
-                partition_epoch=request.partition_epoch + 1,
+                leader_epoch=change.leader_epoch,
+                partition_epoch=change.partition_epoch + 1,
                 topic_id="id-1",
             )
-        )
+            response.partitions.add(topic=change.topic, partition=change.partition, state=state)
+        return response
 
 
 async def test_the_high_watermark_waits_for_a_replica_joining_the_isr(replicas: ReplicaManager) -> None:
@@ -218,8 +220,10 @@ async def test_the_high_watermark_waits_for_a_replica_joining_the_isr(replicas: 
         assert partition.log.high_watermark == 5
         checking = asyncio.create_task(isr.check_once())
         await asyncio.wait_for(controller.received.wait(), 5)
-        assert controller.request is not None and set(controller.request.new_isr) == {ME, OTHER, THIRD}
-        assert dict(controller.request.new_isr_incarnations) == {OTHER: "life-2", THIRD: "life-3"}
+        assert controller.request is not None and len(controller.request.partitions) == 1
+        asked = controller.request.partitions[0]
+        assert set(asked.new_isr) == {ME, OTHER, THIRD}
+        assert dict(asked.new_isr_incarnations) == {OTHER: "life-2", THIRD: "life-3"}
 
         await replicas.append(TOPIC, 0, encode_batch([b"y"] * 5), acks=1)
         replicas.record_follower_fetch(OTHER, "life-2", [_fetch(10, 1)])
@@ -243,9 +247,15 @@ class _UnansweredThenRefusing(controller_pb2_grpc.ControllerServicer):
         self.requests.append(request)
         if len(self.requests) == 1:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the controller went away")
-        return controller_pb2.AlterPartitionResponse(
-            error_code=int(ErrorCode.INELIGIBLE_REPLICA), error_message="only live brokers join the ISR"
-        )
+        response = controller_pb2.AlterPartitionResponse()
+        for change in request.partitions:
+            response.partitions.add(
+                topic=change.topic,
+                partition=change.partition,
+                error_code=int(ErrorCode.INELIGIBLE_REPLICA),
+                error_message="only live brokers join the ISR",
+            )
+        return response
 
 
 async def test_an_unanswered_isr_change_is_asked_again_until_settled(replicas: ReplicaManager) -> None:
@@ -263,7 +273,7 @@ async def test_an_unanswered_isr_change_is_asked_again_until_settled(replicas: R
         assert partition.log.high_watermark == 5, "broker 3 may be in the ISR: the HW waits for it"
         partition.follower_fetched_s[THIRD] = -1e9  # broker 3 is gone: no longer wanted in the ISR
         await isr.check_once()  # the same change again, now refused: the HW needs only {1, 2}
-        assert [set(request.new_isr) for request in controller.requests] == [{ME, OTHER, THIRD}] * 2
+        assert [set(request.partitions[0].new_isr) for request in controller.requests] == [{ME, OTHER, THIRD}] * 2
         assert partition.pending_isr is None
         replicas.record_follower_fetch(OTHER, "life-2", [_fetch(10, 1)])
         assert partition.log.high_watermark == 10

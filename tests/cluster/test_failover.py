@@ -199,3 +199,21 @@ async def test_a_broker_stopping_right_after_the_controller_died_hands_over_to_i
             assert cluster.signal(f"broker-{victim}", signal.SIGTERM) == 0
         lines = (cluster.data_dir / "logs" / f"broker-{victim}.log").read_text().splitlines()
         assert any('"controlled_shutdown_done"' in line for line in lines), "the successor moved its leaderships"
+
+
+async def test_a_killed_controller_is_replaced_long_before_its_lease_would_expire(tmp_path: Path) -> None:
+    # A 60 s session: only the standby's death watch (the dead process's port refuses
+    # connections) can make another controller active within the deadline, by revoking the lease.
+    async with started_cluster(tmp_path / "cluster", session_timeout_ms=60_000) as cluster:
+        async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+            active, _ = await _active(admin)
+            standby = next(name for name in cluster.controller_ids if name != active)
+            cluster.signal(f"controller-{active}", signal.SIGKILL)
+
+            async def replaced() -> bool:
+                return (await admin.describe_cluster()).controller_id == standby
+
+            await wait_until(replaced, timeout_s=20, what="the standby to take over before the 60 s lease expires")
+            await admin.create_topic("after-failover", 3, 3)  # the new controller serves requests
+        log_text = (cluster.data_dir / "logs" / f"controller-{standby}.log").read_text()
+        assert '"election_predecessor_dead_lease_revoked"' in log_text

@@ -168,24 +168,27 @@ async def test_a_replica_joins_the_isr_only_on_fetches_of_its_registered_life(
         cluster.controller_endpoints[(await admin.describe_cluster()).controller_id - 1]
     )
     response = await controller.AlterPartition(  # a request for no state at all: answered with the current one
-        controller_pb2.AlterPartitionRequest(topic=topic_name, partition=0, partition_epoch=-1), timeout=5
+        controller_pb2.AlterPartitionRequest(
+            partitions=[controller_pb2.PartitionIsrChange(topic=topic_name, partition=0, partition_epoch=-1)]
+        ),
+        timeout=5,
     )
-    current = response.state
+    current = response.partitions[0].state
 
-    async def alter(isr: list[int], lives: dict[int, str]) -> controller_pb2.AlterPartitionResponse | None:
+    async def alter(isr: list[int], lives: dict[int, str]) -> controller_pb2.PartitionIsrResult | None:
         nonlocal current
-        answer = await controller.AlterPartition(
-            controller_pb2.AlterPartitionRequest(
-                broker_id=current.leader,
-                topic=topic_name,
-                partition=0,
-                leader_epoch=current.leader_epoch,
-                partition_epoch=current.partition_epoch,
-                new_isr=isr,
-                new_isr_incarnations=lives,
-            ),
-            timeout=5,
+        change = controller_pb2.PartitionIsrChange(
+            topic=topic_name,
+            partition=0,
+            leader_epoch=current.leader_epoch,
+            partition_epoch=current.partition_epoch,
+            new_isr=isr,
+            new_isr_incarnations=lives,
         )
+        response = await controller.AlterPartition(
+            controller_pb2.AlterPartitionRequest(broker_id=current.leader, partitions=[change]), timeout=5
+        )
+        answer = response.partitions[0]
         current = answer.state
         # The leader's own ISR check may change the state between our read and our request.
         return None if answer.error_code == ErrorCode.INVALID_UPDATE_VERSION else answer
@@ -237,3 +240,36 @@ async def test_fetch_sessions_keep_every_follower_up_to_date_when_a_response_can
         described = (await admin.describe_topics(["sessions"]))["sessions"]
         assert not isinstance(described, Exception)
         assert all(len(partition.isr) == 3 for partition in described.partitions)
+
+
+async def test_alter_partition_answers_each_change_and_refuses_an_oversized_request(
+    cluster: LocalCluster, admin: AdminClient, topic_name: str
+) -> None:
+    await admin.create_topic(topic_name, 2, 3)
+    controller = admin.connections.controller(
+        cluster.controller_endpoints[(await admin.describe_cluster()).controller_id - 1]
+    )
+    stale = controller_pb2.PartitionIsrChange(topic=topic_name, partition=0, partition_epoch=-1)
+    unknown = controller_pb2.PartitionIsrChange(topic=topic_name, partition=7)
+    response = await controller.AlterPartition(
+        controller_pb2.AlterPartitionRequest(broker_id=1, partitions=[stale, unknown, stale]), timeout=5
+    )
+    assert [(result.partition, ErrorCode(result.error_code)) for result in response.partitions] == [
+        (
+            0,
+            ErrorCode.FENCED_LEADER_EPOCH
+            if response.partitions[0].state.leader != 1
+            else ErrorCode.INVALID_UPDATE_VERSION,
+        ),
+        (7, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+        (
+            0,
+            ErrorCode.FENCED_LEADER_EPOCH
+            if response.partitions[0].state.leader != 1
+            else ErrorCode.INVALID_UPDATE_VERSION,
+        ),
+    ]
+    assert response.partitions[0].state.topic == topic_name  # the state in force comes with a refusal
+    oversized = controller_pb2.AlterPartitionRequest(broker_id=1, partitions=[stale] * 10_001)
+    refused = await controller.AlterPartition(oversized, timeout=5)
+    assert refused.error_code == ErrorCode.INVALID_REQUEST and not refused.partitions

@@ -376,8 +376,8 @@ class DescribeClusterResponse(_message.Message):
     controllers: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, error_code: _Optional[int] = ..., controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., controller_endpoint: _Optional[str] = ..., brokers: _Optional[_Iterable[_Union[_common_pb2.BrokerEndpoint, _Mapping]]] = ..., controllers: _Optional[_Iterable[str]] = ...) -> None: ...
 
-class AlterPartitionRequest(_message.Message):
-    __slots__ = ("broker_id", "topic", "partition", "leader_epoch", "partition_epoch", "new_isr", "new_isr_incarnations")
+class PartitionIsrChange(_message.Message):
+    __slots__ = ("topic", "partition", "leader_epoch", "partition_epoch", "new_isr", "new_isr_incarnations")
     class NewIsrIncarnationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -385,33 +385,53 @@ class AlterPartitionRequest(_message.Message):
         key: int
         value: str
         def __init__(self, key: _Optional[int] = ..., value: _Optional[str] = ...) -> None: ...
-    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     PARTITION_EPOCH_FIELD_NUMBER: _ClassVar[int]
     NEW_ISR_FIELD_NUMBER: _ClassVar[int]
     NEW_ISR_INCARNATIONS_FIELD_NUMBER: _ClassVar[int]
-    broker_id: int
     topic: str
     partition: int
     leader_epoch: int
     partition_epoch: int
     new_isr: _containers.RepeatedScalarFieldContainer[int]
     new_isr_incarnations: _containers.ScalarMap[int, str]
-    def __init__(self, broker_id: _Optional[int] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., partition_epoch: _Optional[int] = ..., new_isr: _Optional[_Iterable[int]] = ..., new_isr_incarnations: _Optional[_Mapping[int, str]] = ...) -> None: ...
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., partition_epoch: _Optional[int] = ..., new_isr: _Optional[_Iterable[int]] = ..., new_isr_incarnations: _Optional[_Mapping[int, str]] = ...) -> None: ...
 
-class AlterPartitionResponse(_message.Message):
-    __slots__ = ("error_code", "error_message", "state", "controller_endpoint")
+class AlterPartitionRequest(_message.Message):
+    __slots__ = ("broker_id", "partitions")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionIsrChange]
+    def __init__(self, broker_id: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionIsrChange, _Mapping]]] = ...) -> None: ...
+
+class PartitionIsrResult(_message.Message):
+    __slots__ = ("topic", "partition", "error_code", "error_message", "state")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
-    CONTROLLER_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
     error_code: int
     error_message: str
     state: _common_pb2.PartitionState
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.PartitionState, _Mapping]] = ...) -> None: ...
+
+class AlterPartitionResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "controller_endpoint", "partitions")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
     controller_endpoint: str
-    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.PartitionState, _Mapping]] = ..., controller_endpoint: _Optional[str] = ...) -> None: ...
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionIsrResult]
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., controller_endpoint: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionIsrResult, _Mapping]]] = ...) -> None: ...
 
 class TopicPartitionRef(_message.Message):
     __slots__ = ("topic", "partition")
