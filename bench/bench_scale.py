@@ -7,7 +7,7 @@ For each count: a fresh local cluster (etcd, 2 controllers, 3 brokers), one topi
 partitions with RF 3, then:
 - topic creation: create_topics → every partition has a leader (Metadata);
 - idle CPU of each broker over `--idle-seconds` with nothing produced (percent of one core, from
-  /proc/<pid>/stat), and each broker's resident memory;
+  /proc/<pid>/stat), measured after as long again to settle, and each broker's resident memory;
 - metadata: the slowest of 20 Metadata requests for every topic;
 - produce/consume spread over every partition: send_batch of 100-byte records (one batch per
   partition), then poll_batches until everything is read;
@@ -73,7 +73,7 @@ async def all_led(admin: AdminClient, partitions: int, timeout_s: float = 600) -
             and all(partition.leader >= 0 for partition in described.partitions)
         ):
             return
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)  # (each look is a Metadata of every partition: not too often)
     raise TimeoutError("not every partition got a leader")
 
 
@@ -162,6 +162,7 @@ async def measure(folder: Path, partitions: int, idle_seconds: float) -> dict[st
             await all_led(admin, partitions)
             figures["topic creation (s)"] = time.monotonic() - started
             await all_in_sync(admin)
+            await asyncio.sleep(idle_seconds)  # creation's after-work (first flushes, checkpoints) ends first
             idle = await idle_cpu(cluster, idle_seconds)
             figures["idle CPU per broker, max (%)"] = max(idle.values())
             figures["broker memory, max (MiB)"] = max(rss_mib(pid) for pid in broker_pids(cluster).values())
