@@ -443,13 +443,15 @@ class ReplicaManager:
                 configs[state.topic] = LogConfig.from_configs({**self.log_defaults, **topic_configs})
 
         def open_chunk(chunk: list[common_pb2.PartitionState]) -> list[tuple[tuple[str, int], PartitionLog]]:
-            return [
-                (
-                    (state.topic, state.partition),
-                    self._open_log_with(state.topic, state.partition, state.topic_id, configs[state.topic]),
-                )
-                for state in chunk
-            ]
+            opened = []
+            for state in chunk:
+                partition_log = self._open_log_with(state.topic, state.partition, state.topic_id, configs[state.topic])
+                if state.leader == self.broker_id:
+                    # Here, side by side, rather than one by one in _apply_state: the epoch's
+                    # checkpoint is a synced file write, a thousand times over for a new topic.
+                    partition_log.assign_leader_epoch(state.leader_epoch)
+                opened.append(((state.topic, state.partition), partition_log))
+            return opened
 
         step = max(1, min(NEW_LOGS_PER_TASK, len(new) // self.io_threads))
         chunks = await asyncio.gather(*(self.run_io(open_chunk, new[i : i + step]) for i in range(0, len(new), step)))

@@ -321,15 +321,10 @@ class PartitionLog:
             return list(self._segments)
 
     def assign_leader_epoch(self, leader_epoch: int) -> None:
-        """This replica becomes leader in `leader_epoch`: the epoch starts at the log end (KIP-101).
-
-        Checkpointed with the epoch's first append (`append_as_leader`), not here: until a batch
-        of the epoch is written, a history without it describes the log on disk just as well (the
-        epoch before ends at the same log end), and a topic of thousands of partitions gets a
-        leader for each at once — each a file written, renamed and synced for nothing."""
+        """This replica becomes leader in `leader_epoch`: the epoch starts at the log end (KIP-101)."""
         with self._lock:
             self._check_open()
-            self.leader_epochs.assign(leader_epoch, self.log_end_offset)
+            self._assign_epoch(leader_epoch, self.log_end_offset)
 
     def fence_leader_epoch(self, leader_epoch: int) -> None:
         """From now on refuse appends as leader in epochs below `leader_epoch` (a newer leader's).

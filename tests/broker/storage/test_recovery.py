@@ -293,24 +293,6 @@ def test_a_follower_s_epoch_history_survives_a_crash(open_log: OpenLog) -> None:
     assert recovered.end_offset_for_epoch(3) == (3, 8)
 
 
-def test_a_leader_epoch_is_durable_by_its_first_batch_and_harmless_before(open_log: OpenLog) -> None:
-    # A new leadership is checkpointed with its first append, not when assigned (a 10,000-partition
-    # topic would write 10,000 files for nothing): a crash before any batch of it leaves a history
-    # that describes the log on disk exactly; one after it keeps the epoch.
-    partition_log = open_log()
-    partition_log.append_as_follower(_stamped(_values(0, 4), 0, 1))
-    partition_log.assign_leader_epoch(2)
-    assert partition_log.end_offset_for_epoch(2) == (2, 4)
-    _crash(partition_log)
-    before_any_batch = open_log()
-    assert before_any_batch.leader_epochs.entries() == [(1, 0)]
-    assert before_any_batch.end_offset_for_epoch(2) == (1, 4)  # where epoch 2 would have begun
-    before_any_batch.assign_leader_epoch(3)
-    before_any_batch.append_as_leader(encode_batch(_values(4, 2), timestamps=1000), leader_epoch=3)
-    _crash(before_any_batch)
-    assert open_log().leader_epochs.entries() == [(1, 0), (3, 4)]
-
-
 def test_epochs_missing_from_the_checkpoint_are_recovered_from_the_log(open_log: OpenLog, tmp_path: Path) -> None:
     # A log written before the history was kept durably: its checkpoint lags its data. Recovery
     # assigns the epochs the unflushed batches carry, as Kafka's recovery does.
