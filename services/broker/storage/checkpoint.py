@@ -16,7 +16,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["CorruptCheckpointError", "read_checkpoint", "write_atomically", "write_checkpoint"]
+__all__ = ["CorruptCheckpointError", "read_checkpoint", "sync_file", "write_atomically", "write_checkpoint"]
 
 VERSION = 0
 
@@ -33,20 +33,34 @@ def fsync_directory(directory: Path) -> None:
         os.close(descriptor)
 
 
-def write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
+    """Replace `path` with `data` whole. Without `sync`, a crash of the process keeps it (the page
+    cache holds it) but a crash of the machine may not: for files the caller syncs later."""
     temporary = path.with_name(path.name + ".tmp")
     with open(temporary, "wb") as file:
         file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
+        if sync:
+            file.flush()
+            os.fsync(file.fileno())
     os.replace(temporary, path)
+    if sync:
+        fsync_directory(path.parent)
+
+
+def sync_file(path: Path) -> None:
+    """fsync a file written without `sync`, and the folder holding its name."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
     fsync_directory(path.parent)
 
 
-def write_checkpoint(path: Path, entries: Sequence[Sequence[int]]) -> None:
+def write_checkpoint(path: Path, entries: Sequence[Sequence[int]], *, sync: bool = True) -> None:
     lines = [str(VERSION), str(len(entries))]
     lines.extend(" ".join(str(field) for field in entry) for entry in entries)
-    write_atomically(path, ("\n".join(lines) + "\n").encode())
+    write_atomically(path, ("\n".join(lines) + "\n").encode(), sync=sync)
 
 
 def read_checkpoint(path: Path, fields: int) -> list[tuple[int, ...]] | None:

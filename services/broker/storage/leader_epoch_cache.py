@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 from pathlib import Path
 
-from tidelog.broker.storage.checkpoint import CorruptCheckpointError, read_checkpoint, write_checkpoint
+from tidelog.broker.storage.checkpoint import CorruptCheckpointError, read_checkpoint, sync_file, write_checkpoint
 
 __all__ = ["UNDEFINED_EPOCH", "LeaderEpochCache"]
 
@@ -27,6 +27,7 @@ class LeaderEpochCache:
         self._epochs: list[int] = []
         self._start_offsets: list[int] = []
         self._dirty = False
+        self._unsynced = False  # written by flush(sync=False), not fsynced since
 
     @classmethod
     def load(cls, path: Path) -> LeaderEpochCache:
@@ -102,7 +103,13 @@ class LeaderEpochCache:
             self._start_offsets.clear()
             self._dirty = True
 
-    def flush(self) -> None:
+    def flush(self, *, sync: bool = True) -> None:
+        """Write the history if it changed; with `sync`, make it survive a machine crash too (also
+        when an earlier flush wrote it without)."""
         if self._dirty:
-            write_checkpoint(self.path, self.entries())
+            write_checkpoint(self.path, self.entries(), sync=sync)
             self._dirty = False
+            self._unsynced = not sync
+        elif sync and self._unsynced:
+            sync_file(self.path)
+            self._unsynced = False

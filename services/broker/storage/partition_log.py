@@ -336,14 +336,17 @@ class PartitionLog:
         self._epoch_fence = max(self._epoch_fence, leader_epoch)
 
     def _assign_epoch(self, leader_epoch: int, start_offset: int) -> None:
-        """Record a new epoch durably before any batch of it is written or served.
+        """Record a new epoch before any batch of it is written or served.
 
         A history that lacks an epoch its log holds makes truncation after a restart wrong in both
         directions (an uncommitted tail kept, or committed records cut), so the checkpoint is
-        written on every new epoch, as Kafka's LeaderEpochFileCache does; epochs change rarely.
-        """
+        written on every new epoch, as Kafka's LeaderEpochFileCache does. Written, not synced
+        (KAFKA-15046: a synced write per new leadership stalled topic creation for tens of seconds
+        at 10,000 partitions): a killed process leaves it in the page cache; a crashed machine may
+        lose it, but only along with batches not yet flushed, whose epochs recovery reads back
+        from the segments it recovers. A flush syncs it before it moves the recovery point."""
         self.leader_epochs.assign(leader_epoch, start_offset)
-        self.leader_epochs.flush()
+        self.leader_epochs.flush(sync=False)
 
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
         """(largest epoch ≤ `leader_epoch`, where it ends in this log) — OffsetsForLeaderEpoch."""
@@ -686,7 +689,10 @@ class PartitionLog:
 
     def _write_checkpoints(self) -> None:
         """Write the offsets that changed since written (an fsync'd file each): a new, empty log
-        writes none (a missing file reads as 0), and a flush that moved nothing writes nothing."""
+        writes none (a missing file reads as 0), and a flush that moved nothing writes nothing.
+        The epoch history first: once the recovery point passes a batch, recovery no longer reads
+        that batch's epoch back, so the history holding it must be durable by then."""
+        self.leader_epochs.flush()
         for name, value in (
             (RECOVERY_POINT_FILE, self._recovery_point),
             (HIGH_WATERMARK_FILE, self._high_watermark),
@@ -695,7 +701,6 @@ class PartitionLog:
             if self._checkpointed.get(name, 0) != value:
                 write_checkpoint(self.directory / name, [(value,)])
                 self._checkpointed[name] = value
-        self.leader_epochs.flush()
 
     def close(self) -> None:
         """Flush, close every segment and leave the clean-shutdown marker."""

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidelog.broker.storage import LogConfig, PartitionLog
+from tidelog.broker.storage import LogConfig, PartitionLog, checkpoint, leader_epoch_cache, partition_log
 from tidelog.broker.storage.checkpoint import write_checkpoint
 from tidelog.broker.storage.partition_log import CLEAN_SHUTDOWN_FILE, LEADER_EPOCH_FILE
 from tidelog.common.errors import KafkaStorageError
@@ -337,3 +337,32 @@ def test_a_recovered_first_segment_does_not_make_open_scan_trusted_later_ones() 
                 read_all(recovered, int(segments[1].stem))  # the rot is reported, never served
         finally:
             recovered.close_without_flush()
+
+
+def test_a_flush_syncs_the_epoch_history_before_the_recovery_point(
+    open_log: OpenLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A new epoch's history is written unsynced (KAFKA-15046); once the recovery point passes its
+    # batches, recovery no longer reads their epochs back, so the history must be synced first.
+    done: list[str] = []
+    real_sync, real_write = checkpoint.sync_file, checkpoint.write_checkpoint
+
+    def sync_file(path: Path) -> None:
+        done.append(f"sync {path.name}")
+        real_sync(path)
+
+    def write_checkpoint(path: Path, entries: list[tuple[int, ...]], *, sync: bool = True) -> None:
+        done.append(f"write {path.name}{'' if sync else ' unsynced'}")
+        real_write(path, entries, sync=sync)
+
+    monkeypatch.setattr(leader_epoch_cache, "sync_file", sync_file)
+    monkeypatch.setattr(leader_epoch_cache, "write_checkpoint", write_checkpoint)
+    monkeypatch.setattr(partition_log, "write_checkpoint", write_checkpoint)
+    log_ = open_log()
+    log_.append_as_follower(_stamped(_values(0, 4), 0, 1))
+    log_.flush()
+    assert done[:3] == [
+        f"write {LEADER_EPOCH_FILE} unsynced",  # before the batch
+        f"sync {LEADER_EPOCH_FILE}",
+        "write recovery-point-offset-checkpoint",
+    ]
