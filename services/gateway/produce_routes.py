@@ -14,8 +14,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from tidelog.gateway.embedded_format import EmbeddedFormat, produce_format
 from tidelog.gateway.gateway_context import GatewayContext, context
 from tidelog.gateway.gateway_metrics import RECORDS_PRODUCED
-from tidelog.gateway.producing import decode_records, produce
-from tidelog.gateway.request_body import body_schema, read_model
+from tidelog.gateway.producing import decode_plain_records, decode_records, produce
+from tidelog.gateway.request_body import body_schema, parse_model, read_bytes
 from tidelog.gateway.responses import ERROR_RESPONSES, KafkaV2Response, error_response, json_response
 from tidelog.gateway.rest_errors import KAFKA_ERROR, UNPROCESSABLE, RestError
 from tidelog.gateway.rest_models import BinaryProduceBody, ProduceBody, ProduceResponse
@@ -37,13 +37,17 @@ _BODY = body_schema(
 
 async def produce_request(request: Request, ctx: GatewayContext, topic: str, partition: int | None) -> Response:
     embedded = produce_format(request.headers.get("content-type"))
-    model = BinaryProduceBody if embedded is EmbeddedFormat.BINARY else ProduceBody
-    body = await read_model(request, model, ctx.limits.rest_request_max_bytes)
-    if len(body.records) > ctx.limits.produce_records_max:
-        raise RestError(
-            UNPROCESSABLE, f"{len(body.records)} records exceed produce.records.max={ctx.limits.produce_records_max}"
-        )
-    records = decode_records(body.records, embedded)
+    data = await read_bytes(request, ctx.limits.rest_request_max_bytes)
+    records = decode_plain_records(data, embedded, ctx.limits.produce_records_max)
+    if records is None:  # headers, timestamps, or something to refuse: the models say what
+        model = BinaryProduceBody if embedded is EmbeddedFormat.BINARY else ProduceBody
+        body = parse_model(data, model)
+        if len(body.records) > ctx.limits.produce_records_max:
+            raise RestError(
+                UNPROCESSABLE,
+                f"{len(body.records)} records exceed produce.records.max={ctx.limits.produce_records_max}",
+            )
+        records = decode_records(body.records, embedded)
     if partition is not None:
         for record in records:
             record.partition = partition

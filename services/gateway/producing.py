@@ -14,17 +14,20 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Sequence
+from typing import Final
+
+import pydantic_core
 
 from tidelog.client import Producer, RecordDelivery
 from tidelog.client.cluster_metadata import ClusterMetadata
 from tidelog.client.murmur2 import partition_for_key
 from tidelog.common.errors import TidelogError
 from tidelog.common.record.batch import Headers
-from tidelog.gateway.embedded_format import EmbeddedFormat
+from tidelog.gateway.embedded_format import EmbeddedFormat, base64_bytes, plain_json_bytes
 from tidelog.gateway.rest_errors import INVALID_PAYLOAD, PARTITION_NOT_FOUND, RestError, from_tidelog
 from tidelog.gateway.rest_models import ProduceRecord
 
-__all__ = ["OutgoingRecord", "decode_records", "produce"]
+__all__ = ["OutgoingRecord", "decode_plain_records", "decode_records", "produce"]
 
 # Fewer records than this go through `send`: they join the partition's open batch for linger.ms, so
 # many small requests share one Produce call (one gRPC call costs more than a request's records).
@@ -44,6 +47,45 @@ class OutgoingRecord:
     partition: int | None
     headers: Headers | None = None
     timestamp: int | None = None
+
+
+_PLAIN_FIELDS: Final = frozenset({"key", "value", "partition"})
+
+
+def decode_plain_records(data: bytes, embedded: EmbeddedFormat, records_max: int) -> list[OutgoingRecord] | None:
+    """The common body (records of a key, a value, maybe a partition) decoded without a model per
+    record: parsed by pydantic-core (exact integers, as the model path), checked field by field.
+    None for anything else or anything wrong: the model path then validates it and says what is
+    wrong, so a body is accepted or refused here exactly as there."""
+    try:
+        body = pydantic_core.from_json(data)
+    except ValueError:
+        return None
+    records = body.get("records") if type(body) is dict else None
+    if type(records) is not list or not 0 < len(records) <= records_max:
+        return None
+    json_format = embedded is EmbeddedFormat.JSON
+    decoded = []
+    for record in records:
+        if type(record) is not dict or not record.keys() <= _PLAIN_FIELDS:
+            return None
+        partition = record.get("partition")
+        if partition is not None and (type(partition) is not int or partition < 0):
+            return None
+        key, value = record.get("key"), record.get("value")
+        if json_format:
+            key_bytes = None if key is None else plain_json_bytes(key)
+            value_bytes = None if value is None else plain_json_bytes(value)
+            if (key is not None and key_bytes is None) or (value is not None and value_bytes is None):
+                return None
+        else:
+            try:
+                key_bytes = None if key is None else base64_bytes(key, "key")
+                value_bytes = None if value is None else base64_bytes(value, "value")
+            except ValueError:
+                return None
+        decoded.append(OutgoingRecord(key_bytes, value_bytes, partition))
+    return decoded
 
 
 def decode_records(records: Sequence[ProduceRecord], embedded: EmbeddedFormat) -> list[OutgoingRecord]:

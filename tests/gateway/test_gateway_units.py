@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -23,8 +23,10 @@ from tidelog.gateway.access import Authentication, load_credentials
 from tidelog.gateway.app import _routes
 from tidelog.gateway.consumer_instances import ConsumerInstance
 from tidelog.gateway.embedded_format import EmbeddedFormat, accepted_format, produce_format
-from tidelog.gateway.producing import OutgoingRecord, produce
+from tidelog.gateway.producing import OutgoingRecord, decode_plain_records, decode_records, produce
+from tidelog.gateway.request_body import parse_model
 from tidelog.gateway.rest_errors import RestError
+from tidelog.gateway.rest_models import BinaryProduceBody, ProduceBody
 from tidelog.gateway.v3_routes import _documents
 
 
@@ -181,3 +183,34 @@ def test_the_binary_records_body_is_what_rendering_each_record_gives(
     ]
     instance = SimpleNamespace(format=EmbeddedFormat.BINARY)
     assert json.loads(ConsumerInstance.render_json(instance, records)) == ConsumerInstance.render(instance, records)  # type: ignore[arg-type]
+
+
+_JSON_LEAVES = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=8)
+)
+_JSON_VALUES = st.recursive(
+    _JSON_LEAVES, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+)
+_BASE64ISH = st.text(alphabet="AQIDYWJj+/=\n -_", max_size=12)
+_ANY_FIELD = _JSON_VALUES | _BASE64ISH | st.integers(-2, 5) | st.just("1")
+_PLAIN_RECORDS = st.fixed_dictionaries({}, optional={"key": _ANY_FIELD, "value": _ANY_FIELD, "partition": _ANY_FIELD})
+_ODD_FIELDS = st.sampled_from(["key", "value", "headers", "timestamp", "other"])
+_ODD_RECORDS = st.dictionaries(_ODD_FIELDS, _ANY_FIELD, max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(list(EmbeddedFormat)), st.lists(_PLAIN_RECORDS | _ODD_RECORDS, max_size=4))
+def test_the_plain_produce_path_accepts_exactly_what_the_models_accept(
+    embedded: EmbeddedFormat, records: list[dict[str, Any]]
+) -> None:
+    data = json.dumps({"records": records}).encode()
+    fast = decode_plain_records(data, embedded, records_max=3)
+    if fast is None:
+        return  # the model path decides (and explains a refusal)
+    model = BinaryProduceBody if embedded is EmbeddedFormat.BINARY else ProduceBody
+    assert len(records) <= 3
+    assert fast == decode_records(parse_model(data, model).records, embedded)
