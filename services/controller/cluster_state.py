@@ -95,7 +95,7 @@ class _Journaled(dict[K, V]):
         return value
 
     def _unjournaled(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("change ClusterState's maps key by key: the journal sees only those")
+        raise TypeError("ClusterState's maps change key by key: the journal sees only those")
 
     update = setdefault = popitem = clear = _unjournaled
 

@@ -215,5 +215,5 @@ def test_the_journal_names_what_changed_after_a_position_and_refuses_blind_chang
     state.partitions[("a", 0)] = Versioned(record, 3)
     assert sorted(state.journal.since(seen)[0]) == [("a", 0), ("b", 0)]
     assert state.journal.since(state.journal.seq) == ([], [])
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(TypeError, match="key by key"):
         state.partitions.update({("c", 0): Versioned(record, 4)})

@@ -87,3 +87,40 @@ async def test_sessions_held_and_lost_are_counted(etcd_client: Etcd3Client) -> N
     await doomed.close()  # closing what was lost counts nothing twice
     await kept.close()  # a close is not a loss
     assert (value("tidelog_etcd_sessions"), value("tidelog_etcd_session_losses_total")) == (held, lost + 1)
+
+
+async def test_a_predecessor_known_dead_loses_its_lease_at_once(etcd_client: Etcd3Client, prefix: str) -> None:
+    # A 60 s lease that stops being kept alive (its holder is gone): without the death watch the
+    # next candidate would wait out the TTL; told its predecessor is dead, it revokes the lease.
+    first_session = await Session(etcd_client, ttl_s=60).start()
+    first = Election(first_session, prefix)
+    await asyncio.wait_for(first.campaign(b"one"), timeout=10)
+    told: list[bytes] = []
+
+    async def dead(value: bytes) -> None:
+        told.append(value)
+
+    second = Election(await Session(etcd_client, ttl_s=5).start(), prefix)
+    await asyncio.wait_for(second.campaign(b"two", predecessor_dead=dead), timeout=10)
+    assert told == [b"one"]
+    leader = await second.leader()
+    assert leader is not None and leader.value == b"two"
+    await second.session.close()
+    await first_session.close(revoke=False)
+
+
+async def test_a_broken_death_watch_leaves_the_decision_to_the_lease(etcd_client: Etcd3Client, prefix: str) -> None:
+    first = Election(await Session(etcd_client, ttl_s=60).start(), prefix)
+    await asyncio.wait_for(first.campaign(b"one"), timeout=10)
+
+    async def broken(value: bytes) -> None:
+        raise RuntimeError("cannot tell")
+
+    second = Election(await Session(etcd_client, ttl_s=5).start(), prefix)
+    waiting = asyncio.create_task(second.campaign(b"two", predecessor_dead=broken))
+    await asyncio.sleep(0.3)  # every chance to take over wrongly (or to spin): it must still wait
+    assert not waiting.done()
+    await first.resign()
+    await asyncio.wait_for(waiting, timeout=10)
+    await second.session.close()
+    await first.session.close()

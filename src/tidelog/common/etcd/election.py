@@ -113,12 +113,17 @@ class Election:
                     await task
         if session_end in finished:
             raise NotLeaderError("session ended while campaigning")
-        if died is not None and died in finished and not died.cancelled() and died.exception() is None:
-            lease_id = int(key.rsplit(b"/", 1)[1], 16)  # candidate keys are named by their lease
-            log.warning("election_predecessor_dead_lease_revoked", key=key.decode(), lease=hex(lease_id))
-            assert self.client.lease is not None
-            with contextlib.suppress(Exception):  # already expired, or etcd slow: the watch decides
-                await self.client.lease.revoke(lease_id, timeout=2)
+        if died is None or died not in finished:
+            return
+        if (error := died.exception()) is not None:  # the watch broke: the lease's expiry decides
+            log.warning("election_death_watch_failed", key=key.decode(), error=repr(error))
+            await self._wait_deleted(key, revision, None)
+            return
+        lease_id = int(key.rsplit(b"/", 1)[1], 16)  # candidate keys are named by their lease
+        log.warning("election_predecessor_dead_lease_revoked", key=key.decode(), lease=hex(lease_id))
+        assert self.client.lease is not None
+        with contextlib.suppress(Exception):  # already expired, or etcd slow: the watch decides
+            await self.client.lease.revoke(lease_id, timeout=2)
 
     @staticmethod
     async def _first_delete(events: AsyncIterator[Any]) -> None:
