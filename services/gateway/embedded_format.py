@@ -79,6 +79,10 @@ def _json_bytes(data: Any, what: str) -> bytes:
 
 def plain_json_bytes(data: Any) -> bytes | None:
     """`_json_bytes` for the fast path: None where `_json_bytes` would refuse or fall back."""
+    if type(data) is str and data.isprintable() and '"' not in data and "\\" not in data:
+        # What orjson writes for such a string, without its call (about 1 µs per fresh string
+        # here, more than the rest of a record's decoding): nothing in it needs escaping.
+        return ('"' + data + '"').encode()
     try:
         encoded = orjson.dumps(data)
     except TypeError:
