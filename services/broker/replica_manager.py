@@ -22,7 +22,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -394,16 +394,16 @@ class ReplicaManager:
         wanted = set()
         for endpoint in request.live_leaders:
             self.fetchers.endpoints[endpoint.broker_id] = f"{endpoint.host}:{endpoint.port}"
-        opened = await self._open_new_logs(request)
-        topic_configs: dict[str, dict[str, str]] = {}
+        topic_configs = {  # parsed once per topic, not per partition
+            topic: json.loads(request.topic_configs_json.get(topic, "{}"))
+            for topic in {state.topic for state in request.partitions}
+        }
+        opened = await self._open_new_logs(request.partitions, topic_configs)
         for state in request.partitions:
             key = (state.topic, state.partition)
             wanted.add(key)
             try:
-                configs = topic_configs.get(state.topic)
-                if configs is None:
-                    configs = topic_configs[state.topic] = json.loads(request.topic_configs_json.get(state.topic, "{}"))
-                await self._apply_state(state, configs, opened.pop(key, None))
+                await self._apply_state(state, topic_configs[state.topic], opened.pop(key, None))
             except TidelogError as error:
                 errors.append(
                     broker_pb2.PartitionError(
@@ -429,26 +429,27 @@ class ReplicaManager:
             await self._stop(key, delete=False)
         return errors
 
-    async def _open_new_logs(self, request: broker_pb2.LeaderAndIsrRequest) -> dict[tuple[str, int], PartitionLog]:
+    async def _open_new_logs(
+        self, states: Sequence[common_pb2.PartitionState], topic_configs: dict[str, dict[str, str]]
+    ) -> dict[tuple[str, int], PartitionLog]:
         """The logs of replicas new to this broker, opened side by side on the I/O pool (a topic of
         thousands of partitions is mostly file creation, which the threads overlap), a chunk per
         task so the event loop handles a few hundred completions rather than thousands."""
-        new = [state for state in request.partitions if (state.topic, state.partition) not in self.partitions]
+        new = [state for state in states if (state.topic, state.partition) not in self.partitions]
         if len(new) < NEW_LOGS_IN_PARALLEL_MIN:
             return {}
-        configs: dict[str, LogConfig] = {}
-        for state in new:
-            if state.topic not in configs:
-                topic_configs = json.loads(request.topic_configs_json.get(state.topic, "{}"))
-                configs[state.topic] = LogConfig.from_configs({**self.log_defaults, **topic_configs})
+        configs = {
+            topic: LogConfig.from_configs({**self.log_defaults, **topic_configs[topic]})
+            for topic in {state.topic for state in new}
+        }
 
         def open_chunk(chunk: list[common_pb2.PartitionState]) -> list[tuple[tuple[str, int], PartitionLog]]:
             opened = []
             for state in chunk:
                 partition_log = self._open_log_with(state.topic, state.partition, state.topic_id, configs[state.topic])
                 if state.leader == self.broker_id:
-                    # Here, side by side, rather than one by one in _apply_state: the epoch's
-                    # checkpoint is a synced file write, a thousand times over for a new topic.
+                    # Here, side by side on the I/O threads, rather than one I/O task after
+                    # another in _apply_state (a new topic makes thousands of leaders at once).
                     partition_log.assign_leader_epoch(state.leader_epoch)
                 opened.append(((state.topic, state.partition), partition_log))
             return opened

@@ -40,7 +40,6 @@ class BrokerRequests:
         again), or None when it was not reached (what it holds is unknown: the next push is whole)."""
         leader_and_isr, update = push.leader_and_isr, push.update_metadata
         stub = self._stub(broker.endpoint)
-        refused: set[tuple[str, int]] = set()
         try:
             # A broker new to thousands of replicas creates a log for each the first time (about a
             # millisecond apiece): the deadline grows with the request, or a big first push would be

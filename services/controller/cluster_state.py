@@ -145,13 +145,6 @@ class ClusterState:
             topic_id=record.topic_id,
         )
 
-    def all_partition_protos(self) -> list[common_pb2.PartitionState]:
-        return [
-            self.partition_proto(topic, partition)
-            for topic in sorted(self.topics)
-            for partition in self.topic_partitions(topic)
-        ]
-
     def broker_protos(self) -> list[common_pb2.BrokerEndpoint]:
         return [
             common_pb2.BrokerEndpoint(

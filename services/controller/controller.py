@@ -48,7 +48,7 @@ from tidelog.controller.controller_config import ControllerConfig
 from tidelog.controller.controller_liveness import ControllerLiveness
 from tidelog.controller.controller_role import ControllerRole, Role
 from tidelog.controller.metadata_store import ConflictError, FencedError, MetadataStore
-from tidelog.controller.partition_leadership import PartitionLeadership, affected_by
+from tidelog.controller.partition_leadership import PartitionLeadership, affected_by, isr_refusal
 from tidelog.controller.propagation import Propagation
 from tidelog.controller.reassignments import Reassignments
 from tidelog.controller.topic_admin import TopicAdmin
@@ -159,8 +159,7 @@ class Controller:
     async def _lead(self, election: Election, session: Session) -> None:
         async with self._mutex:
             self.role.lead_under(await self.store.bump_epoch(election, self.config.controller_id, self.config.endpoint))
-            revision = await self.store.load()
-            self.propagation.forget()  # a new term tells every broker the whole state first
+            revision = await self.store.load()  # (a new journal: every broker is told the whole state first)
             log.info(
                 "controller_elected",
                 controller=self.config.controller_id,
@@ -324,7 +323,7 @@ class Controller:
             for change in request.partitions:
                 key = (change.topic, change.partition)
                 if key in changes:
-                    results.append(_isr_error(change, ErrorCode.INVALID_REQUEST, "the partition is named twice"))
+                    results.append(isr_refusal(change, ErrorCode.INVALID_REQUEST, "the partition is named twice"))
                     continue
                 next_state, refused = self.leadership.isr_change(request.broker_id, change)
                 if refused is not None:
@@ -442,11 +441,3 @@ class Controller:
 
 def _error_result(name: str, error: TidelogError) -> controller_pb2.TopicResult:
     return controller_pb2.TopicResult(name=name, error_code=int(error.code), error_message=error.message)
-
-
-def _isr_error(
-    change: controller_pb2.PartitionIsrChange, code: ErrorCode, message: str
-) -> controller_pb2.PartitionIsrResult:
-    return controller_pb2.PartitionIsrResult(
-        topic=change.topic, partition=change.partition, error_code=int(code), error_message=message
-    )

@@ -22,7 +22,7 @@ from tidelog.controller.leader_balance import imbalanced_partitions, preferred_s
 from tidelog.controller.metadata_store import MetadataStore
 from tidelog.v1 import common_pb2, controller_pb2
 
-__all__ = ["PartitionLeadership", "affected_by"]
+__all__ = ["PartitionLeadership", "affected_by", "isr_refusal"]
 
 log = structlog.get_logger(__name__)
 
@@ -189,24 +189,24 @@ class PartitionLeadership:
         key = (request.topic, request.partition)
         held = state.partitions.get(key)
         if held is None or request.topic not in state.topics:
-            return None, _alter_error(
+            return None, isr_refusal(
                 request, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{request.topic}-{request.partition} is unknown"
             )
         record = held.value
         current = state.partition_proto(*key)
         if broker_id != record.leader or request.leader_epoch != record.leader_epoch:
-            return None, _alter_error(request, ErrorCode.FENCED_LEADER_EPOCH, "not the leader of this epoch", current)
+            return None, isr_refusal(request, ErrorCode.FENCED_LEADER_EPOCH, "not the leader of this epoch", current)
         if request.partition_epoch != record.partition_epoch:
-            return None, _alter_error(request, ErrorCode.INVALID_UPDATE_VERSION, "the partition state changed", current)
+            return None, isr_refusal(request, ErrorCode.INVALID_UPDATE_VERSION, "the partition state changed", current)
         replicas = state.topics[request.topic].value.replicas(request.partition)
         new_isr = [broker for broker in replicas if broker in set(request.new_isr)]
         if record.leader not in new_isr or len(new_isr) != len(set(request.new_isr)):
-            return None, _alter_error(
+            return None, isr_refusal(
                 request, ErrorCode.INELIGIBLE_REPLICA, "the ISR must hold the leader and only replicas", current
             )
         joining = set(new_isr) - set(record.isr)
         if any(broker not in state.brokers or broker in self.shutting_down for broker in joining):
-            return None, _alter_error(
+            return None, isr_refusal(
                 request, ErrorCode.INELIGIBLE_REPLICA, "only live brokers not shutting down join the ISR", current
             )
         stale = sorted(
@@ -215,7 +215,7 @@ class PartitionLeadership:
             if request.new_isr_incarnations.get(broker) != state.brokers[broker].incarnation
         )
         if stale:  # the leader judged them on fetches of a life that is over (KIP-903)
-            return None, _alter_error(
+            return None, isr_refusal(
                 request, ErrorCode.INELIGIBLE_REPLICA, f"brokers {stale} joined on fetches of an earlier life", current
             )
         return record.changed(isr=new_isr, controller_epoch=self.role.epoch), None
@@ -230,7 +230,7 @@ def affected_by(removed: frozenset[int]) -> Callable[[PartitionStateRecord], boo
     return affected
 
 
-def _alter_error(
+def isr_refusal(
     request: controller_pb2.PartitionIsrChange,
     code: ErrorCode,
     message: str,

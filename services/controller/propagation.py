@@ -49,16 +49,14 @@ class Propagation:
         self._unsynced: set[int] = set()  # live brokers the last push did not reach
         self._views: dict[int, BrokerView] = {}  # what each broker acknowledged in this term
 
-    def forget(self, broker_id: int | None = None) -> None:
-        """The next push to `broker_id` (to every broker when None) is whole: a new controller term,
-        or the broker registered (again) and may hold anything."""
-        if broker_id is None:
-            self._views.clear()
-        else:
-            self._views.pop(broker_id, None)
+    def forget(self, broker_id: int) -> None:
+        """The next push to `broker_id` is whole: it registered (again) and may hold anything. (A
+        new controller term needs no call: its state is loaded anew, with a journal of its own, and
+        a view from another journal is no view — `build_push`.)"""
+        self._views.pop(broker_id, None)
 
     async def propagate(self, brokers: Iterable[int]) -> None:
-        """Push full LeaderAndIsr and UpdateMetadata to `brokers` (idempotent, newest wins)."""
+        """Bring `brokers` up to the current state (LeaderAndIsr, then UpdateMetadata; see above)."""
         await asyncio.gather(*(self._push(broker_id) for broker_id in set(brokers)))
 
     def propagate_soon(self, brokers: Iterable[int]) -> None:
@@ -116,7 +114,6 @@ class Propagation:
         """One push (under the broker's lock); False when the broker was not reached."""
         state = self.store.state
         broker = state.brokers.get(broker_id)
-        term = self.role.epoch
         if broker is None:
             self._views.pop(broker_id, None)
             return True  # gone: it gets everything when it registers again
@@ -135,7 +132,7 @@ class Propagation:
         if refused is None:
             return False
         push.view.retry = refused  # sent again with the next push
-        if self.store.state.brokers.get(broker_id) is broker and self.role.epoch == term:
+        if self.store.state.brokers.get(broker_id) is broker:
             self._views[broker_id] = push.view  # (not when it registered again meanwhile: `forget`)
         return True
 

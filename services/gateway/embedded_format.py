@@ -65,20 +65,21 @@ def _json_bytes(data: Any, what: str) -> bytes:
     """A JSON key or value as stored: orjson's bytes, exactly what the client sent. orjson refuses
     integers beyond 64 bits (the standard library keeps them exactly) and writes a number beyond a
     double's range, parsed as infinity, as null: that is refused rather than stored changed."""
+    encoded = plain_json_bytes(data)
+    if encoded is not None:
+        return encoded
     try:
-        encoded = orjson.dumps(data)
-    except TypeError:
-        try:
-            return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
-        except (TypeError, ValueError) as error:
-            raise RestError(INVALID_PAYLOAD, f"{what} cannot be stored as JSON: {error}") from None
-    if b"null" in encoded and _has_non_finite(data):  # orjson wrote an infinity as null
-        raise RestError(INVALID_PAYLOAD, f"{what} holds a number beyond the range of a double")
-    return encoded
+        return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError) as error:
+        if isinstance(error, ValueError) and _has_non_finite(data):
+            raise RestError(INVALID_PAYLOAD, f"{what} holds a number beyond the range of a double") from None
+        raise RestError(INVALID_PAYLOAD, f"{what} cannot be stored as JSON: {error}") from None
 
 
 def plain_json_bytes(data: Any) -> bytes | None:
-    """`_json_bytes` for the fast path: None where `_json_bytes` would refuse or fall back."""
+    """orjson's bytes for `data`, or None where orjson cannot be trusted with it (an integer beyond
+    64 bits, which it refuses; a non-finite number, which it writes as null): `_json_bytes` then
+    decides, and the produce fast path leaves the record to the model path."""
     if type(data) is str and data.isprintable() and '"' not in data and "\\" not in data:
         # What orjson writes for such a string, without its call (about 1 µs per fresh string
         # here, more than the rest of a record's decoding): nothing in it needs escaping.

@@ -217,3 +217,19 @@ def test_the_journal_names_what_changed_after_a_position_and_refuses_blind_chang
     assert state.journal.since(state.journal.seq) == ([], [])
     with pytest.raises(TypeError, match="key by key"):
         state.partitions.update({("c", 0): Versioned(record, 4)})
+
+
+def test_a_new_term_s_state_makes_every_view_of_the_last_one_whole_again() -> None:
+    # A controller term loads its state anew: a view acknowledged against another journal (another
+    # term, here or in a controller deposed meanwhile) says nothing about what the broker holds.
+    cluster = Cluster()
+    cluster.create("t", [[1, 2]])
+    view = cluster.push(None).view
+    assert cluster.push(view).empty
+    reloaded = ClusterState(
+        brokers=dict(cluster.state.brokers),
+        topics=dict(cluster.state.topics),
+        partitions=dict(cluster.state.partitions),
+    )
+    cluster.state = reloaded
+    assert cluster.push(view).leader_and_isr.full
