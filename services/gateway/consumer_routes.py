@@ -198,7 +198,7 @@ async def records(
         got = await consumer.records(consumer.request_timeout_ms if timeout is None else timeout, limit)
         body = consumer.render_json(got)
         consumer.touch()
-    RECORDS_CONSUMED.inc(len(got))
+    RECORDS_CONSUMED.inc(sum(map(len, got)))
     return Response(body, media_type=consumer.format.content_type)
 
 

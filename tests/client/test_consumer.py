@@ -6,23 +6,12 @@ from __future__ import annotations
 import pytest
 
 from tidelog.client import Consumer, TopicPartition
-from tidelog.client.consumer import ConsumerRecord, FetchedPartition, first_offsets, next_offsets
+from tidelog.client.consumer import FetchedPartition
 from tidelog.common.errors import ErrorCode
 from tidelog.common.record.batch import encode_batch
 from tidelog.v1 import broker_pb2
 
 A, B, C = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("u", 0)
-
-
-def _record(tp: TopicPartition, offset: int) -> ConsumerRecord:
-    return ConsumerRecord(tp.topic, tp.partition, offset, 0, None, b"v", ())
-
-
-def test_commit_offsets_are_one_past_each_partitions_last_record() -> None:
-    records = [_record(A, 5), _record(A, 6), _record(B, 0), _record(C, 41), _record(C, 42)]
-    assert next_offsets(records) == {A: 7, B: 1, C: 43}
-    assert first_offsets(records) == {A: 5, B: 0, C: 41}
-    assert next_offsets([]) == {}
 
 
 async def test_assign_keeps_the_positions_of_partitions_still_assigned() -> None:

@@ -18,10 +18,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from tidelog.client import Producer
-from tidelog.client.consumer import ConsumerRecord
 from tidelog.gateway.access import Authentication, load_credentials
 from tidelog.gateway.app import _routes
-from tidelog.gateway.consumer_instances import ConsumerInstance
 from tidelog.gateway.embedded_format import EmbeddedFormat, accepted_format, produce_format
 from tidelog.gateway.producing import OutgoingRecord, decode_plain_records, decode_records, produce
 from tidelog.gateway.request_body import parse_model
@@ -159,30 +157,6 @@ async def test_a_record_too_large_refuses_the_request_before_any_record_is_queue
     assert refused.value.error_code == 42206 and "records[3]" in refused.value.message
     assert not list(producer.accumulator.waiting()) and producer._sender_task is None  # nothing started
     await producer.close()
-
-
-@given(
-    st.lists(
-        st.tuples(
-            st.text(min_size=1, max_size=20),
-            st.none() | st.binary(max_size=40),
-            st.none() | st.binary(max_size=40),
-            st.lists(st.tuples(st.text(max_size=10), st.none() | st.binary(max_size=10)), max_size=2),
-        ),
-        max_size=20,
-    )
-)
-def test_the_binary_records_body_is_what_rendering_each_record_gives(
-    rows: list[tuple[str, bytes | None, bytes | None, list[tuple[str, bytes | None]]]],
-) -> None:
-    # The records GET writes binary bodies from a template (no dict per record): the same JSON as
-    # the general path, whatever the topic's characters, null keys and values, and headers.
-    records = [
-        ConsumerRecord(topic, 2, offset, 1_700_000_000_000 + offset, key, value, tuple(headers))
-        for offset, (topic, key, value, headers) in enumerate(rows)
-    ]
-    instance = SimpleNamespace(format=EmbeddedFormat.BINARY)
-    assert json.loads(ConsumerInstance.render_json(instance, records)) == ConsumerInstance.render(instance, records)  # type: ignore[arg-type]
 
 
 _JSON_LEAVES = (

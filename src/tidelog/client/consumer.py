@@ -5,16 +5,13 @@ the stored batches it gets back with the columnar codec. Records before a partit
 (the first batch may start earlier) are skipped. A partition without a position starts where
 `auto.offset.reset` says (earliest, latest, or none: an error). NOT_LEADER_OR_FOLLOWER and
 unknown-partition answers refresh the metadata; OFFSET_OUT_OF_RANGE resets the position.
-`poll_batches()` is the bulk form: decoded batches (columns of offsets, keys, values) per partition.
+`poll_runs()` is the bulk form: the same records as runs of columns (consumer_records.py), and
+`poll_batches()` the stored batches themselves, decoded, per partition.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import dataclasses
-import itertools
-import operator
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
@@ -24,6 +21,7 @@ import grpc
 from tidelog.client.client_logging import get_logger
 from tidelog.client.cluster_metadata import ClusterMetadata, TopicPartition
 from tidelog.client.connections import Connections, client_id_metadata
+from tidelog.client.consumer_records import ConsumerRecord, FetchedPartition, RecordRun, records_of, runs_of
 from tidelog.common.errors import (
     ErrorCode,
     OffsetOutOfRangeError,
@@ -31,56 +29,17 @@ from tidelog.common.errors import (
     TopicAuthorizationFailedError,
     error_for,
 )
-from tidelog.common.record.batch import Headers, RecordBatch, decode_batches
+from tidelog.common.record.batch import decode_batches
 from tidelog.common.settings import ConsumerSettings, SecuritySettings
 from tidelog.v1 import broker_pb2
 
-__all__ = ["Consumer", "ConsumerRecord", "FetchedPartition", "first_offsets", "next_offsets"]
+__all__ = ["Consumer", "ConsumerRecord", "FetchedPartition", "RecordRun"]
 
 log = get_logger(__name__)
 
 EARLIEST: Final = -2
 LATEST: Final = -1
 DEFAULTS: Final = ConsumerSettings.from_configs()  # the registry's (docs/configuration.md)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ConsumerRecord:
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: Headers
-
-
-_TOPIC_PARTITION: Final = operator.attrgetter("topic", "partition")
-
-
-def next_offsets(records: Iterable[ConsumerRecord]) -> dict[TopicPartition, int]:
-    """The offset after each partition's last record (what committing them stores). Records come
-    in one run per partition, so the per-record work is C-level grouping."""
-    found: dict[TopicPartition, int] = {}
-    for (topic, partition), run in itertools.groupby(records, key=_TOPIC_PARTITION):
-        found[TopicPartition(topic, partition)] = collections.deque(run, maxlen=1)[0].offset + 1
-    return found
-
-
-def first_offsets(records: Iterable[ConsumerRecord]) -> dict[TopicPartition, int]:
-    """Each partition's first offset among the records (where to seek to read them again)."""
-    found: dict[TopicPartition, int] = {}
-    for (topic, partition), run in itertools.groupby(records, key=_TOPIC_PARTITION):
-        found.setdefault(TopicPartition(topic, partition), next(run).offset)
-    return found
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class FetchedPartition:
-    """Stored batches fetched for one partition; records below `start_offset` were consumed before."""
-
-    start_offset: int
-    batches: list[RecordBatch]
 
 
 class Consumer:
@@ -267,17 +226,12 @@ class Consumer:
             if result or time.monotonic() >= deadline:
                 return result
 
+    async def poll_runs(self, timeout_ms: int = 1000) -> list[RecordRun]:
+        """The records after each position, as runs of columns (a run per stored batch)."""
+        return runs_of(await self.poll_batches(timeout_ms))
+
     async def poll(self, timeout_ms: int = 1000) -> list[ConsumerRecord]:
-        records: list[ConsumerRecord] = []
-        for tp, fetched in (await self.poll_batches(timeout_ms)).items():
-            start = fetched.start_offset
-            for batch in fetched.batches:
-                for offset, timestamp, key, value, headers in zip(
-                    batch.offsets, batch.timestamps, batch.keys, batch.values, batch.headers, strict=True
-                ):
-                    if offset >= start:
-                        records.append(ConsumerRecord(tp.topic, tp.partition, offset, timestamp, key, value, headers))
-        return records
+        return records_of(await self.poll_runs(timeout_ms))
 
     async def _start_fetches(self, max_wait_ms: int) -> None:
         """Send a fetch to every leader that has none in flight, for its partitions not in flight."""

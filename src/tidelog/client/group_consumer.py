@@ -31,7 +31,8 @@ from tidelog.client.assignors import (
 from tidelog.client.client_logging import get_logger
 from tidelog.client.cluster_metadata import TopicPartition
 from tidelog.client.connections import Connections, client_id_metadata
-from tidelog.client.consumer import Consumer, ConsumerRecord, next_offsets
+from tidelog.client.consumer import Consumer
+from tidelog.client.consumer_records import ConsumerRecord, RecordRun, next_offsets, records_of
 from tidelog.client.coordinator_link import CoordinatorLink
 from tidelog.client.membership import Membership, MemberState
 from tidelog.common.errors import ErrorCode, RemoteError, TidelogError, error_for
@@ -126,7 +127,7 @@ class GroupConsumer:
         self._listener: RebalanceListener | None = None
         self.membership = Membership(static=bool(group_instance_id))
         self._owned: set[TopicPartition] = set()
-        self._buffer: list[ConsumerRecord] = []
+        self._buffer: list[RecordRun] = []  # fetched, beyond max.poll.records: the next polls'
         self._consumed: dict[TopicPartition, int] = {}  # next offset after what poll() returned
         self.clock = clock  # max.poll.interval.ms and auto.commit.interval.ms are measured on it
         self._last_poll = clock()
@@ -304,7 +305,7 @@ class GroupConsumer:
         added = assigned - self._owned
         self._owned = assigned
         self.consumer.assign(assigned)
-        self._buffer = [record for record in self._buffer if TopicPartition(record.topic, record.partition) in assigned]
+        self._buffer = [run for run in self._buffer if run.partition in assigned]
         if added:
             committed = await self.committed(added)
             for tp, offset in committed.items():
@@ -391,6 +392,10 @@ class GroupConsumer:
 
     async def poll(self, timeout_ms: int = 1000) -> list[ConsumerRecord]:
         """Up to `max.poll.records` records; joins, rebalances and auto-commits happen here."""
+        return records_of(await self.poll_runs(timeout_ms))
+
+    async def poll_runs(self, timeout_ms: int = 1000) -> list[RecordRun]:
+        """`poll`'s bulk form: the same records, as runs of columns (consumer_records.py)."""
         if self._closed:
             raise RuntimeError("consumer is closed")
         self._last_poll = self.clock()
@@ -401,15 +406,30 @@ class GroupConsumer:
             return []
         if not self._buffer:
             remaining_ms = max(int(timeout_ms - (self.clock() - started) * 1000), 0)
-            self._buffer = await self.consumer.poll(remaining_ms) if self._owned else []
+            self._buffer = await self.consumer.poll_runs(remaining_ms) if self._owned else []
             if not self._owned:
                 await asyncio.sleep(min(remaining_ms, 100) / 1000)
-        records, self._buffer = self._buffer[: self.max_poll_records], self._buffer[self.max_poll_records :]
-        self._consumed.update(next_offsets(records))  # what to commit: after each partition's last record
+        runs = self._take(self.max_poll_records)
+        self._consumed.update(next_offsets(runs))  # what to commit: after each partition's last record
         if self.enable_auto_commit and self.clock() - self._last_auto_commit >= self.auto_commit_interval_s:
             self._last_auto_commit = self.clock()
             self.commit_async()
-        return records
+        return runs
+
+    def _take(self, limit: int) -> list[RecordRun]:
+        """The buffer's first `limit` records (a run split at the limit); the rest stays buffered."""
+        count = 0
+        for index, run in enumerate(self._buffer):
+            if count + len(run) > limit:
+                if count == limit:
+                    taken, self._buffer = self._buffer[:index], self._buffer[index:]
+                else:
+                    head, rest = run.split(limit - count)
+                    taken, self._buffer = [*self._buffer[:index], head], [rest, *self._buffer[index + 1 :]]
+                return taken
+            count += len(run)
+        taken, self._buffer = self._buffer, []
+        return taken
 
     def _positions(self) -> dict[TopicPartition, int]:
         """What the application has been given so far: the offsets to commit."""
@@ -425,7 +445,7 @@ class GroupConsumer:
         return await self.consumer.end_offsets(partitions)
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
-        self._buffer = [r for r in self._buffer if TopicPartition(r.topic, r.partition) != partition]
+        self._buffer = [run for run in self._buffer if run.partition != partition]
         self.consumer.seek(partition, offset)
         self._consumed[partition] = offset
 

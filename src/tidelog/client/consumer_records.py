@@ -1,0 +1,147 @@
+"""What a poll returns: records one by one (`ConsumerRecord`), or in bulk as runs of columns.
+
+A `RecordRun` is consecutive records of one partition, held as the decoded batch's columns (or
+slices of them): no object per record. `poll_runs()` returns them, and the per-record forms are
+built from them, so both say the same thing; a REST gateway or a Spark task renders a run's columns
+with bulk operations instead of touching each record in Python.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import itertools
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+from tidelog.client.cluster_metadata import TopicPartition
+from tidelog.common.record.batch import Headers, RecordBatch
+
+__all__ = ["ConsumerRecord", "FetchedPartition", "RecordRun", "first_offsets", "next_offsets", "records_of", "runs_of"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FetchedPartition:
+    """Stored batches fetched for one partition; records below `start_offset` were consumed before."""
+
+    start_offset: int
+    batches: list[RecordBatch]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecordRun:
+    """Consecutive records of one partition, as columns (one list per field, same length, offsets
+    ascending and never empty)."""
+
+    partition: TopicPartition
+    offsets: list[int]
+    timestamps: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    headers: list[Headers]
+
+    def __post_init__(self) -> None:
+        count = len(self.offsets)
+        assert count > 0, "a run holds at least one record"
+        assert len(self.timestamps) == len(self.keys) == len(self.values) == len(self.headers) == count
+        assert self.offsets[0] <= self.offsets[-1], "offsets ascend"
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    @property
+    def next_offset(self) -> int:
+        """The offset after the run's last record (what committing it stores)."""
+        return self.offsets[-1] + 1
+
+    def payload_bytes(self) -> int:
+        """Bytes of keys and values together (what `max_bytes` of a REST records GET counts)."""
+        return sum(map(len, filter(None, self.keys))) + sum(map(len, filter(None, self.values)))
+
+    def split(self, count: int) -> tuple[RecordRun, RecordRun]:
+        """The first `count` records and the rest; both must hold one at least."""
+        assert 0 < count < len(self.offsets)
+        return self._slice(slice(None, count)), self._slice(slice(count, None))
+
+    def _slice(self, part: slice) -> RecordRun:
+        return RecordRun(
+            self.partition,
+            self.offsets[part],
+            self.timestamps[part],
+            self.keys[part],
+            self.values[part],
+            self.headers[part],
+        )
+
+    def records(self) -> list[ConsumerRecord]:
+        count = len(self.offsets)
+        return list(
+            map(
+                ConsumerRecord,
+                itertools.repeat(self.partition.topic, count),
+                itertools.repeat(self.partition.partition, count),
+                self.offsets,
+                self.timestamps,
+                self.keys,
+                self.values,
+                self.headers,
+            )
+        )
+
+
+_ALL: Final = slice(None)
+
+
+def runs_of(fetched: Mapping[TopicPartition, FetchedPartition]) -> list[RecordRun]:
+    """A run per fetched batch, without the records below the partition's start (the first batch
+    may begin earlier than the position, since the log serves whole batches)."""
+    runs: list[RecordRun] = []
+    for tp, partition in fetched.items():
+        start = partition.start_offset
+        for batch in partition.batches:
+            offsets = batch.offsets
+            if not offsets or offsets[-1] < start:
+                continue
+            part = slice(bisect.bisect_left(offsets, start), None) if offsets[0] < start else _ALL
+            if part is _ALL:  # the common case: the batch's own lists, not copies
+                runs.append(RecordRun(tp, offsets, batch.timestamps, batch.keys, batch.values, batch.headers))
+            else:
+                runs.append(
+                    RecordRun(
+                        tp,
+                        offsets[part],
+                        batch.timestamps[part],
+                        batch.keys[part],
+                        batch.values[part],
+                        batch.headers[part],
+                    )
+                )
+    return runs
+
+
+def records_of(runs: Iterable[RecordRun]) -> list[ConsumerRecord]:
+    return [record for run in runs for record in run.records()]
+
+
+def next_offsets(runs: Iterable[RecordRun]) -> dict[TopicPartition, int]:
+    """The offset after each partition's last record (what committing the runs stores)."""
+    return {run.partition: run.next_offset for run in runs}
+
+
+def first_offsets(runs: Iterable[RecordRun]) -> dict[TopicPartition, int]:
+    """Each partition's first offset among the runs (where to seek to read them again)."""
+    found: dict[TopicPartition, int] = {}
+    for run in runs:
+        found.setdefault(run.partition, run.offsets[0])
+    return found
