@@ -11,12 +11,12 @@ from fastapi.routing import APIRoute
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tidelog.gateway.embedded_format import EmbeddedFormat, produce_format
+from tidelog.gateway.embedded_format import METADATA_TYPE, EmbeddedFormat, produce_format
 from tidelog.gateway.gateway_context import GatewayContext, context
 from tidelog.gateway.gateway_metrics import RECORDS_PRODUCED
 from tidelog.gateway.producing import decode_plain_records, decode_records, produce
 from tidelog.gateway.request_body import body_schema, parse_model, read_bytes
-from tidelog.gateway.responses import ERROR_RESPONSES, KafkaV2Response, error_response, json_response
+from tidelog.gateway.responses import ERROR_RESPONSES, KafkaV2Response, error_response
 from tidelog.gateway.rest_errors import KAFKA_ERROR, UNPROCESSABLE, RestError
 from tidelog.gateway.rest_models import BinaryProduceBody, ProduceBody, ProduceResponse
 from tidelog.gateway.topic_routes import PartitionId, TopicName
@@ -49,11 +49,10 @@ async def produce_request(request: Request, ctx: GatewayContext, topic: str, par
             )
         records = decode_records(body.records, embedded)
     if partition is not None:
-        for record in records:
-            record.partition = partition
-    offsets = await produce(ctx.producer, ctx.producer.metadata, topic, records)
-    RECORDS_PRODUCED.inc(sum(1 for entry in offsets if entry["error_code"] is None))
-    return json_response({"key_schema_id": None, "value_schema_id": None, "offsets": offsets})
+        records.partitions = [partition] * len(records)
+    results = await produce(ctx.producer, ctx.producer.metadata, topic, records)
+    RECORDS_PRODUCED.inc(results.produced())
+    return Response(results.response_json(), media_type=METADATA_TYPE)
 
 
 @router.post(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from unittest.mock import ANY
 
 import httpx
 import pytest
@@ -18,10 +20,11 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from tidelog.client import Producer
+from tidelog.common.errors import ErrorCode, error_for
 from tidelog.gateway.access import Authentication, load_credentials
 from tidelog.gateway.app import _routes
 from tidelog.gateway.embedded_format import EmbeddedFormat, accepted_format, produce_format
-from tidelog.gateway.producing import OutgoingRecord, decode_plain_records, decode_records, produce
+from tidelog.gateway.producing import OutgoingRecords, ProduceResults, decode_plain_records, decode_records, produce
 from tidelog.gateway.request_body import parse_model
 from tidelog.gateway.rest_errors import RestError
 from tidelog.gateway.rest_models import BinaryProduceBody, ProduceBody
@@ -151,7 +154,7 @@ async def test_a_record_too_large_refuses_the_request_before_any_record_is_queue
             return [object(), object()]
 
     producer = Producer(["127.0.0.1:9"], max_request_size=2048, batch_size=1024)  # never reached: nothing is sent
-    records = [OutgoingRecord(None, b"small", None) for _ in range(3)] + [OutgoingRecord(None, b"x" * 4096, None)]
+    records = OutgoingRecords([None] * 4, [b"small"] * 3 + [b"x" * 4096], [None] * 4)
     with pytest.raises(RestError) as refused:
         await produce(producer, TwoPartitions(), "t", records)  # type: ignore[arg-type]
     assert refused.value.error_code == 42206 and "records[3]" in refused.value.message
@@ -170,13 +173,14 @@ _JSON_VALUES = st.recursive(
     _JSON_LEAVES, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
 )
 _BASE64ISH = st.text(alphabet="AQIDYWJj+/=\n -_", max_size=12)
-_ANY_FIELD = _JSON_VALUES | _BASE64ISH | st.integers(-2, 5) | st.just("1")
+_TRICKY_TEXT = st.text(alphabet='a "\\\0\u2028é😀', max_size=6)  # escapes, non-printables, UTF-8
+_ANY_FIELD = _JSON_VALUES | _BASE64ISH | _TRICKY_TEXT | st.integers(-2, 5) | st.just("1")
 _PLAIN_RECORDS = st.fixed_dictionaries({}, optional={"key": _ANY_FIELD, "value": _ANY_FIELD, "partition": _ANY_FIELD})
 _ODD_FIELDS = st.sampled_from(["key", "value", "headers", "timestamp", "other"])
 _ODD_RECORDS = st.dictionaries(_ODD_FIELDS, _ANY_FIELD, max_size=3)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(st.sampled_from(list(EmbeddedFormat)), st.lists(_PLAIN_RECORDS | _ODD_RECORDS, max_size=4))
 def test_the_plain_produce_path_accepts_exactly_what_the_models_accept(
     embedded: EmbeddedFormat, records: list[dict[str, Any]]
@@ -188,3 +192,60 @@ def test_the_plain_produce_path_accepts_exactly_what_the_models_accept(
     model = BinaryProduceBody if embedded is EmbeddedFormat.BINARY else ProduceBody
     assert len(records) <= 3
     assert fast == decode_records(parse_model(data, model).records, embedded)
+
+
+_STRINGS = (
+    _TRICKY_TEXT
+    | st.text(max_size=10)
+    | _BASE64ISH
+    | st.binary(max_size=9).map(lambda raw: base64.b64encode(raw).decode())
+)
+_STRING_RECORDS = st.fixed_dictionaries(
+    {"value": st.none() | _STRINGS}, optional={"key": st.none() | _STRINGS, "partition": st.integers(0, 5)}
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(list(EmbeddedFormat)), st.lists(_STRING_RECORDS, min_size=1, max_size=6))
+def test_string_columns_are_encoded_in_bulk_as_the_model_path_encodes_each(
+    embedded: EmbeddedFormat, records: list[dict[str, Any]]
+) -> None:
+    # The fast path quotes and encodes a column of strings at once (JSON), or decodes them with
+    # strict base64 (binary): what it takes, it must store as the model path would.
+    data = json.dumps({"records": records}).encode()
+    fast = decode_plain_records(data, embedded, records_max=10)
+    model = BinaryProduceBody if embedded is EmbeddedFormat.BINARY else ProduceBody
+    try:
+        expected = decode_records(parse_model(data, model).records, embedded)
+    except RestError:
+        assert fast is None  # refused there: not taken here
+        return
+    if embedded is EmbeddedFormat.JSON:
+        assert fast is not None  # any JSON string is a JSON value: the fast path takes them all
+    assert fast is None or fast == expected
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2**31), st.integers(0, 2**62), st.none() | st.sampled_from(["refused", "retry"])),
+        max_size=20,
+    )
+)
+def test_the_produce_response_from_columns_is_each_records_entry(
+    rows: list[tuple[int, int, str | None]],
+) -> None:
+    results = ProduceResults([p for p, _, _ in rows], [o for _, o, _ in rows], {})
+    for index, (_, _, failure) in enumerate(rows):
+        if failure is not None:
+            code = ErrorCode.INVALID_RECORD if failure == "refused" else ErrorCode.NOT_LEADER_OR_FOLLOWER
+            results.errors[index] = error_for(code, failure)
+            results.partitions[index] = results.offsets[index] = None
+    expected = [
+        {"partition": p, "offset": o, "error_code": None, "error": None}
+        if failure is None
+        else {"partition": None, "offset": None, "error_code": 1 if failure == "refused" else 2, "error": ANY}
+        for p, o, failure in rows
+    ]
+    body = json.loads(results.response_json())
+    assert body == {"key_schema_id": None, "value_schema_id": None, "offsets": expected}
+    assert results.produced() == sum(1 for _, _, failure in rows if failure is None)

@@ -33,7 +33,7 @@ def test_a_bounded_fuzzing_run_finds_nothing(tmp_path: Path) -> None:
 
 def _json_values(raw: bytes) -> list[bytes | None]:
     body = parse_model(raw, rest_models.ProduceBody)
-    return [record.value for record in decode_records(body.records, EmbeddedFormat.JSON)]
+    return decode_records(body.records, EmbeddedFormat.JSON).values
 
 
 def test_an_integer_beyond_64_bits_is_stored_exactly() -> None:

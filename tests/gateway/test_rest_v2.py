@@ -99,6 +99,43 @@ async def test_produce_json_and_binary_and_read_back(
     assert by_position[(1, second["offset"])].value is None
 
 
+async def test_a_large_mixed_produce_answers_each_record_with_where_it_was_stored(
+    gateway_cluster: LocalCluster, gateways: list[httpx.AsyncClient], name: str
+) -> None:
+    # Enough records for the bulk path, mixed with what takes the per-record path (headers, own
+    # timestamps) and with keyed and explicitly placed records: every offset entry must point at
+    # exactly its record.
+    await _topic(gateway_cluster, name, 3, 1)
+    records: list[dict[str, Any]] = []
+    for n in range(150):
+        record: dict[str, Any] = {"value": _b64(b"v%d" % n)}
+        if n % 5 == 1:
+            record["key"] = _b64(b"k%d" % n)
+        if n % 7 == 2:
+            record["partition"] = 2
+        if n % 11 == 3:
+            record["headers"] = [{"name": "n", "value": _b64(b"%d" % n)}]
+        if n % 13 == 4:
+            record["timestamp"] = 1_700_000_000_000 + n
+        records.append(record)
+    answer = await gateways[0].post(f"/topics/{name}", json={"records": records}, headers={"content-type": BINARY_V2})
+    assert answer.status_code == 200, answer.text
+    offsets = answer.json()["offsets"]
+    assert len(offsets) == 150 and all(entry["error_code"] is None for entry in offsets)
+    stored_records = await _read_all(gateway_cluster, name, 3, 150)
+    by_position = {(record.partition, record.offset): record for record in stored_records}
+    assert len(by_position) == 150
+    for n, (record, entry) in enumerate(zip(records, offsets, strict=True)):
+        stored = by_position[(entry["partition"], entry["offset"])]
+        assert stored.value == b"v%d" % n
+        assert stored.key == (b"k%d" % n if "key" in record else None)
+        assert dict(stored.headers) == ({"n": b"%d" % n} if "headers" in record else {})
+        if "partition" in record:
+            assert entry["partition"] == 2
+        if "timestamp" in record:
+            assert stored.timestamp == record["timestamp"]
+
+
 async def test_bad_produce_requests_are_refused_whole(
     gateway_cluster: LocalCluster, gateways: list[httpx.AsyncClient], name: str
 ) -> None:
