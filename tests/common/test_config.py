@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pytest
 
 from tidelog.common.config import LOG_CONFIGS, parse_configs, render_markdown
 from tidelog.common.errors import ErrorCode, InvalidConfigError
+from tidelog.common.fixed_limits import FIXED_LIMITS, FixedLimit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,3 +52,11 @@ def test_bad_values_are_invalid_config(raw: dict[str, object], message: str) -> 
 def test_configuration_reference_is_generated_from_the_definitions() -> None:
     documented = (ROOT / "docs" / "configuration.md").read_text()
     assert documented == render_markdown(), "run: python -m tidelog.common.config > docs/configuration.md"
+
+
+@pytest.mark.parametrize("limit", FIXED_LIMITS, ids=lambda limit: limit.attribute)
+def test_each_documented_fixed_limit_is_the_codes(limit: FixedLimit) -> None:
+    found: object = importlib.import_module(limit.module)
+    for name in limit.attribute.split("."):
+        found = getattr(found, name)
+    assert found == limit.value, f"{limit.module}.{limit.attribute} is {found}, documented {limit.value}"

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 
 from tidelog.common.errors import InvalidConfigError
+from tidelog.common.fixed_limits import FIXED_LIMITS
 
 __all__ = [
     "ALL_CONFIGS",
@@ -748,6 +749,19 @@ def render_markdown() -> str:
             f"| `{definition.name}` | {definition.scope.value} | {definition.type.value} | `{shown}` "
             f"| {', '.join(bounds)} | {definition.doc} |"
         )
+    lines += [
+        "",
+        "## Fixed limits",
+        "",
+        "Bounds built into the code, not settings (listed in `src/tidelog/common/fixed_limits.py`; a",
+        "test holds each to the constant the code enforces). Every setting above has its bounds too.",
+        "",
+        "| constant | value | meaning |",
+        "|---|---|---|",
+    ]
+    for limit in FIXED_LIMITS:
+        value = f"{limit.value:,}" if isinstance(limit.value, int) else f"{limit.value:g}"
+        lines.append(f"| `{limit.module}.{limit.attribute}` | {value} | {limit.doc} |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,161 @@
+"""Limits built into the code rather than offered as settings: bounds on sizes, counts and tables.
+
+Each stays a constant in the module that enforces it (where a reader of that code looks for it);
+this list names them so that docs/configuration.md documents them beside the settings, in one
+place. A test imports every constant named here and fails when its value differs, so the list
+cannot drift from the code. Strings, not imports: the common package depends on nothing of ours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Final
+
+__all__ = ["FIXED_LIMITS", "FixedLimit"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FixedLimit:
+    module: str
+    attribute: str  # a module's constant, or a class's (Class.NAME)
+    value: int | float
+    doc: str
+
+
+FIXED_LIMITS: Final[tuple[FixedLimit, ...]] = (
+    # ---- every service -------------------------------------------------------------------------
+    FixedLimit(
+        "tidelog.common.runtime",
+        "GRPC_MESSAGE_BYTES_MAX",
+        100 * 1024 * 1024,
+        "Largest gRPC message sent or received, either way (fetch.max.bytes and max.request.size stay below it).",
+    ),
+    FixedLimit("tidelog.common.metadata", "TOPIC_NAME_LENGTH_MAX", 249, "Longest topic name (Kafka's)."),
+    FixedLimit(
+        "tidelog.common.record.batch",
+        "RECORDS_PER_BATCH_MAX",
+        1 << 22,
+        "Records one batch may hold; a batch declaring more is corrupt.",
+    ),
+    FixedLimit(
+        "tidelog.common.record.batch",
+        "UNCOMPRESSED_BYTES_MAX",
+        1 << 28,
+        "Bytes a compressed batch may inflate to; more is refused before decompressing.",
+    ),
+    FixedLimit(
+        "tidelog.common.security.sasl_server",
+        "EXCHANGES_MAX",
+        10_000,
+        "SCRAM logins half done at once on a listener; the oldest are dropped beyond.",
+    ),
+    FixedLimit(
+        "tidelog.common.security.sasl_server",
+        "SESSIONS_MAX",
+        100_000,
+        "SCRAM sessions a listener holds; the oldest are dropped beyond (their clients log in again).",
+    ),
+    FixedLimit(
+        "tidelog.common.security.authentication",
+        "SUBJECTS_CACHED_MAX",
+        10_000,
+        "Certificate subjects whose principal is remembered; the cache is emptied when full.",
+    ),
+    FixedLimit(
+        "tidelog.common.security.acl",
+        "Authorizer.CACHE_MAX",
+        100_000,
+        "Authorization decisions remembered between ACL changes; the cache is emptied when full.",
+    ),
+    FixedLimit(
+        "tidelog.common.security.scram", "ITERATIONS_MAX", 16384, "Most SCRAM iterations a credential may ask for."
+    ),
+    FixedLimit(
+        "tidelog.common.security.scram", "MESSAGE_BYTES_MAX", 4096, "Longest SCRAM message; longer is refused unread."
+    ),
+    # ---- broker --------------------------------------------------------------------------------
+    FixedLimit(
+        "tidelog.broker.broker_service",
+        "PRODUCE_TIMEOUT_MS_MAX",
+        300_000,
+        "Longest acks=all wait a produce request may ask for; a longer timeout is cut to it.",
+    ),
+    FixedLimit(
+        "tidelog.broker.quota_manager",
+        "SENSORS_MAX",
+        100_000,
+        "Quota sensors (one per principal and client id) a broker keeps; the idlest go beyond.",
+    ),
+    FixedLimit(
+        "tidelog.broker.isr_manager",
+        "ISR_CHANGES_PER_REQUEST",
+        1000,
+        "ISR changes one AlterPartition request carries; an ISR check with more sends several.",
+    ),
+    FixedLimit(
+        "tidelog.broker.replica_manager",
+        "NEW_LOGS_PER_TASK",
+        64,
+        "New partition logs one I/O task creates when a LeaderAndIsr brings many at once.",
+    ),
+    FixedLimit(
+        "tidelog.broker.producer_id_manager",
+        "CLAIM_ATTEMPTS_MAX",
+        20,
+        "Compare-and-swap tries to claim a block of producer ids in etcd before InitProducerId fails.",
+    ),
+    FixedLimit(
+        "tidelog.broker.storage.producer_state",
+        "PRODUCER_BATCHES_RETAINED",
+        5,
+        "Batches remembered per producer for duplicate detection (Kafka's); also the client's in-flight bound.",
+    ),
+    # ---- controller ----------------------------------------------------------------------------
+    FixedLimit(
+        "tidelog.controller.controller", "TOPICS_PER_REQUEST_MAX", 1000, "Topics one CreateTopics request names."
+    ),
+    FixedLimit(
+        "tidelog.controller.controller",
+        "ISR_CHANGES_PER_REQUEST_MAX",
+        10_000,
+        "ISR changes one AlterPartition request may carry; more is INVALID_REQUEST.",
+    ),
+    FixedLimit("tidelog.controller.topic_admin", "PARTITIONS_PER_TOPIC_MAX", 10_000, "Partitions one topic may have."),
+    FixedLimit(
+        "tidelog.controller.metadata_store",
+        "STATES_PER_TXN",
+        100,
+        "Partition states written per etcd transaction (etcd's --max-txn-ops defaults to 128).",
+    ),
+    FixedLimit(
+        "tidelog.controller.controller_liveness",
+        "CONFIRMATIONS",
+        3,
+        "Refused connections to the active controller's port that prove it dead to a standby (ADR 0016).",
+    ),
+    FixedLimit(
+        "tidelog.controller.controller_liveness",
+        "CONFIRM_S",
+        0.15,
+        "Seconds those refused connections are spread over.",
+    ),
+    # ---- coordinator and gateway ---------------------------------------------------------------
+    FixedLimit(
+        "tidelog.coordinator.group_coordinator",
+        "GROUP_ID_BYTES_MAX",
+        1024,
+        "Longest group id; longer is INVALID_GROUP_ID.",
+    ),
+    FixedLimit(
+        "tidelog.gateway.v3_routes",
+        "IN_FLIGHT_MAX",
+        1000,
+        "Records of one v3 produce stream sent and not yet reported: a fast writer waits beyond.",
+    ),
+    FixedLimit(
+        "tidelog.gateway.scram_basic",
+        "VERIFIED_MAX",
+        10_000,
+        "HTTP Basic credentials whose SCRAM check a gateway remembers; the oldest are forgotten beyond.",
+    ),
+)
