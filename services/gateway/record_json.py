@@ -2,10 +2,11 @@
 
 Binary, the common format, is written from each run's columns with bulk operations: base64 by
 `map`, numbers by `map` of a bytes format, and the objects by `zip` and `join` of the columns with
-the constant parts between them — no object, nor Python bytecode, per record. It is about 3x
-faster than a template per record and 8x faster than building dicts for orjson; the property test
-in tests/gateway holds it to the general path's JSON. Other formats (json: a document per key and
-value) are built as objects per record.
+the constant parts between them. That costs about what a template per record did (0.8 µs a record
+here, 100-byte values; base64 is 0.23 of it), but it needs no record objects: building those was
+0.65 µs a record more, and the gateway now takes runs straight from the fetched batches. The
+property test in tests/gateway holds it to the general path's JSON. Other formats (json: a
+document per key and value) are built as objects per record.
 """
 
 from __future__ import annotations

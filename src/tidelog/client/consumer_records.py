@@ -2,8 +2,8 @@
 
 A `RecordRun` is consecutive records of one partition, held as the decoded batch's columns (or
 slices of them): no object per record. `poll_runs()` returns them, and the per-record forms are
-built from them, so both say the same thing; a REST gateway or a Spark task renders a run's columns
-with bulk operations instead of touching each record in Python.
+built from them, so both say the same thing; the REST gateway renders a run's columns with bulk
+operations and never builds a record object.
 """
 
 from __future__ import annotations
