@@ -73,6 +73,10 @@ class LogSegment:
         # O_APPEND: every write lands at the end whatever the file offset (after reopen or truncate).
         self._descriptor = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self._descriptor).st_size
+        # Bytes written or cut since the last fsync (or found on opening, durable or not): a flush
+        # of a segment that nothing touched since costs no fsync (a broker closing 10,000 idle
+        # logs paid one each).
+        self._unsynced = self.size > 0
         self.next_offset = base_offset
         self.max_timestamp = NO_TIMESTAMP
         self._offset_of_max_timestamp = base_offset
@@ -120,6 +124,7 @@ class LogSegment:
         assert header.size == len(batch)
         position = self.size
         view = memoryview(batch)
+        self._unsynced = True
         try:
             while view:
                 written = os.write(self._descriptor, view)
@@ -133,9 +138,11 @@ class LogSegment:
         return position
 
     def flush(self) -> None:
-        """fsync the log, then persist the indexes."""
+        """fsync the log (if it changed), then persist the indexes."""
         assert not self.closed
-        os.fsync(self._descriptor)
+        if self._unsynced:
+            os.fsync(self._descriptor)
+            self._unsynced = False
         self.offset_index.flush()
         self.time_index.flush()
 
@@ -158,6 +165,7 @@ class LogSegment:
         """Cut the log at `position` (a batch boundary) and the indexes with it."""
         os.ftruncate(self._descriptor, position)
         self.size = position
+        self._unsynced = True
         self.offset_index.truncate_to(first_removed_offset)
         self.time_index.truncate_to(first_removed_offset)
         _, resume_position = self.offset_index.lookup(first_removed_offset)
@@ -316,6 +324,7 @@ class LogSegment:
         if truncated:
             os.ftruncate(self._descriptor, valid)
             self.size = valid
+            self._unsynced = True
         self.offset_index.flush()
         self.time_index.flush()
         return truncated

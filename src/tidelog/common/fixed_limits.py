@@ -94,9 +94,9 @@ FIXED_LIMITS: Final[tuple[FixedLimit, ...]] = (
     ),
     FixedLimit(
         "tidelog.broker.replica_manager",
-        "NEW_LOGS_PER_TASK",
+        "LOGS_PER_TASK",
         64,
-        "New partition logs one I/O task creates when a LeaderAndIsr brings many at once.",
+        "Partition logs one I/O task creates (a LeaderAndIsr bringing many) or closes (at stop) in a row.",
     ),
     FixedLimit(
         "tidelog.broker.producer_id_manager",

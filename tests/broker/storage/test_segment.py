@@ -86,3 +86,37 @@ def test_timestamps_find_the_first_record_at_or_after(segment: LogSegment) -> No
     assert found == (104, 3000)
     assert segment.find_offset_by_timestamp(1) == (100, 1000)
     assert segment.find_offset_by_timestamp(10_000) is None
+
+
+def test_a_flush_fsyncs_the_log_only_when_bytes_changed_since_the_last(
+    segment: LogSegment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(descriptor: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{descriptor}"))
+        real_fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+    def log_syncs() -> int:
+        return synced.count(str(segment.log_path))
+
+    segment.flush()
+    assert log_syncs() == 0  # new and empty: nothing to make durable
+    _append(segment, 100, 3)
+    _append(segment, 103, 3)
+    segment.flush()
+    segment.flush()
+    assert log_syncs() == 1  # the appends once, then nothing new
+    segment.truncate_to(104)
+    segment.flush()
+    assert log_syncs() == 2  # a cut is a change too
+    segment.close()
+    reopened = LogSegment(
+        segment.log_path.parent, 100, index_interval_bytes=200, max_index_entries=64, rolling_base_ms=0
+    )
+    reopened.flush()
+    assert log_syncs() == 3  # bytes found on opening: not known durable
+    reopened.close()
