@@ -19,6 +19,7 @@ its previous life had fetched."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import time
 from typing import Final
@@ -119,7 +120,9 @@ class IsrManager:
                 changes.append((partition, list(pending[1])))
                 continue
             wanted = self.wanted_isr(partition, now)
-            if set(wanted) != set(partition.state.isr):
+            if set(wanted) != set(partition.state.isr) and partition.refused_isr != self._isr_request_key(
+                partition, wanted
+            ):
                 changes.append((partition, wanted))
         if changes:
             step = ISR_CHANGES_PER_REQUEST
@@ -161,31 +164,49 @@ class IsrManager:
                     partition.pending_isr = None
                 log.info("alter_partition_refused", partitions=len(batch), error=ErrorCode(response.error_code).name)
                 return
-            for (partition, _), result in zip(batch, response.partitions, strict=True):
-                self._settle(partition, result)
+            refused: collections.Counter[str] = collections.Counter()
+            first_refusal: dict[str, object] = {}
+            for (partition, wanted), result in zip(batch, response.partitions, strict=True):
+                if result.error_code and result.error_code != ErrorCode.INVALID_UPDATE_VERSION:
+                    self._refused(partition, wanted, result)
+                    refused[ErrorCode(result.error_code).name] += 1
+                    first_refusal = first_refusal or {
+                        "topic": partition.topic,
+                        "partition": partition.partition,
+                        "message": result.error_message,
+                        "ours": (partition.state.leader_epoch, partition.state.partition_epoch),
+                        "controllers": (result.state.leader, result.state.leader_epoch, result.state.partition_epoch),
+                    }
+                else:
+                    self._settle(partition, result)
+            if refused:  # one line for a response's refusals (a broker stopping gets thousands)
+                log.info("alter_partition_refused", errors=dict(refused), first=first_refusal)
         except grpc.aio.AioRpcError as error:
             log.info("alter_partition_failed", partitions=len(batch), code=error.code().name)
         finally:
             self._pending.difference_update(keys)
 
+    def _refused(self, partition: Partition, wanted: list[int], result: controller_pb2.PartitionIsrResult) -> None:
+        """Refused for the very partition epoch we hold: nothing of ours was committed since.
+        (FENCED_LEADER_EPOCH is checked first and proves nothing: we are deposed, and the next
+        LeaderAndIsr replaces the state and with it the pending change.)"""
+        if result.error_code != ErrorCode.FENCED_LEADER_EPOCH:
+            partition.pending_isr = None
+        if result.error_code == ErrorCode.INELIGIBLE_REPLICA:
+            # A joiner the controller will not take (shutting down, or gone): not asked again
+            # until something differs — the state, the ISR wanted, or a joiner's life (a broker
+            # back from a restart is eligible again, under a new incarnation).
+            partition.refused_isr = self._isr_request_key(partition, wanted)
+
+    def _isr_request_key(self, partition: Partition, wanted: list[int]) -> tuple[object, ...]:
+        return (
+            partition.state.partition_epoch,
+            tuple(sorted(wanted)),
+            tuple(sorted((replica, partition.follower_incarnation.get(replica, "")) for replica in wanted)),
+        )
+
     def _settle(self, partition: Partition, result: controller_pb2.PartitionIsrResult) -> None:
-        """Apply the controller's answer to one change."""
-        if result.error_code and result.error_code != ErrorCode.INVALID_UPDATE_VERSION:
-            # Refused for the very partition epoch we hold: nothing of ours was committed since.
-            # (FENCED_LEADER_EPOCH is checked first and proves nothing: we are deposed, and the
-            # next LeaderAndIsr replaces the state and with it the pending change.)
-            if result.error_code != ErrorCode.FENCED_LEADER_EPOCH:
-                partition.pending_isr = None
-            log.info(
-                "alter_partition_refused",
-                topic=partition.topic,
-                partition=partition.partition,
-                error=ErrorCode(result.error_code).name,
-                message=result.error_message,
-                ours=(partition.state.leader_epoch, partition.state.partition_epoch),
-                controllers=(result.state.leader, result.state.leader_epoch, result.state.partition_epoch),
-            )
-            return
+        """Apply the controller's acceptance of one change."""
         if result.HasField("state"):
             before = set(partition.state.isr)
             self.replicas.apply_committed_state(result.state)

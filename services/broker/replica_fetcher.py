@@ -12,6 +12,7 @@ its own log end. The leader learns the follower's log end offset from each fetch
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import time
@@ -84,6 +85,7 @@ class ReplicaFetcherManager:
         self.followed: dict[tuple[str, int], FollowedPartition] = {}
         self._by_leader: dict[int, dict[tuple[str, int], FollowedPartition]] = {}  # the same, by leader
         self._untruncated: dict[int, set[tuple[str, int]]] = {}  # by leader: KIP-279 truncation to do
+        self._query_after: dict[tuple[str, int], float] = {}  # refused epoch queries: not before then
         self._fetchers: dict[int, asyncio.Task[None]] = {}
         self._sessions: dict[int, FollowerSession] = {}  # by leader
         self._channels = channels or ChannelPool()
@@ -108,6 +110,7 @@ class ReplicaFetcherManager:
             return
         self._by_leader.get(followed.leader, {}).pop(key, None)
         self._untruncated.get(followed.leader, set()).discard(key)
+        self._query_after.pop(key, None)
         self._changed(followed.leader, key)
 
     def _changed(self, leader: int, key: tuple[str, int]) -> None:
@@ -139,9 +142,14 @@ class ReplicaFetcherManager:
             try:
                 if stub is None:
                     raise ConnectionError(f"no endpoint known for leader {leader}")
-                untruncated = self._untruncated.get(leader, set())
-                if untruncated:
-                    await self._truncate(stub, leader, [partitions[key] for key in untruncated if key in partitions])
+                now = time.monotonic()
+                due = [
+                    partitions[key]
+                    for key in self._untruncated.get(leader, ())
+                    if key in partitions and self._query_after.get(key, 0.0) <= now
+                ]
+                if due:
+                    await self._truncate(stub, leader, due)
                 await self._fetch(stub, leader, partitions)
             except (grpc.aio.AioRpcError, ConnectionError, TidelogError) as error:
                 log.info("replica_fetch_failed", leader=leader, error=str(error)[:200])
@@ -167,23 +175,28 @@ class ReplicaFetcherManager:
             )
         response = await stub.OffsetsForLeaderEpoch(request, timeout=10)
         by_key = {(followed.topic, followed.partition): followed for followed in partitions}
+        refused: collections.Counter[str] = collections.Counter()
+        refused_sample: list[str] = []
         for answer in response.partitions:
             asked = by_key.get((answer.topic, answer.partition))
             if asked is None or self.followed.get((answer.topic, answer.partition)) is not asked:
                 continue
             if answer.error_code:
-                log.info(
-                    "epoch_query_refused",
-                    topic=answer.topic,
-                    partition=answer.partition,
-                    error=ErrorCode(answer.error_code).name,
-                )
+                # Asked again after the backoff, not at the next round: a leader that moved on
+                # refuses thousands at once until the new LeaderAndIsr comes (one log line for all).
+                self._query_after[(answer.topic, answer.partition)] = time.monotonic() + self.backoff_s
+                refused[ErrorCode(answer.error_code).name] += 1
+                if len(refused_sample) < 5:
+                    refused_sample.append(f"{answer.topic}-{answer.partition}")
                 continue
+            self._query_after.pop((answer.topic, answer.partition), None)
             await self.run_io(self._truncate_one, asked, answer.leader_epoch, answer.end_offset)
             asked.truncated = True
             key = (answer.topic, answer.partition)
             self._untruncated.get(leader, set()).discard(key)
             self._changed(leader, key)
+        if refused:
+            log.info("epoch_query_refused", leader=leader, errors=dict(refused), sample=refused_sample)
 
     @staticmethod
     def _truncate_one(followed: FollowedPartition, leader_epoch: int, leader_end_offset: int) -> None:

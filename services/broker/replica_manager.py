@@ -108,6 +108,9 @@ class Partition:
     # watermark counts the union of both ISRs (KIP-497's maximal ISR): the controller may already
     # have committed the change, and a replica it added may be elected even if we never learn of it.
     pending_isr: tuple[int, tuple[int, ...]] | None = None
+    # The last ISR change the controller refused as INELIGIBLE_REPLICA, as isr_manager keys it
+    # (partition epoch, ISR, joiners' lives): not asked again while all of that stays the same.
+    refused_isr: tuple[object, ...] | None = None
     high_watermark_moved: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     # The incremental fetch sessions holding this partition, by key (the replica manager's map,
     # shared by every partition: a partition marks them when it has news).

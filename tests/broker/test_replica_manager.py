@@ -279,6 +279,43 @@ async def test_an_unanswered_isr_change_is_asked_again_until_settled(replicas: R
         assert partition.log.high_watermark == 10
 
 
+class _RefusingJoiners(controller_pb2_grpc.ControllerServicer):
+    """Refuses every ISR change as INELIGIBLE_REPLICA (a joiner in controlled shutdown)."""
+
+    def __init__(self) -> None:
+        self.requests: list[controller_pb2.AlterPartitionRequest] = []
+
+    async def AlterPartition(  # noqa: N802
+        self, request: controller_pb2.AlterPartitionRequest, context: object
+    ) -> controller_pb2.AlterPartitionResponse:
+        self.requests.append(request)
+        response = controller_pb2.AlterPartitionResponse()
+        for change in request.partitions:
+            response.partitions.add(
+                topic=change.topic,
+                partition=change.partition,
+                error_code=int(ErrorCode.INELIGIBLE_REPLICA),
+                error_message="only live brokers not shutting down join the ISR",
+            )
+        return response
+
+
+async def test_a_joiner_refused_as_ineligible_is_asked_for_again_only_in_a_new_life(replicas: ReplicaManager) -> None:
+    # Stopping all brokers of a 10,000-partition cluster at once: each leader asked every ISR
+    # check to add followers the controller knew to be shutting down, and logged each refusal
+    # (73,880 lines from one broker in 15 s). The same request is not repeated; a new life of the
+    # joiner (a restarted broker is eligible again) or a new state asks again.
+    controller = _RefusingJoiners()
+    async with _leading_with_third_caught_up(replicas, controller) as (isr, partition):
+        await isr.check_once()
+        await isr.check_once()
+        assert len(controller.requests) == 1 and partition.pending_isr is None
+        replicas.record_follower_fetch(THIRD, "life-4", [_fetch(5, 1)])  # broker 3 restarted
+        await isr.check_once()
+        assert len(controller.requests) == 2
+        assert dict(controller.requests[1].partitions[0].new_isr_incarnations)[THIRD] == "life-4"
+
+
 async def test_a_leader_cut_off_from_etcd_leads_on_while_its_followers_fetch(tmp_path: Path) -> None:
     # ADR 0013: etcd down for everyone — the followers still fetch, so nobody was told of another
     # leader: the partition keeps serving with its session lost.
