@@ -402,11 +402,12 @@ class ReplicaManager:
             for topic in {state.topic for state in request.partitions}
         }
         opened = await self._open_new_logs(request.partitions, topic_configs)
+        new_leaders: dict[tuple[str, int], tuple[Partition, int]] = {}
         for state in request.partitions:
             key = (state.topic, state.partition)
             wanted.add(key)
             try:
-                await self._apply_state(state, topic_configs[state.topic], opened.pop(key, None))
+                await self._apply_state(state, topic_configs[state.topic], opened.pop(key, None), new_leaders)
             except TidelogError as error:
                 errors.append(
                     broker_pb2.PartitionError(
@@ -416,6 +417,7 @@ class ReplicaManager:
                         error_message=error.message,
                     )
                 )
+        await self._start_leader_epochs(list(new_leaders.values()))
         for unused in opened.values():  # named twice in one request: opened once, used once
             await self.run_io(unused.close)
         if request.full:
@@ -460,9 +462,32 @@ class ReplicaManager:
         chunks = await asyncio.gather(*(self.run_io(open_chunk, chunk) for chunk in self._io_chunks(new)))
         return {key: opened for chunk in chunks for key, opened in chunk}
 
+    async def _start_leader_epochs(self, new_leaders: list[tuple[Partition, int]]) -> None:
+        """Start the epochs of the partitions a LeaderAndIsr made leaders of, side by side on the
+        I/O threads: a broker taking over thousands of leaderships at once (another broker's
+        controlled shutdown) took seconds one by one, while that broker and its producers waited.
+        An append meanwhile starts the epoch itself (append_as_leader); again here, it is kept."""
+
+        def start_chunk(chunk: list[tuple[Partition, int]]) -> None:
+            for partition, leader_epoch in chunk:
+                partition.log.assign_leader_epoch(leader_epoch)
+
+        hosted = [
+            (partition, epoch)
+            for partition, epoch in new_leaders
+            if self.partitions.get((partition.topic, partition.partition)) is partition
+        ]
+        await asyncio.gather(*(self.run_io(start_chunk, chunk) for chunk in self._io_chunks(hosted)))
+
     async def _apply_state(
-        self, state: common_pb2.PartitionState, configs: dict[str, str], opened: PartitionLog | None = None
+        self,
+        state: common_pb2.PartitionState,
+        configs: dict[str, str],
+        opened: PartitionLog | None = None,
+        new_leaders: dict[tuple[str, int], tuple[Partition, int]] | None = None,
     ) -> None:
+        """Take one partition's state. A leadership in a new epoch goes into `new_leaders`, whose
+        epochs the caller starts for all of them at once (`_start_leader_epochs`); without it, here."""
         key = (state.topic, state.partition)
         existing = self.partitions.get(key)
         if existing is not None and existing.topic_id == state.topic_id:
@@ -500,8 +525,11 @@ class ReplicaManager:
         if existing.role is ReplicaRole.LEADER:
             self.fetchers.unfollow(key)
             if existing.log.leader_epochs.latest_epoch < state.leader_epoch:
-                await self.run_io(existing.log.assign_leader_epoch, state.leader_epoch)
                 existing.forget_followers()
+                if new_leaders is not None:
+                    new_leaders[key] = (existing, state.leader_epoch)
+                else:
+                    await self.run_io(existing.log.assign_leader_epoch, state.leader_epoch)
             existing.advance_high_watermark(self.broker_id)
         else:
             # Before anything can truncate this log as a follower: an append admitted while we led

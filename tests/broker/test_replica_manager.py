@@ -399,3 +399,45 @@ async def test_a_state_told_again_changes_nothing(replicas: ReplicaManager) -> N
     await _apply(replicas, leader=ME, leader_epoch=0, partition_epoch=0, isr=[ME, OTHER], full=True)
     assert replicas.partitions[(TOPIC, 0)] is hosted and hosted.follower_end == {OTHER: 0}
     assert not replicas.isr_watch  # not even looked at again
+
+
+async def test_leaderships_taken_over_in_one_request_each_start_their_epoch_at_the_log_end(
+    replicas: ReplicaManager,
+) -> None:
+    # Another broker's controlled shutdown hands this one thousands of leaderships in one
+    # LeaderAndIsr: their epochs start side by side on the I/O threads, each at its own log end.
+    def states(leader: int, leader_epoch: int) -> list[common_pb2.PartitionState]:
+        return [
+            common_pb2.PartitionState(
+                topic=TOPIC,
+                partition=partition,
+                leader=leader,
+                isr=[ME, OTHER],
+                replicas=[ME, OTHER],
+                leader_epoch=leader_epoch,
+                partition_epoch=leader_epoch,
+                controller_epoch=1,
+                topic_id="id-1",
+            )
+            for partition in range(20)
+        ]
+
+    async def push(leader: int, leader_epoch: int) -> None:
+        request = broker_pb2.LeaderAndIsrRequest(
+            controller_id=1,
+            controller_epoch=1,
+            partitions=states(leader, leader_epoch),
+            broker_incarnation=replicas.incarnation,
+        )
+        assert not await replicas.leader_and_isr(request)
+
+    await push(ME, 1)
+    for partition in range(1, 20):  # log ends 0, 1, ..., 19
+        await replicas.append(TOPIC, partition, encode_batch([b"x"] * partition), acks=1)
+    await push(OTHER, 2)  # deposed: followers now
+    await push(ME, 3)  # every leadership back at once
+    for partition in range(20):
+        hosted = replicas.partitions[(TOPIC, partition)]
+        assert hosted.log.leader_epochs.entries()[-1] == (3, partition)  # from its own log end
+        info = await replicas.append(TOPIC, partition, encode_batch([b"y"]), acks=1)
+        assert info.first_offset == partition

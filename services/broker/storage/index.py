@@ -108,7 +108,10 @@ class _IndexFile:
         descriptor = os.open(self.path, flags, 0o644)
         try:
             os.write(descriptor, rows.tobytes())
-            os.fsync(descriptor)
+            if len(rows) or self._persisted:
+                os.fsync(descriptor)
+            # (else an index that never held an entry: no bytes to make durable, and one missing
+            # after a crash is rebuilt from its segment; closing 10,000 idle logs synced 20,000)
         finally:
             os.close(descriptor)
         self._persisted = len(self.keys)

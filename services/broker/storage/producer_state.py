@@ -102,6 +102,7 @@ class ProducerStateManager:
         self.directory = directory
         self.producers: dict[int, ProducerEntry] = {}
         self.map_end_offset = 0  # the state covers every batch below this offset
+        self._snapshot_offset: int | None = None  # of the newest snapshot on disk, when known
 
     # ---- checks (leader) -------------------------------------------------------------------
 
@@ -183,7 +184,12 @@ class ProducerStateManager:
         return sorted(int(match[1]) for name in os.listdir(self.directory) if (match := _SNAPSHOT_NAME.match(name)))
 
     def take_snapshot(self) -> None:
-        """Write the state as of `map_end_offset` (atomically; an existing one is replaced)."""
+        """Write the state as of `map_end_offset` (atomically; an existing one is replaced) —
+        unless no batch came since the newest snapshot, as Kafka's takeSnapshot: loading would
+        give the same state (an empty state at offset 0 needs no file at all). Closing 10,000
+        idle logs wrote and synced 10,000 snapshots of nothing."""
+        if self.map_end_offset == self._snapshot_offset or (self.map_end_offset == 0 and not self.producers):
+            return
         producers = [
             [
                 entry.producer_id,
@@ -198,6 +204,7 @@ class ProducerStateManager:
         ]
         data = json.dumps({"version": SNAPSHOT_VERSION, "offset": self.map_end_offset, "producers": producers})
         write_atomically(self.directory / snapshot_file_name(self.map_end_offset), data.encode())
+        self._snapshot_offset = self.map_end_offset
 
     def _read_snapshot(self, offset: int) -> dict[int, ProducerEntry] | None:
         path = self.directory / snapshot_file_name(offset)
@@ -229,10 +236,11 @@ class ProducerStateManager:
             producers = self._read_snapshot(offset)
             if producers is not None:
                 self.producers = producers
-                self.map_end_offset = offset
+                self.map_end_offset = self._snapshot_offset = offset
                 return offset
         self.producers = {}
         self.map_end_offset = 0
+        self._snapshot_offset = None
         return 0
 
     def delete_snapshots_below(self, offset: int) -> None:
@@ -248,6 +256,7 @@ class ProducerStateManager:
             (self.directory / snapshot_file_name(old)).unlink(missing_ok=True)
         self.producers = {}
         self.map_end_offset = offset
+        self._snapshot_offset = None
 
 
 def _apply(entry: ProducerEntry, header: BatchHeader) -> None:

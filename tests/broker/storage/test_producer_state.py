@@ -176,3 +176,20 @@ def test_any_sequence_of_sends_and_retries_writes_each_batch_once(
         assert [value for _, _, value in records_of(read_all(partition_log))] == expected
     finally:
         partition_log.close()
+
+
+def test_a_snapshot_is_written_only_when_batches_came_since_the_last(open_log: OpenLog) -> None:
+    # Kafka's takeSnapshot rule: the same offset would load the same state. Closing 10,000 idle
+    # logs wrote and synced 10,000 snapshots of nothing.
+    partition_log = open_log()
+    partition_log.close()
+    assert not list(partition_log.directory.glob("*.snapshot"))  # empty at offset 0: no file needed
+    reopened = open_log()
+    reopened.append_as_leader(idempotent(2, 0), leader_epoch=0)
+    reopened.close()
+    written = sorted(path.name for path in reopened.directory.glob("*.snapshot"))
+    assert written == ["00000000000000000002.snapshot"]
+    again = open_log()
+    (again.directory / written[0]).write_bytes(b"{}")  # rewritten would be valid again
+    again.close()  # loaded at offset 2, nothing since: not written again
+    assert (again.directory / written[0]).read_bytes() == b"{}"
