@@ -33,6 +33,7 @@ __all__ = ["FollowedPartition", "ReplicaFetcherManager"]
 log = structlog.get_logger(__name__)
 
 UNDEFINED: Final = -1
+TRUNCATIONS_PER_TASK: Final = 64  # follower truncations one I/O task makes in a row
 APPEND_MS: Final = metrics_catalog.histogram(
     "tidelog_replica_fetch_append_ms", buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 1000)
 )
@@ -177,6 +178,7 @@ class ReplicaFetcherManager:
         by_key = {(followed.topic, followed.partition): followed for followed in partitions}
         refused: collections.Counter[str] = collections.Counter()
         refused_sample: list[str] = []
+        answered: list[tuple[FollowedPartition, int, int]] = []
         for answer in response.partitions:
             asked = by_key.get((answer.topic, answer.partition))
             if asked is None or self.followed.get((answer.topic, answer.partition)) is not asked:
@@ -190,13 +192,28 @@ class ReplicaFetcherManager:
                     refused_sample.append(f"{answer.topic}-{answer.partition}")
                 continue
             self._query_after.pop((answer.topic, answer.partition), None)
-            await self.run_io(self._truncate_one, asked, answer.leader_epoch, answer.end_offset)
-            asked.truncated = True
-            key = (answer.topic, answer.partition)
-            self._untruncated.get(leader, set()).discard(key)
-            self._changed(leader, key)
+            answered.append((asked, answer.leader_epoch, answer.end_offset))
         if refused:
             log.info("epoch_query_refused", leader=leader, errors=dict(refused), sample=refused_sample)
+
+        def truncate_chunk(chunk: list[tuple[FollowedPartition, int, int]]) -> None:
+            for followed, leader_epoch, end_offset in chunk:
+                # Still followed from that leader, looked at just before (no wider window than
+                # one task per partition had): a leadership taken meanwhile is not truncated.
+                if self.followed.get((followed.topic, followed.partition)) is followed:
+                    self._truncate_one(followed, leader_epoch, end_offset)
+
+        # Side by side on the I/O threads, a chunk a task: a broker back from a restart follows
+        # thousands of partitions, and one awaited I/O task each took seconds.
+        chunks = [answered[i : i + TRUNCATIONS_PER_TASK] for i in range(0, len(answered), TRUNCATIONS_PER_TASK)]
+        await asyncio.gather(*(self.run_io(truncate_chunk, chunk) for chunk in chunks))
+        for asked, _, _ in answered:
+            key = (asked.topic, asked.partition)
+            if self.followed.get(key) is not asked:
+                continue  # followed anew meanwhile: that one truncates again
+            asked.truncated = True
+            self._untruncated.get(leader, set()).discard(key)
+            self._changed(leader, key)
 
     @staticmethod
     def _truncate_one(followed: FollowedPartition, leader_epoch: int, leader_end_offset: int) -> None:

@@ -1,12 +1,18 @@
-"""Leader-epoch truncation (KIP-101/279) on real partition logs, without the network."""
+"""Leader-epoch truncation (KIP-101/279) on real partition logs, without the network: where a log
+is cut, and many partitions' truncations at once."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tidelog.broker.replica_fetcher import FollowedPartition, ReplicaFetcherManager
 from tidelog.broker.storage import LogConfig, PartitionLog
+from tidelog.common.errors import ErrorCode
 from tidelog.common.record.batch import encode_batch
+from tidelog.v1 import broker_pb2
 
 
 def _log(tmp_path: Path, name: str) -> PartitionLog:
@@ -57,3 +63,61 @@ def test_a_follower_with_an_epoch_the_leader_never_had(tmp_path: Path) -> None:
     _truncate_against(follower, leader)  # leader answers for epoch 4: it ended at 3
     assert follower.log_end_offset == 3
     assert follower.leader_epochs.entries() == [(4, 0)]
+
+
+class _EpochAnswers:
+    """OffsetsForLeaderEpoch of a leader: each partition's answer, or NOT_LEADER_OR_FOLLOWER."""
+
+    def __init__(self, answers: dict[int, tuple[int, int] | None]) -> None:
+        self.answers = answers
+        self.asked: list[list[int]] = []
+
+    async def OffsetsForLeaderEpoch(  # noqa: N802
+        self, request: broker_pb2.OffsetsForLeaderEpochRequest, timeout: float
+    ) -> broker_pb2.OffsetsForLeaderEpochResponse:
+        self.asked.append([asked.partition for asked in request.partitions])
+        response = broker_pb2.OffsetsForLeaderEpochResponse()
+        for asked in request.partitions:
+            answer = self.answers[asked.partition]
+            if answer is None:
+                response.partitions.add(
+                    topic=asked.topic, partition=asked.partition, error_code=int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                )
+            else:
+                response.partitions.add(
+                    topic=asked.topic, partition=asked.partition, leader_epoch=answer[0], end_offset=answer[1]
+                )
+        return response
+
+
+async def test_many_partitions_truncate_together_and_a_refused_one_waits_for_the_backoff(tmp_path: Path) -> None:
+    # A broker back from a restart follows thousands of partitions: their truncations run side by
+    # side on the I/O threads; a leader that refuses is asked again only after the backoff.
+    async def run_io(function: Callable[..., object], *args: object) -> object:
+        return await asyncio.to_thread(function, *args)
+
+    manager = ReplicaFetcherManager(2, run_io, backoff_ms=60_000)
+    followed = []
+    for partition in range(150):
+        partition_log = PartitionLog.open(tmp_path / f"t-{partition}", LogConfig.from_configs({}))
+        for value in (b"a", b"b", b"c"):  # a batch each: truncation cuts whole batches
+            _write(partition_log, 1, [value])
+        followed.append(FollowedPartition("t", partition, partition_log, 1, 2))
+    answers: dict[int, tuple[int, int] | None] = {partition: (1, partition % 3) for partition in range(150)}
+    answers[7] = None  # this leader does not lead partition 7 (yet)
+    stub = _EpochAnswers(answers)
+    manager._by_leader[1] = {}
+    for one in followed:
+        manager.followed[(one.topic, one.partition)] = one
+        manager._by_leader[1][(one.topic, one.partition)] = one
+    manager._untruncated[1] = {(one.topic, one.partition) for one in followed}
+    await manager._truncate(stub, 1, followed)  # type: ignore[arg-type]
+    for one in followed:
+        if one.partition == 7:
+            assert not one.truncated and one.log.log_end_offset == 3
+        else:
+            assert one.truncated and one.log.log_end_offset == one.partition % 3
+    assert manager._untruncated[1] == {("t", 7)}
+    assert manager._query_after[("t", 7)] > time.monotonic() + 30  # not before the backoff
+    for one in followed:
+        one.log.close()

@@ -235,17 +235,19 @@ async def test_the_high_watermark_waits_for_a_replica_joining_the_isr(replicas: 
         assert set(partition.state.isr) == {ME, OTHER, THIRD} and partition.state.partition_epoch == 2
 
 
-class _UnansweredThenRefusing(controller_pb2_grpc.ControllerServicer):
-    """The first AlterPartition gets no answer (UNAVAILABLE); later ones are refused as ineligible."""
+class _RefusingJoiners(controller_pb2_grpc.ControllerServicer):
+    """Refuses ISR changes as INELIGIBLE_REPLICA (a joiner gone, or in controlled shutdown), after
+    leaving the first `unanswered` requests without an answer (UNAVAILABLE)."""
 
-    def __init__(self) -> None:
+    def __init__(self, unanswered: int = 0) -> None:
+        self.unanswered = unanswered
         self.requests: list[controller_pb2.AlterPartitionRequest] = []
 
     async def AlterPartition(  # noqa: N802
         self, request: controller_pb2.AlterPartitionRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> controller_pb2.AlterPartitionResponse:
         self.requests.append(request)
-        if len(self.requests) == 1:
+        if len(self.requests) <= self.unanswered:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the controller went away")
         response = controller_pb2.AlterPartitionResponse()
         for change in request.partitions:
@@ -253,7 +255,7 @@ class _UnansweredThenRefusing(controller_pb2_grpc.ControllerServicer):
                 topic=change.topic,
                 partition=change.partition,
                 error_code=int(ErrorCode.INELIGIBLE_REPLICA),
-                error_message="only live brokers join the ISR",
+                error_message="only live brokers not shutting down join the ISR",
             )
         return response
 
@@ -264,7 +266,7 @@ async def test_an_unanswered_isr_change_is_asked_again_until_settled(replicas: R
     # counting in the HW (it may have been committed), the leader computed a fresh ISR without 3
     # and never re-sent the old one: acks=all waited forever on a dead replica. An unanswered
     # change is re-sent until an answer settles it.
-    controller = _UnansweredThenRefusing()
+    controller = _RefusingJoiners(unanswered=1)
     async with _leading_with_third_caught_up(replicas, controller) as (isr, partition):
         await isr.check_once()  # asks for {1, 2, 3}: no answer
         assert partition.pending_isr == (1, (ME, OTHER, THIRD))
@@ -277,27 +279,6 @@ async def test_an_unanswered_isr_change_is_asked_again_until_settled(replicas: R
         assert partition.pending_isr is None
         replicas.record_follower_fetch(OTHER, "life-2", [_fetch(10, 1)])
         assert partition.log.high_watermark == 10
-
-
-class _RefusingJoiners(controller_pb2_grpc.ControllerServicer):
-    """Refuses every ISR change as INELIGIBLE_REPLICA (a joiner in controlled shutdown)."""
-
-    def __init__(self) -> None:
-        self.requests: list[controller_pb2.AlterPartitionRequest] = []
-
-    async def AlterPartition(  # noqa: N802
-        self, request: controller_pb2.AlterPartitionRequest, context: object
-    ) -> controller_pb2.AlterPartitionResponse:
-        self.requests.append(request)
-        response = controller_pb2.AlterPartitionResponse()
-        for change in request.partitions:
-            response.partitions.add(
-                topic=change.topic,
-                partition=change.partition,
-                error_code=int(ErrorCode.INELIGIBLE_REPLICA),
-                error_message="only live brokers not shutting down join the ISR",
-            )
-        return response
 
 
 async def test_a_joiner_refused_as_ineligible_is_asked_for_again_only_in_a_new_life(replicas: ReplicaManager) -> None:
