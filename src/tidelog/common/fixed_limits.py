@@ -99,6 +99,12 @@ FIXED_LIMITS: Final[tuple[FixedLimit, ...]] = (
         "Partition logs one I/O task creates (a LeaderAndIsr bringing many) or closes (at stop) in a row.",
     ),
     FixedLimit(
+        "tidelog.broker.replica_fetcher",
+        "TRUNCATIONS_PER_TASK",
+        64,
+        "Follower truncations one I/O task makes in a row when a leader's epoch answers call for many.",
+    ),
+    FixedLimit(
         "tidelog.broker.producer_id_manager",
         "CLAIM_ATTEMPTS_MAX",
         20,
