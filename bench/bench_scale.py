@@ -16,7 +16,10 @@ partitions with RF 3, then:
   → every partition answered by its leader again (a produce to each partition acknowledged; the
   same with no fault is printed as its reference: the data path never needed the controller);
 - broker restart: kill -9 + start of one broker → its new life left every ISR and is back in all
-  (each partition's state changed twice: out, then in).
+  (each partition's state changed twice: out, then in);
+- stop: SIGTERM to every process at once (LocalCluster.stop: the brokers hand leaderships to each
+  other, deregister and close every log) → all gone, and how many brokers had to be killed at the
+  stop timeout (10 s) instead.
 References printed in the same run: the idle CPU of a broker holding no partition (the same cluster
 before the topic exists), so per-partition cost is the difference; and the seconds this file
 system takes to make as many folders as the topic has replicas, each with the files a new log
@@ -227,8 +230,20 @@ async def measure(folder: Path, partitions: int, idle_seconds: float) -> dict[st
             await all_in_sync(admin, changed_since=before)  # ... left every ISR and rejoined them all
             figures["broker kill -9 + start → registered, in every ISR (s)"] = time.monotonic() - stopped
     finally:
-        cluster.stop()
+        figures.update(stop_everything(cluster))
     return figures
+
+
+def stop_everything(cluster: LocalCluster) -> dict[str, float]:
+    """SIGTERM to every process (LocalCluster.stop): seconds until all are gone, and how many
+    brokers were still at it when the stop timeout killed them."""
+    brokers = [process for name, process in cluster.processes.items() if name.startswith("broker")]
+    stopping = time.monotonic()
+    cluster.stop()
+    return {
+        "stop: SIGTERM to everything → all gone (s)": time.monotonic() - stopping,
+        "brokers killed at the stop timeout": sum(process.returncode == -signal.SIGKILL for process in brokers),
+    }
 
 
 async def main() -> None:
