@@ -43,6 +43,7 @@ ISR_SHRINKS: Final = metrics_catalog.counter("kafka_server_replicamanager_isrshr
 ISR_EXPANDS: Final = metrics_catalog.counter("kafka_server_replicamanager_isrexpands_total")
 ISR_CHANGES_PER_REQUEST: Final = 1000  # one AlterPartition carries at most this many (the controller takes 10,000)
 ALTER_TIMEOUT_S: Final = 5.0
+INELIGIBLE_RETRY_S: Final = 5.0  # an ISR change refused as INELIGIBLE_REPLICA is asked again after this at the latest
 ALTER_PER_CHANGE_S: Final = 0.002  # the deadline grows with the batch: the controller commits 100 per transaction
 
 
@@ -120,9 +121,7 @@ class IsrManager:
                 changes.append((partition, list(pending[1])))
                 continue
             wanted = self.wanted_isr(partition, now)
-            if set(wanted) != set(partition.state.isr) and partition.refused_isr != self._isr_request_key(
-                partition, wanted
-            ):
+            if set(wanted) != set(partition.state.isr) and not self._refused_before(partition, wanted, now):
                 changes.append((partition, wanted))
         if changes:
             step = ISR_CHANGES_PER_REQUEST
@@ -193,16 +192,27 @@ class IsrManager:
         if result.error_code != ErrorCode.FENCED_LEADER_EPOCH:
             partition.pending_isr = None
         if result.error_code == ErrorCode.INELIGIBLE_REPLICA:
-            # A joiner the controller will not take (shutting down, or gone): not asked again
-            # until something differs — the state, the ISR wanted, or a joiner's life (a broker
-            # back from a restart is eligible again, under a new incarnation).
-            partition.refused_isr = self._isr_request_key(partition, wanted)
+            # A joiner the controller will not take (shutting down, or not registered): the same
+            # is not asked again until something differs (`_refused_before`).
+            partition.refused_isr = (self._isr_request_key(partition, wanted), time.monotonic())
+
+    def _refused_before(self, partition: Partition, wanted: list[int], now: float) -> bool:
+        """Whether this very change was refused as ineligible, and nothing since can make it
+        eligible: the same state, ISR and joiners' lives, no broker registered or gone since (a
+        broker back after its session expired keeps its incarnation; the controller's next
+        UpdateMetadata says it is live), and not longer ago than INELIGIBLE_RETRY_S (whatever
+        else may have changed)."""
+        if partition.refused_isr is None:
+            return False
+        key, refused_at = partition.refused_isr
+        return key == self._isr_request_key(partition, wanted) and now - refused_at < INELIGIBLE_RETRY_S
 
     def _isr_request_key(self, partition: Partition, wanted: list[int]) -> tuple[object, ...]:
         return (
             partition.state.partition_epoch,
             tuple(sorted(wanted)),
             tuple(sorted((replica, partition.follower_incarnation.get(replica, "")) for replica in wanted)),
+            self.metadata.brokers_version,
         )
 
     def _settle(self, partition: Partition, result: controller_pb2.PartitionIsrResult) -> None:

@@ -16,6 +16,7 @@ class MetadataCache:
         self.controller_epoch = -1
         self.controller_endpoint = ""
         self.brokers: list[common_pb2.BrokerEndpoint] = []
+        self.brokers_version = 0  # counts changes of `brokers` (a broker registered, or gone)
         self.topics: dict[str, list[common_pb2.PartitionState]] = {}
         self.configs: dict[str, dict[str, str]] = {}
 
@@ -25,7 +26,9 @@ class MetadataCache:
         self.controller_id = request.controller_id
         self.controller_epoch = request.controller_epoch
         self.controller_endpoint = request.controller_endpoint
-        self.brokers = list(request.live_brokers)
+        live = list(request.live_brokers)
+        if live != self.brokers:
+            self.brokers, self.brokers_version = live, self.brokers_version + 1
         if not request.incremental:
             self.topics, self.configs = {}, {}
         for name in request.deleted_topics:

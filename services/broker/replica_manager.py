@@ -109,8 +109,9 @@ class Partition:
     # have committed the change, and a replica it added may be elected even if we never learn of it.
     pending_isr: tuple[int, tuple[int, ...]] | None = None
     # The last ISR change the controller refused as INELIGIBLE_REPLICA, as isr_manager keys it
-    # (partition epoch, ISR, joiners' lives): not asked again while all of that stays the same.
-    refused_isr: tuple[object, ...] | None = None
+    # (partition epoch, ISR, joiners' lives, live brokers), and when: not asked again while all
+    # of that stays the same, for INELIGIBLE_RETRY_S at most.
+    refused_isr: tuple[tuple[object, ...], float] | None = None
     high_watermark_moved: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     # The incremental fetch sessions holding this partition, by key (the replica manager's map,
     # shared by every partition: a partition marks them when it has news).

@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from tests.cluster.conftest import wait_until
-from tidelog.broker.isr_manager import IsrManager
+from tidelog.broker.isr_manager import INELIGIBLE_RETRY_S, IsrManager
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.replica_manager import Partition, ReplicaManager
 from tidelog.common.errors import ErrorCode, NotLeaderOrFollowerError
@@ -295,6 +295,23 @@ async def test_a_joiner_refused_as_ineligible_is_asked_for_again_only_in_a_new_l
         await isr.check_once()
         assert len(controller.requests) == 2
         assert dict(controller.requests[1].partitions[0].new_isr_incarnations)[THIRD] == "life-4"
+        # Found by the network fault suite: broker 3 cut off, its session expired, the cut healed;
+        # it fetched again before it had registered again (refused), then registered, same life.
+        await isr.check_once()
+        assert len(controller.requests) == 2
+        live = [common_pb2.BrokerEndpoint(broker_id=broker, host="127.0.0.1", port=9) for broker in (ME, OTHER, THIRD)]
+        isr.metadata.update(
+            broker_pb2.UpdateMetadataRequest(
+                controller_epoch=1, controller_endpoint=isr.metadata.controller_endpoint, live_brokers=live
+            )
+        )
+        await isr.check_once()
+        assert len(controller.requests) == 3  # the live brokers changed: asked again
+        assert partition.refused_isr is not None
+        key, refused_at = partition.refused_isr
+        partition.refused_isr = (key, refused_at - INELIGIBLE_RETRY_S)  # and, whatever changed, in time
+        await isr.check_once()
+        assert len(controller.requests) == 4
 
 
 async def test_a_leader_cut_off_from_etcd_leads_on_while_its_followers_fetch(tmp_path: Path) -> None:
