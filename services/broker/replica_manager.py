@@ -484,11 +484,11 @@ class ReplicaManager:
         self,
         state: common_pb2.PartitionState,
         configs: dict[str, str],
-        opened: PartitionLog | None = None,
-        new_leaders: dict[tuple[str, int], tuple[Partition, int]] | None = None,
+        opened: PartitionLog | None,
+        new_leaders: dict[tuple[str, int], tuple[Partition, int]],
     ) -> None:
         """Take one partition's state. A leadership in a new epoch goes into `new_leaders`, whose
-        epochs the caller starts for all of them at once (`_start_leader_epochs`); without it, here."""
+        epochs the caller starts for all of them at once (`_start_leader_epochs`)."""
         key = (state.topic, state.partition)
         existing = self.partitions.get(key)
         if existing is not None and existing.topic_id == state.topic_id:
@@ -527,10 +527,7 @@ class ReplicaManager:
             self.fetchers.unfollow(key)
             if existing.log.leader_epochs.latest_epoch < state.leader_epoch:
                 existing.forget_followers()
-                if new_leaders is not None:
-                    new_leaders[key] = (existing, state.leader_epoch)
-                else:
-                    await self.run_io(existing.log.assign_leader_epoch, state.leader_epoch)
+                new_leaders[key] = (existing, state.leader_epoch)
             existing.advance_high_watermark(self.broker_id)
         else:
             # Before anything can truncate this log as a follower: an append admitted while we led

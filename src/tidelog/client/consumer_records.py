@@ -12,7 +12,6 @@ import bisect
 import dataclasses
 import itertools
 from collections.abc import Iterable, Mapping
-from typing import Final
 
 from tidelog.client.cluster_metadata import TopicPartition
 from tidelog.common.record.batch import Headers, RecordBatch
@@ -100,12 +99,10 @@ class RecordRun:
         )
 
 
-_ALL: Final = slice(None)
-
-
 def runs_of(fetched: Mapping[TopicPartition, FetchedPartition]) -> list[RecordRun]:
-    """A run per fetched batch, without the records below the partition's start (the first batch
-    may begin earlier than the position, since the log serves whole batches)."""
+    """A run per fetched batch (the batch's own lists, not copies), without the records below the
+    partition's start: the first batch may begin before the position, as the log serves whole
+    batches."""
     runs: list[RecordRun] = []
     for tp, partition in fetched.items():
         start = partition.start_offset
@@ -113,20 +110,10 @@ def runs_of(fetched: Mapping[TopicPartition, FetchedPartition]) -> list[RecordRu
             offsets = batch.offsets
             if not offsets or offsets[-1] < start:
                 continue
-            part = slice(bisect.bisect_left(offsets, start), None) if offsets[0] < start else _ALL
-            if part is _ALL:  # the common case: the batch's own lists, not copies
-                runs.append(RecordRun(tp, offsets, batch.timestamps, batch.keys, batch.values, batch.headers))
-            else:
-                runs.append(
-                    RecordRun(
-                        tp,
-                        offsets[part],
-                        batch.timestamps[part],
-                        batch.keys[part],
-                        batch.values[part],
-                        batch.headers[part],
-                    )
-                )
+            run = RecordRun(tp, offsets, batch.timestamps, batch.keys, batch.values, batch.headers)
+            if offsets[0] < start:
+                _, run = run.split(bisect.bisect_left(offsets, start))
+            runs.append(run)
     return runs
 
 
