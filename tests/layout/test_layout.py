@@ -108,3 +108,14 @@ def test_the_operator_reaches_the_cluster_only_through_the_client() -> None:
             for name in names:
                 if name.startswith("tidelog"):
                     assert name.startswith(allowed), f"{path.name} imports {name}"
+
+
+def test_the_client_imports_none_of_the_services_machinery() -> None:
+    """An application importing the client gets no etcd client, metrics registry, health service
+    or server-side security: they cost import time, and every object they leave is one more that
+    each full garbage collection walks, a pause of a busy producer's event loop."""
+    heavy = ["etcd3aio", "prometheus_client", "fastapi", "kopf", "pyspark", "tidelog.common.runtime"]
+    heavy += ["tidelog.common.security.sasl_server", "tidelog.common.security.service_security"]
+    probe = f"import sys, tidelog.client; print([m for m in {heavy!r} if m in sys.modules])"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"

@@ -86,8 +86,11 @@ class RecordDelivery:
         return self._batch.future.exception()
 
     def add_done_callback(self, callback: Callable[[RecordDelivery], None]) -> None:
-        """Call `callback(self)` once the record is acknowledged or failed (Kafka's send callback)."""
-        self._batch.future.add_done_callback(lambda _: callback(self))
+        """Call `callback(self)` once the record is acknowledged or failed (Kafka's send callback).
+        A batch's callbacks run in the order they were added (so in send order for records sent
+        then given callbacks), from one event-loop callback and in its context, not each in a copy
+        of the context it was added in as asyncio's would."""
+        self._batch.add_record_callback(callback, self)
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
         base_offset, timestamp = yield from self._batch.future.__await__()

@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final
 
 from tidelog.common.clock import wall_clock_ms
 from tidelog.common.record.batch import BATCH_OVERHEAD, NO_PRODUCER_ID, Headers, encode_batch
@@ -49,6 +50,8 @@ class ProducerBatch:
     __slots__ = (
         "attempts",
         "base_sequence",
+        "callback_deliveries",
+        "callbacks",
         "created",
         "encoded",
         "future",
@@ -92,6 +95,13 @@ class ProducerBatch:
         self.producer_epoch = -1
         self.base_sequence = -1  # set when first sent (idempotence), kept for every retry
         self.encoded: bytes | None = None
+        # Records' done callbacks, called in the order added by one callback on the batch's future.
+        # Two flat lists, not a future callback (a closure, its cells, a Handle) per record: a
+        # record in flight then holds one object the collector tracks (its delivery), so fewer
+        # survive into the old generations, whose full collections are a busy producer's latency
+        # tail (docs/client.md, "GC and latency").
+        self.callbacks: list[Callable[[Any], None]] | None = None
+        self.callback_deliveries: list[Any] | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -113,6 +123,32 @@ class ProducerBatch:
         self.move_to(BatchState.FAILED)
         self.future.set_exception(error)
         self.future.exception()  # retrieved: a failed delivery nobody awaits is not an "unhandled" error
+
+    def add_record_callback(self, callback: Callable[[Any], None], delivery: Any) -> None:
+        """Call `callback(delivery)` once the batch is settled, after the callbacks added before it;
+        soon (as asyncio would) if it already is."""
+        if self.future.done():
+            self.future.get_loop().call_soon(callback, delivery)
+            return
+        if self.callbacks is None or self.callback_deliveries is None:
+            self.callbacks = []
+            self.callback_deliveries = []
+            self.future.add_done_callback(self._run_record_callbacks)
+        self.callbacks.append(callback)
+        self.callback_deliveries.append(delivery)
+
+    def _run_record_callbacks(self, future: asyncio.Future[tuple[int, int]]) -> None:
+        callbacks, deliveries = self.callbacks or [], self.callback_deliveries or []
+        self.callbacks = self.callback_deliveries = None
+        for callback, delivery in zip(callbacks, deliveries, strict=True):
+            try:
+                callback(delivery)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as error:  # as asyncio does: one failing callback stops no other
+                future.get_loop().call_exception_handler(
+                    {"message": "Exception in a record's done callback", "exception": error, "future": future}
+                )
 
     def encode(self, compression: CompressionType) -> bytes:
         """The batch's bytes, encoded once: a retry sends exactly what the first attempt did."""

@@ -17,7 +17,7 @@ import grpc
 import structlog
 
 from tidelog.common.errors import InvalidConfigError
-from tidelog.common.runtime import GRPC_OPTIONS
+from tidelog.common.grpc_options import GRPC_OPTIONS
 from tidelog.common.security.sasl_client import SaslLogin
 from tidelog.common.security.tls import channel_credentials, pem_files_of
 from tidelog.common.settings import SecuritySettings

@@ -25,7 +25,7 @@ class FixedLimit:
 FIXED_LIMITS: Final[tuple[FixedLimit, ...]] = (
     # ---- every service -------------------------------------------------------------------------
     FixedLimit(
-        "tidelog.common.runtime",
+        "tidelog.common.grpc_options",
         "GRPC_MESSAGE_BYTES_MAX",
         100 * 1024 * 1024,
         "Largest gRPC message sent or received, either way (fetch.max.bytes and max.request.size stay below it).",

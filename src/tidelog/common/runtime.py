@@ -8,7 +8,7 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Final, Protocol
+from typing import Protocol
 
 import grpc
 import structlog
@@ -17,6 +17,7 @@ from grpc_health.v1._async import HealthServicer
 from prometheus_client import disable_created_metrics
 
 from tidelog.common import metrics_http
+from tidelog.common.grpc_options import GRPC_MESSAGE_BYTES_MAX, GRPC_OPTIONS
 from tidelog.common.request_decoding import RequestDecoding
 from tidelog.common.security.service_security import ServiceSecurity
 from tidelog.common.security.tls import server_credentials
@@ -32,24 +33,6 @@ __all__ = [
     "run_service",
     "start_metrics",
     "stop_on_signals",
-]
-
-# socket.request.max.bytes's default (a broker takes it from its settings): the largest message a
-# service accepts or sends, and the bound of every client channel.
-GRPC_MESSAGE_BYTES_MAX: Final = 100 * 1024 * 1024
-# reconnect.backoff.ms / reconnect.backoff.max.ms (Kafka's defaults): how soon a channel tries a
-# peer again after failing to connect. gRPC's own default grows to 120 s, so a peer that was
-# restarted a few times in a row (failover, a rolling restart) could stay unreachable for a minute
-# or two after it was back: the nemesis saw a partition get no acknowledgement for 90 s that way.
-RECONNECT_BACKOFF_MS: Final = 50
-RECONNECT_BACKOFF_MAX_MS: Final = 1000
-GRPC_OPTIONS: Final = [
-    ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
-    ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
-    ("grpc.http2.lookahead_bytes", 16 * 1024 * 1024),
-    ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS),
-    ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_MS),
-    ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS),
 ]
 
 

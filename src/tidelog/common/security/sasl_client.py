@@ -12,7 +12,7 @@ from typing import Any, Final
 import grpc
 
 from tidelog.common.errors import SaslAuthenticationFailedError, error_for
-from tidelog.common.security.sasl_server import SESSION_METADATA
+from tidelog.common.security.sasl_metadata import SESSION_METADATA
 from tidelog.common.security.scram import MECHANISM, ScramClient, ScramError
 from tidelog.v1 import security_pb2, security_pb2_grpc
 

@@ -25,6 +25,7 @@ from tidelog.common.security.authentication import AUTHENTICATION_FAILED as _FAI
 from tidelog.common.security.authentication import AUTHENTICATION_SUCCEEDED as _SUCCEEDED
 from tidelog.common.security.credential_store import CredentialCache
 from tidelog.common.security.principal import Principal
+from tidelog.common.security.sasl_metadata import SESSION_METADATA
 from tidelog.common.security.scram import MECHANISM, ScramError, ScramServer
 from tidelog.v1 import security_pb2, security_pb2_grpc
 
@@ -32,7 +33,6 @@ __all__ = ["SESSION_METADATA", "AuthenticationService", "SaslSessions"]
 
 log = structlog.get_logger(__name__)
 
-SESSION_METADATA: Final = "tidelog-session"
 EXCHANGE_TIMEOUT_S: Final = 30.0  # a login's two steps must come within this
 EXCHANGES_MAX: Final = 10_000  # logins half done at once; the oldest are dropped beyond
 SESSIONS_MAX: Final = 100_000
