@@ -12,7 +12,8 @@ then in this one Python process:
   the broker (Kafka's TotalTimeMs), of which waiting for an I/O thread (RequestQueueTimeMs), the
   leader's append (LocalTimeMs) and waiting for the followers to move the high watermark
   (RemoteTimeMs), the followers' appends (tidelog_replica_fetch_append_ms) — and the rest, the
-  client's linger and queue and the network, as the client's latency minus the broker's;
+  client's linger and queue and the network, as the client's latency minus the broker's, and
+  this process's full garbage collections meanwhile (each one stops the event loop);
 - produce with the bulk `send_batch` API;
 - consume everything with `poll_batches` (every record decoded to Python objects).
 Reference printed in the same run: the storage engine alone, in this process, encoding the same
@@ -27,6 +28,7 @@ import argparse
 import asyncio
 import collections
 import dataclasses
+import gc
 import math
 import os
 import statistics
@@ -45,6 +47,7 @@ from tidelog.local_cluster import LocalCluster
 VALUE_BYTES = 100
 BATCH_RECORDS = 1000
 LATENCY_RATE = 20_000
+LATENCY_SECONDS = 10
 STAGES = (  # (label, metric, its request label or "")
     ("in the broker (TotalTimeMs)", "kafka_network_requestmetrics_totaltimems", "Produce"),
     ("  waiting for an I/O thread (RequestQueueTimeMs)", "kafka_network_requestmetrics_requestqueuetimems", "Produce"),
@@ -116,9 +119,31 @@ async def produce_per_record(cluster: LocalCluster, topic: str, values: list[byt
     return len(values) / elapsed
 
 
+class FullCollections:
+    """This process's full (generation 2) garbage collections while it is entered: count and pauses."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if info["generation"] == 2:
+            if phase == "start":
+                self._started = time.perf_counter()
+            else:
+                self.pauses.append(time.perf_counter() - self._started)
+
+    def __enter__(self) -> FullCollections:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+
 async def produce_latency(cluster: LocalCluster, topic: str, rate: int, seconds: float, acks: str) -> list[float]:
     """send() → acknowledgement latency of every record, at a steady `rate` (not saturated)."""
-    latencies: list[float] = []
+    latencies: list[float] = []  # floats: a list of them holds nothing the collector tracks
     tick_s = 0.005
     per_tick = max(1, int(rate * tick_s))
     async with Producer(cluster.bootstrap, acks=acks, linger_ms=1) as producer:
@@ -187,10 +212,13 @@ async def main() -> None:
                     await admin.create_topic(name, args.partitions, args.replication_factor)
             send_rate = await produce_per_record(cluster, "bench-send", values, args.acks)
             before = await asyncio.to_thread(scrape_histograms, cluster)
-            latencies = await produce_latency(cluster, "bench-latency", LATENCY_RATE, 3, args.acks)
+            with FullCollections() as collections_during:
+                latencies = await produce_latency(cluster, "bench-latency", LATENCY_RATE, LATENCY_SECONDS, args.acks)
             after = await asyncio.to_thread(scrape_histograms, cluster)
             reference = (
-                await produce_latency(cluster, "bench-latency", LATENCY_RATE, 3, "1") if args.acks != "1" else latencies
+                await produce_latency(cluster, "bench-latency", LATENCY_RATE, LATENCY_SECONDS, "1")
+                if args.acks != "1"
+                else latencies
             )
             bulk_rate = await produce_bulk(cluster, "bench-bulk", values, args.acks)
             consume_rate = await consume_all(cluster, "bench-bulk", args.partitions, args.records)
@@ -236,6 +264,11 @@ async def main() -> None:
     print(
         f"    {'client linger + queue + network (client - broker)':52s} mean "
         f"{client_mean_ms - broker_mean_ms:7.2f} ms   (linger.ms=1; a request per record batch)"
+    )
+    pauses = collections_during.pauses
+    print(
+        f"    {'client: full garbage collections (event loop stopped)':52s} {len(pauses):3d} in {LATENCY_SECONDS} s"
+        + (f", longest {max(pauses) * 1000:.1f} ms" if pauses else "")
     )
 
 
