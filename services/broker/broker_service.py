@@ -3,7 +3,7 @@
 Produce and Fetch carry stored record batches untouched; Fetch long-polls up to `max_wait_ms`
 until `min_bytes` are available. Per-partition problems come back per partition with Kafka's error
 codes; a partition this broker does not lead answers NOT_LEADER_OR_FOLLOWER with the leader it
-knows (`leader_hint`) so clients can go straight there.
+knows and its epoch (`leader_hint`, KIP-951) so clients can go straight there.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from tidelog.common.security.access_control import AccessControl, Role
 from tidelog.common.security.acl import CLUSTER_NAME, Operation, ResourceType
 from tidelog.common.security.quota import QuotaKind
 from tidelog.common.settings import SecuritySettings
-from tidelog.v1 import broker_pb2, broker_pb2_grpc, coordinator_pb2
+from tidelog.v1 import broker_pb2, broker_pb2_grpc, common_pb2, coordinator_pb2
 
 __all__ = ["BrokerService"]
 
@@ -85,8 +85,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self.access = access or AccessControl(SecuritySettings.from_configs())
         self.quotas = quotas or QuotaManager(None)
 
-    def _leader_hint(self, topic: str, partition: int) -> int:
-        return self.metadata.leader_of(topic, partition)
+    def _leader_hint(self, topic: str, partition: int) -> tuple[int, int]:
+        hosted = self.replicas.partitions.get((topic, partition))
+        return newest_leader(hosted.state if hosted is not None else None, self.metadata.state_of(topic, partition))
 
     async def Produce(self, request: broker_pb2.ProduceRequest, context: Context) -> broker_pb2.ProduceResponse:  # noqa: N802
         quota_client = None
@@ -148,7 +149,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             FAILED_PRODUCE.labels(entry.topic).inc()
             result.error_code = int(error.code)
             result.error_message = error.message
-            result.leader_hint = self._leader_hint(entry.topic, entry.partition)
+            result.leader_hint, result.leader_hint_epoch = self._leader_hint(entry.topic, entry.partition)
             result.base_offset = -1
         return result
 
@@ -237,6 +238,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             reads, read_s = await self._full_reads(request, max_bytes, deadline, kind)
             response = broker_pb2.FetchResponse()
         for read in reads:  # each byte string is copied once, into the response
+            hint, hint_epoch = self._leader_hint(read.topic, read.partition) if read.error_code else (0, 0)
             response.partitions.add(
                 topic=read.topic,
                 partition=read.partition,
@@ -246,7 +248,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 log_start_offset=read.log_start_offset,
                 log_end_offset=read.log_end_offset,
                 record_batches=read.data,
-                leader_hint=self._leader_hint(read.topic, read.partition) if read.error_code else 0,
+                leader_hint=hint,
+                leader_hint_epoch=hint_epoch,
             )
         REQUESTS.labels(kind, NONE).inc()
         TOTAL_TIME_MS.labels(kind).observe((time.perf_counter() - started) * 1000)
@@ -357,7 +360,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                         result.offset, result.timestamp = found
             except TidelogError as error:
                 result.error_code = int(error.code)
-                result.leader_hint = self._leader_hint(entry.topic, entry.partition)
+                result.leader_hint, result.leader_hint_epoch = self._leader_hint(entry.topic, entry.partition)
         REQUESTS.labels("ListOffsets", NONE).inc()
         return response
 
@@ -528,3 +531,20 @@ def _fetch_done(reads: list[PartitionRead], min_bytes: int, remaining_s: float) 
         or any(read.error_code for read in reads)
         or remaining_s <= 0
     )
+
+
+def newest_leader(
+    *states: common_pb2.PartitionState | None,
+) -> tuple[int, int]:
+    """The leader, and its leader epoch, of whichever state has the highest epoch; (-1, -1) when
+    there is none, or that state has no leader (an older one's would be stale).
+
+    A broker knows a partition's leader from two places: its own replica's state, which a
+    LeaderAndIsr sets (the one that makes it a follower names the new leader at once), and the
+    metadata cache, which the UpdateMetadata after it sets. In a controlled shutdown the first is
+    milliseconds ahead, and a hint from the cache then named the old leader, itself."""
+    known = [state for state in states if state is not None]
+    if not known:
+        return (-1, -1)
+    newest = max(known, key=lambda state: state.leader_epoch)
+    return (newest.leader, newest.leader_epoch) if newest.leader >= 0 else (-1, -1)

@@ -54,11 +54,11 @@ class MetadataCache:
         """Whether a controller has sent this broker the cluster's state since it started."""
         return self.controller_epoch >= 0
 
-    def leader_of(self, topic: str, partition: int) -> int:
+    def state_of(self, topic: str, partition: int) -> common_pb2.PartitionState | None:
         states = self.topics.get(topic, ())
         if 0 <= partition < len(states) and states[partition].partition == partition:
-            return states[partition].leader
-        return -1
+            return states[partition]
+        return None
 
     def describe(self, topics: list[str]) -> broker_pb2.MetadataResponse:
         response = broker_pb2.MetadataResponse(

@@ -34,6 +34,12 @@ log = structlog.get_logger(__name__)
 
 UNDEFINED: Final = -1
 TRUNCATIONS_PER_TASK: Final = 64  # follower truncations one I/O task makes in a row
+# A refused epoch query is asked again this soon, then twice as late each time up to
+# replica.fetch.backoff.ms. The usual refusal is a race: the controller tells leader and followers
+# at once, and a follower's query can reach the new leader before its own LeaderAndIsr does; it
+# then leads milliseconds later, and a follower that waited the whole backoff stalled every acks=all
+# produce of the partition as long (a controlled shutdown's gap).
+EPOCH_QUERY_RETRY_FIRST_S: Final = 0.005
 APPEND_MS: Final = metrics_catalog.histogram(
     "tidelog_replica_fetch_append_ms", buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 1000)
 )
@@ -87,6 +93,8 @@ class ReplicaFetcherManager:
         self._by_leader: dict[int, dict[tuple[str, int], FollowedPartition]] = {}  # the same, by leader
         self._untruncated: dict[int, set[tuple[str, int]]] = {}  # by leader: KIP-279 truncation to do
         self._query_after: dict[tuple[str, int], float] = {}  # refused epoch queries: not before then
+        self._query_delay: dict[tuple[str, int], float] = {}  # ... and the delay that set it
+        self._wakeups: dict[int, asyncio.Event] = {}  # by leader: its partitions changed
         self._fetchers: dict[int, asyncio.Task[None]] = {}
         self._sessions: dict[int, FollowerSession] = {}  # by leader
         self._channels = channels or ChannelPool()
@@ -103,6 +111,7 @@ class ReplicaFetcherManager:
         self._by_leader.setdefault(followed.leader, {})[key] = followed
         self._untruncated.setdefault(followed.leader, set()).add(key)
         self._changed(followed.leader, key)
+        self._wakeups.setdefault(followed.leader, asyncio.Event()).set()
         self._ensure_fetcher(followed.leader)
 
     def unfollow(self, key: tuple[str, int]) -> None:
@@ -112,7 +121,9 @@ class ReplicaFetcherManager:
         self._by_leader.get(followed.leader, {}).pop(key, None)
         self._untruncated.get(followed.leader, set()).discard(key)
         self._query_after.pop(key, None)
+        self._query_delay.pop(key, None)
         self._changed(followed.leader, key)
+        self._wakeups.setdefault(followed.leader, asyncio.Event()).set()
 
     def _changed(self, leader: int, key: tuple[str, int]) -> None:
         session = self._sessions.get(leader)
@@ -138,6 +149,7 @@ class ReplicaFetcherManager:
                 self._by_leader.pop(leader, None)
                 self._untruncated.pop(leader, None)
                 self._sessions.pop(leader, None)
+                self._wakeups.pop(leader, None)
                 return
             stub = self._stub(leader)
             try:
@@ -184,14 +196,20 @@ class ReplicaFetcherManager:
             if asked is None or self.followed.get((answer.topic, answer.partition)) is not asked:
                 continue
             if answer.error_code:
-                # Asked again after the backoff, not at the next round: a leader that moved on
-                # refuses thousands at once until the new LeaderAndIsr comes (one log line for all).
-                self._query_after[(answer.topic, answer.partition)] = time.monotonic() + self.backoff_s
+                # Asked again after a delay that doubles up to the backoff, not at every round: a
+                # leader that moved on refuses thousands at once until the new LeaderAndIsr comes
+                # (one log line for all).
+                key = (answer.topic, answer.partition)
+                previous = self._query_delay.get(key)
+                delay = EPOCH_QUERY_RETRY_FIRST_S if previous is None else previous * 2
+                delay = self._query_delay[key] = min(delay, max(self.backoff_s, EPOCH_QUERY_RETRY_FIRST_S))
+                self._query_after[key] = time.monotonic() + delay
                 refused[ErrorCode(answer.error_code).name] += 1
                 if len(refused_sample) < 5:
                     refused_sample.append(f"{answer.topic}-{answer.partition}")
                 continue
             self._query_after.pop((answer.topic, answer.partition), None)
+            self._query_delay.pop((answer.topic, answer.partition), None)
             answered.append((asked, answer.leader_epoch, answer.end_offset))
         if refused:
             log.info("epoch_query_refused", leader=leader, errors=dict(refused), sample=refused_sample)
@@ -272,8 +290,11 @@ class ReplicaFetcherManager:
                     partition_max_bytes=self.fetch_max_bytes,
                     current_leader_epoch=followed.leader_epoch,
                 )
-        if not changes and not forgotten and not full and not session.sent:
-            await asyncio.sleep(self.backoff_s)  # nothing ready to fetch yet (all truncating)
+        if not changes and not forgotten and (full or not session.sent):
+            # Nothing ready to fetch (every partition waits for its epoch query): a fetch would
+            # only long-poll the leader for nothing, replica.fetch.wait.max.ms with the queries
+            # due meanwhile. Wait for the first of them to be due, or for a partition to change.
+            await self._idle_wait(leader)
             return
         for topic, partition in forgotten:
             request.forgotten.add(topic=topic, partition=partition)
@@ -302,6 +323,16 @@ class ReplicaFetcherManager:
                 continue  # leadership changed while the fetch was in flight
             await self._apply(fetched, result)
             session.changed.add(key)  # its log end may have moved
+
+    async def _idle_wait(self, leader: int) -> None:
+        wakeup = self._wakeups.setdefault(leader, asyncio.Event())
+        now = time.monotonic()
+        due = [self._query_after.get(key, now) for key in self._untruncated.get(leader, ())]
+        timeout = min([*due, now + self.backoff_s]) - now
+        if timeout > 0 and not wakeup.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wakeup.wait(), timeout)
+        wakeup.clear()
 
     async def _apply(self, followed: FollowedPartition, result: Any) -> None:
         if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tidelog.broker.replica_fetcher import FollowedPartition, ReplicaFetcherManager
+from tidelog.broker.replica_fetcher import EPOCH_QUERY_RETRY_FIRST_S, FollowedPartition, ReplicaFetcherManager
 from tidelog.broker.storage import LogConfig, PartitionLog
 from tidelog.common.errors import ErrorCode
 from tidelog.common.record.batch import encode_batch
@@ -90,9 +90,9 @@ class _EpochAnswers:
         return response
 
 
-async def test_many_partitions_truncate_together_and_a_refused_one_waits_for_the_backoff(tmp_path: Path) -> None:
+async def test_many_partitions_truncate_together_and_a_refused_one_is_asked_again_ever_later(tmp_path: Path) -> None:
     # A broker back from a restart follows thousands of partitions: their truncations run side by
-    # side on the I/O threads; a leader that refuses is asked again only after the backoff.
+    # side on the I/O threads; a leader that refuses is asked again, ever later up to the backoff.
     async def run_io(function: Callable[..., object], *args: object) -> object:
         return await asyncio.to_thread(function, *args)
 
@@ -118,6 +118,67 @@ async def test_many_partitions_truncate_together_and_a_refused_one_waits_for_the
         else:
             assert one.truncated and one.log.log_end_offset == one.partition % 3
     assert manager._untruncated[1] == {("t", 7)}
-    assert manager._query_after[("t", 7)] > time.monotonic() + 30  # not before the backoff
+    # Asked again soon (the new leader's LeaderAndIsr is usually milliseconds away), then twice as
+    # late each time, up to the backoff: not at every round.
+    key = ("t", 7)
+    assert manager._query_delay[key] == EPOCH_QUERY_RETRY_FIRST_S
+    assert manager._query_after[key] <= time.monotonic() + EPOCH_QUERY_RETRY_FIRST_S
+    delays = [manager._query_delay[key]]
+    for _ in range(25):
+        await manager._truncate(stub, 1, [followed[7]])  # type: ignore[arg-type]
+        delays.append(manager._query_delay[key])
+    assert delays[:3] == [EPOCH_QUERY_RETRY_FIRST_S, 2 * EPOCH_QUERY_RETRY_FIRST_S, 4 * EPOCH_QUERY_RETRY_FIRST_S]
+    assert delays[-1] == 60.0 and manager._query_after[key] > time.monotonic() + 30
+    answers[7] = (1, 1)  # it leads now
+    await manager._truncate(stub, 1, [followed[7]])  # type: ignore[arg-type]
+    assert followed[7].truncated and followed[7].log.log_end_offset == 1
+    assert key not in manager._query_delay and key not in manager._query_after
     for one in followed:
         one.log.close()
+
+
+class _LeaderSoon(_EpochAnswers):
+    """A new leader whose LeaderAndIsr comes after the follower's: it refuses the first epoch
+    queries, then answers. Its fetches are recorded and long-poll for good."""
+
+    def __init__(self, refusals: int) -> None:
+        super().__init__({0: None})
+        self.refusals = refusals
+        self.fetches: list[list[int]] = []
+
+    async def OffsetsForLeaderEpoch(  # noqa: N802
+        self, request: broker_pb2.OffsetsForLeaderEpochRequest, timeout: float
+    ) -> broker_pb2.OffsetsForLeaderEpochResponse:
+        if len(self.asked) >= self.refusals:
+            self.answers[0] = (2, 0)
+        return await super().OffsetsForLeaderEpoch(request, timeout)
+
+    async def Fetch(self, request: broker_pb2.FetchRequest, timeout: float) -> broker_pb2.FetchResponse:  # noqa: N802
+        self.fetches.append([entry.partition for entry in request.partitions])
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+
+async def test_a_follower_refused_by_a_leader_not_leading_yet_asks_again_soon_and_fetches_nothing_meanwhile(
+    tmp_path: Path,
+) -> None:
+    # A controlled shutdown: the follower's LeaderAndIsr came first, its epoch query reached the new
+    # leader before that one's own. Asked again only after replica.fetch.backoff.ms, with an empty
+    # fetch long-polling meanwhile, every acks=all produce of the partition waited as long.
+    async def run_io(function: Callable[..., object], *args: object) -> object:
+        return await asyncio.to_thread(function, *args)
+
+    manager = ReplicaFetcherManager(2, run_io, backoff_ms=60_000, wait_max_ms=60_000)
+    leader = _LeaderSoon(refusals=3)
+    manager._stub = lambda leader_id: leader  # type: ignore[method-assign,assignment,return-value]
+    partition_log = PartitionLog.open(tmp_path / "t-0", LogConfig.from_configs({}))
+    try:
+        manager.follow(FollowedPartition("t", 0, partition_log, 1, 2))
+        async with asyncio.timeout(10):  # the old code waited the 60 s backoff here
+            while not leader.fetches:
+                await asyncio.sleep(0.001)
+        assert len(leader.asked) == 4  # three refusals, then the answer
+        assert leader.fetches == [[0]]  # no fetch went out before the partition could be fetched
+    finally:
+        await manager.close()
+        partition_log.close()

@@ -1,4 +1,5 @@
-"""The sender's drain on an injected clock, without a cluster: which waiting batches expire."""
+"""The sender's drain on an injected clock, without a cluster: which waiting batches expire, what
+waits behind what, where a retry goes."""
 
 from __future__ import annotations
 
@@ -6,13 +7,14 @@ import asyncio
 
 import pytest
 
+from tidelog.client.cluster_metadata import ClusterMetadata
 from tidelog.client.producer_batch import BatchState, ProducerBatch
 from tidelog.client.producer_sequences import ProducerSequences
 from tidelog.client.record_accumulator import RecordAccumulator
 from tidelog.client.sender import Sender, SenderOptions
-from tidelog.common.errors import RequestTimedOutError
+from tidelog.common.errors import ErrorCode, RequestTimedOutError
 from tidelog.common.record.compression import CompressionType
-from tidelog.v1 import broker_pb2
+from tidelog.v1 import broker_pb2, common_pb2
 
 DELIVERY_TIMEOUT_S = 30.0
 
@@ -138,3 +140,86 @@ async def test_several_requests_to_one_broker_but_never_two_with_one_partition()
     assert broker.requests[-1] == [0], "then partition 0's second batch goes"
     await asyncio.gather(*sender.requests())
     assert {first.state, again.state, other.state} == {BatchState.ACKNOWLEDGED}
+
+
+class _MovedLeader:
+    """Brokers 1 and 2 after partition t-0's leadership moved from 1 to 2 (a controlled shutdown):
+    broker 1 answers NOT_LEADER_OR_FOLLOWER naming broker 2 in `hint_epoch`, broker 2 takes the
+    batch, and either one answers Metadata as broker 1 still sees it (leader 1, epoch 5)."""
+
+    def __init__(self, hint_epoch: int) -> None:
+        self.hint_epoch = hint_epoch
+        self.produced_to: list[str] = []
+        self.metadata_asked = 0
+
+    def broker(self, endpoint: str) -> _MovedLeaderStub:
+        return _MovedLeaderStub(self, endpoint)
+
+
+class _MovedLeaderStub:
+    def __init__(self, cluster: _MovedLeader, endpoint: str) -> None:
+        self.cluster = cluster
+        self.endpoint = endpoint
+
+    async def Produce(self, request: broker_pb2.ProduceRequest, timeout: float) -> broker_pb2.ProduceResponse:  # noqa: N802
+        self.cluster.produced_to.append(self.endpoint)
+        entry = request.partitions[0]
+        result = broker_pb2.ProducePartitionResult(topic=entry.topic, partition=entry.partition, base_offset=40)
+        if self.endpoint == "broker:1":
+            result.error_code = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            result.leader_hint, result.leader_hint_epoch = 2, self.cluster.hint_epoch
+        return broker_pb2.ProduceResponse(partitions=[result])
+
+    async def Metadata(self, request: broker_pb2.MetadataRequest, timeout: float) -> broker_pb2.MetadataResponse:  # noqa: N802
+        self.cluster.metadata_asked += 1
+        return _metadata_response(leader=1, leader_epoch=5)
+
+
+def _metadata_response(leader: int, leader_epoch: int) -> broker_pb2.MetadataResponse:
+    response = broker_pb2.MetadataResponse(
+        brokers=[common_pb2.BrokerEndpoint(broker_id=b, host="broker", port=b) for b in (1, 2)]
+    )
+    response.topics.add(name="t").partitions.add(
+        topic="t", partition=0, leader=leader, leader_epoch=leader_epoch, topic_id="id-1"
+    )
+    return response
+
+
+@pytest.mark.parametrize("hint_epoch", [6, 5])
+async def test_a_not_leader_answer_naming_a_newer_leader_sends_the_batch_there_at_once(hint_epoch: int) -> None:
+    # KIP-951: an old leader's NOT_LEADER_OR_FOLLOWER names the new leader and its epoch; a newer
+    # epoch than ours is taken at once (no backoff, no metadata round trip), an older or equal one
+    # is not (that broker is no wiser than we are): backoff and a refresh, as any retriable error.
+    clock = FakeClock()
+    cluster = _MovedLeader(hint_epoch)
+    metadata = ClusterMetadata(["broker:1"], cluster)  # type: ignore[arg-type]
+    await metadata.refresh(["t"])
+    accumulator = RecordAccumulator(batch_size=1000, linger_s=0, buffer_memory=10_000, clock=clock)
+    sender = Sender(
+        _options(idempotent=False, max_in_flight=1),
+        accumulator,
+        ProducerSequences(),
+        metadata=metadata,
+        connections=cluster,  # type: ignore[arg-type]
+        topics=lambda: ["t"],
+        clock=clock,
+    )
+    batch = accumulator.new_batch("t", 0)
+    batch.values.append(b"v")
+    accumulator.add_ready(batch)
+    await sender._drain()
+    await asyncio.gather(*sender.requests())
+    assert batch.state is BatchState.READY and batch.attempts == 1
+    if hint_epoch == 6:
+        assert batch.next_attempt_at == clock.now and cluster.metadata_asked == 1  # only the first refresh
+        assert (metadata.partitions["t"][0].leader, metadata.partitions["t"][0].leader_epoch) == (2, 6)
+        await metadata.refresh(["t"])  # a broker behind us answers: our newer epoch stays
+        assert metadata.leader_endpoint("t", 0) == "broker:2"
+        await sender._drain()
+        await asyncio.gather(*sender.requests())
+        assert cluster.produced_to == ["broker:1", "broker:2"]
+        assert batch.state is BatchState.ACKNOWLEDGED and batch.future.result()[0] == 40
+    else:
+        assert batch.next_attempt_at == clock.now + 0.1 and cluster.metadata_asked == 2  # backoff, refresh
+        assert metadata.leader_endpoint("t", 0) == "broker:1"
+        batch.future.cancel()

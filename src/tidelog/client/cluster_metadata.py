@@ -97,7 +97,9 @@ class ClusterMetadata:
                 self.partitions.pop(topic.name, None)
             else:
                 self.topic_errors.pop(topic.name, None)
-                self.partitions[topic.name] = sorted(topic.partitions, key=lambda state: state.partition)
+                self.partitions[topic.name] = _newest(
+                    self.partitions.get(topic.name, []), sorted(topic.partitions, key=lambda state: state.partition)
+                )
                 self.configs[topic.name] = dict(topic.configs)
 
     async def partitions_of(self, topic: str) -> list[common_pb2.PartitionState]:
@@ -110,15 +112,17 @@ class ClusterMetadata:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} is not known to the cluster (error {code})")
         return self.partitions[topic]
 
-    def learn_leader(self, topic: str, partition: int, leader: int) -> bool:
+    def learn_leader(self, topic: str, partition: int, leader: int, leader_epoch: int) -> bool:
         """A broker's NOT_LEADER_OR_FOLLOWER named the leader it knows (KIP-951): take it without
-        a metadata round trip, if it is a live broker we know and not the one we had. True if taken."""
+        a metadata round trip if its epoch is newer than ours and it is a broker we can reach.
+        True if taken. Epochs only go up, so hints can never send us round in a circle."""
         states = self.partitions.get(topic)
         if leader < 0 or states is None or partition >= len(states) or leader not in self.brokers:
             return False
-        if states[partition].leader == leader:
+        state = states[partition]
+        if leader_epoch <= state.leader_epoch:
             return False
-        states[partition].leader = leader
+        state.leader, state.leader_epoch = leader, leader_epoch
         return True
 
     def leader_endpoint(self, topic: str, partition: int) -> str:
@@ -131,3 +135,20 @@ class ClusterMetadata:
         if endpoint is None:
             raise LeaderNotAvailableError(f"{topic}-{partition} has no live leader (leader {leader})")
         return endpoint
+
+
+def _newest(
+    held: list[common_pb2.PartitionState], answered: list[common_pb2.PartitionState]
+) -> list[common_pb2.PartitionState]:
+    """The answer's states, except where we hold a newer leader epoch of the same topic (a hint
+    taken since, or a broker answering that is behind): Kafka's client ignores stale metadata too."""
+    for index, state in enumerate(answered):
+        if index < len(held):
+            mine = held[index]
+            if (
+                mine.topic_id == state.topic_id
+                and mine.partition == state.partition
+                and mine.leader_epoch > state.leader_epoch
+            ):
+                answered[index] = mine
+    return answered

@@ -223,10 +223,8 @@ class Sender:
             for batch, result in zip(batches, response.partitions, strict=True):
                 if result.error_code == 0:
                     self.complete(batch, (result.base_offset, result.log_append_time_ms))
-                elif (
-                    result.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
-                    and batch.attempts == 0  # once: two stale brokers naming each other cost a backoff
-                    and self.metadata.learn_leader(batch.topic, batch.partition, result.leader_hint)
+                elif result.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER and self.metadata.learn_leader(
+                    batch.topic, batch.partition, result.leader_hint, result.leader_hint_epoch
                 ):
                     # The old leader named the new one (a controlled shutdown, a preferred election):
                     # go there at once, without the backoff or a metadata refresh (KIP-951).

@@ -105,6 +105,12 @@ FIXED_LIMITS: Final[tuple[FixedLimit, ...]] = (
         "Follower truncations one I/O task makes in a row when a leader's epoch answers call for many.",
     ),
     FixedLimit(
+        "tidelog.broker.replica_fetcher",
+        "EPOCH_QUERY_RETRY_FIRST_S",
+        0.005,
+        "A refused epoch query is asked again this soon, then twice as late each time up to replica.fetch.backoff.ms.",
+    ),
+    FixedLimit(
         "tidelog.broker.producer_id_manager",
         "CLAIM_ATTEMPTS_MAX",
         20,

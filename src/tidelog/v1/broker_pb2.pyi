@@ -29,7 +29,7 @@ class ProduceRequest(_message.Message):
     def __init__(self, acks: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[ProducePartition, _Mapping]]] = ...) -> None: ...
 
 class ProducePartitionResult(_message.Message):
-    __slots__ = ("topic", "partition", "error_code", "error_message", "base_offset", "log_append_time_ms", "log_start_offset", "leader_hint")
+    __slots__ = ("topic", "partition", "error_code", "error_message", "base_offset", "log_append_time_ms", "log_start_offset", "leader_hint", "leader_hint_epoch")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -38,6 +38,7 @@ class ProducePartitionResult(_message.Message):
     LOG_APPEND_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LEADER_HINT_FIELD_NUMBER: _ClassVar[int]
+    LEADER_HINT_EPOCH_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     error_code: int
@@ -46,7 +47,8 @@ class ProducePartitionResult(_message.Message):
     log_append_time_ms: int
     log_start_offset: int
     leader_hint: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., base_offset: _Optional[int] = ..., log_append_time_ms: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., leader_hint: _Optional[int] = ...) -> None: ...
+    leader_hint_epoch: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., base_offset: _Optional[int] = ..., log_append_time_ms: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., leader_hint: _Optional[int] = ..., leader_hint_epoch: _Optional[int] = ...) -> None: ...
 
 class ProduceResponse(_message.Message):
     __slots__ = ("partitions", "throttle_time_ms")
@@ -95,7 +97,7 @@ class FetchRequest(_message.Message):
     def __init__(self, replica_id: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., min_bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[FetchPartition, _Mapping]]] = ..., replica_incarnation: _Optional[str] = ..., incremental: _Optional[bool] = ..., session_id: _Optional[int] = ..., session_epoch: _Optional[int] = ..., forgotten: _Optional[_Iterable[_Union[FetchPartition, _Mapping]]] = ...) -> None: ...
 
 class FetchPartitionResult(_message.Message):
-    __slots__ = ("topic", "partition", "error_code", "error_message", "high_watermark", "log_start_offset", "log_end_offset", "record_batches", "leader_hint")
+    __slots__ = ("topic", "partition", "error_code", "error_message", "high_watermark", "log_start_offset", "log_end_offset", "record_batches", "leader_hint", "leader_hint_epoch")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -105,6 +107,7 @@ class FetchPartitionResult(_message.Message):
     LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     RECORD_BATCHES_FIELD_NUMBER: _ClassVar[int]
     LEADER_HINT_FIELD_NUMBER: _ClassVar[int]
+    LEADER_HINT_EPOCH_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     error_code: int
@@ -114,7 +117,8 @@ class FetchPartitionResult(_message.Message):
     log_end_offset: int
     record_batches: bytes
     leader_hint: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., record_batches: _Optional[bytes] = ..., leader_hint: _Optional[int] = ...) -> None: ...
+    leader_hint_epoch: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., record_batches: _Optional[bytes] = ..., leader_hint: _Optional[int] = ..., leader_hint_epoch: _Optional[int] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
     __slots__ = ("partitions", "throttle_time_ms", "session_id", "error_code", "error_message")
@@ -147,20 +151,22 @@ class ListOffsetsRequest(_message.Message):
     def __init__(self, partitions: _Optional[_Iterable[_Union[ListOffsetsPartition, _Mapping]]] = ...) -> None: ...
 
 class ListOffsetsPartitionResult(_message.Message):
-    __slots__ = ("topic", "partition", "error_code", "offset", "timestamp", "leader_hint")
+    __slots__ = ("topic", "partition", "error_code", "offset", "timestamp", "leader_hint", "leader_hint_epoch")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     LEADER_HINT_FIELD_NUMBER: _ClassVar[int]
+    LEADER_HINT_EPOCH_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     error_code: int
     offset: int
     timestamp: int
     leader_hint: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[int] = ..., offset: _Optional[int] = ..., timestamp: _Optional[int] = ..., leader_hint: _Optional[int] = ...) -> None: ...
+    leader_hint_epoch: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[int] = ..., offset: _Optional[int] = ..., timestamp: _Optional[int] = ..., leader_hint: _Optional[int] = ..., leader_hint_epoch: _Optional[int] = ...) -> None: ...
 
 class ListOffsetsResponse(_message.Message):
     __slots__ = ("partitions",)
