@@ -39,6 +39,10 @@ class Connections:
         return self.pool.channel(endpoint)
 
     def broker(self, endpoint: str) -> broker_pb2_grpc.BrokerStub:
+        # A channel left failing while that broker was down waits out gRPC's reconnect backoff (up
+        # to a second) and fails every call meanwhile, even once the broker is back and leads:
+        # replaced, it connects at once. The callers' own backoffs pace the attempts.
+        self.pool.forget_failed(endpoint)
         return broker_pb2_grpc.BrokerStub(self.channel(endpoint))
 
     def controller(self, endpoint: str) -> controller_pb2_grpc.ControllerStub:

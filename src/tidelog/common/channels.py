@@ -72,6 +72,27 @@ class ChannelPool:
             self._channels[endpoint] = channel
         return channel
 
+    def forget_failed(self, endpoint: str) -> bool:
+        """Drop the channel to `endpoint` if it is failing to connect; True if it was.
+
+        A channel that failed to connect waits out gRPC's reconnect backoff (up to
+        reconnect.backoff.max.ms) before it tries again, and fails every call meanwhile. Callers
+        with news that the peer is back (a LeaderAndIsr naming it, their own backoff passed) take
+        a new channel, which connects at once, as Kafka's fetcher threads start with a new
+        connection for a leader they begin to follow."""
+        channel = self._channels.get(endpoint)
+        if channel is None or channel.get_state(try_to_connect=False) != grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            return False
+        del self._channels[endpoint]
+        self._retire(channel)
+        return True
+
+    def _retire(self, channel: grpc.aio.Channel) -> None:
+        """Close in the background, after calls still on it have had RETIRED_CHANNEL_GRACE_S."""
+        task = asyncio.get_running_loop().create_task(channel.close(grace=RETIRED_CHANNEL_GRACE_S))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
     def _reload_if_changed(self) -> None:
         assert self._files is not None
         now = self._clock()
@@ -88,9 +109,7 @@ class ChannelPool:
         log.info("tls_certificate_reloaded", certificate=self.security.ssl_certificate_location)
         old, self._channels = self._channels, {}
         for channel in old.values():
-            task = asyncio.get_running_loop().create_task(channel.close(grace=RETIRED_CHANNEL_GRACE_S))
-            self._retiring.add(task)
-            task.add_done_callback(self._retiring.discard)
+            self._retire(channel)
 
     async def close(self) -> None:
         channels, self._channels = list(self._channels.values()), {}

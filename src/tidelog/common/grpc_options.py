@@ -27,4 +27,8 @@ GRPC_OPTIONS: Final = [
     ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS),
     ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_MS),
     ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS),
+    # Each channel its own connections: gRPC otherwise shares them between channels to one
+    # address, and a new channel (ChannelPool.forget_failed) took over the old one's failed
+    # connection with its reconnect backoff.
+    ("grpc.use_local_subchannel_pool", 1),
 ]
