@@ -118,7 +118,7 @@ async def run(args: argparse.Namespace) -> None:
             await cluster.wait_ready()
             reference = await reference_lease_expiry(cluster.etcd.endpoint, max(1, args.session_timeout_ms // 1000))
             async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
-                await admin.create_topic(TOPIC, 1, 3, {"min.insync.replicas": "2"})
+                await admin.create_topic(TOPIC, args.partitions, 3, {"min.insync.replicas": "2"})
                 writer = Writer(cluster)
                 task = asyncio.create_task(writer.run())
                 results: dict[str, list[float]] = {"kill -9": [], "SIGTERM": []}
@@ -160,6 +160,9 @@ async def run(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument(
+        "--partitions", type=int, default=1, help="of the topic; records go to partition 0, the others stay idle"
+    )
     parser.add_argument("--session-timeout-ms", type=int, default=1000)
     asyncio.run(run(parser.parse_args()))
 

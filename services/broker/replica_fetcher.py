@@ -95,6 +95,8 @@ class ReplicaFetcherManager:
         self._query_after: dict[tuple[str, int], float] = {}  # refused epoch queries: not before then
         self._query_delay: dict[tuple[str, int], float] = {}  # ... and the delay that set it
         self._wakeups: dict[int, asyncio.Event] = {}  # by leader: its partitions changed
+        self._polling: dict[int, asyncio.Future[broker_pb2.FetchResponse]] = {}  # by leader: the fetch in flight
+        self._interrupted: set[int] = set()  # leaders whose fetch in flight follow() cancelled
         self._fetchers: dict[int, asyncio.Task[None]] = {}
         self._sessions: dict[int, FollowerSession] = {}  # by leader
         self._channels = channels or ChannelPool()
@@ -112,7 +114,18 @@ class ReplicaFetcherManager:
         self._untruncated.setdefault(followed.leader, set()).add(key)
         self._changed(followed.leader, key)
         self._wakeups.setdefault(followed.leader, asyncio.Event()).set()
+        self._interrupt(followed.leader)
         self._ensure_fetcher(followed.leader)
+
+    def _interrupt(self, leader: int) -> None:
+        """End the long poll in flight to `leader`, if one is: a partition newly followed from it
+        is fetched only by the next request, and a long poll over idle partitions holds that back
+        for up to replica.fetch.wait.max.ms, with every acks=all produce of the partition waiting
+        as long (a controlled shutdown moving leaderships to brokers we already fetch from)."""
+        polling = self._polling.get(leader)
+        if polling is not None and not polling.done():
+            self._interrupted.add(leader)
+            polling.cancel()
 
     def unfollow(self, key: tuple[str, int]) -> None:
         followed = self.followed.pop(key, None)
@@ -269,10 +282,13 @@ class ReplicaFetcherManager:
         session.changed.clear()
         changes: dict[tuple[str, int], tuple[int, int]] = {}
         forgotten: list[tuple[str, int]] = []
+        # The long poll ends by the time a refused epoch query is due again: that partition is
+        # fetched only after its query, so not after a whole replica.fetch.wait.max.ms.
+        query_in_s = self._next_query_in_s(leader)
         request = broker_pb2.FetchRequest(
             replica_id=self.broker_id,
             replica_incarnation=self.incarnation,
-            max_wait_ms=self.wait_max_ms,
+            max_wait_ms=self.wait_max_ms if query_in_s is None else min(self.wait_max_ms, int(query_in_s * 1000) + 1),
             min_bytes=1,
             max_bytes=self.response_max_bytes,
             incremental=True,
@@ -304,10 +320,15 @@ class ReplicaFetcherManager:
         for topic, partition in forgotten:
             request.forgotten.add(topic=topic, partition=partition)
         try:
-            response = await stub.Fetch(request, timeout=self.wait_max_ms / 1000 + 30)
+            response = await self._poll(stub, leader, request)
         except BaseException:
             session.changed.update(looked_at)  # not taken: look at them again
             raise
+        if response is None:
+            # Interrupted by follow(). Whether the leader took the request (and moved our
+            # session's epoch) is unknown: the next fetch opens a new session.
+            self._sessions.pop(leader, None)
+            return
         if response.error_code:  # the session is unknown or out of step there: open a new one
             log.info("fetch_session_reset", leader=leader, error=ErrorCode(response.error_code).name)
             self._sessions.pop(leader, None)
@@ -329,11 +350,37 @@ class ReplicaFetcherManager:
             await self._apply(fetched, result)
             session.changed.add(key)  # its log end may have moved
 
+    async def _poll(
+        self, stub: broker_pb2_grpc.BrokerStub, leader: int, request: broker_pb2.FetchRequest
+    ) -> broker_pb2.FetchResponse | None:
+        """The leader's answer to `request`; None if follow() interrupted the long poll."""
+        polling: asyncio.Future[broker_pb2.FetchResponse] = asyncio.ensure_future(
+            stub.Fetch(request, timeout=self.wait_max_ms / 1000 + 30)
+        )
+        self._polling[leader] = polling
+        try:
+            return await polling
+        except asyncio.CancelledError:
+            this = asyncio.current_task()
+            if leader not in self._interrupted or not polling.cancelled() or (this is not None and this.cancelling()):
+                raise  # the fetcher itself is stopping
+            return None
+        finally:
+            self._polling.pop(leader, None)
+            self._interrupted.discard(leader)
+
+    def _next_query_in_s(self, leader: int) -> float | None:
+        """Seconds until the first epoch query to `leader` is due (0 for one due now); None for none."""
+        untruncated = self._untruncated.get(leader)
+        if not untruncated:
+            return None
+        now = time.monotonic()
+        return max(0.0, min(self._query_after.get(key, now) for key in untruncated) - now)
+
     async def _idle_wait(self, leader: int) -> None:
         wakeup = self._wakeups.setdefault(leader, asyncio.Event())
-        now = time.monotonic()
-        due = [self._query_after.get(key, now) for key in self._untruncated.get(leader, ())]
-        timeout = min([*due, now + self.backoff_s]) - now
+        query_in_s = self._next_query_in_s(leader)
+        timeout = self.backoff_s if query_in_s is None else min(query_in_s, self.backoff_s)
         if timeout > 0 and not wakeup.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wakeup.wait(), timeout)

@@ -182,3 +182,77 @@ async def test_a_follower_refused_by_a_leader_not_leading_yet_asks_again_soon_an
     finally:
         await manager.close()
         partition_log.close()
+
+
+class _IdleLeader(_EpochAnswers):
+    """A leader with nothing new: each fetch long-polls its whole max_wait_ms, then answers empty.
+    Records each fetch's partitions, session id and wait."""
+
+    def __init__(self, answers: dict[int, tuple[int, int] | None]) -> None:
+        super().__init__(answers)
+        self.fetches: list[tuple[list[int], int, int]] = []
+
+    async def Fetch(self, request: broker_pb2.FetchRequest, timeout: float) -> broker_pb2.FetchResponse:  # noqa: N802
+        self.fetches.append(
+            ([entry.partition for entry in request.partitions], request.session_id, request.max_wait_ms)
+        )
+        await asyncio.sleep(request.max_wait_ms / 1000)
+        return broker_pb2.FetchResponse(session_id=7)
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(10):
+        while not condition():
+            await asyncio.sleep(0.001)
+
+
+async def test_a_partition_followed_from_a_leader_we_long_poll_is_fetched_without_waiting_the_poll_out(
+    tmp_path: Path,
+) -> None:
+    # A controlled shutdown moves a leadership to a broker we already fetch idle partitions from:
+    # the long poll in flight does not list the new partition, and waiting it out (up to
+    # replica.fetch.wait.max.ms) held back every acks=all produce of that partition.
+    async def run_io(function: Callable[..., object], *args: object) -> object:
+        return await asyncio.to_thread(function, *args)
+
+    manager = ReplicaFetcherManager(2, run_io, backoff_ms=60_000, wait_max_ms=60_000)
+    leader = _IdleLeader({0: (1, 0), 1: (1, 0)})
+    manager._stub = lambda leader_id: leader  # type: ignore[method-assign,assignment,return-value]
+    logs = [PartitionLog.open(tmp_path / f"t-{partition}", LogConfig.from_configs({})) for partition in (0, 1)]
+    try:
+        manager.follow(FollowedPartition("t", 0, logs[0], 1, 1))
+        await _until(lambda: len(leader.fetches) == 1)
+        assert leader.fetches[0] == ([0], 0, 60_000)  # partition 0 alone, a long poll of a minute
+        manager.follow(FollowedPartition("t", 1, logs[1], 1, 1))
+        await _until(lambda: len(leader.fetches) == 2)  # the old code waited the minute out
+        # The poll was cut short: whether the leader took it is unknown, so a new session.
+        assert leader.fetches[1] == ([0, 1], 0, 60_000) or leader.fetches[1] == ([1, 0], 0, 60_000)
+        async with asyncio.timeout(10):  # stopping still stops a fetcher in a long poll
+            await manager.close()
+    finally:
+        for partition_log in logs:
+            partition_log.close()
+
+
+async def test_a_long_poll_ends_when_a_refused_epoch_query_is_due_again(tmp_path: Path) -> None:
+    async def run_io(function: Callable[..., object], *args: object) -> object:
+        return await asyncio.to_thread(function, *args)
+
+    manager = ReplicaFetcherManager(2, run_io, backoff_ms=60_000, wait_max_ms=60_000)
+    leader = _IdleLeader({0: (1, 0), 1: None})  # it does not lead partition 1 yet
+    manager._stub = lambda leader_id: leader  # type: ignore[method-assign,assignment,return-value]
+    logs = [PartitionLog.open(tmp_path / f"t-{partition}", LogConfig.from_configs({})) for partition in (0, 1)]
+    try:
+        manager.follow(FollowedPartition("t", 0, logs[0], 1, 1))
+        manager.follow(FollowedPartition("t", 1, logs[1], 1, 1))
+        await _until(lambda: len(leader.asked) >= 3)  # asked about partition 1 again and again ...
+        polls = [wait for _, _, wait in leader.fetches]
+        assert polls and max(polls) <= 100  # ... each long poll of partition 0 ending in time for it
+        leader.answers[1] = (1, 0)  # it leads now
+        await _until(lambda: any(1 in partitions for partitions, _, _ in leader.fetches))
+        assert leader.fetches[-1][2] == 60_000  # nothing left to ask about: the full long poll again
+    finally:
+        async with asyncio.timeout(10):
+            await manager.close()
+        for partition_log in logs:
+            partition_log.close()
