@@ -15,6 +15,10 @@ from tidelog.common.record.batch import encode_batch
 from tidelog.v1 import broker_pb2
 
 
+async def _run_io(function: Callable[..., object], *args: object) -> object:
+    return await asyncio.to_thread(function, *args)
+
+
 def _log(tmp_path: Path, name: str) -> PartitionLog:
     return PartitionLog.open(tmp_path / f"{name}-0", LogConfig.from_configs({}))
 
@@ -93,10 +97,7 @@ class _EpochAnswers:
 async def test_many_partitions_truncate_together_and_a_refused_one_is_asked_again_ever_later(tmp_path: Path) -> None:
     # A broker back from a restart follows thousands of partitions: their truncations run side by
     # side on the I/O threads; a leader that refuses is asked again, ever later up to the backoff.
-    async def run_io(function: Callable[..., object], *args: object) -> object:
-        return await asyncio.to_thread(function, *args)
-
-    manager = ReplicaFetcherManager(2, run_io, backoff_ms=60_000)
+    manager = ReplicaFetcherManager(2, _run_io, backoff_ms=60_000)
     followed = []
     for partition in range(150):
         partition_log = PartitionLog.open(tmp_path / f"t-{partition}", LogConfig.from_configs({}))
@@ -165,10 +166,7 @@ async def test_a_follower_refused_by_a_leader_not_leading_yet_asks_again_soon_an
     # A controlled shutdown: the follower's LeaderAndIsr came first, its epoch query reached the new
     # leader before that one's own. Asked again only after replica.fetch.backoff.ms, with an empty
     # fetch long-polling meanwhile, every acks=all produce of the partition waited as long.
-    async def run_io(function: Callable[..., object], *args: object) -> object:
-        return await asyncio.to_thread(function, *args)
-
-    manager = ReplicaFetcherManager(2, run_io, backoff_ms=60_000, wait_max_ms=60_000)
+    manager = ReplicaFetcherManager(2, _run_io, backoff_ms=60_000, wait_max_ms=60_000)
     leader = _LeaderSoon(refusals=3)
     manager._stub = lambda leader_id: leader  # type: ignore[method-assign,assignment,return-value]
     partition_log = PartitionLog.open(tmp_path / "t-0", LogConfig.from_configs({}))
@@ -212,10 +210,7 @@ async def test_a_partition_followed_from_a_leader_we_long_poll_is_fetched_withou
     # A controlled shutdown moves a leadership to a broker we already fetch idle partitions from:
     # the long poll in flight does not list the new partition, and waiting it out (up to
     # replica.fetch.wait.max.ms) held back every acks=all produce of that partition.
-    async def run_io(function: Callable[..., object], *args: object) -> object:
-        return await asyncio.to_thread(function, *args)
-
-    manager = ReplicaFetcherManager(2, run_io, backoff_ms=60_000, wait_max_ms=60_000)
+    manager = ReplicaFetcherManager(2, _run_io, backoff_ms=60_000, wait_max_ms=60_000)
     leader = _IdleLeader({0: (1, 0), 1: (1, 0)})
     manager._stub = lambda leader_id: leader  # type: ignore[method-assign,assignment,return-value]
     logs = [PartitionLog.open(tmp_path / f"t-{partition}", LogConfig.from_configs({})) for partition in (0, 1)]
@@ -235,10 +230,7 @@ async def test_a_partition_followed_from_a_leader_we_long_poll_is_fetched_withou
 
 
 async def test_a_long_poll_ends_when_a_refused_epoch_query_is_due_again(tmp_path: Path) -> None:
-    async def run_io(function: Callable[..., object], *args: object) -> object:
-        return await asyncio.to_thread(function, *args)
-
-    manager = ReplicaFetcherManager(2, run_io, backoff_ms=60_000, wait_max_ms=60_000)
+    manager = ReplicaFetcherManager(2, _run_io, backoff_ms=60_000, wait_max_ms=60_000)
     leader = _IdleLeader({0: (1, 0), 1: None})  # it does not lead partition 1 yet
     manager._stub = lambda leader_id: leader  # type: ignore[method-assign,assignment,return-value]
     logs = [PartitionLog.open(tmp_path / f"t-{partition}", LogConfig.from_configs({})) for partition in (0, 1)]
