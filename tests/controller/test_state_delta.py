@@ -191,9 +191,9 @@ def test_an_incremental_update_keeps_the_rest_of_the_cache() -> None:
     )
     moved = common_pb2.PartitionState(topic="t", partition=1, leader=2, isr=[2], replicas=[1, 2])
     cache.update(broker_pb2.UpdateMetadataRequest(controller_epoch=1, partitions=[moved], incremental=True))
-    assert [cache.leader_of("t", p) for p in range(3)] == [1, 2, 1]
+    assert [state.leader for p in range(3) if (state := cache.state_of("t", p)) is not None] == [1, 2, 1]
     cache.update(broker_pb2.UpdateMetadataRequest(controller_epoch=1, incremental=True, deleted_topics=["t"]))
-    assert cache.leader_of("t", 0) == -1 and "t" not in cache.configs
+    assert cache.state_of("t", 0) is None and "t" not in cache.configs
 
 
 def test_partitions_a_broker_refused_are_sent_again() -> None:
