@@ -209,7 +209,7 @@ async def test_a_not_leader_answer_naming_a_newer_leader_sends_the_batch_there_a
     accumulator.add_ready(batch)
     await sender._drain()
     await asyncio.gather(*sender.requests())
-    assert batch.state is BatchState.READY and batch.attempts == 1
+    assert batch.state is BatchState.READY and batch.attempts == 1 and sender.retries == 1
     if hint_epoch == 6:
         assert batch.next_attempt_at == clock.now and cluster.metadata_asked == 1  # only the first refresh
         assert (metadata.partitions["t"][0].leader, metadata.partitions["t"][0].leader_epoch) == (2, 6)

@@ -74,6 +74,7 @@ class Sender:
         self.wakeup = asyncio.Event()
         self.flushing = 0
         self.closed = False
+        self.retries = 0  # batches sent again, all told (Kafka's producer metric retry-total)
 
     @property
     def idle(self) -> bool:
@@ -265,6 +266,7 @@ class Sender:
         if batch.attempts > self.options.retries or self._expired(batch):
             self.fail(batch, error)
             return False
+        self.retries += 1
         batch.next_attempt_at = self.clock() + (self.options.retry_backoff_s if backoff else 0.0)
         return True
 
