@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.waiting import until
 from tidelog.broker.replica_fetcher import EPOCH_QUERY_RETRY_FIRST_S, FollowedPartition, ReplicaFetcherManager
 from tidelog.broker.storage import LogConfig, PartitionLog
 from tidelog.common.errors import ErrorCode
@@ -172,9 +173,7 @@ async def test_a_follower_refused_by_a_leader_not_leading_yet_asks_again_soon_an
     partition_log = PartitionLog.open(tmp_path / "t-0", LogConfig.from_configs({}))
     try:
         manager.follow(FollowedPartition("t", 0, partition_log, 1, 2))
-        async with asyncio.timeout(10):  # the old code waited the 60 s backoff here
-            while not leader.fetches:
-                await asyncio.sleep(0.001)
+        await until(lambda: bool(leader.fetches))  # the old code waited the 60 s backoff here
         assert len(leader.asked) == 4  # three refusals, then the answer
         assert leader.fetches == [[0]]  # no fetch went out before the partition could be fetched
     finally:
@@ -198,12 +197,6 @@ class _IdleLeader(_EpochAnswers):
         return broker_pb2.FetchResponse(session_id=7)
 
 
-async def _until(condition: Callable[[], bool]) -> None:
-    async with asyncio.timeout(10):
-        while not condition():
-            await asyncio.sleep(0.001)
-
-
 async def test_a_partition_followed_from_a_leader_we_long_poll_is_fetched_without_waiting_the_poll_out(
     tmp_path: Path,
 ) -> None:
@@ -216,10 +209,10 @@ async def test_a_partition_followed_from_a_leader_we_long_poll_is_fetched_withou
     logs = [PartitionLog.open(tmp_path / f"t-{partition}", LogConfig.from_configs({})) for partition in (0, 1)]
     try:
         manager.follow(FollowedPartition("t", 0, logs[0], 1, 1))
-        await _until(lambda: len(leader.fetches) == 1)
+        await until(lambda: len(leader.fetches) == 1)
         assert leader.fetches[0] == ([0], 0, 60_000)  # partition 0 alone, a long poll of a minute
         manager.follow(FollowedPartition("t", 1, logs[1], 1, 1))
-        await _until(lambda: len(leader.fetches) == 2)  # the old code waited the minute out
+        await until(lambda: len(leader.fetches) == 2)  # the old code waited the minute out
         # The poll was cut short: whether the leader took it is unknown, so a new session.
         assert leader.fetches[1] == ([0, 1], 0, 60_000) or leader.fetches[1] == ([1, 0], 0, 60_000)
         async with asyncio.timeout(10):  # stopping still stops a fetcher in a long poll
@@ -237,11 +230,11 @@ async def test_a_long_poll_ends_when_a_refused_epoch_query_is_due_again(tmp_path
     try:
         manager.follow(FollowedPartition("t", 0, logs[0], 1, 1))
         manager.follow(FollowedPartition("t", 1, logs[1], 1, 1))
-        await _until(lambda: len(leader.asked) >= 3)  # asked about partition 1 again and again ...
+        await until(lambda: len(leader.asked) >= 3)  # asked about partition 1 again and again ...
         polls = [wait for _, _, wait in leader.fetches]
         assert polls and max(polls) <= 100  # ... each long poll of partition 0 ending in time for it
         leader.answers[1] = (1, 0)  # it leads now
-        await _until(lambda: any(1 in partitions for partitions, _, _ in leader.fetches))
+        await until(lambda: any(1 in partitions for partitions, _, _ in leader.fetches))
         assert leader.fetches[-1][2] == 60_000  # nothing left to ask about: the full long poll again
     finally:
         async with asyncio.timeout(10):

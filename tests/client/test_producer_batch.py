@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from tests.waiting import until
 from tidelog.client.producer import RecordDelivery
 from tidelog.client.producer_batch import BatchState, ProducerBatch
 from tidelog.common.record.compression import CompressionType
@@ -54,12 +55,6 @@ async def test_a_retry_resends_the_bytes_of_the_first_attempt() -> None:
     assert batch.encode(CompressionType.NONE) is first
 
 
-async def _settled(events: list[object], count: int) -> None:
-    async with asyncio.timeout(5):
-        while len(events) < count:
-            await asyncio.sleep(0)
-
-
 async def test_record_callbacks_run_in_the_order_added_once_the_batch_is_acknowledged() -> None:
     loop = asyncio.get_running_loop()
     batch = ProducerBatch("t", 3, loop, serial=1)
@@ -73,11 +68,11 @@ async def test_record_callbacks_run_in_the_order_added_once_the_batch_is_acknowl
     batch.move_to(BatchState.READY)
     batch.move_to(BatchState.IN_FLIGHT)
     batch.acknowledge((100, 7))
-    await _settled(calls, 3)
+    await until(lambda: len(calls) == 3)
     assert calls == [(102, 3), (101, 3), (100, 3)]
     late: list[RecordDelivery] = []
     deliveries[1].add_done_callback(late.append)  # the batch is settled: called soon, as asyncio would
-    await _settled(late, 1)
+    await until(lambda: len(late) == 1)
     assert late == [deliveries[1]]
     assert batch.callbacks is None and batch.callback_deliveries is None  # nothing kept once called
 
@@ -97,7 +92,7 @@ async def test_a_failing_record_callback_stops_no_other_and_reaches_the_loops_ha
         RecordDelivery(batch, 1).add_done_callback(lambda d: seen.append(d.exception()))
         batch.move_to(BatchState.READY)
         batch.fail(RuntimeError("timed out"))
-        await _settled(seen, 1)
+        await until(lambda: len(seen) == 1)
         assert isinstance(seen[0], RuntimeError)
         assert [type(error) for error in reported] == [ValueError]
     finally:
