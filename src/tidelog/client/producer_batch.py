@@ -99,7 +99,7 @@ class ProducerBatch:
         # Two flat lists, not a future callback (a closure, its cells, a Handle) per record: a
         # record in flight then holds one object the collector tracks (its delivery), so fewer
         # survive into the old generations, whose full collections are a busy producer's latency
-        # tail (docs/client.md, "GC and latency").
+        # tail (docs/client.md, "Latency and Python's garbage collector").
         self.callbacks: list[Callable[[Any], None]] | None = None
         self.callback_deliveries: list[Any] | None = None
 

@@ -76,10 +76,11 @@ class ChannelPool:
         """Drop the channel to `endpoint` if it is failing to connect; True if it was.
 
         A channel that failed to connect waits out gRPC's reconnect backoff (up to
-        reconnect.backoff.max.ms) before it tries again, and fails every call meanwhile. Callers
-        with news that the peer is back (a LeaderAndIsr naming it, their own backoff passed) take
-        a new channel, which connects at once, as Kafka's fetcher threads start with a new
-        connection for a leader they begin to follow."""
+        reconnect.backoff.max.ms) before it tries again, and fails every call meanwhile, even once
+        the peer is back. Callers whose own backoff paces their attempts (the replica fetcher's
+        rounds, the client's calls to brokers) call this before each use and take a new channel,
+        which connects at once, as Kafka's fetcher threads start with a new connection for a
+        leader they begin to follow."""
         channel = self._channels.get(endpoint)
         if channel is None or channel.get_state(try_to_connect=False) != grpc.ChannelConnectivity.TRANSIENT_FAILURE:
             return False

@@ -1,8 +1,9 @@
 """The options every gRPC channel and server of Tidelog is made with.
 
 A module of its own so that the client's channels take them without importing the services'
-runtime (its metrics, health service and security layers: a third of a client process's objects,
-which every full collection of the garbage collector walks).
+runtime (its metrics, health service and server-side security: with the SASL server's etcd client,
+about 5,000 of the 33,000 objects `import tidelog.client` left, each one walked by every full
+collection of the garbage collector).
 """
 
 from __future__ import annotations
