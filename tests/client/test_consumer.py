@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tidelog.client import Consumer, TopicPartition
-from tidelog.client.consumer import FetchedPartition
-from tidelog.common.errors import ErrorCode
+from tidelog.client.consumer import StoredPartition
+from tidelog.common.errors import CorruptRecordError, ErrorCode
 from tidelog.common.record.batch import encode_batch
 from tidelog.v1 import broker_pb2
 
@@ -36,14 +36,28 @@ async def test_a_fetch_result_moves_the_position_past_its_last_batch_and_records
     consumer.assign([A])
     consumer.seek(A, 3)
     data = encode_batch([b"a", b"b"], base_offset=2) + encode_batch([b"c"], base_offset=4)
-    fetched: dict[TopicPartition, FetchedPartition] = {}
+    fetched: dict[TopicPartition, StoredPartition] = {}
     result = broker_pb2.FetchPartitionResult(high_watermark=9, record_batches=data)
     assert consumer._handle_result(A, result, fetched) is False
     assert consumer._positions[A] == 5 and consumer.high_watermarks[A] == 9
-    assert fetched[A].start_offset == 3  # record 2 was consumed before: poll() skips it
+    assert fetched[A] == StoredPartition(3, data)  # record 2 was consumed before: poll() skips it
     # Out of range: the position is reset by auto.offset.reset at the next poll; other errors refresh.
     out_of_range = broker_pb2.FetchPartitionResult(error_code=ErrorCode.OFFSET_OUT_OF_RANGE)
     assert consumer._handle_result(A, out_of_range, {}) is False and consumer._positions[A] is None
     not_leader = broker_pb2.FetchPartitionResult(error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER)
     assert consumer._handle_result(A, not_leader, {}) is True
+    await consumer.close()
+
+
+async def test_a_corrupt_batch_raises_before_the_position_moves_past_it() -> None:
+    consumer = Consumer(["127.0.0.1:9"])
+    consumer.assign([A])
+    consumer.seek(A, 2)
+    good, bad = encode_batch([b"a", b"b"], base_offset=2), bytearray(encode_batch([b"c"], base_offset=4))
+    bad[-1] ^= 0xFF  # a flipped bit in the last record: the CRC no longer matches
+    result = broker_pb2.FetchPartitionResult(high_watermark=9, record_batches=good + bytes(bad))
+    fetched: dict[TopicPartition, StoredPartition] = {}
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        consumer._handle_result(A, result, fetched)
+    assert consumer._positions[A] == 2 and fetched == {}  # asked again from where it was
     await consumer.close()

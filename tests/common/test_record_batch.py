@@ -18,6 +18,8 @@ from tidelog.common.record.batch import (
     check_records,
     decode_batch,
     decode_batches,
+    decode_columns,
+    decode_headers,
     encode_batch,
     iter_headers,
     read_header,
@@ -65,6 +67,37 @@ def test_decode_returns_what_was_encoded(fields: dict[str, object], base_offset:
     assert batch.header.max_timestamp == max(fields["timestamps"])
     assert batch.header.compression == fields["compression"]
     assert batch.header.size == len(encoded)
+
+
+@given(batches(), st.integers(min_value=0, max_value=2**40), st.data())
+def test_columns_say_what_the_decoded_batch_says(fields: dict[str, object], base_offset: int, data: st.DataObject) -> None:
+    encoded = encode_batch(base_offset=base_offset, **fields)  # type: ignore[arg-type]
+    model = decode_batch(encoded)
+    columns = decode_columns(encoded)
+    count = len(model)
+    assert columns.header == model.header
+    assert columns.offsets.tolist() == model.offsets and columns.timestamps.tolist() == model.timestamps
+
+    def items(lengths: object, blob: memoryview) -> list[bytes | None]:
+        found, at = [], 0
+        for length in lengths.tolist():  # type: ignore[attr-defined]
+            found.append(None if length < 0 else bytes(blob[at : at + length]))
+            at += max(length, 0)
+        assert at == len(blob)  # the blob holds exactly the non-null items
+        return found
+
+    assert items(columns.key_lengths, columns.keys) == model.keys
+    assert items(columns.value_lengths, columns.values) == model.values
+    low = data.draw(st.integers(min_value=0, max_value=count))
+    high = data.draw(st.integers(min_value=low, max_value=count))
+    assert decode_headers(columns, low, high) == model.headers[low:high]
+
+
+def test_columns_of_a_log_append_time_batch_carry_its_time() -> None:
+    batch = bytearray(encode_batch([b"a", b"b"], timestamps=[5, 6]))
+    restamp(batch, base_offset=7, partition_leader_epoch=0, log_append_time=99)
+    columns = decode_columns(batch)
+    assert columns.timestamps.tolist() == [99, 99] and columns.offsets.tolist() == [7, 8]
 
 
 def test_records_iterate_as_tuples() -> None:

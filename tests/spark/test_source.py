@@ -83,7 +83,10 @@ def test_a_batch_read_returns_every_record_once_with_the_kafka_schema(
         )
         expected = datetime.datetime.fromtimestamp((BASE_MS + n * 1000) / 1000, tz=datetime.UTC).replace(tzinfo=None)
         assert row.timestamp == expected and row.timestampType == 0
-        assert [(h.key, bytes(h.value)) for h in row.headers] == ([("n", str(n).encode())] if n % 2 else [])
+        # as Spark's Kafka source: null, not an empty list, for a record without headers
+        assert (None if row.headers is None else [(h.key, bytes(h.value)) for h in row.headers]) == (
+            [("n", str(n).encode())] if n % 2 else None
+        )
     without = _reader(spark, bootstrap, subscribe=topic)
     assert "headers" not in without.columns and without.count() == 100
 
@@ -277,14 +280,11 @@ def test_a_write_routes_rows_by_topic_column_and_carries_headers(
         back = _reader(spark, bootstrap, subscribe=topic, includeHeaders="true").collect()
         wanted = {n for n in range(30) if n % 2 == parity}
         assert {int(bytes(r.value)[1:]) for r in back} == wanted
-        # the first record of each producer batch names the rows the batch holds (for retries)
-        markers = [h for r in back for h in r.headers if h.key == WRITE_ID_HEADER]
-        assert 1 <= len(markers) <= len(back)
-        for row in back:
+        for row in back:  # headers round-trip exactly: nothing added to them
             n = int(bytes(row.value)[1:])
             assert bytes(row.key) == f"k{n}".encode()
-            theirs = [(h.key, bytes(h.value)) for h in row.headers if h.key != WRITE_ID_HEADER]
-            assert theirs == ([("n", str(n).encode())] if n % 3 == 0 else [])
+            theirs = None if row.headers is None else [(h.key, bytes(h.value)) for h in row.headers]
+            assert theirs == ([("n", str(n).encode())] if n % 3 == 0 else None)
 
 
 def test_a_task_that_fails_midway_is_retried_without_duplicates(
@@ -299,6 +299,7 @@ def test_a_task_that_fails_midway_is_retried_without_duplicates(
         frame.write.format("tidelog")
         .option("tidelog.bootstrap.servers", bootstrap)
         .option("topic", topic)
+        .option("idempotentRetries", "true")
         .option("failFirstAttemptAfterRecords", "500")  # each task's first attempt dies after 500 acknowledged
         .mode("append")
         .save()
@@ -307,6 +308,10 @@ def test_a_task_that_fails_midway_is_retried_without_duplicates(
         r.v for r in _reader(spark, bootstrap, subscribe=topic).selectExpr("CAST(value AS STRING) AS v").collect()
     ]
     assert len(values) == 3000 and sorted(map(int, values)) == list(range(3000))  # every row once
+    markers = _reader(spark, bootstrap, subscribe=topic, includeHeaders="true").selectExpr(
+        f"filter(headers, h -> h.key = '{WRITE_ID_HEADER}') AS m"
+    )
+    assert markers.where("size(m) > 0").count() >= 1  # the price: a visible header per producer batch
 
 
 def test_a_frame_the_sink_cannot_write_is_refused_before_any_task(spark: Any, bootstrap: str) -> None:

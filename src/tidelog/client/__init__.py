@@ -2,7 +2,7 @@
 
 from tidelog.client.admin import AdminClient, NewTopic, TopicDescription
 from tidelog.client.cluster_metadata import TopicPartition
-from tidelog.client.consumer import EARLIEST, LATEST, Consumer, ConsumerRecord, FetchedPartition
+from tidelog.client.consumer import EARLIEST, LATEST, Consumer, ConsumerRecord, FetchedPartition, StoredPartition
 from tidelog.client.group_consumer import GroupConsumer, RebalanceListener
 from tidelog.client.producer import BulkDelivery, Producer, RecordDelivery, RecordMetadata
 from tidelog.common.security.acl import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
@@ -27,6 +27,7 @@ __all__ = [
     "RecordDelivery",
     "RecordMetadata",
     "ResourceType",
+    "StoredPartition",
     "TopicDescription",
     "TopicPartition",
 ]

@@ -6,7 +6,8 @@ the stored batches it gets back with the columnar codec. Records before a partit
 `auto.offset.reset` says (earliest, latest, or none: an error). NOT_LEADER_OR_FOLLOWER and
 unknown-partition answers refresh the metadata; OFFSET_OUT_OF_RANGE resets the position.
 `poll_runs()` is the bulk form: the same records as runs of columns (consumer_records.py), and
-`poll_batches()` the stored batches themselves, decoded, per partition.
+`poll_batches()` the stored batches themselves, decoded, per partition, and `poll_stored()` their
+bytes as the broker sent them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ import grpc
 from tidelog.client.client_logging import get_logger
 from tidelog.client.cluster_metadata import ClusterMetadata, TopicPartition
 from tidelog.client.connections import Connections, client_id_metadata
-from tidelog.client.consumer_records import ConsumerRecord, FetchedPartition, RecordRun, records_of, runs_of
+from tidelog.client.consumer_records import (
+    ConsumerRecord,
+    FetchedPartition,
+    RecordRun,
+    StoredPartition,
+    records_of,
+    runs_of,
+)
 from tidelog.common.errors import (
     ErrorCode,
     OffsetOutOfRangeError,
@@ -29,11 +37,11 @@ from tidelog.common.errors import (
     TopicAuthorizationFailedError,
     error_for,
 )
-from tidelog.common.record.batch import decode_batches
+from tidelog.common.record.batch import decode_batches, iter_headers, validate_batch
 from tidelog.common.settings import ConsumerSettings, SecuritySettings
 from tidelog.v1 import broker_pb2
 
-__all__ = ["Consumer", "ConsumerRecord", "FetchedPartition", "RecordRun"]
+__all__ = ["Consumer", "ConsumerRecord", "FetchedPartition", "RecordRun", "StoredPartition"]
 
 log = get_logger(__name__)
 
@@ -217,6 +225,14 @@ class Consumer:
 
     async def poll_batches(self, timeout_ms: int = 1000) -> dict[TopicPartition, FetchedPartition]:
         """Decoded batches per partition, as stored: the first may hold records below the position."""
+        return {
+            tp: FetchedPartition(stored.start_offset, decode_batches(stored.record_batches, verify_crc=False))
+            for tp, stored in (await self.poll_stored(timeout_ms)).items()
+        }
+
+    async def poll_stored(self, timeout_ms: int = 1000) -> dict[TopicPartition, StoredPartition]:
+        """The fetched batches' bytes per partition, undecoded but checked (framing and CRC, before
+        the position moves past them): the first may hold records below the position."""
         await self._reset_missing()
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
@@ -258,7 +274,7 @@ class Consumer:
             task = asyncio.create_task(self._fetch_from(endpoint, partitions, max_wait_ms), name=endpoint)
             self._in_flight[task] = partitions
 
-    async def _fetch_once(self, max_wait_ms: int) -> dict[TopicPartition, FetchedPartition]:
+    async def _fetch_once(self, max_wait_ms: int) -> dict[TopicPartition, StoredPartition]:
         if self._authorization_error is not None:
             # As Kafka's consumer: poll() raises while a partition may not be read (records of
             # other partitions that came with it were returned by the poll before).
@@ -272,7 +288,7 @@ class Consumer:
         done, _ = await asyncio.wait(
             list(self._in_flight), timeout=max_wait_ms / 1000, return_when=asyncio.FIRST_COMPLETED
         )
-        batches_by_partition: dict[TopicPartition, FetchedPartition] = {}
+        batches_by_partition: dict[TopicPartition, StoredPartition] = {}
         refresh = False
         for task in done:
             del self._in_flight[task]
@@ -293,7 +309,7 @@ class Consumer:
         self,
         tp: TopicPartition,
         result: broker_pb2.FetchPartitionResult,
-        batches_by_partition: dict[TopicPartition, FetchedPartition],
+        batches_by_partition: dict[TopicPartition, StoredPartition],
     ) -> bool:
         """Apply one partition's fetch result; True when metadata should be refreshed."""
         if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -309,9 +325,13 @@ class Consumer:
         position = self._positions.get(tp)
         if not result.record_batches or position is None:
             return False
-        batches = decode_batches(result.record_batches)
-        batches_by_partition[tp] = FetchedPartition(position, batches)
-        self._positions[tp] = max(position, batches[-1].header.next_offset)
+        last = None
+        for at, _ in iter_headers(result.record_batches):
+            # Checked here, so a corrupt batch raises before the position moves past it.
+            last = validate_batch(result.record_batches, at)
+        assert last is not None, "a non-empty fetch holds a batch"
+        batches_by_partition[tp] = StoredPartition(position, result.record_batches)
+        self._positions[tp] = max(position, last.next_offset)
         return False
 
     async def _fetch_from(

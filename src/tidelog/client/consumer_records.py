@@ -16,7 +16,16 @@ from collections.abc import Iterable, Mapping
 from tidelog.client.cluster_metadata import TopicPartition
 from tidelog.common.record.batch import Headers, RecordBatch
 
-__all__ = ["ConsumerRecord", "FetchedPartition", "RecordRun", "first_offsets", "next_offsets", "records_of", "runs_of"]
+__all__ = [
+    "ConsumerRecord",
+    "FetchedPartition",
+    "RecordRun",
+    "StoredPartition",
+    "first_offsets",
+    "next_offsets",
+    "records_of",
+    "runs_of",
+]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -36,6 +45,16 @@ class FetchedPartition:
 
     start_offset: int
     batches: list[RecordBatch]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoredPartition:
+    """One partition's fetched batches as the broker sent them (bytes, back to back, not decoded):
+    for readers that decode columns in bulk themselves (the Spark source builds Arrow arrays from
+    them). Records below `start_offset` were consumed before."""
+
+    start_offset: int
+    record_batches: bytes
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -48,8 +48,25 @@ READ_OPTIONS: Final = (
     "failOnDataLoss",
     "includeHeaders",
     "startingOffsetsByTimestampStrategy",
+    "endingTimestamp",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "kafkaConsumer.pollTimeoutMs",
+    "fetchOffset.numRetries",
+    "fetchOffset.retryIntervalMs",
+    "groupIdPrefix",
 )
-WRITE_OPTIONS: Final = ("topic", "includeHeaders", "failFirstAttemptAfterRecords")
+WRITE_OPTIONS: Final = ("topic", "includeHeaders", "idempotentRetries", "failFirstAttemptAfterRecords")
+# Client settings Spark's Kafka source takes that mean nothing to a source which joins no group and
+# commits nothing (kafka.group.id names the group Spark's consumers would use): accepted, unused.
+UNUSED_CLIENT_SETTINGS: Final = frozenset({"group.id"})
+# Spark's defaults for its options of time and retries (Structured Streaming + Kafka guide).
+POLL_TIMEOUT_MS_DEFAULT: Final = 120_000
+FETCH_OFFSET_RETRIES_DEFAULT: Final = 3
+FETCH_OFFSET_RETRY_INTERVAL_MS_DEFAULT: Final = 10
+MAX_TRIGGER_DELAY_MS_DEFAULT: Final = 15 * 60 * 1000
+# Spark's time suffixes (JavaUtils.timeStringAsMs), in milliseconds.
+TIME_UNITS_MS: Final = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 BOOTSTRAP: Final = ("tidelog.bootstrap.servers", "kafka.bootstrap.servers")
 PREFIXES: Final = ("tidelog.", "kafka.")
 # Options Spark itself puts among a source's or sink's (load()'s path, writeStream's checkpoint).
@@ -79,7 +96,13 @@ class ReadOptions:
     starting_by_timestamp: Offsets | None = None
     starting_by_timestamp_strategy: str = "error"  # no record at or after the timestamp: fail, or start at the end
     ending_by_timestamp: Offsets | None = None
+    ending_timestamp: int | None = None
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = MAX_TRIGGER_DELAY_MS_DEFAULT
+    poll_timeout_ms: int = POLL_TIMEOUT_MS_DEFAULT  # kafkaConsumer.pollTimeoutMs: a task waits so long for records
+    fetch_offset_retries: int = FETCH_OFFSET_RETRIES_DEFAULT
+    fetch_offset_retry_interval_ms: int = FETCH_OFFSET_RETRY_INTERVAL_MS_DEFAULT
     min_partitions: int | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = False
@@ -92,6 +115,7 @@ class WriteOptions:
     topic: str | None = None
     include_headers: bool = False
     client: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # Producer keyword arguments
+    idempotent_retries: bool = False  # a retried task skips the rows an earlier attempt wrote (marker header)
     fail_first_attempt_after: int | None = None  # a test aid: a task's first attempt fails after so many
 
 
@@ -166,6 +190,24 @@ def _positive(option: str, value: str) -> int:
     if number <= 0:
         raise InvalidOptionError(option, f"must be positive, not {number}")
     return number
+
+
+def _whole(option: str, value: str, *, minimum: int) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise InvalidOptionError(option, f"must be a whole number, not {value!r}") from None
+    if number < minimum:
+        raise InvalidOptionError(option, f"must be at least {minimum}, not {number}")
+    return number
+
+
+def _duration_ms(option: str, value: str) -> int:
+    """A time as Spark writes them ("15m", "30s", "500ms", "2h"; a bare number is milliseconds)."""
+    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", value.lower())
+    if match is None or match.group(2) not in ("", *TIME_UNITS_MS):
+        raise InvalidOptionError(option, f"{value!r} is not a time such as 15m, 30s or 500ms")
+    return int(int(match.group(1)) * TIME_UNITS_MS.get(match.group(2) or "ms", 1))
 
 
 def _per_partition(option: str, value: str, *, allowed_specials: tuple[int, ...]) -> Offsets:
@@ -261,11 +303,16 @@ def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
             ending = _per_partition("endingOffsets", value, allowed_specials=(LATEST,))
     if "endingOffsetsByTimestamp" in ours and streaming:
         raise InvalidOptionError("endingOffsetsByTimestamp", "not allowed in a streaming query")
-    if "maxOffsetsPerTrigger" in ours and not streaming:
-        raise InvalidOptionError("maxOffsetsPerTrigger", "only for streaming queries")
+    if "endingTimestamp" in ours and streaming:
+        raise InvalidOptionError("endingTimestamp", "not allowed in a streaming query")
+    # maxOffsetsPerTrigger, minOffsetsPerTrigger and maxTriggerDelay in a batch query are ignored,
+    # as Spark's Kafka source ignores them there; they are still checked.
     starting_timestamp = None
     if "startingTimestamp" in ours:
         starting_timestamp = _positive("startingTimestamp", ours["startingTimestamp"])
+    ending_timestamp = _positive("endingTimestamp", ours["endingTimestamp"]) if "endingTimestamp" in ours else None
+    for unused in UNUSED_CLIENT_SETTINGS:
+        client_settings.pop(unused, None)
     strategy = ours.get("startingOffsetsByTimestampStrategy", "error").lower()
     if strategy not in ("error", "latest"):
         raise InvalidOptionError("startingOffsetsByTimestampStrategy", "must be error or latest")
@@ -288,8 +335,32 @@ def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
             if "endingOffsetsByTimestamp" in ours
             else None
         ),
+        ending_timestamp=ending_timestamp,
         max_offsets_per_trigger=(
             _positive("maxOffsetsPerTrigger", ours["maxOffsetsPerTrigger"]) if "maxOffsetsPerTrigger" in ours else None
+        ),
+        min_offsets_per_trigger=(
+            _positive("minOffsetsPerTrigger", ours["minOffsetsPerTrigger"]) if "minOffsetsPerTrigger" in ours else None
+        ),
+        max_trigger_delay_ms=(
+            _duration_ms("maxTriggerDelay", ours["maxTriggerDelay"])
+            if "maxTriggerDelay" in ours
+            else MAX_TRIGGER_DELAY_MS_DEFAULT
+        ),
+        poll_timeout_ms=(
+            _positive("kafkaConsumer.pollTimeoutMs", ours["kafkaConsumer.pollTimeoutMs"])
+            if "kafkaConsumer.pollTimeoutMs" in ours
+            else POLL_TIMEOUT_MS_DEFAULT
+        ),
+        fetch_offset_retries=(
+            _whole("fetchOffset.numRetries", ours["fetchOffset.numRetries"], minimum=0)
+            if "fetchOffset.numRetries" in ours
+            else FETCH_OFFSET_RETRIES_DEFAULT
+        ),
+        fetch_offset_retry_interval_ms=(
+            _whole("fetchOffset.retryIntervalMs", ours["fetchOffset.retryIntervalMs"], minimum=0)
+            if "fetchOffset.retryIntervalMs" in ours
+            else FETCH_OFFSET_RETRY_INTERVAL_MS_DEFAULT
         ),
         min_partitions=_positive("minPartitions", ours["minPartitions"]) if "minPartitions" in ours else None,
         fail_on_data_loss=_bool("failOnDataLoss", ours.get("failOnDataLoss", "true")),
@@ -317,6 +388,7 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
         topic=topic,
         include_headers=_bool("includeHeaders", ours.get("includeHeaders", "false")),
         client=client,
+        idempotent_retries=_bool("idempotentRetries", ours.get("idempotentRetries", "false")),
         fail_first_attempt_after=(
             _positive("failFirstAttemptAfterRecords", ours["failFirstAttemptAfterRecords"])
             if "failFirstAttemptAfterRecords" in ours

@@ -2,44 +2,49 @@
 runs on an executor (one offset range, read from the partition's leader as Arrow batches).
 
 Planning talks to the cluster through the client's Consumer: topic discovery from metadata,
-offsets from ListOffsets (earliest, latest, by timestamp). A task reads its range with its own
-Consumer on an event loop of its own, yielding one Arrow batch per fetch, so a large range streams
-through the task rather than sitting in memory.
+offsets from ListOffsets (earliest, latest, by timestamp), each asked again on failure as
+fetchOffset.numRetries and fetchOffset.retryIntervalMs say. A task reads its range with its own
+Consumer on an event loop of its own, yielding one Arrow batch per fetch, built from the fetched
+bytes' columns (arrow_rows.py), so a large range streams through the task rather than sitting in
+memory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterator, Mapping
-from typing import Any, Final
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import Any, Final, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from tidelog.client import Consumer, TopicPartition
+from tidelog.common.errors import TidelogError, UnknownTopicOrPartitionError
+from tidelog.common.record.batch import decode_columns, iter_headers
 from tidelog.spark.arrow_rows import to_arrow
+from tidelog.spark.data_loss import DataLossError, Snapshot
 from tidelog.spark.options import EARLIEST, LATEST, InvalidOptionError, Offsets, ReadOptions
 
 __all__ = [
     "DataLossError",
     "OffsetRange",
+    "check_batch_ranges",
     "discover",
     "plan_ranges",
     "read_range",
     "resolve",
     "run",
+    "snapshot",
 ]
 
-POLL_TIMEOUT_MS: Final = 2000
+T = TypeVar("T")
+
+POLL_STEP_MS: Final = 2000  # a task's single poll; it gives up after kafkaConsumer.pollTimeoutMs of nothing
 # A task reads one partition: let one fetch carry more of it than a consumer's default 1 MiB, so
 # Spark gets fewer, bigger Arrow batches (the client's max.partition.fetch.bytes, unless set).
 TASK_PARTITION_FETCH_BYTES: Final = 8 * 1024 * 1024
-STALL_POLLS_MAX: Final = 30  # polls in a row returning nothing before a task gives up on its range
-
-
-class DataLossError(RuntimeError):
-    """Records a query was to read are gone (retention deleted them) and failOnDataLoss is true."""
 
 
 class OffsetRange(InputPartition):
@@ -67,8 +72,22 @@ def run(work: Any) -> Any:
     return asyncio.run(work)
 
 
-async def discover(consumer: Consumer, options: ReadOptions) -> list[TopicPartition]:
-    """The partitions the options name, as the cluster has them now."""
+async def with_retries(options: ReadOptions, ask: Callable[[], Awaitable[T]]) -> T:
+    """`ask()`, asked again up to fetchOffset.numRetries times, fetchOffset.retryIntervalMs apart,
+    while the cluster answers with an error (a leader moving, a broker restarting)."""
+    for attempt in range(options.fetch_offset_retries + 1):
+        try:
+            return await ask()
+        except (TidelogError, ConnectionError):
+            if attempt == options.fetch_offset_retries:
+                raise
+            await asyncio.sleep(options.fetch_offset_retry_interval_ms / 1000)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+async def discover(consumer: Consumer, options: ReadOptions, *, streaming: bool = False) -> list[TopicPartition]:
+    """The partitions the options name, as the cluster has them now. A stream subscribed to a
+    topic that does not exist (yet, or any more) reads none of it, as Spark's Kafka source does."""
     if options.assign is not None:
         return sorted(TopicPartition(t, p) for t, partitions in options.assign.items() for p in partitions)
     if options.subscribe_pattern is not None:
@@ -79,37 +98,72 @@ async def discover(consumer: Consumer, options: ReadOptions) -> list[TopicPartit
         topics = list(options.subscribe)
     found = []
     for topic in topics:
-        for state in await consumer.metadata.partitions_of(topic):
-            found.append(TopicPartition(topic, state.partition))
+        try:
+            states = await consumer.metadata.partitions_of(topic)
+        except UnknownTopicOrPartitionError:
+            if not streaming:
+                raise
+            continue
+        found += [TopicPartition(topic, state.partition) for state in states]
     return sorted(found)
+
+
+async def snapshot(consumer: Consumer, options: ReadOptions, *, streaming: bool) -> Snapshot:
+    """The partitions the options name now, with their earliest and latest offsets and topic ids."""
+    partitions = await with_retries(options, lambda: discover(consumer, options, streaming=streaming))
+    earliest = await with_retries(options, lambda: consumer.beginning_offsets(partitions))
+    latest = await with_retries(options, lambda: consumer.end_offsets(partitions))
+    topic_ids = {
+        tp.topic: states[0].topic_id for tp in partitions if (states := consumer.metadata.partitions.get(tp.topic))
+    }
+    return Snapshot(earliest, latest, topic_ids)
+
+
+def _all_named(option: str, named: Offsets, partitions: list[TopicPartition], specials: str) -> None:
+    """Spark's rule for offsets or timestamps given per partition: exactly the partitions read."""
+    given = {TopicPartition(topic, p) for topic, offsets in named.items() for p in offsets}
+    if given != set(partitions):
+        raise InvalidOptionError(
+            option,
+            f"names {', '.join(map(str, sorted(given))) or 'no partition'} but the query reads "
+            f"{', '.join(map(str, partitions)) or 'no partition'}: name every partition{specials}",
+        )
 
 
 async def resolve(
     consumer: Consumer,
+    options: ReadOptions,
     partitions: list[TopicPartition],
     spec: str | Offsets,
     *,
+    spec_option: str,
     by_timestamp: Offsets | None = None,
+    by_timestamp_option: str = "",
     timestamp: int | None = None,
-    option: str,
-    missing_is: int,
+    timestamp_option: str = "",
     none_at_timestamp: str = "latest",
+    keep_latest: bool = False,
 ) -> dict[TopicPartition, int]:
     """Concrete offsets: a global timestamp wins over per-partition timestamps, which win over
     `spec` ("earliest", "latest" or per-partition offsets with -2/-1), as Spark's Kafka source
-    orders them. A partition `spec` does not name starts at `missing_is` (EARLIEST or LATEST)."""
-    earliest = await consumer.beginning_offsets(partitions)
-    latest = await consumer.end_offsets(partitions)
+    orders them. With `keep_latest` a partition to start at its end is LATEST, not the end now
+    (a stream's first batch fixes it: see StreamReader)."""
+    earliest = await with_retries(options, lambda: consumer.beginning_offsets(partitions))
+    latest = await with_retries(options, lambda: consumer.end_offsets(partitions))
+    at_end = {tp: LATEST if keep_latest else latest[tp] for tp in partitions}
     chosen: dict[TopicPartition, int] = {}
     if timestamp is not None or by_timestamp is not None:
+        if timestamp is None:
+            assert by_timestamp is not None
+            _all_named(by_timestamp_option, by_timestamp, partitions, "")
+        option = timestamp_option if timestamp is not None else by_timestamp_option
         wanted: dict[int, list[TopicPartition]] = {}
         for tp in partitions:
-            at = timestamp if timestamp is not None else (by_timestamp or {}).get(tp.topic, {}).get(tp.partition)
-            if at is None:
-                raise InvalidOptionError(option, f"names no timestamp for {tp.topic}-{tp.partition}")
+            at = timestamp if timestamp is not None else (by_timestamp or {})[tp.topic][tp.partition]
             wanted.setdefault(at, []).append(tp)
         for at, tps in wanted.items():
-            for tp, offset in (await consumer.list_offsets(tps, at)).items():
+            found = await with_retries(options, lambda tps=tps, at=at: consumer.list_offsets(tps, at))  # type: ignore[misc]
+            for tp, offset in found.items():
                 if 0 <= offset <= latest[tp]:
                     chosen[tp] = offset
                 elif none_at_timestamp == "error":  # Spark's startingOffsetsByTimestampStrategy=error
@@ -119,28 +173,39 @@ async def resolve(
                         "startingOffsetsByTimestampStrategy to latest to start at the end instead",
                     )
                 else:
-                    chosen[tp] = latest[tp]  # none at or after: the end
+                    chosen[tp] = at_end[tp]  # none at or after: the end
         return chosen
+    if isinstance(spec, dict):
+        _all_named(spec_option, spec, partitions, " (-2 for earliest, -1 for latest)")
     for tp in partitions:
         if isinstance(spec, str):
             special = EARLIEST if spec == "earliest" else LATEST
         else:
-            special = spec.get(tp.topic, {}).get(tp.partition, missing_is)
+            special = spec[tp.topic][tp.partition]
         if special == EARLIEST:
             chosen[tp] = earliest[tp]
         elif special == LATEST:
-            chosen[tp] = latest[tp]
+            chosen[tp] = at_end[tp]
         else:
             chosen[tp] = special
     return chosen
 
 
-def check_data_loss(
-    start: dict[TopicPartition, int], earliest: Mapping[TopicPartition, int], fail_on_data_loss: bool
+def check_batch_ranges(
+    start: dict[TopicPartition, int],
+    end: Mapping[TopicPartition, int],
+    earliest: Mapping[TopicPartition, int],
+    fail_on_data_loss: bool,
 ) -> dict[TopicPartition, int]:
-    """Starts below a partition's log start (deleted by retention) fail the query, or move up to it."""
+    """A batch query's starts, checked as Spark's Kafka relation checks them: a start after its end
+    is an error; a start that retention deleted fails the query, or moves up to the log start."""
     adjusted = dict(start)
-    for tp, offset in start.items():
+    for tp, offset in sorted(start.items()):
+        if offset > end[tp]:
+            raise ValueError(
+                f"Beginning offset {offset} is after the ending offset {end[tp]} for topic {tp.topic} partition "
+                f"{tp.partition}. You either provided an invalid fromOffset, or the topic has been damaged"
+            )
         if offset < earliest[tp]:
             if fail_on_data_loss:
                 raise DataLossError(
@@ -173,35 +238,40 @@ def plan_ranges(
     return split
 
 
-def read_range(
-    bootstrap: tuple[str, ...], client: Mapping[str, Any], piece: OffsetRange, include_headers: bool
-) -> Iterator[pa.RecordBatch]:
-    """One task: the records of `piece`, one Arrow batch per fetch, straight from the leader."""
+def read_range(options: ReadOptions, piece: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """One task: the records of `piece`, one Arrow batch per fetch, straight from the leader.
+    Gives up after kafkaConsumer.pollTimeoutMs without a record."""
+    poll_timeout_ms = options.poll_timeout_ms
     loop = asyncio.new_event_loop()
-    consumer = Consumer(list(bootstrap), **{"max_partition_fetch_bytes": TASK_PARTITION_FETCH_BYTES, **client})
+    consumer = Consumer(
+        list(options.bootstrap), **{"max_partition_fetch_bytes": TASK_PARTITION_FETCH_BYTES, **options.client}
+    )
     tp = TopicPartition(piece.topic, piece.partition)
     try:
         consumer.assign([tp])
         consumer.seek(tp, piece.start)
         position = piece.start
-        stalled = 0
+        last_read = time.monotonic()
         while position < piece.end:
-            fetched = loop.run_until_complete(consumer.poll_batches(POLL_TIMEOUT_MS)).get(tp)
-            if fetched is None or not fetched.batches:
-                stalled += 1
-                if stalled > STALL_POLLS_MAX:
+            fetched = loop.run_until_complete(consumer.poll_stored(min(POLL_STEP_MS, poll_timeout_ms))).get(tp)
+            if fetched is None:
+                if (time.monotonic() - last_read) * 1000 >= poll_timeout_ms:
                     raise TimeoutError(
-                        f"{tp.topic}-{tp.partition}: nothing to read at {position} (wanted up to {piece.end})"
+                        f"{tp.topic}-{tp.partition}: nothing to read at {position} for {poll_timeout_ms} ms "
+                        f"(wanted up to {piece.end}; kafkaConsumer.pollTimeoutMs)"
                     )
                 continue
-            stalled = 0
+            last_read = time.monotonic()
+            buffer = fetched.record_batches
+            # the consumer checked every batch's CRC before handing them over
+            columns = [decode_columns(buffer, at, verify_crc=False) for at, _ in iter_headers(buffer)]
             batch = to_arrow(
                 piece.topic,
                 piece.partition,
-                fetched.batches,
+                columns,
                 max(position, fetched.start_offset),
                 piece.end,
-                include_headers=include_headers,
+                include_headers=options.include_headers,
             )
             position = loop.run_until_complete(consumer.position(tp))
             if batch is not None:

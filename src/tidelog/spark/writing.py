@@ -1,13 +1,15 @@
 """Writing DataFrames to topics, batch and streaming, as Spark's Kafka sink does: columns `value`
-(string or binary, required), `key`, `topic` (else the `topic` option), `partition`, `headers`
-(array<struct<key string, value binary>>); other columns are ignored.
+(string or binary, required), `key`, `topic` (unless the `topic` option is set: the option wins),
+`partition`, `headers` (array<struct<key string, value binary>>); other columns are ignored.
 
 Each task writes its rows through one idempotent producer with acks=all, in bulk: rows grouped by
 target (numpy over partition numbers and topic codes) and sent as whole batches (`send_batch`).
 The task's commit message counts what it wrote; the job's commit has nothing to add (the records
-are in the log once acknowledged).
+are in the log once acknowledged). A retried task may write rows its failed attempt wrote, as
+Spark's Kafka sink may: at least once.
 
-A retried task writes no row twice. The first record of every producer batch carries a header
+With the option `idempotentRetries=true`, a retried task writes no row twice, at the price of a
+header consumers see. The first record of every producer batch then carries a header
 `tidelog.spark.write` = `<write>/<task>/` followed by the task's input row numbers the batch holds
 (int64, little-endian): which write (a uuid the driver draws per batch job, or the streaming
 query's id and micro-batch id), which task (Spark's partition id), which rows. A batch is written
@@ -57,6 +59,8 @@ class WrittenRecords(WriterCommitMessage):
 def check_schema(options: WriteOptions, schema: StructType) -> None:
     """Refuse, before any task runs, a DataFrame the sink cannot write."""
     fields = {field.name.lower(): field for field in schema.fields}
+    if options.topic is not None:
+        fields.pop("topic", None)  # the option wins over the column, as in Spark's Kafka sink
     if "value" not in fields:
         raise InvalidOptionError("value", "the DataFrame needs a value column (string or binary)")
     for name in ("key", "value", "topic"):
@@ -187,23 +191,24 @@ async def _write(options: WriteOptions, batches: Iterator[pa.RecordBatch], task:
             row_base += batch.num_rows
             numbered = batch.append_column(ROW_COLUMN, pa.array(numbers))
             columns = {name.lower(): numbered.column(i) for i, name in enumerate(numbered.schema.names)}
+            if options.topic is not None:
+                columns.pop("topic", None)  # the option wins over the column
             for topic, partition, group in _groups(numbered, columns, options.topic):
                 rows = group
-                if task.retry and topic not in scanned:
+                if options.idempotent_retries and task.retry and topic not in scanned:
                     done_by_earlier |= await _already_written(producer, consumer, topic, task)
                     scanned.add(topic)
                 picked = {name.lower(): rows.column(i) for i, name in enumerate(rows.schema.names)}
-                row_numbers: list[int] = picked[ROW_COLUMN].to_pylist()
+                numbers = picked[ROW_COLUMN].to_numpy().astype("<i8")
                 if done_by_earlier:
-                    keep = [index for index, number in enumerate(row_numbers) if number not in done_by_earlier]
-                    if not keep:
+                    keep = np.flatnonzero(~np.isin(numbers, np.fromiter(done_by_earlier, dtype=np.int64)))
+                    if not len(keep):
                         continue
-                    if len(keep) < len(row_numbers):
+                    if len(keep) < len(numbers):
                         rows = rows.take(pa.array(keep))
                         picked = {name.lower(): rows.column(i) for i, name in enumerate(rows.schema.names)}
-                        row_numbers = [row_numbers[index] for index in keep]
+                        numbers = numbers[keep]
                 count = rows.num_rows
-                numbers = np.asarray(row_numbers, dtype="<i8")
                 prefix = task.prefix
 
                 def marker(indexes: list[int], numbers: Any = numbers, prefix: bytes = prefix) -> tuple[str, bytes]:
@@ -222,7 +227,7 @@ async def _write(options: WriteOptions, batches: Iterator[pa.RecordBatch], task:
                             if user_headers is not None and any(user_headers)
                             else None
                         ),
-                        batch_header=marker,
+                        batch_header=marker if options.idempotent_retries else None,
                     )
                 )
                 written += count
