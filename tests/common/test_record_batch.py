@@ -70,7 +70,9 @@ def test_decode_returns_what_was_encoded(fields: dict[str, object], base_offset:
 
 
 @given(batches(), st.integers(min_value=0, max_value=2**40), st.data())
-def test_columns_say_what_the_decoded_batch_says(fields: dict[str, object], base_offset: int, data: st.DataObject) -> None:
+def test_columns_say_what_the_decoded_batch_says(
+    fields: dict[str, object], base_offset: int, data: st.DataObject
+) -> None:
     encoded = encode_batch(base_offset=base_offset, **fields)  # type: ignore[arg-type]
     model = decode_batch(encoded)
     columns = decode_columns(encoded)
