@@ -325,12 +325,13 @@ class Consumer:
         position = self._positions.get(tp)
         if not result.record_batches or position is None:
             return False
+        data = result.record_batches  # once: each read of a protobuf bytes field is a copy
         last = None
-        for at, _ in iter_headers(result.record_batches):
+        for at, _ in iter_headers(data):
             # Checked here, so a corrupt batch raises before the position moves past it.
-            last = validate_batch(result.record_batches, at)
+            last = validate_batch(data, at)
         assert last is not None, "a non-empty fetch holds a batch"
-        batches_by_partition[tp] = StoredPartition(position, result.record_batches)
+        batches_by_partition[tp] = StoredPartition(position, data)
         self._positions[tp] = max(position, last.next_offset)
         return False
 

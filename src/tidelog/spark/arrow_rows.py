@@ -96,12 +96,16 @@ def to_arrow(
         high = int(np.searchsorted(batch.offsets, end, side="left"))
         if low >= high:
             continue
-        first, last = _blob_range(batch.key_lengths, low, high)
+        if low == 0 and high == len(batch.offsets):  # the whole batch (all but the first and last)
+            key_blobs.append(batch.keys)
+            value_blobs.append(batch.values)
+        else:
+            first, last = _blob_range(batch.key_lengths, low, high)
+            key_blobs.append(batch.keys[first:last])
+            first, last = _blob_range(batch.value_lengths, low, high)
+            value_blobs.append(batch.values[first:last])
         key_lengths.append(batch.key_lengths[low:high])
-        key_blobs.append(batch.keys[first:last])
-        first, last = _blob_range(batch.value_lengths, low, high)
         value_lengths.append(batch.value_lengths[low:high])
-        value_blobs.append(batch.values[first:last])
         offsets.append(batch.offsets[low:high])
         timestamps.append(batch.timestamps[low:high])
         types.append(np.full(high - low, batch.header.timestamp_type, dtype=np.int32))

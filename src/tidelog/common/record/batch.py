@@ -383,7 +383,7 @@ def validate_batch(
 def _records_section(buffer: Buffer, position: int, header: BatchHeader) -> bytes:
     start = position + BATCH_OVERHEAD
     end = position + header.size
-    codec = header.compression
+    codec = header.attributes & COMPRESSION_MASK  # an int compare: the enum costs µs a batch
     if codec == CompressionType.NONE:
         return bytes(buffer[start:end])
     if end - start < UNCOMPRESSED_LENGTH.size:
@@ -391,7 +391,9 @@ def _records_section(buffer: Buffer, position: int, header: BatchHeader) -> byte
     (uncompressed_length,) = UNCOMPRESSED_LENGTH.unpack_from(buffer, start)
     if not 0 <= uncompressed_length <= UNCOMPRESSED_BYTES_MAX:
         raise CorruptRecordError(f"declared uncompressed length {uncompressed_length} out of range")
-    return decompress(codec, memoryview(buffer)[start + UNCOMPRESSED_LENGTH.size : end], uncompressed_length)
+    return decompress(
+        CompressionType(codec), memoryview(buffer)[start + UNCOMPRESSED_LENGTH.size : end], uncompressed_length
+    )
 
 
 def _slice_column(blob: bytes, lengths: npt.NDArray[np.int32], base: int) -> tuple[list[bytes | None], int]:
@@ -461,7 +463,13 @@ class _Columns(NamedTuple):
     value_lengths: npt.NDArray[np.int32]
     header_lengths: npt.NDArray[np.int32]
     columns_end: int
-    payload: int
+    key_bytes: int
+    value_bytes: int
+    header_bytes: int
+
+    @property
+    def payload(self) -> int:
+        return self.key_bytes + self.value_bytes + self.header_bytes
 
 
 def _columns(buffer: Buffer, position: int, header: BatchHeader) -> _Columns:
@@ -478,11 +486,10 @@ def _columns(buffer: Buffer, position: int, header: BatchHeader) -> _Columns:
     header_lengths = np.frombuffer(section, dtype=_I4, count=count, offset=20 * count)
     if int(key_lengths.min()) < -1 or int(value_lengths.min()) < -1 or int(header_lengths.min()) < 0:
         raise CorruptRecordError("negative key, value or headers length")
-    payload = (
-        int(np.maximum(key_lengths, 0).sum(dtype=np.int64))
-        + int(np.maximum(value_lengths, 0).sum(dtype=np.int64))
-        + int(header_lengths.sum(dtype=np.int64))
-    )
+    key_bytes = int(np.maximum(key_lengths, 0).sum(dtype=np.int64))
+    value_bytes = int(np.maximum(value_lengths, 0).sum(dtype=np.int64))
+    header_bytes = int(header_lengths.sum(dtype=np.int64))
+    payload = key_bytes + value_bytes + header_bytes
     if columns_end + payload != len(section):
         raise CorruptRecordError(
             f"records section is {len(section)} bytes, its columns account for {columns_end + payload}"
@@ -499,7 +506,9 @@ def _columns(buffer: Buffer, position: int, header: BatchHeader) -> _Columns:
         value_lengths,
         header_lengths,
         columns_end,
-        payload,
+        key_bytes,
+        value_bytes,
+        header_bytes,
     )
 
 
@@ -576,8 +585,8 @@ def decode_columns(buffer: Buffer, position: int = 0, *, verify_crc: bool = True
     header = validate_batch(buffer, position, verify_crc=verify_crc)
     columns = _columns(buffer, position, header)
     section = memoryview(columns.section)
-    keys_end = columns.columns_end + int(np.maximum(columns.key_lengths, 0).sum(dtype=np.int64))
-    values_end = keys_end + int(np.maximum(columns.value_lengths, 0).sum(dtype=np.int64))
+    keys_end = columns.columns_end + columns.key_bytes
+    values_end = keys_end + columns.value_bytes
     if header.attributes & TIMESTAMP_TYPE_BIT:
         timestamps = np.full(header.record_count, header.max_timestamp, dtype=_I8)
     else:
