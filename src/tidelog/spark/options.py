@@ -45,6 +45,7 @@ READ_OPTIONS: Final = (
     "endingOffsetsByTimestamp",
     "maxOffsetsPerTrigger",
     "minPartitions",
+    "maxRecordsPerPartition",
     "failOnDataLoss",
     "includeHeaders",
     "startingOffsetsByTimestampStrategy",
@@ -104,6 +105,7 @@ class ReadOptions:
     fetch_offset_retries: int = FETCH_OFFSET_RETRIES_DEFAULT
     fetch_offset_retry_interval_ms: int = FETCH_OFFSET_RETRY_INTERVAL_MS_DEFAULT
     min_partitions: int | None = None
+    max_records_per_partition: int | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = False
     client: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # Consumer keyword arguments
@@ -363,6 +365,11 @@ def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
             else FETCH_OFFSET_RETRY_INTERVAL_MS_DEFAULT
         ),
         min_partitions=_positive("minPartitions", ours["minPartitions"]) if "minPartitions" in ours else None,
+        max_records_per_partition=(
+            _positive("maxRecordsPerPartition", ours["maxRecordsPerPartition"])
+            if "maxRecordsPerPartition" in ours
+            else None
+        ),
         fail_on_data_loss=_bool("failOnDataLoss", ours.get("failOnDataLoss", "true")),
         include_headers=_bool("includeHeaders", ours.get("includeHeaders", "false")),
         client=_client(client_settings, Consumer.__init__, ConsumerSettings.DEFINITIONS, "consumer"),

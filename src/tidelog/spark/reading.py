@@ -216,26 +216,36 @@ def check_batch_ranges(
     return adjusted
 
 
+def _divided(piece: OffsetRange, pieces: int) -> list[OffsetRange]:
+    size = piece.end - piece.start
+    step = -(-size // max(1, min(size, pieces)))
+    return [
+        OffsetRange(piece.topic, piece.partition, s, min(s + step, piece.end))
+        for s in range(piece.start, piece.end, step)
+    ]
+
+
 def plan_ranges(
-    start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int], min_partitions: int | None
+    start: Mapping[TopicPartition, int],
+    end: Mapping[TopicPartition, int],
+    options: ReadOptions,
 ) -> list[OffsetRange]:
-    """A range per partition with records, split into more when minPartitions asks for more (the
-    biggest ranges split first, as Spark's Kafka source does)."""
+    """A range per partition with records, split as Spark's Kafka source splits them
+    (KafkaOffsetRangeCalculator): into pieces of at most maxRecordsPerPartition, then further,
+    the biggest first, until there are minPartitions."""
     ranges = [
         OffsetRange(tp.topic, tp.partition, start[tp], end[tp])
         for tp in sorted(end)
         if tp in start and end[tp] > start[tp]
     ]
-    if not min_partitions or len(ranges) >= min_partitions:
+    most = options.max_records_per_partition
+    if most is not None:
+        ranges = [piece for r in ranges for piece in _divided(r, -(-(r.end - r.start) // most))]
+    wanted = options.min_partitions
+    if not wanted or not ranges or len(ranges) >= wanted:
         return ranges
     total = sum(r.end - r.start for r in ranges)
-    split: list[OffsetRange] = []
-    for r in ranges:
-        size = r.end - r.start
-        pieces = max(1, min(size, round(min_partitions * size / total))) if total else 1
-        step = -(-size // pieces)
-        split += [OffsetRange(r.topic, r.partition, s, min(s + step, r.end)) for s in range(r.start, r.end, step)]
-    return split
+    return [piece for r in ranges for piece in _divided(r, round(wanted * (r.end - r.start) / total))]
 
 
 def read_range(options: ReadOptions, piece: OffsetRange) -> Iterator[pa.RecordBatch]:

@@ -27,7 +27,13 @@ from pyspark.sql.datasource import (
     DataSourceWriter,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from tidelog.client import Consumer, TopicPartition
@@ -111,7 +117,7 @@ class BatchReader(DataSourceReader):
             )
             earliest = await with_retries(options, lambda: consumer.beginning_offsets(partitions))
         start = check_batch_ranges(start, end, earliest, options.fail_on_data_loss)
-        return plan_ranges(start, end, options.min_partitions)
+        return plan_ranges(start, end, options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, OffsetRange):  # nothing planned: PySpark reads one default partition
@@ -202,8 +208,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return run(look())  # type: ignore[no-any-return]
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+        """Spark's Kafka source answers a composite of both limits; PySpark has none, so one
+        stands for both and latestOffset applies the options' limits unless told to read all."""
         if self.options.max_offsets_per_trigger is not None:
             return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
@@ -255,7 +265,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         now = Snapshot({tp: now.earliest.get(tp, 0) for tp in ending}, ending, now.topic_ids)
         froms = plan_starts(begun, ending, now, self._recreated(now), fail=self.options.fail_on_data_loss)
         self._topic_ids.update(now.topic_ids)  # reported (or failed) once: the new topic is the one read
-        return plan_ranges(froms, ending, None)
+        return plan_ranges(froms, ending, self.options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, OffsetRange):  # nothing planned: PySpark reads one default partition
