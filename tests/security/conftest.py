@@ -86,6 +86,7 @@ def authorising(pki: Pki) -> Callable[[str], dict[str, str]]:
                 "controller.principals": "User:controller-1",
                 "broker.principals": "User:broker-1;User:broker-2",
                 "coordinator.principals": "User:coordinator-1",
+                "gateway.principals": "User:gateway-1",
             },
         )
 

@@ -22,6 +22,8 @@ from tidelog.common.errors import (
     InvalidRequestError,
     TopicAuthorizationFailedError,
 )
+from tidelog.common.security.access_control import ON_BEHALF_OF_PRINCIPAL
+from tidelog.common.security.acl_proto import acl_to_proto
 from tidelog.local_cluster import LocalCluster
 from tidelog.v1 import broker_pb2, broker_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc
 
@@ -206,6 +208,80 @@ async def test_service_identities_are_held_to_their_roles(acl_cluster: LocalClus
     # The cluster is untouched: the super user still reads __consumer_offsets' metadata.
     async with _admin(acl_cluster, pki) as admin:
         assert not isinstance((await admin.describe_topics(["__consumer_offsets"]))["__consumer_offsets"], Exception)
+
+
+async def test_a_gateway_acts_for_rest_users_never_as_a_service_or_super_user(
+    acl_cluster: LocalCluster, pki: Pki
+) -> None:
+    """Issue 38 (1): the gateway's identity naming a broker, the controller, a coordinator or the
+    super user in its propagation header gets none of their rights; naming a user gets theirs."""
+    topic = f"propagated-{uuid.uuid4().hex[:6]}"
+    async with _admin(acl_cluster, pki) as admin:
+        await admin.create_topic(topic, 1, 1)
+        await admin.create_acls([_allow("User:alice", "Read", "Topic", topic)])
+    await _produce(acl_cluster, pki, "admin", topic, [b"secret"])
+    async with Consumer(acl_cluster.bootstrap, security=pki.client("admin")) as looking:
+        await looking.metadata.partitions_of(topic)
+        leader = looking.metadata.leader_endpoint(topic, 0)
+    pool = ChannelPool(pki.client("gateway-1"))
+    broker = broker_pb2_grpc.BrokerStub(pool.channel(leader))
+    controller = controller_pb2_grpc.ControllerStub(pool.channel(acl_cluster.controller_endpoints[0]))
+
+    def as_(principal: str) -> tuple[tuple[str, str], ...]:
+        return ((ON_BEHALF_OF_PRINCIPAL, principal),)
+
+    def fetch(replica_id: int) -> broker_pb2.FetchRequest:
+        return broker_pb2.FetchRequest(
+            replica_id=replica_id,
+            max_wait_ms=0,
+            partitions=[broker_pb2.FetchPartition(topic=topic, partition=0, fetch_offset=0)],
+        )
+
+    try:
+        # a follower's fetch, for a broker identity
+        fetched = await broker.Fetch(fetch(2), metadata=as_("User:broker-2"))
+        assert [r.error_code for r in fetched.partitions] == [ErrorCode.CLUSTER_AUTHORIZATION_FAILED]
+        assert not fetched.partitions[0].record_batches
+        # the controller's requests to brokers, for the controller identity
+        answer = await broker.LeaderAndIsr(
+            broker_pb2.LeaderAndIsrRequest(controller_id=1, controller_epoch=1_000_000, partitions=[]),
+            metadata=as_("User:controller-1"),
+        )
+        assert answer.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        stopped = await broker.StopReplica(
+            broker_pb2.StopReplicaRequest(controller_epoch=1_000_000), metadata=as_("User:controller-1")
+        )
+        assert stopped.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        # a broker's ISR change, to the controller
+        altered = await controller.AlterPartition(
+            controller_pb2.AlterPartitionRequest(broker_id=1), metadata=as_("User:broker-1")
+        )
+        assert altered.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        # the super user: not a consumer's fetch, not an ACL
+        as_admin = await broker.Fetch(fetch(-1), metadata=as_("User:admin"))
+        assert [r.error_code for r in as_admin.partitions] == [ErrorCode.TOPIC_AUTHORIZATION_FAILED]
+        acls = await controller.CreateAcls(
+            controller_pb2.CreateAclsRequest(creations=[acl_to_proto(_allow("User:gateway-1", "All", "Topic", "*"))]),
+            metadata=as_("User:admin"),
+        )
+        assert acls.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        # a coordinator: not its rights on __consumer_offsets
+        offsets = await broker.Fetch(
+            broker_pb2.FetchRequest(
+                replica_id=-1,
+                max_wait_ms=0,
+                partitions=[broker_pb2.FetchPartition(topic="__consumer_offsets", partition=0, fetch_offset=0)],
+            ),
+            metadata=as_("User:coordinator-1"),
+        )
+        assert [r.error_code for r in offsets.partitions] == [ErrorCode.TOPIC_AUTHORIZATION_FAILED]
+        # a user: exactly the user's rights
+        as_alice = await broker.Fetch(fetch(-1), metadata=as_("User:alice"))
+        assert [r.error_code for r in as_alice.partitions] == [ErrorCode.NONE] and as_alice.partitions[0].record_batches
+        as_bob = await broker.Fetch(fetch(-1), metadata=as_("User:bob"))
+        assert [r.error_code for r in as_bob.partitions] == [ErrorCode.TOPIC_AUTHORIZATION_FAILED]
+    finally:
+        await pool.close()
 
 
 async def test_acl_requests_check_their_input(acl_cluster: LocalCluster, pki: Pki) -> None:

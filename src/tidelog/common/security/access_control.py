@@ -6,6 +6,11 @@ are not super users: a broker identity may fetch as a follower but not create a 
 create topics (with the ACL) but never fetch as a follower — Kafka gives both to whoever holds
 ClusterAction, which cannot tell a broker from a controller.
 
+A gateway names the REST caller it serves (principal propagation): ACLs are then checked for that
+principal, but roles only ever for the identity that authenticated, and a propagated principal that
+names a service identity or a super user is refused everything. So the gateway's identity can act
+for REST users, never as a broker, controller or coordinator, nor as a super user.
+
 With `authorizer.class.name` empty everything is allowed and nothing is read from etcd.
 """
 
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import logging
 from typing import Any, Final
 
 from etcd3aio import Etcd3Client
@@ -26,6 +32,8 @@ from tidelog.common.security.principal import ANONYMOUS, Principal
 from tidelog.common.settings import SecuritySettings
 
 __all__ = ["AccessControl", "Caller", "Role", "host_of"]
+
+log = logging.getLogger(__name__)
 
 # Metadata a gateway sends with the calls it makes for a REST caller (principal propagation).
 ON_BEHALF_OF_PRINCIPAL: Final = "tidelog-on-behalf-of"
@@ -41,11 +49,25 @@ class Role(enum.Enum):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Caller:
+    """Who a call is for (`principal`, whose ACLs apply) and who made it (`authenticated`: the
+    identity that logged in; a gateway's, when it propagates a REST caller)."""
+
     principal: Principal
     host: str
+    authenticated: Principal | None = None  # None: the principal itself
+
+    @property
+    def propagated(self) -> bool:
+        return self.authenticated is not None
+
+    @property
+    def identity(self) -> Principal:
+        """The identity that authenticated: the only one roles are checked for."""
+        return self.principal if self.authenticated is None else self.authenticated
 
     def __str__(self) -> str:
-        return f"{self.principal} from {self.host}"
+        via = f" (via {self.authenticated})" if self.authenticated is not None else ""
+        return f"{self.principal} from {self.host}{via}"
 
 
 _NOBODY: Final = Caller(ANONYMOUS, "*")
@@ -71,6 +93,8 @@ class AccessControl:
         self.roles = {
             role: SecuritySettings.principals(getattr(security, role.value.replace(".", "_"))) for role in Role
         }
+        # Identities never taken from propagation: service roles and super users.
+        self.privileged = frozenset(self.super_users).union(*self.roles.values())
         self._watch: WatchedPrefix | None = None
         if self.enabled:
             assert etcd is not None, "the ACL authorizer reads its bindings from etcd"
@@ -96,18 +120,29 @@ class AccessControl:
             metadata = dict(context.invocation_metadata() or ())
             on_behalf = metadata.get(ON_BEHALF_OF_PRINCIPAL)
             if on_behalf:
-                return Caller(Principal.parse(on_behalf), metadata.get(ON_BEHALF_OF_HOST) or host)
+                named = Caller(Principal.parse(on_behalf), metadata.get(ON_BEHALF_OF_HOST) or host, principal)
+                if on_behalf in self.privileged:
+                    log.warning("refused: %s names a service identity or super user", named)
+                return named
         return Caller(principal, host)
+
+    def _refused(self, caller: Caller) -> bool:
+        """A propagated principal that names a privileged identity: refused everything."""
+        return caller.propagated and str(caller.principal) in self.privileged
 
     def has_role(self, caller: Caller, role: Role) -> bool:
         if not self.enabled:
             return True
-        name = str(caller.principal)
+        if caller.propagated:
+            return False  # a role is never exercised for someone else
+        name = str(caller.identity)
         return name in self.roles[role] or name in self.super_users
 
     def allowed(self, caller: Caller, operation: Operation, resource_type: ResourceType, name: str) -> bool:
         if not self.enabled:
             return True
+        if self._refused(caller):
+            return False
         if self._coordinator_may(caller, operation, resource_type, name):
             return True
         return self.authorizer.authorize(caller.principal, caller.host, operation, resource_type, name)
@@ -117,11 +152,13 @@ class AccessControl:
         allows an idempotent producer's id)."""
         if not self.enabled:
             return True
+        if self._refused(caller):
+            return False
         return self.authorizer.authorize_any(caller.principal, caller.host, operation, resource_type)
 
     def _coordinator_may(self, caller: Caller, operation: Operation, resource_type: ResourceType, name: str) -> bool:
         """What the coordinators need: their own topic, and describing every topic (lag)."""
-        if str(caller.principal) not in self.roles[Role.COORDINATOR]:
+        if caller.propagated or str(caller.principal) not in self.roles[Role.COORDINATOR]:
             return False
         if resource_type is ResourceType.TOPIC and name == CONSUMER_OFFSETS_TOPIC:
             return operation in (Operation.READ, Operation.WRITE, Operation.DESCRIBE, Operation.CREATE)
