@@ -136,6 +136,11 @@ class _Gateway:
                 lifespan="off",
                 timeout_graceful_shutdown=10,
                 http="httptools",
+                # The caller's address is the peer's unless a trusted proxy forwards it: uvicorn by
+                # default believes X-Forwarded-For from loopback, so a local caller could spoof its
+                # host past a host-Deny ACL.
+                proxy_headers=bool(settings.rest_forwarded_trusted_proxies),
+                forwarded_allow_ips=",".join(settings.rest_forwarded_trusted_proxies),
                 **(self.rest_tls.uvicorn_options() if self.rest_tls else {}),
             )
         )

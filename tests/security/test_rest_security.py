@@ -119,3 +119,41 @@ async def test_rest_principals_see_and_touch_only_what_their_acls_allow(sasl_clu
         assert joined.status_code == 403, joined.text
         assert joined.json()["error_code"] == 40301
         await erin.delete(base)
+
+
+async def test_a_forwarded_header_does_not_move_a_caller_past_a_host_deny(sasl_cluster: LocalCluster, pki: Pki) -> None:
+    """Issue 38 (2): Allow from anywhere, Deny from 127.0.0.1: a caller on loopback naming another
+    address in X-Forwarded-For is still the caller on loopback (no proxy is trusted by default)."""
+    topic = f"hosts-{uuid.uuid4().hex[:6]}"
+    async with AdminClient(
+        sasl_cluster.bootstrap, controllers=sasl_cluster.controller_endpoints, security=sasl_client(pki, "admin")
+    ) as admin:
+        await admin.alter_user_scram_credentials({"gina": "gina-password-1"})
+        await admin.create_topic(topic, 1, 1)
+        await admin.create_acls(
+            [
+                AclBinding.of(principal="User:gina", operation="All", resource_type="Topic", resource_name=topic),
+                AclBinding.of(
+                    principal="User:gina",
+                    operation="All",
+                    resource_type="Topic",
+                    resource_name=topic,
+                    permission="Deny",
+                    host="127.0.0.1",
+                ),
+            ]
+        )
+    async with _rest(sasl_cluster, pki, ("gina", "gina-password-1")) as gina:
+
+        async def denied() -> bool:
+            return (await gina.get(f"/topics/{topic}")).status_code == 403
+
+        await wait_until(denied, timeout_s=10, what="the host Deny applied")
+        spoofed = {"x-forwarded-for": "10.9.9.9", "x-real-ip": "10.9.9.9", "forwarded": "for=10.9.9.9"}
+        assert (await gina.get(f"/topics/{topic}", headers=spoofed)).status_code == 403
+        produced = await gina.post(
+            f"/topics/{topic}",
+            json={"records": [{"value": "aGk="}]},
+            headers={"content-type": BINARY_V2, **spoofed},
+        )
+        assert produced.status_code == 403, produced.text

@@ -435,6 +435,14 @@ GATEWAY_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
         "Act towards the cluster as the REST caller's principal (its ACLs apply), not as the gateway's "
         "own; the gateway's principal must be in the services' gateway.principals.",
     ),
+    ConfigDef(
+        "rest.forwarded.trusted.proxies",
+        ConfigType.LIST,
+        (),
+        "Addresses of reverse proxies whose X-Forwarded-For / X-Forwarded-Proto headers are believed "
+        "(the caller's address, which host ACLs match). Empty: no forwarded header is believed, from "
+        "anyone; '*' believes every peer (only behind a proxy that overwrites the headers).",
+    ),
     _int(
         "rest.principal.clients.max",
         256,

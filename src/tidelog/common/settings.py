@@ -249,6 +249,7 @@ class GatewaySettings(Settings):
     producer_linger_ms: int
     authentication_method: str
     rest_principal_propagation_enable: bool
+    rest_forwarded_trusted_proxies: tuple[str, ...]
     rest_principal_clients_max: int
     rest_ssl_certificate_location: str
     rest_ssl_key_location: str
