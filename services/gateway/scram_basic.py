@@ -5,7 +5,8 @@ The password is checked as SCRAM's server would: PBKDF2 with the user's salt and
 H(HMAC(salted, "Client Key")) against the StoredKey. PBKDF2 takes milliseconds, so a check that
 succeeded is remembered (keyed by an HMAC of the password under a per-process secret, and by the
 credential it matched: a changed or deleted credential is checked afresh). A user that does not
-exist costs the same PBKDF2 as one that does, so timing tells nothing either.
+exist costs the same PBKDF2 as one that does (an iteration count drawn from the real users'), so
+timing tells nothing either.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import os
 from typing import Final
 
 from tidelog.common.security.credential_store import CredentialCache
-from tidelog.common.security.scram import ITERATIONS_DEFAULT, salted_password
+from tidelog.common.security.scram import salted_password, unknown_user_iterations
 
 __all__ = ["ScramBasic"]
 
@@ -38,7 +39,11 @@ class ScramBasic:
         if credential is not None and self._verified.get(key) == credential.stored_key:
             return f"User:{user}"
         salt = credential.salt if credential is not None else hmac.new(self._secret, user.encode(), "sha256").digest()
-        iterations = credential.iterations if credential is not None else ITERATIONS_DEFAULT
+        iterations = (
+            credential.iterations
+            if credential is not None
+            else unknown_user_iterations(self._secret, user, self.credentials.iterations)
+        )
         salted = await asyncio.to_thread(salted_password, password, salt, iterations)
         client_key = hmac.new(salted, b"Client Key", hashlib.sha512).digest()
         if credential is None or not hmac.compare_digest(hashlib.sha512(client_key).digest(), credential.stored_key):

@@ -22,10 +22,16 @@ from tidelog.common.errors import (
     SaslAuthenticationFailedError,
     TopicAuthorizationFailedError,
 )
-from tidelog.common.security.scram import ScramClient, ScramCredential, ScramError, ScramServer
+from tidelog.common.security.scram import (
+    ScramClient,
+    ScramCredential,
+    ScramError,
+    ScramServer,
+    unknown_user_iterations,
+)
 from tidelog.common.settings import SecuritySettings
 from tidelog.local_cluster import LocalCluster
-from tidelog.v1 import broker_pb2, broker_pb2_grpc
+from tidelog.v1 import broker_pb2, broker_pb2_grpc, security_pb2, security_pb2_grpc
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -133,6 +139,85 @@ async def test_password_changes_and_deletions_apply_live(sasl_cluster: LocalClus
         assert "has no SCRAM-SHA-512 credential" in str(deleted_again["dave"])
         bad = await admin.alter_user_scram_credentials({"bad/name": "whatever-password"})
         assert isinstance(bad["bad/name"], InvalidRequestError)
+
+
+async def _server_first(pool: ChannelPool, endpoint: str, user: str) -> dict[str, str]:
+    """The salt and iteration count a service answers a login of `user` with (its first step)."""
+    answer = await security_pb2_grpc.AuthenticationStub(pool.channel(endpoint)).SaslAuthenticate(
+        security_pb2.SaslAuthenticateRequest(mechanism="SCRAM-SHA-512", auth_bytes=ScramClient(user, "x").first())
+    )
+    fields = dict(part.split("=", 1) for part in answer.auth_bytes.decode().split(","))
+    return {"s": fields["s"], "i": fields["i"]}
+
+
+async def test_logins_of_users_that_do_not_exist_look_like_real_ones_everywhere(
+    sasl_cluster: LocalCluster, pki: Pki
+) -> None:
+    """Issue 38 (4, 5): every process answers an unknown user with the same salt, and with an
+    iteration count drawn from the real users', as it would a real user."""
+    async with _admin(sasl_cluster, pki) as admin:
+        await admin.alter_user_scram_credentials({"ivy": "ivy-password-1"}, iterations=8192)
+        counts = set((await admin.describe_user_scram_credentials()).values())
+    assert counts == {4096, 8192}
+    tls_only = ChannelPool(
+        SecuritySettings.from_configs({"security.protocol": "SSL", "ssl.ca.location": str(pki.ca_file)})
+    )
+    endpoints = [*sasl_cluster.bootstrap, *sasl_cluster.controller_endpoints]
+    try:
+
+        async def ivy_everywhere() -> bool:  # each process follows the credentials from etcd
+            answers = [await _server_first(tls_only, endpoint, "ivy") for endpoint in endpoints]
+            return all(answer["i"] == "8192" for answer in answers)
+
+        await wait_until(ivy_everywhere, timeout_s=5, what="ivy's credential in every process")
+        for ghost in (f"ghost-{n}-{uuid.uuid4().hex[:6]}" for n in range(12)):
+            answers = [await _server_first(tls_only, endpoint, ghost) for endpoint in endpoints]
+            assert all(answer == answers[0] for answer in answers), (ghost, answers)
+            assert int(answers[0]["i"]) in counts
+    finally:
+        await tls_only.close()
+
+
+def test_unknown_users_iteration_counts_follow_the_real_users() -> None:
+    real = (4096, 4096, 8192)
+    drawn = [unknown_user_iterations(b"k" * 32, f"user-{n}", real) for n in range(3000)]
+    assert set(drawn) == {4096, 8192} and 0.28 < drawn.count(8192) / len(drawn) < 0.39
+    assert unknown_user_iterations(b"k" * 32, "same", real) == unknown_user_iterations(b"k" * 32, "same", real)
+    assert unknown_user_iterations(b"k" * 32, "anyone", ()) == 4096  # no users yet: the default
+
+
+async def test_a_session_ends_when_its_user_is_re_created_or_its_password_changes(
+    sasl_cluster: LocalCluster, pki: Pki
+) -> None:
+    """Issue 38 (3): a session is bound to the credential it logged in with."""
+    async with _admin(sasl_cluster, pki) as admin:
+        for recreate in (True, False):
+            await admin.alter_user_scram_credentials({"hank": "hank-password-1"})
+            pool = ChannelPool(sasl_client(pki, "hank", "hank-password-1"))
+            try:
+                await _session_ends(pool.channel(sasl_cluster.bootstrap[0]), admin, recreate=recreate)
+            finally:
+                await pool.close()
+            await admin.alter_user_scram_credentials(deletions=["hank"])
+
+
+async def _session_ends(channel: grpc.aio.Channel, admin: AdminClient, *, recreate: bool) -> None:
+    broker = broker_pb2_grpc.BrokerStub(channel)
+    await wait_until(lambda: broker.Metadata(broker_pb2.MetadataRequest()), what="hank logged in")
+    if recreate:
+        await admin.alter_user_scram_credentials(deletions=["hank"])
+    await admin.alter_user_scram_credentials({"hank": "hank-password-2"})
+
+    async def refused() -> bool:
+        try:
+            await broker.Metadata(broker_pb2.MetadataRequest())
+        except (grpc.aio.AioRpcError, SaslAuthenticationFailedError):
+            return True
+        return False
+
+    await wait_until(
+        refused, timeout_s=3, what=f"hank's session ended ({'re-created' if recreate else 'new password'})"
+    )
 
 
 async def _not(awaitable) -> bool:

@@ -59,6 +59,9 @@ GATEWAY_CONSUMERS_PREFIX: Final = f"{ROOT}/gateways/consumers/"
 CLUSTER_ID_KEY: Final = f"{ROOT}/cluster/id"
 ACLS_PREFIX: Final = f"{ROOT}/security/acls/"  # one key per ACL binding (tidelog.common.security.acl_store)
 SCRAM_CREDENTIALS_PREFIX: Final = f"{ROOT}/security/scram/"  # one key per user
+# The cluster's secret for answering logins of users that do not exist like those of users that do
+# (their salts and iteration counts): one value, created by the first process that needs it.
+SCRAM_UNKNOWN_USER_SECRET_KEY: Final = f"{ROOT}/security/scram-unknown-user-secret"
 QUOTAS_PREFIX: Final = f"{ROOT}/security/quotas/"  # one key per quota entity
 CONSUMER_OFFSETS_TOPIC: Final = "__consumer_offsets"
 TOPIC_NAME_LENGTH_MAX: Final = 249

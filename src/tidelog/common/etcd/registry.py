@@ -12,7 +12,7 @@ from etcd3aio.kv import KVService
 
 from tidelog.common.metadata import BROKERS_PREFIX, CLUSTER_ID_KEY, BrokerRegistration
 
-__all__ = ["cluster_id", "registered_brokers"]
+__all__ = ["cluster_id", "created_once", "registered_brokers"]
 
 POLL_INTERVAL_S = 0.5
 
@@ -32,15 +32,21 @@ async def registered_brokers(etcd: Etcd3Client, *, wait_s: float = 60.0) -> list
         await asyncio.sleep(POLL_INTERVAL_S)
 
 
-async def cluster_id(etcd: Etcd3Client) -> str:
-    """The cluster's id (22 characters of URL-safe base64, as Kafka's), created by whoever asks first."""
+async def created_once(etcd: Etcd3Client, key: str, fresh: bytes) -> bytes:
+    """The value at `key`: `fresh`, written there by whoever asks first, or what the first wrote."""
     assert etcd.kv is not None
-    fresh = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=")
     response = await etcd.kv.txn(
-        compare=[KVService.txn_compare_create_revision(CLUSTER_ID_KEY, 0)],
-        success=[KVService.txn_op_put(CLUSTER_ID_KEY, fresh)],
-        failure=[KVService.txn_op_get(CLUSTER_ID_KEY)],
+        compare=[KVService.txn_compare_create_revision(key, 0)],
+        success=[KVService.txn_op_put(key, fresh)],
+        failure=[KVService.txn_op_get(key)],
     )
     if response.succeeded:
-        return fresh.decode()
-    return bytes(response.responses[0].response_range.kvs[0].value).decode()
+        return fresh
+    return bytes(response.responses[0].response_range.kvs[0].value)
+
+
+async def cluster_id(etcd: Etcd3Client) -> str:
+    """The cluster's id (22 characters of URL-safe base64, as Kafka's), created by whoever asks first."""
+    return (
+        await created_once(etcd, CLUSTER_ID_KEY, base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"="))
+    ).decode()

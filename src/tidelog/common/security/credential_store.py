@@ -20,6 +20,8 @@ class CredentialCache:
 
     def __init__(self, etcd: Etcd3Client) -> None:
         self.credentials: dict[str, ScramCredential] = {}
+        # Every user's iteration count, sorted: what a user that does not exist is given one of.
+        self.iterations: tuple[int, ...] = ()
         self._watch = WatchedPrefix(etcd, SCRAM_CREDENTIALS_PREFIX, self._replace)
 
     def _replace(self, contents: dict[bytes, bytes]) -> None:
@@ -27,6 +29,7 @@ class CredentialCache:
         self.credentials = {
             key[len(prefix) :].decode(): ScramCredential.from_json(value) for key, value in contents.items()
         }
+        self.iterations = tuple(sorted(credential.iterations for credential in self.credentials.values()))
 
     def get(self, user: str) -> ScramCredential | None:
         return self.credentials.get(user)

@@ -4,8 +4,14 @@ on a SASL_SSL listener, and the sessions its logins open.
 A login is Kafka's SaslAuthenticate exchange in two calls; the second answer carries a session id.
 The client sends the id with each later call (metadata `tidelog-session`); the session holds for
 `connections.max.reauth.ms` and only for the connection (peer address) that logged in, so an id
-seen elsewhere is worth nothing. Credentials come from etcd (followed live: a deleted user's new
-logins fail at once, its open sessions end within their lifetime).
+seen elsewhere is worth nothing. Credentials come from etcd, followed live: a session holds only
+while its user's credential is the one it logged in with, so deleting a user, re-creating it or
+changing its password ends its sessions at their next call (Kafka's re-authenticate only at
+`connections.max.reauth.ms`; ending them sooner costs a client one login).
+
+A login for a user that does not exist is answered as one for a user that does: its salt and
+iteration count come from a secret the whole cluster shares (etcd), so every process answers the
+same, and the iteration count is drawn from the real users' counts.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import structlog
 from etcd3aio import Etcd3Client
 
 from tidelog.common.errors import ErrorCode
+from tidelog.common.etcd.registry import created_once
+from tidelog.common.metadata import SCRAM_UNKNOWN_USER_SECRET_KEY
 from tidelog.common.security.authentication import AUTHENTICATION_FAILED as _FAILED
 from tidelog.common.security.authentication import AUTHENTICATION_SUCCEEDED as _SUCCEEDED
 from tidelog.common.security.credential_store import CredentialCache
@@ -42,11 +50,14 @@ class SaslSessions:
     def __init__(self, etcd: Etcd3Client, *, lifetime_ms: int) -> None:
         self.lifetime_s = lifetime_ms / 1000
         self.credentials = CredentialCache(etcd)
-        self._secret = os.urandom(32)
+        self._etcd = etcd
+        self._secret = b""  # the cluster's (start)
         self._exchanges: collections.OrderedDict[str, tuple[ScramServer, str, float]] = collections.OrderedDict()
-        self._sessions: collections.OrderedDict[str, tuple[Principal, str, float]] = collections.OrderedDict()
+        # token → (principal, peer, expiry, the salt of the credential it logged in with)
+        self._sessions: collections.OrderedDict[str, tuple[Principal, str, float, bytes]] = collections.OrderedDict()
 
     async def start(self) -> None:
+        self._secret = await created_once(self._etcd, SCRAM_UNKNOWN_USER_SECRET_KEY, os.urandom(32))
         await self.credentials.start()
 
     async def close(self) -> None:
@@ -64,10 +75,11 @@ class SaslSessions:
         found = self._sessions.get(token)
         if found is None:
             return None
-        principal, peer, expires = found
+        principal, peer, expires, salt = found
         if peer != context.peer() or time.monotonic() > expires:
             return None
-        if self.credentials.get(principal.name) is None:  # the user was deleted: its sessions end
+        credential = self.credentials.get(principal.name)
+        if credential is None or credential.salt != salt:  # deleted, re-created or a new password
             self._sessions.pop(token, None)
             return None
         return principal
@@ -79,7 +91,8 @@ class SaslSessions:
         ):
             self._exchanges.popitem(last=False)
         exchange = secrets.token_urlsafe(16)
-        server = ScramServer(self.credentials.get, self._secret)
+        assert self._secret, "start() first"
+        server = ScramServer(self.credentials.get, self._secret, self.credentials.iterations)
         self._exchanges[exchange] = (server, peer, now + EXCHANGE_TIMEOUT_S)
         return exchange, server
 
@@ -89,11 +102,12 @@ class SaslSessions:
             return None
         return found[0]
 
-    def open(self, user: str, peer: str) -> str:
+    def open(self, user: str, peer: str, salt: bytes) -> str:
+        """A session for `user`, who logged in with the credential of `salt`."""
         while len(self._sessions) >= SESSIONS_MAX:
             self._sessions.popitem(last=False)
         token = secrets.token_urlsafe(32)
-        self._sessions[token] = (Principal("User", user), peer, time.monotonic() + self.lifetime_s)
+        self._sessions[token] = (Principal("User", user), peer, time.monotonic() + self.lifetime_s, salt)
         return token
 
 
@@ -124,6 +138,7 @@ class AuthenticationService(security_pb2_grpc.AuthenticationServicer):
                     error_message="no such login under way on this connection (expired?): start again",
                 )
             final, user = continued.final(request.auth_bytes)
+            salt = continued.salt
         except ScramError as error:
             _FAILED.inc()
             log.info("sasl_authentication_failed", peer=peer, reason=str(error))
@@ -133,6 +148,6 @@ class AuthenticationService(security_pb2_grpc.AuthenticationServicer):
         _SUCCEEDED.inc()
         return security_pb2.SaslAuthenticateResponse(
             auth_bytes=final,
-            session=self.sessions.open(user, peer),
+            session=self.sessions.open(user, peer, salt),
             session_lifetime_ms=int(self.sessions.lifetime_s * 1000),
         )

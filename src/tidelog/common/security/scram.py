@@ -20,7 +20,7 @@ import hmac
 import json
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "ScramError",
     "ScramServer",
     "salted_password",
+    "unknown_user_iterations",
 ]
 
 MECHANISM: Final = "SCRAM-SHA-512"
@@ -135,12 +136,28 @@ def _escape_name(name: str) -> str:
     return name.replace("=", "=3D").replace(",", "=2C")
 
 
+def unknown_user_iterations(secret: bytes, user: str, iterations: Sequence[int]) -> int:
+    """The iteration count a user that does not exist is given: one of the real users' counts
+    (`iterations`, one per user), the same for the same name wherever asked."""
+    choices = iterations or (ITERATIONS_DEFAULT,)
+    pick = int.from_bytes(_hmac(secret, b"iterations:" + user.encode())[:8], "big")
+    return choices[pick % len(choices)]
+
+
 class ScramServer:
     """One exchange on the server's side: `first()` then `final()`; each at most once."""
 
-    def __init__(self, credentials: Callable[[str], ScramCredential | None], secret: bytes) -> None:
+    def __init__(
+        self,
+        credentials: Callable[[str], ScramCredential | None],
+        secret: bytes,
+        iterations: Sequence[int] = (),
+    ) -> None:
         self._credentials = credentials
-        self._secret = secret  # per process: the salts of users that do not exist
+        # The cluster's secret and its users' iteration counts: a user that does not exist gets a
+        # salt and an iteration count every process answers alike, drawn as real users' are.
+        self._secret = secret
+        self._iterations = iterations
         self.user = ""
         self._credential: ScramCredential | None = None
         self._exists = False
@@ -164,12 +181,19 @@ class ScramServer:
         self._exists = credential is not None
         if credential is None:  # the same steps, a salt that exists for nobody
             fake_salt = _hmac(self._secret, self.user.encode())[:32]
-            credential = ScramCredential(fake_salt, b"", b"", ITERATIONS_DEFAULT)
+            iterations = unknown_user_iterations(self._secret, self.user, self._iterations)
+            credential = ScramCredential(fake_salt, b"", b"", iterations)
         self._credential = credential
         self._nonce = attributes["r"] + base64.b64encode(secrets.token_bytes(NONCE_BYTES)).decode()
         self._client_first_bare = bare
         self._server_first = f"r={self._nonce},s={base64.b64encode(credential.salt).decode()},i={credential.iterations}"
         return self._server_first.encode()
+
+    @property
+    def salt(self) -> bytes:
+        """The salt of the credential the exchange checks (which one a session logged in with)."""
+        assert self._credential is not None, "first() comes first"
+        return self._credential.salt
 
     def final(self, message: bytes) -> tuple[bytes, str]:
         """(server-final-message, the user) when the proof holds; ScramError otherwise."""
