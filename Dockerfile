@@ -6,7 +6,8 @@ COPY src ./src
 COPY services ./services
 COPY operator ./operator
 COPY spark_jobs ./spark_jobs
-RUN pip install --no-cache-dir .
+COPY scripts/install-image ./scripts/install-image
+RUN PIP_NO_CACHE_DIR=1 scripts/install-image
 ENTRYPOINT ["tidelog"]
 
 # Spark with Tidelog's data source and jobs (docs/spark.md): Java 17, PySpark from the `spark`
@@ -22,7 +23,8 @@ COPY src ./src
 COPY services ./services
 COPY operator ./operator
 COPY spark_jobs ./spark_jobs
-RUN pip install --no-cache-dir '.[spark]' \
+COPY scripts/install-image ./scripts/install-image
+RUN PIP_NO_CACHE_DIR=1 scripts/install-image spark \
     && useradd --uid 185 --home-dir /app --no-create-home spark
 ENV SPARK_HOME=/usr/local/lib/python3.11/site-packages/pyspark \
     PYSPARK_PYTHON=python3 \
