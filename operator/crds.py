@@ -23,7 +23,16 @@ from tidelog.common.config import INT_MAX, LOG_CONFIGS, LONG_MAX, ConfigDef, Con
 from tidelog.common.security.acl import Operation
 from tidelog.operator.structural_schema import violations
 
-__all__ = ["CONSUMER_GROUP_CRD", "CRD_FILES", "GROUP", "TOPIC_CRD", "USER_CRD", "VERSION", "render"]
+__all__ = [
+    "CONSUMER_GROUP_CRD",
+    "CRD_FILES",
+    "FINALIZED_CRDS",
+    "GROUP",
+    "TOPIC_CRD",
+    "USER_CRD",
+    "VERSION",
+    "render",
+]
 
 GROUP: Final = "tidelog.io"
 VERSION: Final = "v1beta1"
@@ -442,6 +451,10 @@ KOPF_PEERING_CRD: Final = {
         ],
     },
 }
+
+# The kinds the operator puts its finalizer on (each has a delete handler in main.py); the chart's
+# pre-delete hook releases them all (finalizers.py).
+FINALIZED_CRDS: Final = (TOPIC_CRD, CONSUMER_GROUP_CRD, USER_CRD)
 
 CRD_FILES: Final = {
     "topics.tidelog.io.yaml": TOPIC_CRD,

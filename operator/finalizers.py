@@ -1,12 +1,14 @@
-"""Release the operator's finalizer from every Topic and ConsumerGroup, so that no resource (and no
-namespace holding one) waits for an operator that is gone.
+"""Release the operator's finalizer from every resource it finalizes (Topic, ConsumerGroup and User:
+each kind with a delete handler carries kopf's finalizer), so that no resource (and no namespace
+holding one) waits for an operator that is gone.
 
 Strimzi's most common complaint is a namespace stuck in Terminating because its topics carry a
 finalizer and the operator was uninstalled first. The chart runs this as a `pre-delete` hook of
 `helm uninstall` (`tidelog-operator-release-finalizers`), before the operator's Deployment goes: the
-resources lose the finalizer and the topics in the cluster are kept, as `deletionPolicy: Retain`
-would keep them. Each patch tests the `resourceVersion` it read, so a finalizer someone else added
-meanwhile is never dropped; a conflict is read again and retried.
+resources lose the finalizer and what they stand for in the cluster (topics, groups, users and
+their ACLs) is kept, as `deletionPolicy: Retain` would keep a topic. Each patch tests the
+`resourceVersion` it read, so a finalizer someone else added meanwhile is never dropped; a conflict
+is read again and retried.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ from typing import Any, Final
 
 import aiohttp
 
+from tidelog.operator.crds import FINALIZED_CRDS
 from tidelog.operator.kube_api import ConnectionInfo, connection, session
 
 FINALIZER: Final = "tidelog.io/finalizer"
-PLURALS: Final = ("topics", "consumergroups")
+PLURALS: Final = tuple(crd["spec"]["names"]["plural"] for crd in FINALIZED_CRDS)
 API: Final = "/apis/tidelog.io/v1beta1"
 CONFLICT_RETRIES: Final = 5  # a resource changing this often is being worked on: give up loudly
 
@@ -54,7 +57,7 @@ async def _release_one(session: aiohttp.ClientSession, plural: str, item: dict[s
 
 
 async def release(info: ConnectionInfo) -> dict[str, int]:
-    """Release every Topic and ConsumerGroup in every namespace; how many of each."""
+    """Release every resource of each finalized kind in every namespace; how many of each."""
     released: dict[str, int] = {}
     async with session(info) as api:
         for plural in PLURALS:

@@ -1,6 +1,6 @@
 """`tidelog-operator-release-finalizers` (the chart's pre-delete hook) against kmock's emulator: our
-finalizer leaves every Topic and ConsumerGroup in every namespace, anyone else's stays, and a
-resource already being deleted is let go."""
+finalizer leaves every Topic, ConsumerGroup and User in every namespace (every kind the operator
+finalizes), anyone else's stays, and a resource already being deleted is let go."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import kmock
 import pytest
 
 from tidelog.kube_emulator import Emulator, serve_crds, write_kubeconfig
-from tidelog.operator.crds import CONSUMER_GROUP_CRD, TOPIC_CRD
-from tidelog.operator.finalizers import FINALIZER
+from tidelog.operator.crds import CONSUMER_GROUP_CRD, TOPIC_CRD, USER_CRD
+from tidelog.operator.finalizers import FINALIZER, PLURALS
 
 BASE = "/apis/tidelog.io/v1beta1"
 
@@ -25,7 +25,7 @@ BASE = "/apis/tidelog.io/v1beta1"
 @pytest.fixture
 async def kubernetes(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
     async with Emulator() as emulator, kmock.Server(emulator) as server:
-        serve_crds(emulator, [TOPIC_CRD, CONSUMER_GROUP_CRD])
+        serve_crds(emulator, [TOPIC_CRD, CONSUMER_GROUP_CRD, USER_CRD])
         url = str(server.url).rstrip("/")
         kubeconfig = write_kubeconfig(url, tmp_path / "kubeconfig")
         yield url, kubeconfig
@@ -34,12 +34,17 @@ async def kubernetes(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
 async def _create(
     session: aiohttp.ClientSession, url: str, plural: str, namespace: str, name: str, *, finalizers: list[str]
 ) -> None:
-    kind = {"topics": "Topic", "consumergroups": "ConsumerGroup"}[plural]
+    kind = {"topics": "Topic", "consumergroups": "ConsumerGroup", "users": "User"}[plural]
+    spec = {
+        "topics": {"partitions": 1, "replicas": 1},
+        "consumergroups": {},
+        "users": {"authentication": {"type": "scram-sha-512"}},
+    }[plural]
     body: dict[str, Any] = {
         "apiVersion": "tidelog.io/v1beta1",
         "kind": kind,
         "metadata": {"name": name, "namespace": namespace, "finalizers": finalizers},
-        "spec": {"partitions": 1, "replicas": 1} if plural == "topics" else {},
+        "spec": spec,
     }
     async with session.post(f"{url}{BASE}/namespaces/{namespace}/{plural}", json=body) as answer:
         assert answer.status in (200, 201), await answer.text()
@@ -73,19 +78,32 @@ async def test_the_hook_releases_our_finalizer_everywhere_and_keeps_others(kuber
         ("topics", "team-b", "payments", ["example.com/keep", FINALIZER]),
         ("topics", "team-b", "unmanaged", ["example.com/keep"]),
         ("consumergroups", "team-a", "billing", [FINALIZER]),
+        ("users", "team-a", "orders-app", [FINALIZER]),
+        ("users", "team-b", "reports", ["example.com/keep", FINALIZER]),
     ]
     async with aiohttp.ClientSession() as session:
         for plural, namespace, name, finalizers in resources:
             await _create(session, url, plural, namespace, name, finalizers=finalizers)
-        await _run_hook(kubeconfig, expect="2 topics, 1 consumergroups released")
+        await _run_hook(kubeconfig, expect="2 topics, 1 consumergroups, 2 users released")
         assert await _finalizers(session, url, "topics", "team-a", "orders") == []
         assert await _finalizers(session, url, "topics", "team-b", "payments") == ["example.com/keep"]
         assert await _finalizers(session, url, "topics", "team-b", "unmanaged") == ["example.com/keep"]
         assert await _finalizers(session, url, "consumergroups", "team-a", "billing") == []
+        assert await _finalizers(session, url, "users", "team-a", "orders-app") == []
+        assert await _finalizers(session, url, "users", "team-b", "reports") == ["example.com/keep"]
 
 
 async def test_without_the_crds_there_is_nothing_to_release(tmp_path: Path) -> None:
     async with Emulator() as emulator, kmock.Server(emulator) as server:
         emulator.resources.load_bundled()
         kubeconfig = write_kubeconfig(str(server.url), tmp_path / "kubeconfig")
-        await _run_hook(kubeconfig, expect="0 topics, 0 consumergroups released")
+        await _run_hook(kubeconfig, expect="0 topics, 0 consumergroups, 0 users released")
+
+
+def test_every_kind_with_a_delete_handler_is_released() -> None:
+    """kopf finalizes each kind the operator has a delete handler for (operator/main.py)."""
+    source = (Path(__file__).resolve().parents[2] / "operator" / "main.py").read_text()
+    handled = {plural for plural in ("topics", "consumergroups", "users") if f'"{plural}")' in source}
+    assert "kopf.on.delete(*TOPICS)" in source and "kopf.on.delete(*GROUPS)" in source
+    assert "kopf.on.delete(*USERS)" in source
+    assert set(PLURALS) == handled == {"topics", "consumergroups", "users"}
