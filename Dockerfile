@@ -7,7 +7,13 @@ COPY services ./services
 COPY operator ./operator
 COPY spark_jobs ./spark_jobs
 COPY scripts/install-image ./scripts/install-image
-RUN PIP_NO_CACHE_DIR=1 scripts/install-image
+RUN PIP_NO_CACHE_DIR=1 scripts/install-image \
+    && groupadd --gid 10001 tidelog \
+    && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /tmp tidelog
+# Pod Security "restricted": a non-root user the chart names by number (podSecurityContext), and
+# nothing written outside /tmp and the data volumes (the root filesystem is read-only).
+ENV HOME=/tmp PYTHONDONTWRITEBYTECODE=1
+USER 10001:10001
 ENTRYPOINT ["tidelog"]
 
 # Spark with Tidelog's data source and jobs (docs/spark.md): Java 17, PySpark from the `spark`

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from helm_python.chart import Chart
 
+from tests.layout.pod_security import chart_promises, restricted_violations
 from tidelog.broker import main as broker_main
 from tidelog.controller import main as controller_main
 from tidelog.coordinator import main as coordinator_main
@@ -209,7 +210,7 @@ def test_without_a_topology_key_brokers_run_without_a_rack_or_a_role() -> None:
     assert set(kinds) == {("Service", f"{RELEASE}-broker"), ("StatefulSet", f"{RELEASE}-broker")}
     pod = kinds[("StatefulSet", f"{RELEASE}-broker")]["spec"]["template"]["spec"]
     assert "initContainers" not in pod and "serviceAccountName" not in pod
-    assert [volume["name"] for volume in pod["volumes"]] == ["tls", "security"]  # no rack volume
+    assert [volume["name"] for volume in pod["volumes"]] == ["tmp", "tls", "security"]  # no rack volume
     assert "--rack" not in pod["containers"][0]["args"][0]
 
 
@@ -470,3 +471,67 @@ def test_security_can_be_turned_off() -> None:
     assert not [key for key in documents if key[0] == "Secret" or key == ("ConfigMap", f"{RELEASE}-security")]
     broker = documents[("StatefulSet", f"{RELEASE}-broker")]["spec"]["template"]["spec"]["containers"][0]
     assert "grpc" in broker["readinessProbe"] and "--config-file" not in broker["args"][0]
+
+
+# Documented values profiles (values.yaml's comments, docs/operator.md): each renders pods that Pod
+# Security Admission admits at `restricted`, and keeps the chart's own promises.
+PROFILES = {
+    "default": {},
+    "security off": {"security": {"enabled": False}},
+    "operator HA": {"operator": {"replicas": 2}},
+    "no rack": {"broker": {"rack": {"topologyKey": ""}}},
+    "etcd quorum": {"etcd": {"replicas": 3}},
+    "spark and monitoring": {"spark": {"enabled": True}, "monitoring": {"podMonitors": {"enabled": True}}},
+}
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_every_pod_passes_pod_security_restricted(profile: str) -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for dotted, value in _flatten(PROFILES[profile]):
+        _with(values, dotted, value)
+    pods = {
+        name: document["spec"]["template"]["spec"]
+        for (kind, name), document in _documents(render(values)).items()
+        if kind in ("Deployment", "StatefulSet", "Job", "DaemonSet")
+    }
+    assert pods
+    refused = {name: restricted_violations(spec) + chart_promises(spec) for name, spec in pods.items()}
+    assert {name: problems for name, problems in refused.items() if problems} == {}
+
+
+def _flatten(values: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    found: list[tuple[str, Any]] = []
+    for key, value in values.items():
+        if isinstance(value, dict) and value:
+            found += _flatten(value, f"{prefix}{key}.")
+        else:
+            found.append((f"{prefix}{key}", value))
+    return found
+
+
+def test_the_pod_security_check_refuses_what_restricted_refuses() -> None:
+    """The checker itself: the chart's pods before issue 30 (root, no security context) fail it."""
+    spec: dict[str, Any] = {
+        "containers": [{"name": "broker", "image": "tidelog", "resources": {"requests": {"cpu": "1"}}}],
+        "volumes": [{"name": "host", "hostPath": {"path": "/var"}}],
+    }
+    refused = restricted_violations(spec)
+    assert "allowPrivilegeEscalation != false: containers[broker]" in refused
+    assert "unrestricted capabilities: containers[broker] must drop ALL" in refused
+    assert "runAsNonRoot != true: containers[broker]" in refused
+    assert "seccompProfile: containers[broker] must be RuntimeDefault or Localhost" in refused
+    assert "hostPath volumes: host" in refused
+    assert chart_promises(spec) == [
+        "readOnlyRootFilesystem != true: containers[broker]",
+        "no memory limit: containers[broker]",
+    ]
+
+
+def test_the_image_runs_as_the_user_the_chart_names() -> None:
+    dockerfile = (CHART.parents[1] / "Dockerfile").read_text()
+    services_stage = dockerfile.split("FROM ", 2)[1]
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    uid, gid = values["podSecurityContext"]["runAsUser"], values["podSecurityContext"]["runAsGroup"]
+    assert f"USER {uid}:{gid}" in services_stage
+    assert f"useradd --uid {uid} --gid {gid}" in services_stage

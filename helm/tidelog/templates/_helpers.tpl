@@ -40,3 +40,24 @@ tcpSocket: {port: {{ .port }}}
 grpc: {port: {{ .port }}}
 {{- end }}
 {{- end }}
+
+{{/* Pod Security "restricted" (docs/operator.md): every pod runs as the image's non-root user with
+the runtime's seccomp profile; every container without privilege escalation or capabilities, on a
+read-only root filesystem with an emptyDir at /tmp for what Python and its libraries write there. */}}
+{{- define "tidelog.podSecurityContext" -}}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end }}
+
+{{- define "tidelog.containerSecurityContext" -}}
+securityContext:
+  {{- toYaml .Values.containerSecurityContext | nindent 2 }}
+{{- end }}
+
+{{- define "tidelog.tmpMount" -}}
+- {name: tmp, mountPath: /tmp}
+{{- end }}
+
+{{- define "tidelog.tmpVolume" -}}
+- {name: tmp, emptyDir: {sizeLimit: 256Mi}}
+{{- end }}
