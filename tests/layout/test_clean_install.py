@@ -58,7 +58,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_dockerfile_installs_through_the_shared_script() -> None:
     assert "scripts/install-image" in _copied_by_the_image()
-    assert "RUN PIP_NO_CACHE_DIR=1 scripts/install-image\n" in (ROOT / "Dockerfile").read_text()
+    stages = (ROOT / "Dockerfile").read_text().split("FROM ")[1:]
+    assert [stage.count("RUN PIP_NO_CACHE_DIR=1 scripts/install-image") for stage in stages] == [1, 1]
+    assert "RUN PIP_NO_CACHE_DIR=1 scripts/install-image spark" in stages[1]
 
 
 def test_every_entry_point_starts_from_a_plain_install(installed: Path) -> None:

@@ -115,7 +115,7 @@ def test_the_image_runs_the_jobs_with_spark_and_java() -> None:
     stages = re.findall(r"^FROM \S+ AS (\S+)$", dockerfile, re.MULTILINE)
     assert stages == ["tidelog", "spark"]
     spark_stage = dockerfile.split("AS spark", 1)[1]
-    assert "openjdk-17-jre-headless" in spark_stage and "'.[spark]'" in spark_stage
+    assert "openjdk-17-jre-headless" in spark_stage and "scripts/install-image spark" in spark_stage
     assert "COPY spark_jobs" in spark_stage and "/opt/entrypoint.sh" in spark_stage
     entrypoint = (ROOT / "docker" / "spark-entrypoint.sh").read_text()
     for role in ("driver)", "executor)"):

@@ -109,14 +109,20 @@ async def discover(consumer: Consumer, options: ReadOptions, *, streaming: bool 
 
 
 async def snapshot(consumer: Consumer, options: ReadOptions, *, streaming: bool) -> Snapshot:
-    """The partitions the options name now, with their earliest and latest offsets and topic ids."""
-    partitions = await with_retries(options, lambda: discover(consumer, options, streaming=streaming))
-    earliest = await with_retries(options, lambda: consumer.beginning_offsets(partitions))
-    latest = await with_retries(options, lambda: consumer.end_offsets(partitions))
-    topic_ids = {
-        tp.topic: states[0].topic_id for tp in partitions if (states := consumer.metadata.partitions.get(tp.topic))
-    }
-    return Snapshot(earliest, latest, topic_ids)
+    """The partitions the options name now, with their earliest and latest offsets and topic ids.
+    Asked again whole on an error: a topic deleted between discovery and its offsets is then not
+    discovered any more."""
+
+    async def look() -> Snapshot:
+        partitions = await discover(consumer, options, streaming=streaming)
+        earliest = await consumer.beginning_offsets(partitions)
+        latest = await consumer.end_offsets(partitions)
+        topic_ids = {
+            tp.topic: states[0].topic_id for tp in partitions if (states := consumer.metadata.partitions.get(tp.topic))
+        }
+        return Snapshot(earliest, latest, topic_ids)
+
+    return await with_retries(options, look)
 
 
 def _all_named(option: str, named: Offsets, partitions: list[TopicPartition], specials: str) -> None:
