@@ -535,3 +535,22 @@ def test_the_image_runs_as_the_user_the_chart_names() -> None:
     uid, gid = values["podSecurityContext"]["runAsUser"], values["podSecurityContext"]["runAsGroup"]
     assert f"USER {uid}:{gid}" in services_stage
     assert f"useradd --uid {uid} --gid {gid}" in services_stage
+
+
+def test_only_the_components_that_use_etcd_may_reach_it(manifests: dict[tuple[str, str], dict[str, Any]]) -> None:
+    policy = manifests[("NetworkPolicy", f"{RELEASE}-etcd")]["spec"]
+    assert policy["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "tidelog-etcd"
+    client, peer = policy["ingress"]
+    assert client["ports"] == [{"port": 2379, "protocol": "TCP"}]
+    allowed = {source["podSelector"]["matchLabels"]["app.kubernetes.io/name"] for source in client["from"]}
+    assert allowed == {f"tidelog-{c}" for c in ("controller", "broker", "coordinator", "gateway")}
+    # the operator reaches brokers and controllers only: its flags name no etcd
+    operator = manifests[("Deployment", f"{RELEASE}-operator")]["spec"]["template"]["spec"]["containers"][0]
+    assert "--etcd" not in operator["args"][0]
+    assert peer["ports"] == [{"port": 2380, "protocol": "TCP"}]
+    assert [s["podSelector"]["matchLabels"]["app.kubernetes.io/name"] for s in peer["from"]] == ["tidelog-etcd"]
+    for component in ("controller", "broker", "coordinator", "gateway", "operator"):
+        spec = manifests[("NetworkPolicy", f"{RELEASE}-{component}")]["spec"]
+        kind = "StatefulSet" if component in ("controller", "broker", "coordinator") else "Deployment"
+        container = manifests[(kind, f"{RELEASE}-{component}")]["spec"]["template"]["spec"]["containers"][0]
+        assert {p["port"] for p in spec["ingress"][0]["ports"]} == {p["containerPort"] for p in container["ports"]}
