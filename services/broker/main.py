@@ -11,7 +11,6 @@ from typing import Any
 
 import grpc
 import structlog
-from etcd3aio import Etcd3Client
 
 from tidelog.broker import broker_metrics
 from tidelog.broker.broker_service import BrokerService
@@ -24,6 +23,7 @@ from tidelog.broker.registration import Registration
 from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.common.channels import ChannelPool
 from tidelog.common.etcd.active_controller import active_controller_endpoint
+from tidelog.common.etcd.connect import etcd_client
 from tidelog.common.metadata import BrokerRegistration
 from tidelog.common.runtime import run_service
 from tidelog.common.security.service_security import ServiceSecurity
@@ -97,7 +97,7 @@ class _Broker:
         )
         broker_metrics.register(self.replicas, settings.metrics_partition_series_max)
         self.metadata = MetadataCache()
-        self.etcd = Etcd3Client(args.etcd.split(","))
+        self.etcd = etcd_client(args.etcd, args.security)
         self.service_security = ServiceSecurity(args.security, self.etcd)
         self.access = self.service_security.access
         self.quotas = QuotaManager(

@@ -8,9 +8,9 @@ import contextlib
 
 import grpc
 import structlog
-from etcd3aio import Etcd3Client
 
 from tidelog.common.channels import ChannelPool
+from tidelog.common.etcd.connect import etcd_client
 from tidelog.common.runtime import run_service
 from tidelog.common.security.service_security import ServiceSecurity
 from tidelog.common.settings import ControllerSettings, SecuritySettings
@@ -48,7 +48,7 @@ class _Controller:
             endpoint=f"{args.advertised_host or args.host}:{args.port}",
             settings=args.settings,
         )
-        self.etcd = Etcd3Client(args.etcd.split(","))
+        self.etcd = etcd_client(args.etcd, args.security)
         self.service_security = ServiceSecurity(args.security, self.etcd)
         self.access = self.service_security.access
         self.controller = Controller(self.config, self.etcd, channels=ChannelPool(args.security))

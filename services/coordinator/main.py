@@ -20,6 +20,7 @@ from tidelog.client import AdminClient, Consumer, TopicPartition
 from tidelog.client.cluster_metadata import ClusterMetadata
 from tidelog.client.connections import Connections
 from tidelog.common.errors import ErrorCode, TidelogError
+from tidelog.common.etcd.connect import etcd_client
 from tidelog.common.etcd.registry import registered_brokers
 from tidelog.common.metadata import CONSUMER_OFFSETS_TOPIC, CoordinatorInstanceRecord
 from tidelog.common.runtime import run_service
@@ -200,7 +201,7 @@ class _Coordinator:
 
 async def serve(args: argparse.Namespace) -> None:
     async def build(stopping: asyncio.Event) -> _Coordinator:
-        etcd = Etcd3Client(args.etcd.split(","))
+        etcd = etcd_client(args.etcd, args.security)
         await etcd.connect()
         bootstrap = await registered_brokers(etcd)
         settings: CoordinatorSettings = args.settings

@@ -24,6 +24,7 @@ from etcd3aio import Etcd3Client
 
 from tidelog.client import AdminClient, Consumer, Producer
 from tidelog.client.connections import Connections
+from tidelog.common.etcd.connect import etcd_client
 from tidelog.common.etcd.registry import cluster_id, registered_brokers
 from tidelog.common.etcd.session import Session
 from tidelog.common.runtime import run_service
@@ -194,7 +195,7 @@ class _Gateway:
 
 async def serve(args: argparse.Namespace) -> None:
     async def build(stopping: asyncio.Event) -> _Gateway:
-        etcd = Etcd3Client(args.etcd.split(","))
+        etcd = etcd_client(args.etcd, args.security)
         await etcd.connect()
         return await _Gateway(args, etcd, stopping).build()
 

@@ -22,10 +22,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
-from etcd3aio import Etcd3Client, prefix_range_end
+from etcd3aio import prefix_range_end
 
 from tidelog.client.admin import AdminClient
-from tidelog.common.etcd.server import EtcdCluster, EtcdServer, free_port, port_or_free
+from tidelog.common.etcd.connect import etcd_client
+from tidelog.common.etcd.server import EtcdCluster, EtcdServer, EtcdTls, free_port, port_or_free
 from tidelog.common.metadata import (
     CONSUMER_OFFSETS_TOPIC,
     COORDINATOR_INSTANCES_PREFIX,
@@ -100,6 +101,8 @@ class LocalCluster:
         client_security: SecuritySettings | None = None,
         scram_users: Mapping[str, str] | None = None,
         etcd_members: int = 1,
+        etcd_tls: EtcdTls | None = None,
+        etcd_client_security: SecuritySettings | None = None,
         placements: Mapping[str, Placement] | None = None,
         environments: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
@@ -130,10 +133,14 @@ class LocalCluster:
                 peer_port=self.ports.etcd_peer,
                 host=self.host_of("etcd"),
                 command_prefix=self._command_prefix("etcd"),
+                tls=etcd_tls,
             )
             if etcd_members == 1
-            else EtcdCluster(self.data_dir / "etcd", etcd_members)  # a quorum that survives a member's loss
+            else EtcdCluster(self.data_dir / "etcd", etcd_members, etcd_tls)  # a quorum that survives a loss
         )
+        # How this object's own etcd clients (user seeding, readiness checks) reach an etcd on TLS;
+        # the services have theirs in their own security settings (etcd.ssl.*).
+        self.etcd_client_security = etcd_client_security
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         # Per process ("broker-1"): its security settings (its own certificate, the CA, ...); and
         # what this object's own clients (readiness checks) use.
@@ -302,7 +309,10 @@ class LocalCluster:
         if self.scram_users:
             # In a thread of its own: start() is also called from inside running event loops.
             with concurrent.futures.ThreadPoolExecutor(1) as seeding:
-                seeding.submit(asyncio.run, seed_users(self.etcd.endpoint, self.scram_users)).result()
+                seeding.submit(
+                    asyncio.run,
+                    seed_users(etcd_client(self.etcd.endpoint, self.etcd_client_security), self.scram_users),
+                ).result()
         for controller_id in self.controller_ids:
             self.start_controller(controller_id)
         for broker_id in self.broker_ids:
@@ -429,7 +439,7 @@ class LocalCluster:
         described = (await admin.describe_topics([CONSUMER_OFFSETS_TOPIC]))[CONSUMER_OFFSETS_TOPIC]
         if isinstance(described, Exception):
             return f"{CONSUMER_OFFSETS_TOPIC} not created yet"
-        etcd = Etcd3Client(self.etcd.endpoint.split(","))
+        etcd = etcd_client(self.etcd.endpoint, self.etcd_client_security)
         await etcd.connect()
         try:
             assert etcd.kv is not None

@@ -626,6 +626,21 @@ SECURITY_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
         "PEM file of the CA certificates peers are verified against (empty: the system's roots).",
     ),
     ConfigDef(
+        "etcd.ssl.ca.location",
+        ConfigType.STRING,
+        "",
+        "PEM file of the CA etcd's certificate is verified against: set, this process speaks TLS to etcd "
+        "(as Kafka's zookeeper.ssl.client.enable); empty, plain HTTP/2.",
+    ),
+    ConfigDef(
+        "etcd.ssl.certificate.location",
+        ConfigType.STRING,
+        "",
+        "PEM certificate chain this process shows etcd (etcd's --client-cert-auth takes it as the client's "
+        "identity); empty, none.",
+    ),
+    ConfigDef("etcd.ssl.key.location", ConfigType.STRING, "", "PEM private key of etcd.ssl.certificate.location."),
+    ConfigDef(
         "ssl.client.auth",
         ConfigType.STRING,
         "none",

