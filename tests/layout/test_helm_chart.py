@@ -210,7 +210,7 @@ def test_without_a_topology_key_brokers_run_without_a_rack_or_a_role() -> None:
     assert set(kinds) == {("Service", f"{RELEASE}-broker"), ("StatefulSet", f"{RELEASE}-broker")}
     pod = kinds[("StatefulSet", f"{RELEASE}-broker")]["spec"]["template"]["spec"]
     assert "initContainers" not in pod and "serviceAccountName" not in pod
-    assert [volume["name"] for volume in pod["volumes"]] == ["tmp", "tls", "security"]  # no rack volume
+    assert [volume["name"] for volume in pod["volumes"]] == ["tmp", "tls", "security", "etcd-tls"]  # no rack volume
     assert "--rack" not in pod["containers"][0]["args"][0]
 
 
@@ -292,7 +292,7 @@ def test_three_etcd_members_form_one_cluster_with_a_budget() -> None:
     env = {item["name"]: item.get("value") for item in etcd["spec"]["template"]["spec"]["containers"][0]["env"]}
     members = env["INITIAL_CLUSTER"].split(",")
     assert members == [
-        f"{RELEASE}-etcd-{n}=http://{RELEASE}-etcd-{n}.{RELEASE}-etcd:{values['etcd']['peerPort']}" for n in range(3)
+        f"{RELEASE}-etcd-{n}=https://{RELEASE}-etcd-{n}.{RELEASE}-etcd:{values['etcd']['peerPort']}" for n in range(3)
     ]
     assert ("PodDisruptionBudget", f"{RELEASE}-etcd") in documents
     for document in documents.values():
@@ -540,7 +540,8 @@ def test_the_image_runs_as_the_user_the_chart_names() -> None:
 def test_only_the_components_that_use_etcd_may_reach_it(manifests: dict[tuple[str, str], dict[str, Any]]) -> None:
     policy = manifests[("NetworkPolicy", f"{RELEASE}-etcd")]["spec"]
     assert policy["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "tidelog-etcd"
-    client, peer = policy["ingress"]
+    client, peer, metrics = policy["ingress"]
+    assert metrics == {"ports": [{"port": 2381, "protocol": "TCP"}]}
     assert client["ports"] == [{"port": 2379, "protocol": "TCP"}]
     allowed = {source["podSelector"]["matchLabels"]["app.kubernetes.io/name"] for source in client["from"]}
     assert allowed == {f"tidelog-{c}" for c in ("controller", "broker", "coordinator", "gateway")}
@@ -554,3 +555,37 @@ def test_only_the_components_that_use_etcd_may_reach_it(manifests: dict[tuple[st
         kind = "StatefulSet" if component in ("controller", "broker", "coordinator") else "Deployment"
         container = manifests[(kind, f"{RELEASE}-{component}")]["spec"]["template"]["spec"]["containers"][0]
         assert {p["port"] for p in spec["ingress"][0]["ports"]} == {p["containerPort"] for p in container["ports"]}
+
+
+def test_with_security_on_etcd_wants_a_client_certificate_of_its_own_ca(
+    manifests: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    etcd = manifests[("StatefulSet", f"{RELEASE}-etcd")]["spec"]["template"]["spec"]
+    script = etcd["containers"][0]["args"][0]
+    for flag in ("--client-cert-auth", "--trusted-ca-file /etc/etcd/tls/ca.crt", "--peer-client-cert-auth"):
+        assert flag in script
+    assert "--listen-client-urls https://" in script and "http://0.0.0.0:2379" not in script
+    assert etcd["containers"][0]["readinessProbe"]["httpGet"]["port"] == 2381  # plain /health
+    properties = manifests[("ConfigMap", f"{RELEASE}-security")]["data"]["security.properties"]
+    assert "etcd.ssl.certificate.location=/etc/tidelog/etcd-tls/tls.crt" in properties
+    for component in ("controller", "broker", "coordinator", "gateway"):
+        kind = "Deployment" if component == "gateway" else "StatefulSet"
+        pod = manifests[(kind, f"{RELEASE}-{component}")]["spec"]["template"]["spec"]
+        secrets = {v["name"]: v.get("secret", {}).get("secretName") for v in pod["volumes"]}
+        assert secrets["etcd-tls"] == f"{RELEASE}-{component}-etcd-tls"
+        mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+        assert mounts["etcd-tls"] == "/etc/tidelog/etcd-tls"
+    # etcd's CA is not the cluster CA, which also signs users' client certificates
+    etcd_ca = manifests[("Secret", f"{RELEASE}-etcd-ca")]["data"]["ca.crt"]
+    assert etcd_ca != manifests[("Secret", f"{RELEASE}-cluster-ca")]["data"]["ca.crt"]
+    assert manifests[("Secret", f"{RELEASE}-broker-etcd-tls")]["data"]["ca.crt"] == etcd_ca
+    operator = manifests[("Deployment", f"{RELEASE}-operator")]["spec"]["template"]["spec"]
+    assert "etcd-tls" not in {v["name"] for v in operator["volumes"]}  # it never talks to etcd
+
+
+def test_with_security_off_etcd_speaks_plain_http() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    values["security"]["enabled"] = False
+    etcd = _documents(render(values))[("StatefulSet", f"{RELEASE}-etcd")]
+    script = etcd["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    assert "--listen-client-urls http://0.0.0.0:2379" in script and "--client-cert-auth" not in script

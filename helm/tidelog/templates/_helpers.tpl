@@ -28,6 +28,17 @@ podAntiAffinity:
   secret: {secretName: {{ .root.Release.Name }}-{{ .component }}-tls}
 - name: security
   configMap: {name: {{ .root.Release.Name }}-security}
+{{- if has .component (list "controller" "broker" "coordinator" "gateway") }}
+- name: etcd-tls
+  secret: {secretName: {{ .root.Release.Name }}-{{ .component }}-etcd-tls}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* With security on: a component that uses etcd mounts its client certificate of etcd's CA. */}}
+{{- define "tidelog.etcdClientMount" -}}
+{{- if .Values.security.enabled }}
+- {name: etcd-tls, mountPath: /etc/tidelog/etcd-tls, readOnly: true}
 {{- end }}
 {{- end }}
 
