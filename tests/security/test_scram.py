@@ -3,6 +3,7 @@ created, changed and deleted live, and a failed login says nothing about whether
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from tidelog.common.errors import (
     SaslAuthenticationFailedError,
     TopicAuthorizationFailedError,
 )
+from tidelog.common.security.authentication import PRE_AUTHENTICATION_BYTES_MAX
 from tidelog.common.security.scram import (
     ScramClient,
     ScramCredential,
@@ -281,3 +283,32 @@ def test_user_command_creates_lists_and_deletes_users(
     assert "grace" not in capsys.readouterr().out
     assert cli(["user", "delete", "grace", *common]) == 1  # gone already: said so
     assert "has no SCRAM-SHA-512 credential" in capsys.readouterr().err
+
+
+def _memory_kib(pid: int) -> dict[str, int]:
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return {name: int(fields[name].split()[0]) for name in ("VmRSS", "VmHWM")}
+
+
+async def test_an_unauthenticated_call_is_refused_before_its_body_is_read(sasl_cluster: LocalCluster, pki: Pki) -> None:
+    """Issue 38 (6): three concurrent 80 MiB Produce calls without a session are refused, and the
+    broker's peak memory grows by less than the bodies' pre-authentication allowance."""
+    pid = sasl_cluster.processes["broker-1"].pid
+    before = _memory_kib(pid)
+    tls_only = ChannelPool(
+        SecuritySettings.from_configs({"security.protocol": "SSL", "ssl.ca.location": str(pki.ca_file)})
+    )
+    records = bytes(80 * 1024 * 1024)
+    body = broker_pb2.ProduceRequest(
+        acks=1, partitions=[broker_pb2.ProducePartition(topic="t", partition=0, record_batches=records)]
+    )
+    stub = broker_pb2_grpc.BrokerStub(tls_only.channel(sasl_cluster.bootstrap[0]))
+    try:
+        refused = await asyncio.gather(*(stub.Produce(body, timeout=60) for _ in range(3)), return_exceptions=True)
+    finally:
+        await tls_only.close()
+    codes = [r.code() if isinstance(r, grpc.aio.AioRpcError) else r for r in refused]
+    assert codes == [grpc.StatusCode.UNAUTHENTICATED] * 3
+    after = _memory_kib(pid)
+    grown_mib = (after["VmHWM"] - before["VmHWM"]) / 1024
+    assert grown_mib < PRE_AUTHENTICATION_BYTES_MAX / (1024 * 1024), (before, after)

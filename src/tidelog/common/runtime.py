@@ -62,14 +62,20 @@ def start_metrics(port: int, host: str = "127.0.0.1") -> None:
 
 
 def grpc_server(
-    max_message_bytes: int = GRPC_MESSAGE_BYTES_MAX, interceptors: Sequence[grpc.aio.ServerInterceptor] = ()
+    max_message_bytes: int = GRPC_MESSAGE_BYTES_MAX,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    authentication: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> tuple[grpc.aio.Server, HealthServicer]:
+    """The server with its interceptors: `authentication` outermost (it refuses a call before its
+    body is read), then undecodable requests refused (INVALID_ARGUMENT), then `interceptors`."""
     limits = [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
     ]
     # the later of two equal keys wins; undecodable requests are refused first (INVALID_ARGUMENT)
-    server = grpc.aio.server(options=[*GRPC_OPTIONS, *limits], interceptors=[RequestDecoding(), *interceptors])
+    server = grpc.aio.server(
+        options=[*GRPC_OPTIONS, *limits], interceptors=[*authentication, RequestDecoding(), *interceptors]
+    )
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     return server, health
@@ -159,10 +165,11 @@ async def run_service(
     stopping = stop_on_signals()
     parts = await build(stopping)
     service_security: ServiceSecurity | None = getattr(parts, "service_security", None)
+    authentication: list[grpc.aio.ServerInterceptor] = []
     if service_security is not None:
         await service_security.start()  # ACLs and credentials in force before the first call
-        interceptors = [*service_security.interceptors(), *interceptors]
-    server, health = grpc_server(max_message_bytes, interceptors)
+        authentication = service_security.interceptors()
+    server, health = grpc_server(max_message_bytes, interceptors, authentication)
     names = parts.add_to(server)
     if service_security is not None:
         names += service_security.add_to(server)
