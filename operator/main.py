@@ -289,7 +289,7 @@ async def serve(args: argparse.Namespace) -> None:
     settings: OperatorSettings = args.settings
     configure_logging("operator")
     if args.metrics_port:
-        start_metrics(args.metrics_port, host="0.0.0.0")
+        start_metrics(args.metrics_port, host="0.0.0.0", security=args.security)
     timeout_ms = settings.operator_request_timeout_ms
     async with (
         AdminClient(

@@ -205,6 +205,7 @@ async def serve(args: argparse.Namespace) -> None:
         metrics_port=args.metrics_port,
         build=build,
         grace_s=1.0,
+        metrics_security=args.security,
         gateway_id=args.id,
     )
 

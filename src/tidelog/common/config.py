@@ -626,6 +626,35 @@ SECURITY_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
         "PEM file of the CA certificates peers are verified against (empty: the system's roots).",
     ),
     ConfigDef(
+        "metrics.host",
+        ConfigType.STRING,
+        "",
+        "Address /metrics listens on (empty: the gRPC listener's; 127.0.0.1 keeps it off the network).",
+    ),
+    ConfigDef(
+        "metrics.ssl.certificate.location",
+        ConfigType.STRING,
+        "",
+        "PEM certificate chain of an HTTPS /metrics (Prometheus' tls_config); empty: plain HTTP.",
+    ),
+    ConfigDef(
+        "metrics.ssl.key.location", ConfigType.STRING, "", "PEM private key of metrics.ssl.certificate.location."
+    ),
+    ConfigDef(
+        "metrics.ssl.ca.location",
+        ConfigType.STRING,
+        "",
+        "PEM CA of the client certificates /metrics requires (mutual TLS, Prometheus' tls_config cert_file); "
+        "empty: none asked.",
+    ),
+    ConfigDef(
+        "metrics.bearer.token.file",
+        ConfigType.STRING,
+        "",
+        "File holding the token /metrics requires as `Authorization: Bearer` (Prometheus' authorization "
+        "credentials_file); empty: none. Metrics name topics and groups: protect them where others can reach.",
+    ),
+    ConfigDef(
         "etcd.ssl.ca.location",
         ConfigType.STRING,
         "",

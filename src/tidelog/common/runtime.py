@@ -53,12 +53,23 @@ def configure_logging(service: str, **context: object) -> None:
     structlog.contextvars.bind_contextvars(service=service, **context)
 
 
-def start_metrics(port: int, host: str = "127.0.0.1") -> None:
-    """Serve /metrics for Prometheus (port 0 turns it off). Without prometheus_client's `_created`
-    series: no Kafka dashboard reads them, and they would double every counter's series."""
+def start_metrics(port: int, host: str = "127.0.0.1", security: SecuritySettings | None = None) -> None:
+    """Serve /metrics for Prometheus (port 0 turns it off), on `metrics.host` if set, else `host`,
+    protected as the metrics.* settings say. Without prometheus_client's `_created` series: no
+    Kafka dashboard reads them, and they would double every counter's series."""
     disable_created_metrics()  # type: ignore[no-untyped-call]  # (untyped in prometheus_client)
-    if port:
-        metrics_http.serve(port, host)
+    if not port:
+        return
+    protection = None
+    if security is not None:
+        host = security.metrics_host or host
+        protection = metrics_http.MetricsProtection(
+            security.metrics_ssl_certificate_location,
+            security.metrics_ssl_key_location,
+            security.metrics_ssl_ca_location,
+            security.metrics_bearer_token_file,
+        )
+    metrics_http.serve(port, host, protection)
 
 
 def grpc_server(
@@ -148,6 +159,7 @@ async def run_service(
     max_message_bytes: int = GRPC_MESSAGE_BYTES_MAX,
     security: SecuritySettings | None = None,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    metrics_security: SecuritySettings | None = None,
     **context: object,
 ) -> None:
     """The one start/stop sequence of every gRPC service process.
@@ -156,12 +168,15 @@ async def run_service(
     set `stopping` itself, e.g. a broker whose id another process took); the gRPC server with
     health starts, `start()`, SERVING, and the process runs until SIGTERM or SIGINT. Stopping:
     `drain()`, NOT_SERVING, `leave()`, the server stops (in-flight calls get `grace_s`), `close()`.
+    /metrics is protected by the metrics.* settings of `metrics_security`, else of `security` (the
+    gateway's gRPC listener is plain health while its metrics follow its settings).
     """
     configure_logging(service, **context)
     log = structlog.get_logger(service)
     # /metrics on the gRPC listener's address: on Kubernetes (--host 0.0.0.0) Prometheus scrapes the
     # pod's IP, which a loopback-only listener would refuse.
-    start_metrics(metrics_port, host=listen.rsplit(":", 1)[0] if listen else "127.0.0.1")
+    metrics_host = listen.rsplit(":", 1)[0] if listen else "127.0.0.1"
+    start_metrics(metrics_port, host=metrics_host, security=metrics_security or security)
     stopping = stop_on_signals()
     parts = await build(stopping)
     service_security: ServiceSecurity | None = getattr(parts, "service_security", None)

@@ -276,6 +276,11 @@ class SecuritySettings(Settings):
     ssl_certificate_location: str
     ssl_key_location: str
     ssl_ca_location: str
+    metrics_host: str
+    metrics_ssl_certificate_location: str
+    metrics_ssl_key_location: str
+    metrics_ssl_ca_location: str
+    metrics_bearer_token_file: str
     etcd_ssl_ca_location: str
     etcd_ssl_certificate_location: str
     etcd_ssl_key_location: str
