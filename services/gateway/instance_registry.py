@@ -26,7 +26,6 @@ from tidelog.gateway.consumer_instances import ConsumerInstance
 from tidelog.gateway.rest_errors import (
     CONSUMER_ALREADY_EXISTS,
     CONSUMER_INSTANCE_NOT_FOUND,
-    FORBIDDEN,
     TOO_MANY_INSTANCES,
     RestError,
 )
@@ -110,10 +109,9 @@ class InstanceRegistry:
 
     def get(self, group: str, name: str, principal: str) -> ConsumerInstance:
         instance = self.local.get((group, name))
-        if instance is None:
+        # Another principal's instance is answered as a missing one: names cannot be confirmed.
+        if instance is None or instance.principal != principal:
             raise RestError(CONSUMER_INSTANCE_NOT_FOUND, f"consumer instance {name!r} not found in group {group!r}")
-        if instance.principal != principal:
-            raise RestError(FORBIDDEN, f"consumer instance {name!r} belongs to another principal")
         instance.touch()
         return instance
 

@@ -28,7 +28,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     for status, description in {
         400: "Malformed JSON",
         401: "Authentication required (40101)",
-        403: "The consumer instance belongs to another principal (40301)",
+        403: "The principal may not do this: its ACLs refuse it (40301)",
         404: "Topic (40401), partition (40402), consumer instance (40403) or cluster (40406) not found",
         406: "The Accept header does not allow the consumer's format (40601)",
         409: "Conflict: instance exists (40902), illegal state (40903)",

@@ -51,7 +51,9 @@ async def test_requests_need_a_credential_and_instances_answer_only_their_princi
     assert created.status_code == 200, created.text
     base = "/consumers/shared-group/instances/alices"
     assert (await gateway.get(f"{base}/assignments", headers=alice)).status_code == 200
+    missing = await gateway.get("/consumers/shared-group/instances/nobody/assignments", headers=bob)
     for attempt in (gateway.get(f"{base}/assignments", headers=bob), gateway.delete(base, headers=bob)):
-        refused = await attempt
-        assert (refused.status_code, refused.json()["error_code"]) == (403, 40301)
+        refused = await attempt  # another principal's instance reads as a missing one: no name confirmed
+        assert (refused.status_code, refused.json()["error_code"]) == (404, 40403)
+        assert refused.json()["message"].replace("alices", "nobody") == missing.json()["message"]
     assert (await gateway.delete(base, headers=alice)).status_code == 204
