@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Sequence
 from typing import Any, Final
 
 import aiohttp
@@ -56,25 +57,33 @@ async def _release_one(session: aiohttp.ClientSession, plural: str, item: dict[s
     raise RuntimeError(f"{plural} {metadata['namespace']}/{metadata['name']} kept changing; finalizer not released")
 
 
-async def release(info: ConnectionInfo) -> dict[str, int]:
-    """Release every resource of each finalized kind in every namespace; how many of each."""
+async def release(info: ConnectionInfo, namespaces: Sequence[str] = ()) -> dict[str, int]:
+    """Release every resource of each finalized kind in `namespaces` (every namespace when none:
+    what the operator's ClusterRole allows with watchAnyNamespace, its Roles otherwise); how many
+    of each."""
     released: dict[str, int] = {}
+    scopes = [f"namespaces/{namespace}/" for namespace in namespaces] or [""]
     async with session(info) as api:
         for plural in PLURALS:
-            async with api.get(f"{API.lstrip('/')}/{plural}") as answer:
-                if answer.status == 404:  # the CRD is gone already: nothing can carry the finalizer
-                    released[plural] = 0
-                    continue
-                answer.raise_for_status()
-                items = (await answer.json()).get("items") or []
-            done = await asyncio.gather(*(_release_one(api, plural, item) for item in items))
-            released[plural] = sum(done)
+            released[plural] = 0
+            for scope in scopes:
+                async with api.get(f"{API.lstrip('/')}/{scope}{plural}") as answer:
+                    if answer.status == 404:  # the CRD is gone already: nothing can carry the finalizer
+                        continue
+                    answer.raise_for_status()
+                    items = (await answer.json()).get("items") or []
+                done = await asyncio.gather(*(_release_one(api, plural, item) for item in items))
+                released[plural] += sum(done)
     return released
 
 
 def main(argv: list[str] | None = None) -> None:
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
-    released = asyncio.run(release(connection()))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--namespace", action="append", default=[], help="release only in these (default: every namespace)"
+    )
+    args = parser.parse_args(argv)
+    released = asyncio.run(release(connection(), args.namespace))
     print(", ".join(f"{count} {plural}" for plural, count in released.items()) + " released", file=sys.stderr)
 
 

@@ -161,23 +161,71 @@ def test_the_operator_runs_once_with_flags_it_accepts_and_a_role_for_its_resourc
     assert args.controller == [f"{RELEASE}-controller:{controller_port}"]
     assert pod["containers"][0]["livenessProbe"]["httpGet"]["port"] == args.health_port
     assert pod["serviceAccountName"] == f"{RELEASE}-operator"
-    binding = manifests[("ClusterRoleBinding", f"{RELEASE}-operator")]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"{RELEASE}-operator", "namespace": NAMESPACE}]
-    rules = manifests[("ClusterRole", f"{RELEASE}-operator")]["rules"]
-    granted = {
+    assert args.namespace == [NAMESPACE]  # it watches the release's namespace only, by default
+    account = {"kind": "ServiceAccount", "name": f"{RELEASE}-operator", "namespace": NAMESPACE}
+    binding = manifests[("RoleBinding", f"{RELEASE}-operator")]
+    assert binding["metadata"]["namespace"] == NAMESPACE and binding["subjects"] == [account]
+    granted = _granted(manifests[("Role", f"{RELEASE}-operator")]["rules"])
+    for resource in ("topics", "consumergroups", "users"):
+        assert {("tidelog.io", resource, verb) for verb in ("list", "watch", "patch")} <= granted
+        assert ("tidelog.io", f"{resource}/status", "patch") in granted
+    assert ("tidelog.io", "users/finalizers", "update") in granted  # blockOwnerDeletion on its Secrets
+    assert {("", "secrets", verb) for verb in ("get", "create", "update")} <= granted
+    assert ("", "events", "create") in granted
+    cluster_wide = _granted(manifests[("ClusterRole", f"{RELEASE}-operator")]["rules"])
+    assert manifests[("ClusterRoleBinding", f"{RELEASE}-operator")]["subjects"] == [account]
+    # cluster-wide: only kopf's reads and its peering; no Secret, no resource of ours
+    assert {resource for _, resource, _ in cluster_wide} == {
+        "customresourcedefinitions",
+        "namespaces",
+        "clusterkopfpeerings",
+    }
+    # least privilege: nothing may delete
+    assert not any(verb in ("delete", "*") for _, _, verb in granted | cluster_wide)
+    assert {group for group, _, _ in granted} == {"tidelog.io", "", "events.k8s.io"}
+
+
+def _granted(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {
         (group, resource, verb)
         for rule in rules
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
-    for resource in ("topics", "consumergroups"):
-        assert {("tidelog.io", resource, verb) for verb in ("list", "watch", "patch")} <= granted
-        assert ("tidelog.io", f"{resource}/status", "patch") in granted
-    assert ("", "events", "create") in granted
-    # least privilege: nothing may delete, and nothing outside what kopf and the resources need
-    assert not any(verb in ("delete", "*") for _, _, verb in granted)
-    assert {group for group, _, _ in granted} == {"tidelog.io", "apiextensions.k8s.io", "", "events.k8s.io", "kopf.dev"}
+
+
+@pytest.mark.parametrize(
+    ("operator", "roles_in", "flags"),
+    [
+        ({"watchNamespaces": ["team-a", "team-b"]}, ["team-a", "team-b"], ["team-a", "team-b"]),
+        ({"watchAnyNamespace": True}, [], []),
+    ],
+)
+def test_the_operator_watches_and_may_touch_secrets_only_where_told(
+    operator: dict[str, Any], roles_in: list[str], flags: list[str]
+) -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    values["operator"].update(operator)
+    rendered = [
+        document
+        for path, text in render(values).items()
+        if path.endswith("operator.yaml")
+        for document in yaml.safe_load_all(text)
+        if document
+    ]
+    roles = [d["metadata"]["namespace"] for d in rendered if d["kind"] == "Role"]
+    assert roles == roles_in
+    deployment = next(d for d in rendered if d["kind"] == "Deployment")
+    _, *arguments = shlex.split(
+        _mounted(deployment["spec"]["template"]["spec"]["containers"][0]["args"][0].removeprefix("exec "))
+    )
+    assert operator_main.parse_args(arguments).namespace == flags
+    hook = next(d for d in rendered if d["kind"] == "Job")["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert hook[1::2] == ["--namespace"] * len(flags) and hook[2::2] == flags
+    cluster_roles = {d["metadata"]["name"]: _granted(d["rules"]) for d in rendered if d["kind"] == "ClusterRole"}
+    secrets_cluster_wide = any(("", "secrets", "get") in rules for rules in cluster_roles.values())
+    assert secrets_cluster_wide == bool(operator.get("watchAnyNamespace"))
 
 
 def test_the_broker_takes_its_rack_from_its_nodes_zone(manifests: dict[tuple[str, str], dict[str, Any]]) -> None:
@@ -219,7 +267,7 @@ def test_uninstall_first_releases_the_operators_finalizers(manifests: dict[tuple
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
     pod = job["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == f"{RELEASE}-operator"  # still there while pre-delete hooks run
-    assert pod["containers"][0]["command"] == ["tidelog-operator-release-finalizers"]
+    assert pod["containers"][0]["command"] == ["tidelog-operator-release-finalizers", "--namespace", NAMESPACE]
     scripts = tomllib.loads((CHART.parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["tidelog-operator-release-finalizers"] == "tidelog.operator.finalizers:main"
 

@@ -57,12 +57,13 @@ async def _finalizers(session: aiohttp.ClientSession, url: str, plural: str, nam
         return found
 
 
-async def _run_hook(kubeconfig: Path, *, expect: str) -> None:
+async def _run_hook(kubeconfig: Path, *, expect: str, namespaces: tuple[str, ...] = ()) -> None:
     """As the chart's hook Job runs it; a process of its own (the emulator lives in this loop)."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "tidelog.operator.finalizers",
+        *(argument for namespace in namespaces for argument in ("--namespace", namespace)),
         env={**os.environ, "KUBECONFIG": str(kubeconfig)},
         stderr=asyncio.subprocess.PIPE,
     )
@@ -91,6 +92,19 @@ async def test_the_hook_releases_our_finalizer_everywhere_and_keeps_others(kuber
         assert await _finalizers(session, url, "consumergroups", "team-a", "billing") == []
         assert await _finalizers(session, url, "users", "team-a", "orders-app") == []
         assert await _finalizers(session, url, "users", "team-b", "reports") == ["example.com/keep"]
+
+
+async def test_the_hook_releases_only_in_the_namespaces_it_is_given(kubernetes: tuple[str, Path]) -> None:
+    """With watchNamespaces the operator's Roles cover only those namespaces, and so does the hook."""
+    url, kubeconfig = kubernetes
+    async with aiohttp.ClientSession() as session:
+        await _create(session, url, "topics", "team-a", "orders", finalizers=[FINALIZER])
+        await _create(session, url, "users", "team-a", "orders-app", finalizers=[FINALIZER])
+        await _create(session, url, "topics", "elsewhere", "theirs", finalizers=[FINALIZER])
+        await _run_hook(kubeconfig, expect="1 topics, 0 consumergroups, 1 users released", namespaces=("team-a",))
+        assert await _finalizers(session, url, "topics", "team-a", "orders") == []
+        assert await _finalizers(session, url, "users", "team-a", "orders-app") == []
+        assert await _finalizers(session, url, "topics", "elsewhere", "theirs") == [FINALIZER]
 
 
 async def test_without_the_crds_there_is_nothing_to_release(tmp_path: Path) -> None:
