@@ -391,6 +391,13 @@ def test_two_operator_replicas_meet_in_kopf_peering_with_distinct_priorities() -
         assert not args.standalone and args.peering == f"{RELEASE}-operator"
         priorities.add(args.priority)
     assert len(priorities) == 2  # equal priorities would freeze both
+    # the StatefulSet's governing Service exists, and a drain leaves a replica standing by
+    service = documents[("Service", statefulset["spec"]["serviceName"])]
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == statefulset["spec"]["selector"]["matchLabels"]
+    assert documents[("PodDisruptionBudget", f"{RELEASE}-operator")]["spec"]["maxUnavailable"] == 1
+    container = statefulset["spec"]["template"]["spec"]["containers"][0]
+    assert container["readinessProbe"]["httpGet"] == container["livenessProbe"]["httpGet"]
     crd = yaml.safe_load((CHART / "crds" / "clusterkopfpeerings.kopf.dev.yaml").read_text())
     assert crd["spec"]["names"]["kind"] == "ClusterKopfPeering"
     for document in documents.values():
@@ -637,3 +644,12 @@ def test_with_security_off_etcd_speaks_plain_http() -> None:
     etcd = _documents(render(values))[("StatefulSet", f"{RELEASE}-etcd")]
     script = etcd["spec"]["template"]["spec"]["containers"][0]["args"][0]
     assert "--listen-client-urls http://0.0.0.0:2379" in script and "--client-cert-auth" not in script
+
+
+def test_brokers_spread_over_zones_and_nodes(manifests: dict[tuple[str, str], dict[str, Any]]) -> None:
+    pod = manifests[("StatefulSet", f"{RELEASE}-broker")]["spec"]["template"]["spec"]
+    spread = {c["topologyKey"]: c for c in pod["topologySpreadConstraints"]}
+    assert set(spread) == {"topology.kubernetes.io/zone", "kubernetes.io/hostname"}
+    for constraint in spread.values():
+        assert constraint["whenUnsatisfiable"] == "ScheduleAnyway" and constraint["maxSkew"] == 1
+        assert constraint["labelSelector"]["matchLabels"]["app.kubernetes.io/name"] == "tidelog-broker"
