@@ -653,3 +653,26 @@ def test_brokers_spread_over_zones_and_nodes(manifests: dict[tuple[str, str], di
     for constraint in spread.values():
         assert constraint["whenUnsatisfiable"] == "ScheduleAnyway" and constraint["maxSkew"] == 1
         assert constraint["labelSelector"]["matchLabels"]["app.kubernetes.io/name"] == "tidelog-broker"
+
+
+def test_a_misspelt_or_mistyped_value_is_refused_by_helm() -> None:
+    with pytest.raises(Exception, match="additional properties 'brokr' not allowed"):
+        render({"brokr": {"replicas": 3}})
+    with pytest.raises(Exception, match="replicas"):
+        render({"broker": {"replicas": "three"}})
+    with pytest.raises(Exception, match="additional properties 'topologykey' not allowed"):
+        render({"broker": {"rack": {"topologykey": "zone"}}})
+
+
+def test_the_values_schema_holds_every_value_and_closes_every_object_of_ours() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def walk(node: dict[str, Any], value: Any, path: str) -> None:
+        if not isinstance(value, dict) or node.get("additionalProperties") is not False:
+            return  # a leaf, or a Kubernetes object / label map Kubernetes itself checks
+        assert set(value) == set(node["properties"]), path
+        for key, child in value.items():
+            walk(node["properties"][key], child, f"{path}.{key}")
+
+    walk(schema, values, "values")
