@@ -28,6 +28,7 @@ __all__ = [
     "CRD_FILES",
     "FINALIZED_CRDS",
     "GROUP",
+    "TIDELOG_USER_CRD",
     "TOPIC_CRD",
     "USER_CRD",
     "VERSION",
@@ -412,19 +413,23 @@ CONSUMER_GROUP_CRD: Final = _crd(
     ],
 )
 
-USER_CRD: Final = _crd(
-    "User",
-    "users",
-    ["tlu"],
-    spec=_user_spec(),
-    status=_user_status(),
-    columns=[
-        _column("Authentication", ".spec.authentication.type"),
-        _column("Principal", ".status.principal"),
-        _column("Ready", READY),
-        _column("Age", ".metadata.creationTimestamp", "date"),
-    ],
+_USER_COLUMNS: Final = [
+    _column("Authentication", ".spec.authentication.type"),
+    _column("Principal", ".status.principal"),
+    _column("Ready", READY),
+    _column("Age", ".metadata.creationTimestamp", "date"),
+]
+# A Kafka user of Tidelog's (Strimzi's KafkaUser). Not `User`: OpenShift's users.user.openshift.io
+# takes `kubectl get users` there.
+TIDELOG_USER_CRD: Final = _crd(
+    "TidelogUser", "tidelogusers", ["tlu"], spec=_user_spec(), status=_user_status(), columns=_USER_COLUMNS
 )
+# The kind's first name, served (and reconciled) for one more release, deprecated.
+USER_CRD: Final = _crd("User", "users", [], spec=_user_spec(), status=_user_status(), columns=_USER_COLUMNS)
+USER_CRD["spec"]["versions"][0] |= {
+    "deprecated": True,
+    "deprecationWarning": "tidelog.io/v1beta1 User is deprecated (it collides with OpenShift's users); use TidelogUser",
+}
 
 # kopf's own resource, where operator replicas meet (kopf peering: the highest priority acts), as
 # kopf's documentation defines it; installed with ours so that `operator.replicas > 1` works.
@@ -454,11 +459,12 @@ KOPF_PEERING_CRD: Final = {
 
 # The kinds the operator puts its finalizer on (each has a delete handler in main.py); the chart's
 # pre-delete hook releases them all (finalizers.py).
-FINALIZED_CRDS: Final = (TOPIC_CRD, CONSUMER_GROUP_CRD, USER_CRD)
+FINALIZED_CRDS: Final = (TOPIC_CRD, CONSUMER_GROUP_CRD, TIDELOG_USER_CRD, USER_CRD)
 
 CRD_FILES: Final = {
     "topics.tidelog.io.yaml": TOPIC_CRD,
     "consumergroups.tidelog.io.yaml": CONSUMER_GROUP_CRD,
+    "tidelogusers.tidelog.io.yaml": TIDELOG_USER_CRD,
     "users.tidelog.io.yaml": USER_CRD,
     "clusterkopfpeerings.kopf.dev.yaml": KOPF_PEERING_CRD,
 }

@@ -48,7 +48,8 @@ log = structlog.get_logger(__name__)
 
 TOPICS: Final = (GROUP, VERSION, "topics")
 GROUPS: Final = (GROUP, VERSION, "consumergroups")
-USERS: Final = (GROUP, VERSION, "users")
+USERS: Final = (GROUP, VERSION, "tidelogusers")
+LEGACY_USERS: Final = (GROUP, VERSION, "users")  # the kind's deprecated first name (crds.USER_CRD)
 RECONCILES = metrics_catalog.counter("tidelog_operator_reconciles_total")
 RECONCILE_SECONDS = metrics_catalog.histogram(
     "tidelog_operator_reconcile_seconds", buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -314,10 +315,11 @@ async def serve(args: argparse.Namespace) -> None:
         for register in (kopf.on.create(*GROUPS), kopf.on.update(*GROUPS, field="spec"), kopf.on.resume(*GROUPS)):
             register(group_changed)
         kopf.timer(*GROUPS, interval=interval, idle=None)(group_changed)
-        for register in (kopf.on.create(*USERS), kopf.on.update(*USERS, field="spec"), kopf.on.resume(*USERS)):
-            register(user_changed)
-        kopf.timer(*USERS, interval=interval, initial_delay=interval, idle=None)(user_changed)  # drift
-        kopf.on.delete(*USERS)(user_deleted)
+        for users in (USERS, LEGACY_USERS):
+            for register in (kopf.on.create(*users), kopf.on.update(*users, field="spec"), kopf.on.resume(*users)):
+                register(user_changed)
+            kopf.timer(*users, interval=interval, initial_delay=interval, idle=None)(user_changed)  # drift
+            kopf.on.delete(*users)(user_deleted)
         await kopf.operator(
             standalone=args.standalone,
             peering_name=None if args.standalone else args.peering,

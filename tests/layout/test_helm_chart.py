@@ -166,10 +166,11 @@ def test_the_operator_runs_once_with_flags_it_accepts_and_a_role_for_its_resourc
     binding = manifests[("RoleBinding", f"{RELEASE}-operator")]
     assert binding["metadata"]["namespace"] == NAMESPACE and binding["subjects"] == [account]
     granted = _granted(manifests[("Role", f"{RELEASE}-operator")]["rules"])
-    for resource in ("topics", "consumergroups", "users"):
+    for resource in ("topics", "consumergroups", "tidelogusers", "users"):
         assert {("tidelog.io", resource, verb) for verb in ("list", "watch", "patch")} <= granted
         assert ("tidelog.io", f"{resource}/status", "patch") in granted
-    assert ("tidelog.io", "users/finalizers", "update") in granted  # blockOwnerDeletion on its Secrets
+    for owner in ("tidelogusers", "users"):  # blockOwnerDeletion on the Secrets they own
+        assert ("tidelog.io", f"{owner}/finalizers", "update") in granted
     assert {("", "secrets", verb) for verb in ("get", "create", "update")} <= granted
     assert ("", "events", "create") in granted
     cluster_wide = _granted(manifests[("ClusterRole", f"{RELEASE}-operator")]["rules"])

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tidelog.common.config import LOG_CONFIGS
-from tidelog.operator.crds import CONSUMER_GROUP_CRD, CRD_FILES, TOPIC_CRD, USER_CRD, render
+from tidelog.operator.crds import CONSUMER_GROUP_CRD, CRD_FILES, TIDELOG_USER_CRD, TOPIC_CRD, USER_CRD, render
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples" / "kubernetes").glob("*.yaml"))
@@ -47,7 +47,9 @@ def test_the_chart_holds_the_generated_crds() -> None:
 @pytest.mark.parametrize("path", EXAMPLES, ids=[path.name for path in EXAMPLES])
 def test_every_example_is_valid(path: Path) -> None:
     resource = yaml.safe_load(path.read_text())
-    crd = {"Topic": TOPIC_CRD, "ConsumerGroup": CONSUMER_GROUP_CRD, "User": USER_CRD}[resource["kind"]]
+    crd = {"Topic": TOPIC_CRD, "ConsumerGroup": CONSUMER_GROUP_CRD, "TidelogUser": TIDELOG_USER_CRD, "User": USER_CRD}[
+        resource["kind"]
+    ]
     assert resource["apiVersion"] == f"{crd['spec']['group']}/{crd['spec']['versions'][0]['name']}"
     assert _errors(crd, resource) == []
 

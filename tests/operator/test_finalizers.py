@@ -16,7 +16,7 @@ import kmock
 import pytest
 
 from tidelog.kube_emulator import Emulator, serve_crds, write_kubeconfig
-from tidelog.operator.crds import CONSUMER_GROUP_CRD, TOPIC_CRD, USER_CRD
+from tidelog.operator.crds import CONSUMER_GROUP_CRD, TIDELOG_USER_CRD, TOPIC_CRD, USER_CRD
 from tidelog.operator.finalizers import FINALIZER, PLURALS
 
 BASE = "/apis/tidelog.io/v1beta1"
@@ -25,7 +25,7 @@ BASE = "/apis/tidelog.io/v1beta1"
 @pytest.fixture
 async def kubernetes(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
     async with Emulator() as emulator, kmock.Server(emulator) as server:
-        serve_crds(emulator, [TOPIC_CRD, CONSUMER_GROUP_CRD, USER_CRD])
+        serve_crds(emulator, [TOPIC_CRD, CONSUMER_GROUP_CRD, TIDELOG_USER_CRD, USER_CRD])
         url = str(server.url).rstrip("/")
         kubeconfig = write_kubeconfig(url, tmp_path / "kubeconfig")
         yield url, kubeconfig
@@ -34,10 +34,13 @@ async def kubernetes(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
 async def _create(
     session: aiohttp.ClientSession, url: str, plural: str, namespace: str, name: str, *, finalizers: list[str]
 ) -> None:
-    kind = {"topics": "Topic", "consumergroups": "ConsumerGroup", "users": "User"}[plural]
+    kind = {"topics": "Topic", "consumergroups": "ConsumerGroup", "tidelogusers": "TidelogUser", "users": "User"}[
+        plural
+    ]
     spec = {
         "topics": {"partitions": 1, "replicas": 1},
         "consumergroups": {},
+        "tidelogusers": {"authentication": {"type": "scram-sha-512"}},
         "users": {"authentication": {"type": "scram-sha-512"}},
     }[plural]
     body: dict[str, Any] = {
@@ -79,19 +82,21 @@ async def test_the_hook_releases_our_finalizer_everywhere_and_keeps_others(kuber
         ("topics", "team-b", "payments", ["example.com/keep", FINALIZER]),
         ("topics", "team-b", "unmanaged", ["example.com/keep"]),
         ("consumergroups", "team-a", "billing", [FINALIZER]),
-        ("users", "team-a", "orders-app", [FINALIZER]),
-        ("users", "team-b", "reports", ["example.com/keep", FINALIZER]),
+        ("tidelogusers", "team-a", "orders-app", [FINALIZER]),
+        ("tidelogusers", "team-b", "reports", ["example.com/keep", FINALIZER]),
+        ("users", "team-b", "legacy", [FINALIZER]),
     ]
     async with aiohttp.ClientSession() as session:
         for plural, namespace, name, finalizers in resources:
             await _create(session, url, plural, namespace, name, finalizers=finalizers)
-        await _run_hook(kubeconfig, expect="2 topics, 1 consumergroups, 2 users released")
+        await _run_hook(kubeconfig, expect="2 topics, 1 consumergroups, 2 tidelogusers, 1 users released")
         assert await _finalizers(session, url, "topics", "team-a", "orders") == []
         assert await _finalizers(session, url, "topics", "team-b", "payments") == ["example.com/keep"]
         assert await _finalizers(session, url, "topics", "team-b", "unmanaged") == ["example.com/keep"]
         assert await _finalizers(session, url, "consumergroups", "team-a", "billing") == []
-        assert await _finalizers(session, url, "users", "team-a", "orders-app") == []
-        assert await _finalizers(session, url, "users", "team-b", "reports") == ["example.com/keep"]
+        assert await _finalizers(session, url, "tidelogusers", "team-a", "orders-app") == []
+        assert await _finalizers(session, url, "tidelogusers", "team-b", "reports") == ["example.com/keep"]
+        assert await _finalizers(session, url, "users", "team-b", "legacy") == []
 
 
 async def test_the_hook_releases_only_in_the_namespaces_it_is_given(kubernetes: tuple[str, Path]) -> None:
@@ -99,11 +104,13 @@ async def test_the_hook_releases_only_in_the_namespaces_it_is_given(kubernetes: 
     url, kubeconfig = kubernetes
     async with aiohttp.ClientSession() as session:
         await _create(session, url, "topics", "team-a", "orders", finalizers=[FINALIZER])
-        await _create(session, url, "users", "team-a", "orders-app", finalizers=[FINALIZER])
+        await _create(session, url, "tidelogusers", "team-a", "orders-app", finalizers=[FINALIZER])
         await _create(session, url, "topics", "elsewhere", "theirs", finalizers=[FINALIZER])
-        await _run_hook(kubeconfig, expect="1 topics, 0 consumergroups, 1 users released", namespaces=("team-a",))
+        await _run_hook(
+            kubeconfig, expect="1 topics, 0 consumergroups, 1 tidelogusers, 0 users released", namespaces=("team-a",)
+        )
         assert await _finalizers(session, url, "topics", "team-a", "orders") == []
-        assert await _finalizers(session, url, "users", "team-a", "orders-app") == []
+        assert await _finalizers(session, url, "tidelogusers", "team-a", "orders-app") == []
         assert await _finalizers(session, url, "topics", "elsewhere", "theirs") == [FINALIZER]
 
 
@@ -111,13 +118,14 @@ async def test_without_the_crds_there_is_nothing_to_release(tmp_path: Path) -> N
     async with Emulator() as emulator, kmock.Server(emulator) as server:
         emulator.resources.load_bundled()
         kubeconfig = write_kubeconfig(str(server.url), tmp_path / "kubeconfig")
-        await _run_hook(kubeconfig, expect="0 topics, 0 consumergroups, 0 users released")
+        await _run_hook(kubeconfig, expect="0 topics, 0 consumergroups, 0 tidelogusers, 0 users released")
 
 
 def test_every_kind_with_a_delete_handler_is_released() -> None:
     """kopf finalizes each kind the operator has a delete handler for (operator/main.py)."""
     source = (Path(__file__).resolve().parents[2] / "operator" / "main.py").read_text()
-    handled = {plural for plural in ("topics", "consumergroups", "users") if f'"{plural}")' in source}
+    plurals = ("topics", "consumergroups", "tidelogusers", "users")
+    handled = {plural for plural in plurals if f'"{plural}")' in source}
     assert "kopf.on.delete(*TOPICS)" in source and "kopf.on.delete(*GROUPS)" in source
-    assert "kopf.on.delete(*USERS)" in source
-    assert set(PLURALS) == handled == {"topics", "consumergroups", "users"}
+    assert "for users in (USERS, LEGACY_USERS)" in source and "kopf.on.delete(*users)" in source
+    assert set(PLURALS) == handled == set(plurals)

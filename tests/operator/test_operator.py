@@ -24,7 +24,7 @@ from tidelog.client.group_admin import GroupAdmin
 from tidelog.common.settings import OperatorSettings
 from tidelog.kube_emulator import Emulator, serve_crds, write_kubeconfig
 from tidelog.local_cluster import LocalCluster
-from tidelog.operator.crds import CONSUMER_GROUP_CRD, KOPF_PEERING_CRD, TOPIC_CRD, USER_CRD
+from tidelog.operator.crds import CONSUMER_GROUP_CRD, KOPF_PEERING_CRD, TIDELOG_USER_CRD, TOPIC_CRD, USER_CRD
 from tidelog.operator.main import retry_delay
 from tidelog.operator.topic_reconciler import Outcome
 
@@ -37,7 +37,7 @@ async def kubernetes(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
     """An emulated API server that knows the Topic resource; its URL and a kubeconfig for it."""
     async with Emulator() as emulator, kmock.Server(emulator) as server:
         serve_crds(
-            emulator, [TOPIC_CRD, CONSUMER_GROUP_CRD, USER_CRD, KOPF_PEERING_CRD]
+            emulator, [TOPIC_CRD, CONSUMER_GROUP_CRD, TIDELOG_USER_CRD, USER_CRD, KOPF_PEERING_CRD]
         )  # replicas meet in the peering
         url = str(server.url).rstrip("/")
         kubeconfig = write_kubeconfig(url, tmp_path / "kubeconfig")

@@ -24,7 +24,8 @@ from tidelog.local_cluster import LocalCluster
 
 __all__ = ["kubernetes"]  # (the emulator fixture, shared with test_operator)
 
-API = "/apis/tidelog.io/v1beta1/namespaces/default/users"
+API = "/apis/tidelog.io/v1beta1/namespaces/default/tidelogusers"
+LEGACY_API = "/apis/tidelog.io/v1beta1/namespaces/default/users"  # the kind's deprecated first name
 SECRETS = "/api/v1/namespaces/default/secrets"
 
 
@@ -59,8 +60,8 @@ async def _get(session: aiohttp.ClientSession, url: str) -> dict[str, Any] | Non
         return found
 
 
-async def _ready(session: aiohttp.ClientSession, url: str, name: str) -> dict[str, Any] | None:
-    found = await _get(session, f"{url}{API}/{name}")
+async def _ready(session: aiohttp.ClientSession, url: str, name: str, api: str = API) -> dict[str, Any] | None:
+    found = await _get(session, f"{url}{api}/{name}")
     conditions = ((found or {}).get("status") or {}).get("conditions") or []
     ready = next((c for c in conditions if c["type"] == "Ready" and c["status"] == "True"), None)
     return found if ready else None
@@ -87,7 +88,7 @@ async def test_a_scram_user_gets_a_password_secret_acls_and_quotas_and_loses_the
     }
     body = {
         "apiVersion": "tidelog.io/v1beta1",
-        "kind": "User",
+        "kind": "TidelogUser",
         "metadata": {"name": name, "namespace": "default"},
         "spec": spec,
     }
@@ -98,7 +99,7 @@ async def test_a_scram_user_gets_a_password_secret_acls_and_quotas_and_loses_the
         assert resource["status"]["principal"] == f"User:{name}" and resource["status"]["secret"] == name
         secret = await _get(session, f"{url}{SECRETS}/{name}")
         assert secret is not None and len(base64.b64decode(secret["data"]["password"])) >= 24
-        assert secret["metadata"]["ownerReferences"][0]["kind"] == "User"
+        assert secret["metadata"]["ownerReferences"][0]["kind"] == "TidelogUser"
         assert name in await admin.describe_user_scram_credentials([name])
         acls = {
             (b.operation.value, b.resource_type.value, b.resource_name, b.pattern_type.value)
@@ -150,6 +151,7 @@ async def test_a_scram_user_gets_a_password_secret_acls_and_quotas_and_loses_the
 async def test_a_tls_user_gets_a_client_certificate_signed_by_the_clients_ca(
     user_operator: tuple[str, trustme.CA],
 ) -> None:
+    """On the kind's deprecated first name (`User`, served one more release): still reconciled."""
     url, ca = user_operator
     name = f"svc-{uuid.uuid4().hex[:6]}"
     body = {
@@ -159,9 +161,9 @@ async def test_a_tls_user_gets_a_client_certificate_signed_by_the_clients_ca(
         "spec": {"authentication": {"type": "tls"}},
     }
     async with aiohttp.ClientSession() as session:
-        async with session.post(f"{url}{API}", json=body) as answer:
+        async with session.post(f"{url}{LEGACY_API}", json=body) as answer:
             assert answer.status in (200, 201), await answer.text()
-        await wait_until(lambda: _ready(session, url, name), timeout_s=30, what="the User Ready")
+        await wait_until(lambda: _ready(session, url, name, LEGACY_API), timeout_s=30, what="the User Ready")
         secret = await _get(session, f"{url}{SECRETS}/{name}")
         assert secret is not None
         certificate = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["user.crt"]))
@@ -176,7 +178,7 @@ async def test_a_user_named_like_a_service_is_refused(user_operator: tuple[str, 
     url, _ = user_operator
     body = {
         "apiVersion": "tidelog.io/v1beta1",
-        "kind": "User",
+        "kind": "TidelogUser",
         "metadata": {"name": "tidelog-broker", "namespace": "default"},
         "spec": {"authentication": {"type": "tls"}},
     }
