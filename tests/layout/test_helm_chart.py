@@ -677,3 +677,65 @@ def test_the_values_schema_holds_every_value_and_closes_every_object_of_ours() -
             walk(node["properties"][key], child, f"{path}.{key}")
 
     walk(schema, values, "values")
+
+
+THIRD_PARTY = Path(__file__).parent / "third_party_schemas"
+
+
+def _strict(schema: dict[str, Any]) -> dict[str, Any]:
+    """A CRD schema as the API server applies it with strict field validation (kubectl's default):
+    an unknown field is an error wherever fields are listed and unknown ones are not preserved."""
+    copied = {key: value for key, value in schema.items() if not key.startswith("x-kubernetes-")}
+    if "properties" in schema:
+        copied["properties"] = {name: _strict(child) for name, child in schema["properties"].items()}
+        if not schema.get("x-kubernetes-preserve-unknown-fields") and "additionalProperties" not in schema:
+            copied["additionalProperties"] = False
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            copied[key] = _strict(schema[key])
+    for key in ("allOf", "anyOf", "oneOf"):
+        if key in schema:
+            copied[key] = [_strict(branch) for branch in schema[key]]
+    return copied
+
+
+def test_third_party_resources_are_valid_against_their_projects_crds() -> None:
+    """cert-manager's Certificates and Issuers, the Prometheus Operator's PodMonitors and
+    PrometheusRules, against the schemas those projects publish (kept here with their licences)."""
+    import jsonschema  # noqa: PLC0415
+
+    schemas = {}
+    for path in THIRD_PARTY.glob("*.json"):
+        published = json.loads(path.read_text())
+        schemas[(f"{published['group']}/{published['version']}", published["kind"])] = _strict(
+            published["openAPIV3Schema"]
+        )
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    values["security"]["certManager"]["enabled"] = True
+    values["monitoring"]["prometheusRule"]["enabled"] = True
+    values["monitoring"]["podMonitors"]["enabled"] = True
+    checked = set()
+    for document in _documents(render(values)).values():
+        key = (document["apiVersion"], document["kind"])
+        if key[0].split("/")[0] in ("cert-manager.io", "monitoring.coreos.com"):
+            assert key in schemas, f"no published schema kept for {key}"
+            errors = sorted(e.message for e in jsonschema.Draft7Validator(schemas[key]).iter_errors(document))
+            assert errors == [], (document["metadata"]["name"], errors)
+            checked.add(key[1])
+    assert checked == {"Certificate", "Issuer", "PodMonitor", "PrometheusRule"}
+
+
+def test_the_strict_check_catches_a_misspelt_third_party_field() -> None:
+    import jsonschema  # noqa: PLC0415
+
+    published = json.loads((THIRD_PARTY / "certificates.cert-manager.io.json").read_text())
+    certificate = {
+        "apiVersion": "cert-manager.io/v1",
+        "kind": "Certificate",
+        "metadata": {"name": "c"},
+        "spec": {"secretName": "s", "issuerRef": {"name": "i"}, "renewBfore": "1h"},
+    }
+    errors = [
+        e.message for e in jsonschema.Draft7Validator(_strict(published["openAPIV3Schema"])).iter_errors(certificate)
+    ]
+    assert any("renewBfore" in error for error in errors)
