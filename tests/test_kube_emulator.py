@@ -15,6 +15,8 @@ from tidelog.operator.crds import TOPIC_CRD
 
 TOPICS = "/apis/tidelog.io/v1beta1/namespaces/default/topics"
 MERGE = {"Content-Type": "application/merge-patch+json"}
+JSON_PATCH = {"Content-Type": "application/json-patch+json"}
+SPEC = {"partitions": 1, "replicas": 1}
 
 
 @pytest.fixture
@@ -33,7 +35,12 @@ async def test_writes_are_stamped_as_the_api_server_stamps_them(
     served: tuple[Emulator, str, aiohttp.ClientSession],
 ) -> None:
     _, url, session = served
-    body = {"apiVersion": "tidelog.io/v1beta1", "kind": "Topic", "metadata": {"name": "a"}, "spec": {"partitions": 1}}
+    body = {
+        "apiVersion": "tidelog.io/v1beta1",
+        "kind": "Topic",
+        "metadata": {"name": "a"},
+        "spec": {"partitions": 1, "replicas": 1},
+    }
     status, created = await _call(session, "POST", f"{url}{TOPICS}", json=body)
     assert status in (200, 201)
     meta = created["metadata"]
@@ -59,7 +66,7 @@ async def test_request_history_holds_only_requests_in_flight(
 ) -> None:
     emulator, url, session = served
     for n in range(50):
-        body = {"apiVersion": "tidelog.io/v1beta1", "kind": "Topic", "metadata": {"name": f"t{n}"}, "spec": {}}
+        body = {"apiVersion": "tidelog.io/v1beta1", "kind": "Topic", "metadata": {"name": f"t{n}"}, "spec": SPEC}
         status, _ = await _call(session, "POST", f"{url}{TOPICS}", json=body)
         assert status in (200, 201)
         status, _ = await _call(session, "GET", f"{url}{TOPICS}/t{n}")
@@ -67,3 +74,62 @@ async def test_request_history_holds_only_requests_in_flight(
     assert len(list(emulator)) <= 1  # kmock kept all 100, and matched each new request against them
     status, listed = await _call(session, "GET", f"{url}{TOPICS}")
     assert status == 200 and len(listed["items"]) == 50
+
+
+def _topic(name: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "tidelog.io/v1beta1", "kind": "Topic", "metadata": {"name": name}, "spec": spec}
+
+
+async def test_a_resource_is_admitted_as_the_api_server_admits_it(
+    served: tuple[Emulator, str, aiohttp.ClientSession],
+) -> None:
+    _, url, session = served
+    # schema: a required field missing, a value out of bounds → 422 Invalid, nothing stored
+    status, refused = await _call(session, "POST", f"{url}{TOPICS}", json=_topic("bad", partitions=0))
+    assert status == 422 and "replicas" in refused["message"] and "minimum" in refused["message"]
+    assert (await _call(session, "GET", f"{url}{TOPICS}/bad"))[0] == 404
+    # CEL rules of the CRD
+    status, refused = await _call(
+        session, "POST", f"{url}{TOPICS}", json=_topic("cel", partitions=2, replicas=1, assignment=[[1]])
+    )
+    assert status == 422 and "assignment must list every partition" in refused["message"]
+    # pruning and defaults: an unknown field is dropped, deletionPolicy defaults to Delete
+    body = _topic("ok", partitions=1, replicas=1, unknownField=True)
+    body["status"] = {"topicId": "made-up"}  # the status subresource: a create's status is dropped
+    status, created = await _call(session, "POST", f"{url}{TOPICS}", json=body)
+    assert status in (200, 201), created
+    assert created["spec"] == {"partitions": 1, "replicas": 1, "deletionPolicy": "Delete"}
+    assert "status" not in created
+    # a transition rule: topicName cannot change once set
+    await _call(session, "PATCH", f"{url}{TOPICS}/ok", json={"spec": {"topicName": "first"}}, headers=MERGE)
+    status, refused = await _call(
+        session, "PATCH", f"{url}{TOPICS}/ok", json={"spec": {"topicName": "second"}}, headers=MERGE
+    )
+    assert status == 422 and "topicName cannot change" in refused["message"]
+    # the status subresource: /status changes only status, the resource never its status
+    status, written = await _call(
+        session,
+        "PATCH",
+        f"{url}{TOPICS}/ok/status",
+        json={"status": {"partitions": 1}, "spec": {"partitions": 9}},
+        headers=MERGE,
+    )
+    assert status == 200 and written["status"] == {"partitions": 1} and written["spec"]["partitions"] == 1
+    _, written = await _call(
+        session,
+        "PATCH",
+        f"{url}{TOPICS}/ok",
+        json={"status": {"partitions": 5}, "spec": {"partitions": 2}},
+        headers=MERGE,
+    )
+    assert written["status"] == {"partitions": 1} and written["spec"]["partitions"] == 2
+    assert written["metadata"]["generation"] == 3  # two changes of spec: topicName, partitions
+    # a JSON patch is admitted the same way
+    status, refused = await _call(
+        session,
+        "PATCH",
+        f"{url}{TOPICS}/ok",
+        json=[{"op": "replace", "path": "/spec/replicas", "value": 0}],
+        headers=JSON_PATCH,
+    )
+    assert status == 422 and "minimum" in refused["message"]

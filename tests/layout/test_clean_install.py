@@ -21,6 +21,7 @@ NOT_IN_THE_IMAGE = {
     "tidelog.spark": "the `spark` extra (pyarrow, pyspark): the Dockerfile's spark stage",
     "tidelog.dashboards": "grafana-foundation-sdk, a development tool that writes the chart's dashboards",
     "tidelog.kube_emulator": "kmock, the tests' Kubernetes API emulator",
+    "tidelog.kube_admission": "cel-python and jsonschema, the emulator's admission as an API server's",
 }
 
 pytestmark = pytest.mark.timeout(600)
