@@ -459,23 +459,9 @@ def test_dashboards_ship_as_configmaps_for_grafanas_sidecar(manifests: dict[tupl
     assert "grafana_dashboard" not in off
 
 
-def _certificates(manifests: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
-    import base64  # noqa: PLC0415
-
-    from cryptography import x509  # noqa: PLC0415
-
-    return {
-        name: x509.load_pem_x509_certificate(base64.b64decode(document["data"]["tls.crt"]))
-        for (kind, name), document in manifests.items()
-        if kind == "Secret" and name.endswith(("-tls", "-cluster-ca"))
-    }
-
-
 def test_security_is_on_by_default_with_a_ca_and_a_certificate_per_component(
     manifests: dict[tuple[str, str], dict[str, Any]], security_properties: Path
 ) -> None:
-    from cryptography import x509  # noqa: PLC0415
-    from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa  # noqa: PLC0415
 
     from tidelog.common.settings import SecuritySettings, read_properties  # noqa: PLC0415
 
@@ -487,27 +473,30 @@ def test_security_is_on_by_default_with_a_ca_and_a_certificate_per_component(
     )
     assert SecuritySettings.principals(settings.super_users) == {"User:tidelog-operator"}
     assert settings.broker_principals == "User:tidelog-broker"
-    certificates = _certificates(manifests)
-    ca = certificates[f"{RELEASE}-cluster-ca"]
-    for component in ("controller", "broker", "coordinator", "gateway", "operator"):
-        certificate = certificates[f"{RELEASE}-{component}-tls"]
-        assert certificate.subject.rfc4514_string() == f"CN=tidelog-{component}"
-        assert certificate.issuer == ca.subject
-        public_key = ca.public_key()
-        signature_args: tuple[Any, ...] = (
-            (padding.PKCS1v15(), certificate.signature_hash_algorithm)
-            if isinstance(public_key, rsa.RSAPublicKey)
-            else (ec.ECDSA(certificate.signature_hash_algorithm),)
-        )
-        public_key.verify(certificate.signature, certificate.tbs_certificate_bytes, *signature_args)  # type: ignore[arg-type]
-        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
-            x509.DNSName
-        )
-        assert f"*.{RELEASE}-{component}" in names and f"{RELEASE}-{component}" in names
-    # The CA outlives upgrades: Helm keeps it when the release is uninstalled.
-    assert manifests[("Secret", f"{RELEASE}-cluster-ca")]["metadata"]["annotations"] == {
-        "helm.sh/resource-policy": "keep"
+    # No key material in the manifests: a hook makes the CAs and certificates in the cluster
+    # (operator/cluster_certificates.py, tests/operator/test_cluster_certificates.py).
+    assert not [name for (kind, name) in manifests if kind == "Secret"]
+    job = manifests[("Job", f"{RELEASE}-certificates")]
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[0] == "tidelog-cluster-certificates"
+    options = dict(zip(command[1::2], command[2::2], strict=True))
+    assert (options["--namespace"], options["--release"]) == (NAMESPACE, RELEASE)
+    made = {f"{RELEASE}-{c}-tls" for c in options["--components"].split(",")}
+    made |= {f"{RELEASE}-{c}-etcd-tls" for c in [*options["--etcd-clients"].split(","), "etcd"]}
+    mounted = {
+        volume["secret"]["secretName"]
+        for kind, name in manifests
+        if kind in ("StatefulSet", "Deployment")
+        for volume in manifests[(kind, name)]["spec"]["template"]["spec"].get("volumes", [])
+        if "secret" in volume and volume["secret"]["secretName"] != "tidelog-gateway-credentials"
     }
+    assert mounted - {f"{RELEASE}-cluster-ca"} <= made  # every certificate a pod mounts is made
+    rules = manifests[("Role", f"{RELEASE}-certificates")]["rules"]
+    assert rules == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch"]}]
+    assert manifests[("Job", f"{RELEASE}-certificates")]["spec"]["template"]["spec"]["serviceAccountName"] == (
+        f"{RELEASE}-certificates"
+    )
     # TLS listeners: kubelet's gRPC probe speaks no TLS, a TCP probe stands in.
     broker = manifests[("StatefulSet", f"{RELEASE}-broker")]["spec"]["template"]["spec"]["containers"][0]
     assert "tcpSocket" in broker["readinessProbe"]
@@ -649,10 +638,10 @@ def test_with_security_on_etcd_wants_a_client_certificate_of_its_own_ca(
         assert secrets["etcd-tls"] == f"{RELEASE}-{component}-etcd-tls"
         mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
         assert mounts["etcd-tls"] == "/etc/tidelog/etcd-tls"
-    # etcd's CA is not the cluster CA, which also signs users' client certificates
-    etcd_ca = manifests[("Secret", f"{RELEASE}-etcd-ca")]["data"]["ca.crt"]
-    assert etcd_ca != manifests[("Secret", f"{RELEASE}-cluster-ca")]["data"]["ca.crt"]
-    assert manifests[("Secret", f"{RELEASE}-broker-etcd-tls")]["data"]["ca.crt"] == etcd_ca
+    # etcd's certificates come from a CA of its own (the hook's --etcd-clients: etcd-ca), not the
+    # cluster CA, which also signs users' client certificates
+    command = manifests[("Job", f"{RELEASE}-certificates")]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--etcd-clients") + 1] == "controller,broker,coordinator,gateway"
     operator = manifests[("Deployment", f"{RELEASE}-operator")]["spec"]["template"]["spec"]
     assert "etcd-tls" not in {v["name"] for v in operator["volumes"]}  # it never talks to etcd
 
@@ -757,3 +746,8 @@ def test_the_strict_check_catches_a_misspelt_third_party_field() -> None:
         e.message for e in jsonschema.Draft7Validator(_strict(published["openAPIV3Schema"])).iter_errors(certificate)
     ]
     assert any("renewBfore" in error for error in errors)
+
+
+def test_a_render_holds_no_randomness() -> None:
+    """Rendered twice, the same manifests: `helm template` and Argo CD make no new CA per render."""
+    assert render() == render()

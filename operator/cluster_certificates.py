@@ -1,0 +1,207 @@
+"""The cluster's certificates, made once and kept (`tidelog-cluster-certificates`, the chart's
+pre-install and pre-upgrade hook when cert-manager does not issue them).
+
+Helm's `genCA` in a template made a new CA on every render where `lookup` sees no cluster
+(`helm template`, Argo CD): every sync replaced every certificate. This command runs in the
+cluster instead and only fills what is missing or due: the cluster CA and etcd's own CA (made
+once, ten years, ECDSA P-256), and each component's certificate signed by its CA (DNS names of its
+Service and pods), issued again when absent, not signed by the current CA, or within
+`RENEW_BEFORE` of expiry. Secrets are `kubernetes.io/tls` (`tls.crt`, `tls.key`, `ca.crt`), the
+names the chart mounts. Rerunning it changes nothing that is still good.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import dataclasses
+import datetime
+import sys
+from collections.abc import Sequence
+from typing import Any, Final
+
+import aiohttp
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from tidelog.operator.kube_api import ConnectionInfo, connection, session
+
+__all__ = ["ensure", "main"]
+
+CA_VALIDITY: Final = datetime.timedelta(days=3650)
+VALIDITY: Final = datetime.timedelta(days=365)
+RENEW_BEFORE: Final = datetime.timedelta(days=30)  # Strimzi's renewal window
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pem:
+    certificate: bytes
+    key: bytes
+
+
+def _pem(certificate: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> _Pem:
+    return _Pem(
+        certificate.public_bytes(serialization.Encoding.PEM),
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
+    )
+
+
+def _new_ca(name: str, now: datetime.datetime) -> _Pem:
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + CA_VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
+        )  # digital signature, certificate and CRL signing
+        .sign(key, hashes.SHA256())
+    )
+    return _pem(certificate, key)
+
+
+def _issue(ca: _Pem, common_name: str, dns_names: Sequence[str], now: datetime.datetime) -> _Pem:
+    ca_certificate = x509.load_pem_x509_certificate(ca.certificate)
+    ca_key = serialization.load_pem_private_key(ca.key, password=None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca_certificate.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+        )
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name) for name in dns_names]), critical=False)
+        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    )
+    return _pem(certificate, key)
+
+
+def _still_good(held: dict[str, bytes] | None, ca: _Pem, now: datetime.datetime) -> bool:
+    if held is None or "tls.crt" not in held or "tls.key" not in held:
+        return False
+    try:
+        certificate = x509.load_pem_x509_certificate(held["tls.crt"])
+    except ValueError:
+        return False
+    issuer = x509.load_pem_x509_certificate(ca.certificate).subject
+    return (
+        held.get("ca.crt") == ca.certificate
+        and certificate.issuer == issuer
+        and certificate.not_valid_after_utc - RENEW_BEFORE > now
+    )
+
+
+class _Secrets:
+    def __init__(self, api: aiohttp.ClientSession, namespace: str, release: str) -> None:
+        self.api, self.namespace, self.release = api, namespace, release
+
+    async def get(self, name: str) -> dict[str, bytes] | None:
+        async with self.api.get(f"api/v1/namespaces/{self.namespace}/secrets/{name}") as answer:
+            if answer.status == 404:
+                return None
+            answer.raise_for_status()
+            body: dict[str, Any] = await answer.json()
+        return {key: base64.b64decode(value) for key, value in (body.get("data") or {}).items()}
+
+    async def put(self, name: str, pem: _Pem, ca: bytes, *, exists: bool, keep: bool = False) -> None:
+        annotations = {"helm.sh/resource-policy": "keep"} if keep else {}
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/tls",
+            "metadata": {
+                "name": name,
+                "namespace": self.namespace,
+                "labels": {"app.kubernetes.io/instance": self.release, "app.kubernetes.io/managed-by": "tidelog"},
+                "annotations": annotations,
+            },
+            "data": {
+                key: base64.b64encode(value).decode()
+                for key, value in (("tls.crt", pem.certificate), ("tls.key", pem.key), ("ca.crt", ca))
+            },
+        }
+        path = f"api/v1/namespaces/{self.namespace}/secrets"
+        if exists:  # every key of `data` given again: a merge patch replaces them all
+            merge = {"Content-Type": "application/merge-patch+json"}
+            request = self.api.patch(f"{path}/{name}", json=secret, headers=merge)
+        else:
+            request = self.api.post(path, json=secret)
+        async with request as answer:
+            answer.raise_for_status()
+
+
+async def _ca(secrets: _Secrets, name: str, now: datetime.datetime, done: list[str]) -> _Pem:
+    held = await secrets.get(name)
+    if held is not None and "tls.crt" in held and "tls.key" in held:
+        return _Pem(held["tls.crt"], held["tls.key"])
+    made = _new_ca(name, now)
+    await secrets.put(name, made, made.certificate, exists=held is not None, keep=True)
+    done.append(name)
+    return made
+
+
+async def ensure(
+    info: ConnectionInfo,
+    namespace: str,
+    release: str,
+    components: Sequence[str],
+    etcd_clients: Sequence[str],
+    *,
+    now: datetime.datetime | None = None,
+) -> list[str]:
+    """Make what is missing or due; the names of the Secrets written."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    written: list[str] = []
+    async with session(info) as api:
+        secrets = _Secrets(api, namespace, release)
+        for ca_name, suffix, wanted in (
+            (f"{release}-cluster-ca", "tls", components),
+            (f"{release}-etcd-ca", "etcd-tls", [*etcd_clients, "etcd"] if etcd_clients else []),
+        ):
+            if not wanted:
+                continue
+            ca = await _ca(secrets, ca_name, now, written)
+            for component in wanted:
+                name = f"{release}-{component}-{suffix}"
+                held = await secrets.get(name)
+                if _still_good(held, ca, now):
+                    continue
+                service = f"{release}-{component}"
+                dns = [service, f"*.{service}", f"{service}.{namespace}.svc", f"*.{service}.{namespace}.svc"]
+                await secrets.put(
+                    name, _issue(ca, f"tidelog-{component}", dns, now), ca.certificate, exists=held is not None
+                )
+                written.append(name)
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--namespace", required=True, help="where the release's Secrets live")
+    parser.add_argument("--release", required=True, help="the Helm release (the Secrets' name prefix)")
+    parser.add_argument("--components", default="", help="comma-separated: each gets <release>-<c>-tls")
+    parser.add_argument("--etcd-clients", default="", help="comma-separated: each gets <release>-<c>-etcd-tls")
+    args = parser.parse_args(argv)
+    split = [c for c in args.components.split(",") if c]
+    clients = [c for c in args.etcd_clients.split(",") if c]
+    written = asyncio.run(ensure(connection(), args.namespace, args.release, split, clients))
+    print(f"{len(written)} certificate secret(s) written: {', '.join(written) or 'all were good'}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
