@@ -492,8 +492,10 @@ def test_security_is_on_by_default_with_a_ca_and_a_certificate_per_component(
         if "secret" in volume and volume["secret"]["secretName"] != "tidelog-gateway-credentials"
     }
     assert mounted - {f"{RELEASE}-cluster-ca"} <= made  # every certificate a pod mounts is made
-    rules = manifests[("Role", f"{RELEASE}-certificates")]["rules"]
-    assert rules == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch"]}]
+    named, create = manifests[("Role", f"{RELEASE}-certificates")]["rules"]
+    assert named["resources"] == ["secrets"] and named["verbs"] == ["get", "patch"]
+    assert set(named["resourceNames"]) == made | {f"{RELEASE}-cluster-ca", f"{RELEASE}-etcd-ca"}
+    assert create == {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}
     assert manifests[("Job", f"{RELEASE}-certificates")]["spec"]["template"]["spec"]["serviceAccountName"] == (
         f"{RELEASE}-certificates"
     )
