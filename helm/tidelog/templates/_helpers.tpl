@@ -72,3 +72,83 @@ securityContext:
 {{- define "tidelog.tmpVolume" -}}
 - {name: tmp, emptyDir: {sizeLimit: 256Mi}}
 {{- end }}
+
+{{/* The certificates command's account: a ServiceAccount and a Role on the release's certificate
+Secrets (by name; create cannot be limited by name), bound. */}}
+{{- define "tidelog.certificatesAccess" -}}
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ .name }}
+  {{- with .annotations }}
+  annotations: {{- toYaml . | nindent 4 }}
+  {{- end }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ .name }}
+  {{- with .annotations }}
+  annotations: {{- toYaml . | nindent 4 }}
+  {{- end }}
+rules:
+  - apiGroups: [""]
+    resources: [secrets]
+    verbs: [get, patch]
+    resourceNames:
+      - {{ .release }}-cluster-ca
+      - {{ .release }}-etcd-ca
+      - {{ .release }}-etcd-etcd-tls
+      {{- range $component := .components }}
+      - {{ $.release }}-{{ $component }}-tls
+      {{- end }}
+      {{- range $client := .etcdClients }}
+      - {{ $.release }}-{{ $client }}-etcd-tls
+      {{- end }}
+  - apiGroups: [""]
+    resources: [secrets]
+    verbs: [create]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ .name }}
+  {{- with .annotations }}
+  annotations: {{- toYaml . | nindent 4 }}
+  {{- end }}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: {{ .name }}}
+subjects:
+  - {kind: ServiceAccount, name: {{ .name }}, namespace: {{ .namespace }}}
+{{- end }}
+
+{{/* The pod that runs tidelog-cluster-certificates (the install hook's Job and the CronJob). */}}
+{{- define "tidelog.certificatesPod" -}}
+metadata:
+  labels: {app.kubernetes.io/name: tidelog-certificates, app.kubernetes.io/instance: "{{ .root.Release.Name }}"}
+spec:
+  serviceAccountName: {{ .account }}
+  restartPolicy: Never
+  {{- include "tidelog.podSecurityContext" .root | nindent 2 }}
+  containers:
+    - name: certificates
+      image: "{{ .root.Values.image.repository }}:{{ .root.Values.image.tag }}"
+      imagePullPolicy: {{ .root.Values.image.pullPolicy }}
+      {{- include "tidelog.containerSecurityContext" .root | nindent 6 }}
+      command:
+        - tidelog-cluster-certificates
+        - --namespace
+        - {{ .root.Release.Namespace }}
+        - --release
+        - {{ .root.Release.Name }}
+        - --components
+        - {{ join "," .components }}
+        - --etcd-clients
+        - {{ join "," .etcdClients }}
+      resources:
+        requests: {cpu: 10m, memory: 64Mi}
+        limits: {memory: 128Mi}
+      volumeMounts:
+        {{- include "tidelog.tmpMount" .root | nindent 8 }}
+  volumes:
+    {{- include "tidelog.tmpVolume" .root | nindent 4 }}
+{{- end }}
