@@ -35,6 +35,7 @@ __all__ = [
     "plan_ranges",
     "read_range",
     "resolve",
+    "resolve_start",
     "run",
     "snapshot",
 ]
@@ -195,6 +196,25 @@ async def resolve(
         else:
             chosen[tp] = special
     return chosen
+
+
+async def resolve_start(
+    consumer: Consumer, options: ReadOptions, partitions: list[TopicPartition], *, keep_latest: bool = False
+) -> dict[TopicPartition, int]:
+    """Where a query starts reading each partition, as the starting* options say."""
+    return await resolve(
+        consumer,
+        options,
+        partitions,
+        options.starting,
+        spec_option="startingOffsets",
+        by_timestamp=options.starting_by_timestamp,
+        by_timestamp_option="startingOffsetsByTimestamp",
+        timestamp=options.starting_timestamp,
+        timestamp_option="startingTimestamp",
+        none_at_timestamp=options.starting_by_timestamp_strategy,
+        keep_latest=keep_latest,
+    )
 
 
 def check_batch_ranges(

@@ -47,6 +47,7 @@ from tidelog.spark.reading import (
     plan_ranges,
     read_range,
     resolve,
+    resolve_start,
     run,
     snapshot,
     with_retries,
@@ -92,18 +93,7 @@ class BatchReader(DataSourceReader):
         options = self.options
         async with Consumer(list(options.bootstrap), **options.client) as consumer:
             partitions = await with_retries(options, lambda: discover(consumer, options))
-            start = await resolve(
-                consumer,
-                options,
-                partitions,
-                options.starting,
-                spec_option="startingOffsets",
-                by_timestamp=options.starting_by_timestamp,
-                by_timestamp_option="startingOffsetsByTimestamp",
-                timestamp=options.starting_timestamp,
-                timestamp_option="startingTimestamp",
-                none_at_timestamp=options.starting_by_timestamp_strategy,
-            )
+            start = await resolve_start(consumer, options, partitions)
             end = await resolve(
                 consumer,
                 options,
@@ -173,19 +163,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             async with self._client() as consumer:
                 now = await snapshot(consumer, options, streaming=True)
                 self._learn_ids(now)
-                starts = await resolve(
-                    consumer,
-                    options,
-                    sorted(now.latest),
-                    options.starting,
-                    spec_option="startingOffsets",
-                    by_timestamp=options.starting_by_timestamp,
-                    by_timestamp_option="startingOffsetsByTimestamp",
-                    timestamp=options.starting_timestamp,
-                    timestamp_option="startingTimestamp",
-                    none_at_timestamp=options.starting_by_timestamp_strategy,
-                    keep_latest=True,
-                )
+                starts = await resolve_start(consumer, options, sorted(now.latest), keep_latest=True)
             self._at_end = {tp for tp, offset in starts.items() if offset == LATEST}
             return {tp: now.latest[tp] if offset == LATEST else offset for tp, offset in starts.items()}
 
