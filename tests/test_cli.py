@@ -129,6 +129,8 @@ def test_dev_up_topic_produce_consume_and_restart(dev_cluster: Path) -> None:
     assert "deleted group cli-group" in tidelog("group", "delete", "cli-group", *data).stdout
     missing = tidelog("group", "delete", "cli-group", *data, check=False)
     assert missing.returncode == 1 and "GROUP_ID_NOT_FOUND" in missing.stderr
+    never = tidelog("group", "describe", "no-such-group", *data, check=False)  # issue 31: a traceback before
+    assert never.returncode == 1 and "does not exist" in never.stderr and "Traceback" not in never.stderr
 
     # The REST gateway dev up runs (authentication off), on the port kept in cluster.json.
     gateway_port = json.loads((dev_cluster / "cluster.json").read_text())["gateways"]["1"]

@@ -8,6 +8,7 @@ from tidelog.cli.cluster_commands import bootstrap_endpoints, command_security, 
 from tidelog.cli.output import table
 from tidelog.client import TopicPartition
 from tidelog.client.group_admin import GroupAdmin
+from tidelog.common.errors import ErrorCode, error_for
 
 __all__ = ["add_group_commands"]
 
@@ -30,6 +31,9 @@ async def _list(args: argparse.Namespace) -> int:
 async def _describe(args: argparse.Namespace) -> int:
     async with _admin(args) as admin:
         group = await admin.describe_group(args.group)
+    if group.state == "Dead" and not group.members and not group.partitions:
+        # as kafka-consumer-groups.sh, and as `group delete` says of the same group
+        raise error_for(ErrorCode.GROUP_ID_NOT_FOUND, f"consumer group {args.group!r} does not exist")
     print(f"group {group.group_id}: {group.state}, generation {group.generation_id}, assignor {group.protocol or '-'}")
     owner = {tp: member.member_id for member in group.members for tp in member.partitions}
     rows = [

@@ -10,7 +10,7 @@ __all__ = ["progress", "table"]
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [[str(cell) for cell in row] for row in rows]
-    widths = [max(len(str(header)), *(len(row[column]) for row in cells)) for column, header in enumerate(headers)]
+    widths = [max([len(str(header)), *(len(row[column]) for row in cells)]) for column, header in enumerate(headers)]
     lines = ["  ".join(header.upper().ljust(width) for header, width in zip(headers, widths, strict=True)).rstrip()]
     lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells]
     return "\n".join(lines)
