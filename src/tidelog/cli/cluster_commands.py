@@ -20,7 +20,7 @@ import grpc
 
 from tidelog.cli.output import progress, table
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
-from tidelog.common.errors import InvalidConfigError, TidelogError
+from tidelog.common.errors import InvalidConfigError, TidelogError, TopicAlreadyExistsError
 from tidelog.common.settings import SecuritySettings, read_properties
 from tidelog.local_cluster import announced_cluster
 
@@ -103,7 +103,13 @@ def _raise_first(results: dict[str, TidelogError | None]) -> None:
 
 async def _topic_create(args: argparse.Namespace) -> int:
     async with _admin(args) as admin:
-        await admin.create_topic(args.name, args.partitions, args.replication_factor, _configs(args.config))
+        try:
+            await admin.create_topic(args.name, args.partitions, args.replication_factor, _configs(args.config))
+        except TopicAlreadyExistsError:
+            if not args.if_not_exists:
+                raise
+            print(f"topic {args.name} exists already")  # kafka-topics.sh --if-not-exists: nothing to do
+            return 0
     print(f"created topic {args.name}")
     return 0
 
@@ -319,6 +325,7 @@ def _add_topic_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     create.add_argument("--partitions", type=int, default=-1)
     create.add_argument("--replication-factor", type=int, default=-1)
     create.add_argument("--config", action="append", default=[], metavar="NAME=VALUE")
+    create.add_argument("--if-not-exists", action="store_true", help="a topic of that name already there: not an error")
     create.set_defaults(handler=run_command(_topic_create))
     listing = topic_commands.add_parser("list")
     listing.set_defaults(handler=run_command(_topic_list))
