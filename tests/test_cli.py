@@ -116,6 +116,10 @@ def test_dev_up_topic_produce_consume_and_restart(dev_cluster: Path) -> None:
 
     # Consumer groups (the dev cluster runs two coordinators).
     tidelog("topic", "create", "clicks", "--partitions", "2", *data)
+    again = tidelog("topic", "create", "clicks", "--partitions", "2", *data, check=False)
+    assert again.returncode == 1 and "TOPIC_ALREADY_EXISTS" in again.stderr
+    quiet = tidelog("topic", "create", "clicks", "--partitions", "2", "--if-not-exists", *data)
+    assert "exists already" in quiet.stdout  # kafka-topics.sh --if-not-exists
     tidelog("produce", "clicks", "--partition", "0", *data, stdin="a\nb\nc\n")
     reset = tidelog("group", "reset-offsets", "cli-group", "--topic", "clicks", "--to-latest", *data).stdout
     assert "clicks-0" in reset and "3" in reset
