@@ -5,6 +5,7 @@ module the image runs started from that install: a dependency only the test extr
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -47,9 +48,11 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     environment = context / "venv"
     venv.create(environment, with_pip=True)
     python = environment / "bin" / "python"
+    # the machine's pip settings (index, mirrors) stay; nothing of this test run's environment does
+    inherited = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
     subprocess.run(
         [str(context / "scripts" / "install-image")],
-        env={"PYTHON": str(python), "PATH": "/usr/bin:/bin"},
+        env={**inherited, "PYTHON": str(python)},
         check=True,
         capture_output=True,
         timeout=540,
