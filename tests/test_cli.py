@@ -36,6 +36,12 @@ def own_state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return state
 
 
+def _unused_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def _free(port: int) -> bool:
     with socket.socket() as probe:
         try:
@@ -165,9 +171,23 @@ def test_commands_without_a_cluster_say_so(tmp_path: Path) -> None:
     elsewhere.mkdir()
     guessed = tidelog("topic", "list", check=False, cwd=elsewhere)
     assert "trying localhost:9092" in guessed.stderr
-    if _free(9092):  # nothing there: a one-line error, not a traceback
-        assert guessed.returncode == 1 and "error: the cluster did not answer" in guessed.stderr
-        assert "Traceback" not in guessed.stderr
+    if _free(9092):  # nothing there: a one-line error at once, not a traceback after a timeout
+        assert guessed.returncode == 1 and "error: no broker answers at localhost:9092" in guessed.stderr
+        assert "tidelog dev up" in guessed.stderr and "Traceback" not in guessed.stderr
+
+
+def test_a_stopped_local_cluster_is_said_at_once(tmp_path: Path) -> None:
+    """Issue 31: a cluster.json whose cluster is not running: one line naming it, no waiting."""
+    data = tmp_path / "data"
+    data.mkdir()
+    ports = {"brokers": {"1": _unused_port()}, "controllers": {"1": _unused_port()}}
+    (data / "cluster.json").write_text(json.dumps(ports))
+    started = time.monotonic()
+    for command in (("topic", "list"), ("cluster", "describe"), ("group", "list")):
+        result = tidelog(*command, check=False, cwd=tmp_path)
+        assert result.returncode == 1 and f"the local cluster of {data / 'cluster.json'}" in result.stderr
+        assert "Is the cluster running?" in result.stderr and "Traceback" not in result.stderr
+    assert time.monotonic() - started < 20  # three commands, none waiting out a request timeout (30 s)
 
 
 def test_commands_find_the_running_dev_cluster_from_any_folder(dev_cluster: Path, tmp_path: Path) -> None:

@@ -10,11 +10,12 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import grpc
 
@@ -29,12 +30,17 @@ __all__ = ["add_cluster_commands", "bootstrap_endpoints", "command_security", "e
 PRODUCE_CHUNK = 10_000
 
 
+KNOCK_TIMEOUT_S: Final = 1.0  # a broker that does not accept a connection within this is not there
+
+
 def bootstrap_endpoints(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """The cluster a command talks to: --bootstrap (or $TIDELOG_BOOTSTRAP); else the dev cluster of
     --data-dir; else ./data's; else the one this user's `tidelog dev up` runs, wherever it is; else
-    localhost:9092, as Kafka's tools default. A guess is said on stderr."""
+    localhost:9092, as Kafka's tools default. A guess is said on stderr. Before any long wait the
+    brokers are knocked on: when none answers, the command ends at once saying where it looked."""
     if args.bootstrap or os.environ.get("TIDELOG_BOOTSTRAP"):
-        return (args.bootstrap or os.environ["TIDELOG_BOOTSTRAP"]).split(","), []
+        given = (args.bootstrap or os.environ["TIDELOG_BOOTSTRAP"]).split(",")
+        return _answering(given, "--bootstrap" if args.bootstrap else "$TIDELOG_BOOTSTRAP"), []
     if args.data_dir is not None:
         saved = Path(args.data_dir) / "cluster.json"
         if not saved.exists():
@@ -45,18 +51,35 @@ def bootstrap_endpoints(args: argparse.Namespace) -> tuple[list[str], list[str]]
     announced = announced_cluster()
     if announced is not None:
         print(f"using the local cluster of `tidelog dev up` at {announced.data_dir}", file=sys.stderr)
-        return announced.bootstrap, announced.controllers
+        return _answering(announced.bootstrap, f"the `tidelog dev up` at {announced.data_dir}"), announced.controllers
     print(
         "no --bootstrap given and no local cluster running (`tidelog dev up`): trying localhost:9092",
         file=sys.stderr,
     )
-    return ["localhost:9092"], []
+    return _answering(["localhost:9092"], "no --bootstrap given, no local cluster found"), []
+
+
+def _answering(endpoints: list[str], source: str) -> list[str]:
+    """`endpoints` if one of them accepts a connection; else the command ends, saying where it
+    looked and what to do (a stopped cluster would otherwise cost a request timeout first)."""
+    for endpoint in endpoints:
+        host, _, port = endpoint.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=KNOCK_TIMEOUT_S):
+                return endpoints
+        except (OSError, ValueError):
+            continue
+    raise SystemExit(
+        f"error: no broker answers at {', '.join(endpoints)} ({source}). Is the cluster running? "
+        "`tidelog dev up` starts a local one; --bootstrap host:port names another."
+    )
 
 
 def _saved_endpoints(saved: Path) -> tuple[list[str], list[str]]:
     ports = json.loads(saved.read_text())
+    brokers = [f"127.0.0.1:{port}" for port in ports["brokers"].values()]
     return (
-        [f"127.0.0.1:{port}" for port in ports["brokers"].values()],
+        _answering(brokers, f"the local cluster of {saved.resolve()}"),
         [f"127.0.0.1:{port}" for port in ports["controllers"].values()],
     )
 

@@ -84,7 +84,12 @@ class ClusterMetadata:
             finally:
                 for task in asks:
                     task.cancel()
-            raise ConnectionError(f"no broker answered a metadata request: {last_error}")
+            said = (
+                f"{last_error.code().name}: {last_error.details()}"
+                if isinstance(last_error, grpc.aio.AioRpcError)
+                else str(last_error)
+            )
+            raise ConnectionError(f"no broker answered a metadata request (asked {', '.join(self.bootstrap)}): {said}")
 
     def _apply(self, response: broker_pb2.MetadataResponse, topics: Sequence[str]) -> None:
         self.brokers = {broker.broker_id: f"{broker.host}:{broker.port}" for broker in response.brokers}
