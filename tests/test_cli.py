@@ -127,12 +127,19 @@ def test_dev_up_topic_produce_consume_and_restart(dev_cluster: Path) -> None:
     quiet = tidelog("topic", "create", "clicks", "--partitions", "2", "--if-not-exists", *data)
     assert "exists already" in quiet.stdout  # kafka-topics.sh --if-not-exists
     tidelog("produce", "clicks", "--partition", "0", *data, stdin="a\nb\nc\n")
-    reset = tidelog("group", "reset-offsets", "cli-group", "--topic", "clicks", "--to-latest", *data).stdout
+    planned = tidelog("group", "reset-offsets", "cli-group", "--topic", "clicks", "--to-latest", *data)
+    assert "clicks-0" in planned.stdout and "dry run: nothing was changed" in planned.stderr
+    assert "cli-group" not in tidelog("group", "list", *data).stdout  # a plan creates no group
+    reset = tidelog(
+        "group", "reset-offsets", "cli-group", "--topic", "clicks", "--to-latest", "--execute", *data
+    ).stdout
     assert "clicks-0" in reset and "3" in reset
     assert "cli-group" in tidelog("group", "list", *data).stdout
     described = tidelog("group", "describe", "cli-group", *data).stdout
     assert "Empty" in described and "clicks-0" in described
-    back = tidelog("group", "reset-offsets", "cli-group", "--topic", "clicks", "--to-offset", "1", *data).stdout
+    back = tidelog(
+        "group", "reset-offsets", "cli-group", "--topic", "clicks", "--to-offset", "1", "--execute", *data
+    ).stdout
     assert "clicks-1" in back
     lagging = tidelog("group", "describe", "cli-group", *data).stdout
     assert any(line.split()[:4] == ["clicks-0", "1", "3", "2"] for line in lagging.splitlines()), lagging

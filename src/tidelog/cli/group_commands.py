@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from tidelog.cli.cluster_commands import bootstrap_endpoints, command_security, endpoints, run_command
 from tidelog.cli.output import table
@@ -62,8 +63,11 @@ async def _reset_offsets(args: argparse.Namespace) -> int:
             offsets = dict.fromkeys(partitions, args.to_offset)
         else:
             offsets = await admin.consumer.list_offsets(partitions, EARLIEST if args.to_earliest else LATEST)
-        await admin.reset_offsets(args.group, offsets)
+        if args.execute:
+            await admin.reset_offsets(args.group, offsets)
     print(table(["partition", "new offset"], [[str(tp), str(offset)] for tp, offset in sorted(offsets.items())]))
+    if not args.execute:  # as kafka-consumer-groups.sh: a plan unless told to execute it
+        print("dry run: nothing was changed; add --execute to reset these offsets", file=sys.stderr)
     return 0
 
 
@@ -92,6 +96,9 @@ def add_group_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     target.add_argument("--to-earliest", action="store_true")
     target.add_argument("--to-latest", action="store_true")
     target.add_argument("--to-offset", type=int)
+    run_mode = reset.add_mutually_exclusive_group()
+    run_mode.add_argument("--execute", action="store_true", help="reset them (without it: only show the plan)")
+    run_mode.add_argument("--dry-run", action="store_true", help="only show the plan (the default)")
     reset.set_defaults(handler=run_command(_reset_offsets))
     delete = group_commands.add_parser("delete", help="a group without active members")
     delete.add_argument("group")
