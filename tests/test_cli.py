@@ -204,3 +204,21 @@ def test_commands_find_the_running_dev_cluster_from_any_folder(dev_cluster: Path
     listed = tidelog("topic", "list", cwd=elsewhere)
     assert "found-it" in listed.stdout
     assert f"using the local cluster of `tidelog dev up` at {dev_cluster}" in listed.stderr
+
+
+def test_version_human_numbers_and_a_closed_pipe() -> None:
+    """Issue 31: `--version`; quotas in full (2,097,152, not 2.09715e+06); a reader that leaves
+    (`| head`) is not reported as a cluster that did not answer."""
+    import argparse  # noqa: PLC0415
+
+    from tidelog.cli.cluster_commands import run_command  # noqa: PLC0415
+    from tidelog.cli.quota_commands import _human  # noqa: PLC0415
+
+    assert tidelog("--version").stdout.startswith("tidelog ")
+    assert (_human(2097152.0), _human(0.5), _human(1e12)) == ("2,097,152", "0.5", "1,000,000,000,000")
+
+    async def leaves(args: argparse.Namespace) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    with pytest.raises(BrokenPipeError):  # main() then quietly ends the command
+        run_command(leaves)(argparse.Namespace())

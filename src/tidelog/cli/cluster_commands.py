@@ -90,6 +90,8 @@ def run_command(
     def run(args: argparse.Namespace) -> int:
         try:
             return asyncio.run(handler(args))
+        except BrokenPipeError:  # `... | head`: the reader left (a ConnectionError, but not the cluster's)
+            raise
         except TidelogError as error:
             print(f"error: {error}", file=sys.stderr)
             return 1

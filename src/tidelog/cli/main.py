@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import sys
 
@@ -19,6 +20,7 @@ __all__ = ["main"]
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tidelog", description="Tidelog, a distributed commit log")
+    parser.add_argument("--version", action="version", version=f"tidelog {importlib.metadata.version('tidelog')}")
     commands = parser.add_subparsers(dest="command", required=True)
     add_dev_commands(commands)
     add_cluster_commands(commands)

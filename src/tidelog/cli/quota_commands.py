@@ -60,12 +60,22 @@ async def _describe(args: argparse.Namespace) -> int:
     async with _admin(args) as admin:
         quotas = await admin.describe_client_quotas()
     rows = [
-        [entity.user or "-", entity.client_id or "-", name, f"{value:g}"]
+        [
+            entity.user or "-",
+            entity.client_id or "-",
+            name,
+            f"{int(value):,}" if float(value).is_integer() else f"{value:,}",
+        ]
         for entity, values in sorted(quotas.items(), key=lambda item: item[0].key)
         for name, value in sorted(values.items())
     ]
     print(table(["user", "client-id", "quota", "value"], rows) if rows else "no quotas")
     return 0
+
+
+def _human(value: float) -> str:
+    """2097152, not 2.09715e+06: a whole number in full, with thousands separated."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:,}"
 
 
 def add_quota_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
