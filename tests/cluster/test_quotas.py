@@ -84,7 +84,7 @@ def test_quota_commands_alter_and_describe(cluster: LocalCluster, capsys: pytest
     assert (
         "<default>" in described
         and "cli-app" in described
-        and "5e+06" in described
+        and "5,000,000" in described  # in full (issue 31), not 5e+06
         and "request_percentage" in described
     )
     assert (
