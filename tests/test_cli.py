@@ -122,6 +122,12 @@ def test_dev_up_topic_produce_consume_and_restart(dev_cluster: Path) -> None:
 
     # Consumer groups (the dev cluster runs two coordinators).
     tidelog("topic", "create", "clicks", "--partitions", "2", *data)
+    started = time.monotonic()
+    nowhere = tidelog("produce", "no-such-topic", *data, stdin="hi\n", check=False)
+    assert nowhere.returncode == 1 and "topic 'no-such-topic' does not exist" in nowhere.stderr
+    assert time.monotonic() - started < 15  # at once, not after max.block.ms (60 s)
+    unread = tidelog("consume", "no-such-topic", *data, check=False)
+    assert unread.returncode == 1 and "does not exist" in unread.stderr and "(error 3)" not in unread.stderr
     again = tidelog("topic", "create", "clicks", "--partitions", "2", *data, check=False)
     assert again.returncode == 1 and "TOPIC_ALREADY_EXISTS" in again.stderr
     quiet = tidelog("topic", "create", "clicks", "--partitions", "2", "--if-not-exists", *data)

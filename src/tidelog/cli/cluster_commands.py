@@ -21,7 +21,12 @@ import grpc
 
 from tidelog.cli.output import progress, table
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
-from tidelog.common.errors import InvalidConfigError, TidelogError, TopicAlreadyExistsError
+from tidelog.common.errors import (
+    InvalidConfigError,
+    TidelogError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 from tidelog.common.settings import SecuritySettings, read_properties
 from tidelog.local_cluster import announced_cluster
 
@@ -260,6 +265,13 @@ async def _produce(args: argparse.Namespace) -> int:
         bootstrap, acks=args.acks, linger_ms=args.linger_ms, security=command_security(args)
     ) as producer:
         deliveries: list[Any] = []
+        # At once, as rpk: a missing topic is not auto-created, and a send would wait max.block.ms.
+        try:
+            await producer.metadata.partitions_of(args.topic)
+        except UnknownTopicOrPartitionError:
+            raise UnknownTopicOrPartitionError(
+                f"topic {args.topic!r} does not exist (create it: tidelog topic create {args.topic})"
+            ) from None
         for line in sys.stdin.buffer:
             text = line.rstrip(b"\n")
             key: bytes | None = None

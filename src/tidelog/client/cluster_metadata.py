@@ -114,7 +114,7 @@ class ClusterMetadata:
             code = self.topic_errors.get(topic, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             if code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
                 raise TopicAuthorizationFailedError(f"not authorised to describe topic {topic!r}")
-            raise UnknownTopicOrPartitionError(f"topic {topic!r} is not known to the cluster (error {code})")
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
         return self.partitions[topic]
 
     def learn_leader(self, topic: str, partition: int, leader: int, leader_epoch: int) -> bool:
