@@ -19,7 +19,7 @@ import dataclasses
 import datetime
 import sys
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
 import aiohttp
 from cryptography import x509
@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tidelog.operator.kube_api import ConnectionInfo, connection, session
+from tidelog.operator.kube_secrets import KubeSecrets
 
 __all__ = ["ensure", "main"]
 
@@ -111,12 +112,7 @@ class _Secrets:
         self.api, self.namespace, self.release = api, namespace, release
 
     async def get(self, name: str) -> dict[str, bytes] | None:
-        async with self.api.get(f"api/v1/namespaces/{self.namespace}/secrets/{name}") as answer:
-            if answer.status == 404:
-                return None
-            answer.raise_for_status()
-            body: dict[str, Any] = await answer.json()
-        return {key: base64.b64decode(value) for key, value in (body.get("data") or {}).items()}
+        return await KubeSecrets(self.api).get(self.namespace, name)
 
     async def put(self, name: str, pem: _Pem, ca: bytes, *, exists: bool, keep: bool = False) -> None:
         annotations = {"helm.sh/resource-policy": "keep"} if keep else {}

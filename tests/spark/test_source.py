@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.cluster.conftest import wait_until
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
 from tidelog.local_cluster import LocalCluster
 from tidelog.spark.writing import WRITE_ID_HEADER
@@ -46,6 +47,26 @@ async def _fill(cluster: LocalCluster, topic: str, partitions: int, per_partitio
                 )
         for delivery in deliveries:
             await delivery
+
+
+def _trimmed(cluster: LocalCluster, topic: str) -> int:
+    """A topic whose oldest records retention deleted: its log start (> 0)."""
+
+    async def trim() -> int:
+        async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+            await admin.create_topic(topic, 1, 1, configs={"segment.bytes": "4096", "retention.bytes": "4096"})
+        async with Producer(cluster.bootstrap) as producer:
+            for _ in range(40):  # 40 batches of ~1 KiB: segments roll, retention deletes the oldest
+                await (await producer.send_batch(topic, [b"x" * 100] * 10, partition=0))
+        tp = TopicPartition(topic, 0)
+        async with Consumer(cluster.bootstrap) as consumer:
+
+            async def log_start() -> int:
+                return (await consumer.beginning_offsets([tp]))[tp]
+
+            return await wait_until(log_start, what="retention deleting the oldest segment")
+
+    return asyncio.run(trim())
 
 
 def _reader(spark: Any, bootstrap: str, **options: str) -> Any:
@@ -330,21 +351,7 @@ def test_records_lost_to_retention_fail_the_query_unless_told_otherwise(
 ) -> None:
     topic = _topic()
 
-    async def trimmed() -> int:
-        async with AdminClient(spark_cluster.bootstrap, controllers=spark_cluster.controller_endpoints) as admin:
-            await admin.create_topic(topic, 1, 1, configs={"segment.bytes": "4096", "retention.bytes": "4096"})
-        async with Producer(spark_cluster.bootstrap) as producer:
-            for _ in range(40):  # 40 batches of ~1 KiB: segments roll, retention deletes the oldest
-                await (await producer.send_batch(topic, [b"x" * 100] * 10, partition=0))
-        tp = TopicPartition(topic, 0)
-        async with Consumer(spark_cluster.bootstrap) as consumer:
-            deadline = time.monotonic() + 30
-            while (start := (await consumer.beginning_offsets([tp]))[tp]) == 0:
-                assert time.monotonic() < deadline, "retention deleted nothing"
-                await asyncio.sleep(0.1)
-            return start
-
-    log_start = asyncio.run(trimmed())
+    log_start = _trimmed(spark_cluster, topic)
     from_zero = json.dumps({topic: {"0": 0}})
     with pytest.raises(Exception, match="are gone"):
         _reader(spark, bootstrap, subscribe=topic, startingOffsets=from_zero).count()

@@ -15,7 +15,7 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from tests.cluster.conftest import wait_until
-from tests.spark.test_source import _topic
+from tests.spark.test_source import _topic, _trimmed
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
 from tidelog.local_cluster import LocalCluster
 from tidelog.spark.data_loss import DataLossError
@@ -185,26 +185,6 @@ def test_partitions_gone_are_data_loss(spark_cluster: LocalCluster) -> None:
     assert end == {}  # a subscribed topic that does not exist: nothing of it to read
     with pytest.raises(DataLossError, match=rf"Partitions {topic}-0 are gone"):
         reader.partitions(checkpointed, end)
-
-
-def _trimmed(cluster: LocalCluster, topic: str) -> int:
-    """A topic whose oldest records retention deleted: its log start (> 0)."""
-
-    async def trim() -> int:
-        async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
-            await admin.create_topic(topic, 1, 1, configs={"segment.bytes": "4096", "retention.bytes": "4096"})
-        async with Producer(cluster.bootstrap) as producer:
-            for _ in range(40):  # 40 batches of ~1 KiB: segments roll, retention deletes the oldest
-                await (await producer.send_batch(topic, [b"x" * 100] * 10, partition=0))
-        tp = TopicPartition(topic, 0)
-        async with Consumer(cluster.bootstrap) as consumer:
-
-            async def log_start() -> int:
-                return (await consumer.beginning_offsets([tp]))[tp]
-
-            return await wait_until(log_start, what="retention deleting the oldest segment")
-
-    return asyncio.run(trim())
 
 
 def test_a_new_partition_that_does_not_start_at_0_and_a_start_retention_deleted_are_data_loss(

@@ -35,6 +35,7 @@ __all__ = [
     "plan_ranges",
     "read_range",
     "resolve",
+    "resolve_end",
     "resolve_start",
     "run",
     "snapshot",
@@ -214,6 +215,23 @@ async def resolve_start(
         timestamp_option="startingTimestamp",
         none_at_timestamp=options.starting_by_timestamp_strategy,
         keep_latest=keep_latest,
+    )
+
+
+async def resolve_end(
+    consumer: Consumer, options: ReadOptions, partitions: list[TopicPartition]
+) -> dict[TopicPartition, int]:
+    """Where a batch query stops reading each partition, as the ending* options say."""
+    return await resolve(
+        consumer,
+        options,
+        partitions,
+        options.ending,
+        spec_option="endingOffsets",
+        by_timestamp=options.ending_by_timestamp,
+        by_timestamp_option="endingOffsetsByTimestamp",
+        timestamp=options.ending_timestamp,
+        timestamp_option="endingTimestamp",
     )
 
 

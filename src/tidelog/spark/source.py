@@ -46,7 +46,7 @@ from tidelog.spark.reading import (
     discover,
     plan_ranges,
     read_range,
-    resolve,
+    resolve_end,
     resolve_start,
     run,
     snapshot,
@@ -94,17 +94,7 @@ class BatchReader(DataSourceReader):
         async with Consumer(list(options.bootstrap), **options.client) as consumer:
             partitions = await with_retries(options, lambda: discover(consumer, options))
             start = await resolve_start(consumer, options, partitions)
-            end = await resolve(
-                consumer,
-                options,
-                partitions,
-                options.ending,
-                spec_option="endingOffsets",
-                by_timestamp=options.ending_by_timestamp,
-                by_timestamp_option="endingOffsetsByTimestamp",
-                timestamp=options.ending_timestamp,
-                timestamp_option="endingTimestamp",
-            )
+            end = await resolve_end(consumer, options, partitions)
             earliest = await with_retries(options, lambda: consumer.beginning_offsets(partitions))
         start = check_batch_ranges(start, end, earliest, options.fail_on_data_loss)
         return plan_ranges(start, end, options)
