@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import dataclasses
 import datetime
 import sys
 from collections.abc import Sequence
@@ -23,76 +22,17 @@ from typing import Final
 
 import aiohttp
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tidelog.common.security.certificates import Pem, issue, new_ca
 from tidelog.operator.kube_api import ConnectionInfo, connection, session
 from tidelog.operator.kube_secrets import KubeSecrets
 
 __all__ = ["ensure", "main"]
 
-CA_VALIDITY: Final = datetime.timedelta(days=3650)
-VALIDITY: Final = datetime.timedelta(days=365)
 RENEW_BEFORE: Final = datetime.timedelta(days=30)  # Strimzi's renewal window
 
 
-@dataclasses.dataclass(frozen=True)
-class _Pem:
-    certificate: bytes
-    key: bytes
-
-
-def _pem(certificate: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> _Pem:
-    return _Pem(
-        certificate.public_bytes(serialization.Encoding.PEM),
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
-    )
-
-
-def _new_ca(name: str, now: datetime.datetime) -> _Pem:
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + CA_VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
-        )  # digital signature, certificate and CRL signing
-        .sign(key, hashes.SHA256())
-    )
-    return _pem(certificate, key)
-
-
-def _issue(ca: _Pem, common_name: str, dns_names: Sequence[str], now: datetime.datetime) -> _Pem:
-    ca_certificate = x509.load_pem_x509_certificate(ca.certificate)
-    ca_key = serialization.load_pem_private_key(ca.key, password=None)
-    key = ec.generate_private_key(ec.SECP256R1())
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
-        .issuer_name(ca_certificate.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
-        )
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name) for name in dns_names]), critical=False)
-        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
-    )
-    return _pem(certificate, key)
-
-
-def _still_good(held: dict[str, bytes] | None, ca: _Pem, now: datetime.datetime) -> bool:
+def _still_good(held: dict[str, bytes] | None, ca: Pem, now: datetime.datetime) -> bool:
     if held is None or "tls.crt" not in held or "tls.key" not in held:
         return False
     try:
@@ -114,7 +54,7 @@ class _Secrets:
     async def get(self, name: str) -> dict[str, bytes] | None:
         return await KubeSecrets(self.api).get(self.namespace, name)
 
-    async def put(self, name: str, pem: _Pem, ca: bytes, *, exists: bool, keep: bool = False) -> None:
+    async def put(self, name: str, pem: Pem, ca: bytes, *, exists: bool, keep: bool = False) -> None:
         annotations = {"helm.sh/resource-policy": "keep"} if keep else {}
         secret = {
             "apiVersion": "v1",
@@ -141,11 +81,11 @@ class _Secrets:
             answer.raise_for_status()
 
 
-async def _ca(secrets: _Secrets, name: str, now: datetime.datetime, done: list[str]) -> _Pem:
+async def _ca(secrets: _Secrets, name: str, now: datetime.datetime, done: list[str]) -> Pem:
     held = await secrets.get(name)
     if held is not None and "tls.crt" in held and "tls.key" in held:
-        return _Pem(held["tls.crt"], held["tls.key"])
-    made = _new_ca(name, now)
+        return Pem(held["tls.crt"], held["tls.key"])
+    made = new_ca(name, now)
     await secrets.put(name, made, made.certificate, exists=held is not None, keep=True)
     done.append(name)
     return made
@@ -180,7 +120,7 @@ async def ensure(
                 service = f"{release}-{component}"
                 dns = [service, f"*.{service}", f"{service}.{namespace}.svc", f"*.{service}.{namespace}.svc"]
                 await secrets.put(
-                    name, _issue(ca, f"tidelog-{component}", dns, now), ca.certificate, exists=held is not None
+                    name, issue(ca, f"tidelog-{component}", dns, now), ca.certificate, exists=held is not None
                 )
                 written.append(name)
     return written

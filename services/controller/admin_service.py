@@ -333,6 +333,7 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
             controller_endpoint=controller.config.endpoint,
             brokers=controller.state.broker_protos(),
             controllers=await controller.controllers(),
+            authorizer_enabled=self.access.enabled,
         )
 
     # ---- ACLs: any controller answers (they live in etcd) ------------------------------------

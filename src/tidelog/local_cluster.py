@@ -105,6 +105,7 @@ class LocalCluster:
         etcd_client_security: SecuritySettings | None = None,
         placements: Mapping[str, Placement] | None = None,
         environments: Mapping[str, Mapping[str, str]] | None = None,
+        gateway_tls: bool = False,
     ) -> None:
         self.data_dir = data_dir.resolve()
         self.broker_ids = list(range(1, brokers + 1))
@@ -147,6 +148,7 @@ class LocalCluster:
         self.service_security = service_security
         self.client_security = client_security
         self.scram_users = dict(scram_users or {})  # written to etcd before any service starts
+        self.gateway_tls = gateway_tls  # the gateways serve HTTPS (their rest.ssl.* settings)
 
     def _load_ports(self) -> _Ports:
         path = self.data_dir / "cluster.json"
@@ -299,7 +301,8 @@ class LocalCluster:
     @property
     def gateway_urls(self) -> list[str]:
         return [
-            f"http://{self.host_of(f'gateway-{number}')}:{self.ports.gateways[number]}" for number in self.gateway_ids
+            f"{'https' if self.gateway_tls else 'http'}://{self.host_of(f'gateway-{number}')}:{self.ports.gateways[number]}"
+            for number in self.gateway_ids
         ]
 
     def start(self) -> None:
@@ -424,7 +427,7 @@ class LocalCluster:
 
     async def _gateways_serve(self) -> bool:
         for url in self.gateway_urls:
-            host, port = url.removeprefix("http://").rsplit(":", 1)
+            host, port = url.partition("://")[2].rsplit(":", 1)
             try:
                 _, writer = await asyncio.open_connection(host, int(port))
             except OSError:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import sys
 
-from tidelog.cli.cluster_commands import bootstrap_endpoints, command_security, endpoints, run_command
-from tidelog.cli.output import table
-from tidelog.client import AclBinding, AclFilter, AdminClient
+from tidelog.cli.cluster_commands import admin_client, endpoints, run_command
+from tidelog.cli.output import emit, table
+from tidelog.client import AclBinding, AclFilter
 from tidelog.common.security.acl import CLUSTER_NAME, Operation, PatternType, Permission, ResourceType, enum_of
 
 __all__ = ["add_acl_commands"]
@@ -22,11 +23,6 @@ __all__ = ["add_acl_commands"]
 # kafka-acls' --producer and --consumer shorthands (without transactional ids).
 PRODUCER_OPERATIONS = {ResourceType.TOPIC: ("Write", "Describe", "Create")}
 CONSUMER_OPERATIONS = {ResourceType.TOPIC: ("Read", "Describe"), ResourceType.GROUP: ("Read",)}
-
-
-def _admin(args: argparse.Namespace) -> AdminClient:
-    bootstrap, controllers = bootstrap_endpoints(args)
-    return AdminClient(bootstrap, controllers=controllers, security=command_security(args))
 
 
 def _resources(args: argparse.Namespace) -> list[tuple[ResourceType, str]]:
@@ -91,6 +87,21 @@ def _filters(args: argparse.Namespace) -> list[AclFilter]:
     ]
 
 
+def _data(bindings: list[AclBinding]) -> list[dict[str, str]]:
+    return [
+        {
+            "principal": b.principal,
+            "host": b.host,
+            "operation": b.operation.value,
+            "permission": b.permission.value,
+            "resource_type": b.resource_type.value,
+            "pattern_type": b.pattern_type.value,
+            "resource_name": b.resource_name,
+        }
+        for b in bindings
+    ]
+
+
 def _rows(bindings: list[AclBinding]) -> str:
     if not bindings:
         return "no ACLs"
@@ -113,25 +124,37 @@ def _rows(bindings: list[AclBinding]) -> str:
 
 async def _add(args: argparse.Namespace) -> int:
     bindings = _bindings(args)
-    async with _admin(args) as admin:
+    async with admin_client(args) as admin:
         await admin.create_acls(bindings)
-    print(f"added {len(bindings)} ACL binding(s):\n{_rows(bindings)}")
+        enforced = (await admin.describe_cluster()).authorizer_enabled
+    if not enforced:  # Kafka refuses (SECURITY_DISABLED); stored here, they apply once it is on
+        print(
+            "warning: this cluster runs no authorizer (authorizer.class.name is empty): every request is "
+            "allowed and these ACLs take effect only once AclAuthorizer is on (`tidelog dev up --secure`)",
+            file=sys.stderr,
+        )
+    emit(args, _data(bindings), lambda: f"added {len(bindings)} ACL binding(s):\n{_rows(bindings)}")
     return 0
 
 
 async def _remove(args: argparse.Namespace) -> int:
     if not (_resources(args) or args.allow_principal or args.deny_principal):
         raise SystemExit("remove needs a principal or a resource (it would remove every ACL)")
-    async with _admin(args) as admin:
+    async with admin_client(args) as admin:
         removed = await admin.delete_acls(_filters(args))
-    print(f"removed {len(removed)} ACL binding(s):\n{_rows(removed)}" if removed else "no ACL matched")
+    emit(
+        args,
+        _data(removed),
+        lambda: f"removed {len(removed)} ACL binding(s):\n{_rows(removed)}" if removed else "no ACL matched",
+    )
     return 0
 
 
 async def _list(args: argparse.Namespace) -> int:
-    async with _admin(args) as admin:
+    async with admin_client(args) as admin:
         found = {binding for selected in _filters(args) for binding in await admin.describe_acls(selected)}
-    print(_rows(sorted(found, key=str)))
+    listed = sorted(found, key=str)
+    emit(args, _data(listed), lambda: _rows(listed))
     return 0
 
 
@@ -152,20 +175,33 @@ def _resource_options(parser: argparse.ArgumentParser) -> None:
 
 def add_acl_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     acl = commands.add_parser("acl", help="access control lists (as kafka-acls.sh)")
-    acl_commands = acl.add_subparsers(dest="acl_command", required=True)
-    for name, handler in (("add", _add), ("remove", _remove)):
-        parser = acl_commands.add_parser(name)
-        parser.add_argument("--allow-principal", action="append", default=[], metavar="User:NAME")
-        parser.add_argument("--deny-principal", action="append", default=[], metavar="User:NAME")
-        parser.add_argument("--allow-host", action="append", default=[], metavar="HOST")
-        parser.add_argument("--deny-host", action="append", default=[], metavar="HOST")
+    acl_commands = acl.add_subparsers(dest="acl_command", required=True, metavar="COMMAND")
+    for name, handler, what in (
+        ("add", _add, "add ACL bindings: principals × resources × operations"),
+        ("remove", _remove, "remove every binding the options match"),
+    ):
+        parser = acl_commands.add_parser(name, help=what)
+        parser.add_argument(
+            "--allow-principal", action="append", default=[], metavar="User:NAME", help="allowed (repeatable)"
+        )
+        parser.add_argument(
+            "--deny-principal", action="append", default=[], metavar="User:NAME", help="denied (repeatable)"
+        )
+        parser.add_argument(
+            "--allow-host", action="append", default=[], metavar="HOST", help="only from this host (default: *)"
+        )
+        parser.add_argument(
+            "--deny-host", action="append", default=[], metavar="HOST", help="deny from this host (default: *)"
+        )
         parser.add_argument("--producer", action="store_true", help="Write, Describe, Create on the topics")
         parser.add_argument("--consumer", action="store_true", help="Read, Describe on the topics, Read on the groups")
         _resource_options(parser)
         parser.set_defaults(handler=run_command(handler))
         endpoints(parser)
-    listing = acl_commands.add_parser("list")
-    listing.add_argument("--principal", action="append", default=[], metavar="User:NAME")
+    listing = acl_commands.add_parser("list", help="bindings the options match (all without options)")
+    listing.add_argument(
+        "--principal", action="append", default=[], metavar="User:NAME", help="only this principal's (repeatable)"
+    )
     listing.set_defaults(handler=run_command(_list), allow_principal=[], deny_principal=[])
     _resource_options(listing)
     endpoints(listing)

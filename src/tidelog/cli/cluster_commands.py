@@ -19,9 +19,10 @@ from typing import Any, Final
 
 import grpc
 
-from tidelog.cli.output import progress, table
-from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
+from tidelog.cli.output import emit, format_option, progress, record_line, table
+from tidelog.client import AdminClient, Consumer, GroupConsumer, Producer, TopicPartition
 from tidelog.common.errors import (
+    ErrorCode,
     InvalidConfigError,
     TidelogError,
     TopicAlreadyExistsError,
@@ -29,8 +30,16 @@ from tidelog.common.errors import (
 )
 from tidelog.common.settings import SecuritySettings, read_properties
 from tidelog.local_cluster import announced_cluster
+from tidelog.local_security import CLIENT_PROPERTIES
 
-__all__ = ["add_cluster_commands", "bootstrap_endpoints", "command_security", "endpoints", "run_command"]
+__all__ = [
+    "add_cluster_commands",
+    "admin_client",
+    "bootstrap_endpoints",
+    "command_security",
+    "endpoints",
+    "run_command",
+]
 
 PRODUCE_CHUNK = 10_000
 
@@ -50,12 +59,13 @@ def bootstrap_endpoints(args: argparse.Namespace) -> tuple[list[str], list[str]]
         saved = Path(args.data_dir) / "cluster.json"
         if not saved.exists():
             raise SystemExit(f"no local cluster at {saved} (run `tidelog dev up --data-dir {args.data_dir}` first)")
-        return _saved_endpoints(saved)
+        return _saved_endpoints(args, saved)
     if (Path("data") / "cluster.json").exists():
-        return _saved_endpoints(Path("data") / "cluster.json")
+        return _saved_endpoints(args, Path("data") / "cluster.json")
     announced = announced_cluster()
     if announced is not None:
         print(f"using the local cluster of `tidelog dev up` at {announced.data_dir}", file=sys.stderr)
+        args.local_client_config = Path(announced.data_dir) / CLIENT_PROPERTIES
         return _answering(announced.bootstrap, f"the `tidelog dev up` at {announced.data_dir}"), announced.controllers
     print(
         "no --bootstrap given and no local cluster running (`tidelog dev up`): trying localhost:9092",
@@ -80,7 +90,9 @@ def _answering(endpoints: list[str], source: str) -> list[str]:
     )
 
 
-def _saved_endpoints(saved: Path) -> tuple[list[str], list[str]]:
+def _saved_endpoints(args: argparse.Namespace, saved: Path) -> tuple[list[str], list[str]]:
+    # A `dev up --secure` cluster's client settings, which its commands use unless given others.
+    args.local_client_config = saved.parent / CLIENT_PROPERTIES
     ports = json.loads(saved.read_text())
     brokers = [f"127.0.0.1:{port}" for port in ports["brokers"].values()]
     return (
@@ -101,16 +113,29 @@ def run_command(
             print(f"error: {error}", file=sys.stderr)
             return 1
         except grpc.aio.AioRpcError as error:  # nothing answers there: say where, not a traceback
-            print(f"error: the cluster did not answer ({error.code().name}): {error.details()}", file=sys.stderr)
+            print(
+                f"error: the cluster did not answer ({error.code().name}): {error.details()}{_hint(str(error))}",
+                file=sys.stderr,
+            )
             return 1
         except ConnectionError as error:
-            print(f"error: the cluster did not answer: {error}", file=sys.stderr)
+            print(f"error: the cluster did not answer: {error}{_hint(str(error))}", file=sys.stderr)
             return 1
 
     return run
 
 
-def _admin(args: argparse.Namespace) -> AdminClient:
+def _hint(message: str) -> str:
+    """A listener that closes a plaintext connection speaks TLS: say what settings it wants."""
+    if "Socket closed" in message or "handshake" in message.lower():
+        return (
+            "\n  the listener closed the connection: if it speaks TLS or SASL_SSL, give --command-config "
+            "with security.protocol, ssl.ca.location and sasl.* (docs/security.md)"
+        )
+    return ""
+
+
+def admin_client(args: argparse.Namespace) -> AdminClient:
     bootstrap, controllers = bootstrap_endpoints(args)
     return AdminClient(bootstrap, controllers=controllers, security=command_security(args))
 
@@ -132,7 +157,7 @@ def _raise_first(results: dict[str, TidelogError | None]) -> None:
 
 
 async def _topic_create(args: argparse.Namespace) -> int:
-    async with _admin(args) as admin:
+    async with admin_client(args) as admin:
         try:
             await admin.create_topic(args.name, args.partitions, args.replication_factor, _configs(args.config))
         except TopicAlreadyExistsError:
@@ -145,36 +170,55 @@ async def _topic_create(args: argparse.Namespace) -> int:
 
 
 async def _topic_list(args: argparse.Namespace) -> int:
-    async with _admin(args) as admin:
-        for name in await admin.list_topics():
-            print(name)
+    async with admin_client(args) as admin:
+        names = await admin.list_topics()
+    emit(args, names, lambda: "\n".join(names))
     return 0
 
 
 async def _topic_describe(args: argparse.Namespace) -> int:
-    async with _admin(args) as admin:
+    async with admin_client(args) as admin:
         described = await admin.describe_topics([args.name])
     topic = described[args.name]
     if isinstance(topic, TidelogError):
         raise topic
-    configs = ", ".join(f"{name}={value}" for name, value in sorted(topic.configs.items())) or "(defaults)"
-    print(f"topic {topic.name}: {len(topic.partitions)} partitions; configs: {configs}")
-    rows = [
-        [
-            p.partition,
-            p.leader if p.leader >= 0 else "none",
-            ",".join(map(str, p.replicas)),
-            ",".join(map(str, p.isr)),
-            p.leader_epoch,
+    data = {
+        "name": topic.name,
+        "configs": dict(sorted(topic.configs.items())),
+        "partitions": [
+            {
+                "partition": p.partition,
+                "leader": p.leader if p.leader >= 0 else None,
+                "replicas": list(p.replicas),
+                "isr": list(p.isr),
+                "leader_epoch": p.leader_epoch,
+            }
+            for p in topic.partitions
+        ],
+    }
+
+    def text() -> str:
+        configs = ", ".join(f"{name}={value}" for name, value in sorted(topic.configs.items())) or "(defaults)"
+        rows = [
+            [
+                p.partition,
+                p.leader if p.leader >= 0 else "none",
+                ",".join(map(str, p.replicas)),
+                ",".join(map(str, p.isr)),
+                p.leader_epoch,
+            ]
+            for p in topic.partitions
         ]
-        for p in topic.partitions
-    ]
-    print(table(["partition", "leader", "replicas", "isr", "leader epoch"], rows))
+        return f"topic {topic.name}: {len(topic.partitions)} partitions; configs: {configs}\n" + table(
+            ["partition", "leader", "replicas", "isr", "leader epoch"], rows
+        )
+
+    emit(args, data, text)
     return 0
 
 
 async def _topic_alter(args: argparse.Namespace) -> int:
-    async with _admin(args) as admin:
+    async with admin_client(args) as admin:
         if args.config or args.delete_config:
             _raise_first(await admin.alter_configs(args.name, _configs(args.config), args.delete_config))
         if args.partitions:
@@ -184,7 +228,7 @@ async def _topic_alter(args: argparse.Namespace) -> int:
 
 
 async def _topic_delete(args: argparse.Namespace) -> int:
-    async with _admin(args) as admin:
+    async with admin_client(args) as admin:
         _raise_first(await admin.delete_topics([args.name]))
     print(f"deleted topic {args.name}")
     return 0
@@ -201,7 +245,7 @@ async def _topic_reassign(args: argparse.Namespace) -> int:
     if args.cancel == bool(args.replicas):
         raise SystemExit("give either --replicas B1,B2,... or --cancel")
     target = None if args.cancel else [int(broker) for broker in args.replicas.split(",")]
-    async with _admin(args) as admin:
+    async with admin_client(args) as admin:
         results = await admin.alter_partition_reassignments({(args.name, args.partition): target})
     error = results[(args.name, args.partition)]
     if error is not None:
@@ -214,8 +258,18 @@ async def _topic_reassign(args: argparse.Namespace) -> int:
 
 
 async def _topic_reassignments(args: argparse.Namespace) -> int:
-    async with _admin(args) as admin:
+    async with admin_client(args) as admin:
         ongoing = await admin.list_partition_reassignments()
+    data = [
+        {
+            "topic": entry.topic,
+            "partition": entry.partition,
+            "replicas": list(entry.replicas),
+            "adding": list(entry.adding),
+            "removing": list(entry.removing),
+        }
+        for entry in ongoing
+    ]
     rows = [
         [
             f"{entry.topic}-{entry.partition}",
@@ -225,14 +279,20 @@ async def _topic_reassignments(args: argparse.Namespace) -> int:
         ]
         for entry in ongoing
     ]
-    print(table(["partition", "replicas (RS)", "adding (AR)", "removing (RR)"], rows) if rows else "none under way")
+    emit(
+        args,
+        data,
+        lambda: (
+            table(["partition", "replicas (RS)", "adding (AR)", "removing (RR)"], rows) if rows else "none under way"
+        ),
+    )
     return 0
 
 
 async def _leader_elect(args: argparse.Namespace) -> int:
     partitions: list[tuple[str, int]] = []
     if args.topic is not None:
-        async with _admin(args) as admin:
+        async with admin_client(args) as admin:
             described = (await admin.describe_topics([args.topic]))[args.topic]
         if isinstance(described, TidelogError):
             raise described
@@ -240,25 +300,58 @@ async def _leader_elect(args: argparse.Namespace) -> int:
         partitions = [(args.topic, number) for number in numbers]
     elif args.partition is not None:
         raise SystemExit("--partition needs --topic")
-    async with _admin(args) as admin:
+    async with admin_client(args) as admin:
         results = await admin.elect_leaders(partitions, unclean=args.type == "unclean")
-    print(table(["partition", "result"], _partition_refs(results)))
+    data = [
+        {"topic": topic, "partition": partition, "error": None if error is None else str(error)}
+        for (topic, partition), error in sorted(results.items())
+    ]
+    emit(args, data, lambda: table(["partition", "result"], _partition_refs(results)))
     return 0
 
 
 async def _cluster_describe(args: argparse.Namespace) -> int:
-    async with _admin(args) as admin:
+    async with admin_client(args) as admin:
         cluster = await admin.describe_cluster()
-    print(
-        f"active controller {cluster.controller_id} at {cluster.controller_endpoint}, epoch {cluster.controller_epoch}"
+    data = {
+        "controller_id": cluster.controller_id,
+        "controller_endpoint": cluster.controller_endpoint,
+        "controller_epoch": cluster.controller_epoch,
+        "controllers": list(cluster.controllers),
+        "authorizer": cluster.authorizer_enabled,
+        "brokers": [{"id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack} for b in cluster.brokers],
+    }
+    emit(
+        args,
+        data,
+        lambda: (
+            f"active controller {cluster.controller_id} at {cluster.controller_endpoint}, "
+            f"epoch {cluster.controller_epoch}\n"
+            f"controllers: {', '.join(cluster.controllers)}\n"
+            f"ACL authorizer: {'on' if cluster.authorizer_enabled else 'off (every request is allowed)'}\n"
+            + table(
+                ["broker", "endpoint", "rack"], [[b.broker_id, f"{b.host}:{b.port}", b.rack] for b in cluster.brokers]
+            )
+        ),
     )
-    print(f"controllers: {', '.join(cluster.controllers)}")
-    print(table(["broker", "endpoint", "rack"], [[b.broker_id, f"{b.host}:{b.port}", b.rack] for b in cluster.brokers]))
     return 0
+
+
+def _headers(items: list[str]) -> tuple[tuple[str, bytes], ...]:
+    pairs = []
+    for item in items:
+        name, separator, value = item.partition(":")
+        if not separator or not name:
+            raise SystemExit(f"error: --header wants NAME:VALUE, got {item!r}")
+        pairs.append((name, value.encode()))
+    return tuple(pairs)
 
 
 async def _produce(args: argparse.Namespace) -> int:
     bootstrap, _ = bootstrap_endpoints(args)
+    headers = _headers(args.header) or None
+    fixed_key = None if args.key is None else args.key.encode()
+    separator = args.key_separator.encode() if args.key_separator else None
     sent = 0
     started = time.monotonic()
     async with Producer(
@@ -267,19 +360,23 @@ async def _produce(args: argparse.Namespace) -> int:
         deliveries: list[Any] = []
         # At once, as rpk: a missing topic is not auto-created, and a send would wait max.block.ms.
         try:
-            await producer.metadata.partitions_of(args.topic)
+            partitions = await producer.metadata.partitions_of(args.topic)
         except UnknownTopicOrPartitionError:
             raise UnknownTopicOrPartitionError(
                 f"topic {args.topic!r} does not exist (create it: tidelog topic create {args.topic})"
             ) from None
+        if args.partition is not None and not 0 <= args.partition < len(partitions):
+            raise UnknownTopicOrPartitionError(
+                f"topic {args.topic!r} has partitions 0 to {len(partitions) - 1}, not {args.partition}"
+            )
         for line in sys.stdin.buffer:
             text = line.rstrip(b"\n")
-            key: bytes | None = None
-            if args.key_separator:
-                key, separator, value = text.partition(args.key_separator.encode())
-                text = value if separator else key
-                key = key if separator else None
-            deliveries.append(await producer.send(args.topic, text, key=key, partition=args.partition))
+            key = fixed_key
+            if separator is not None:
+                head, found, value = text.partition(separator)
+                if found:
+                    key, text = head, value
+            deliveries.append(await producer.send(args.topic, text, key=key, partition=args.partition, headers=headers))
             sent += 1
             if len(deliveries) >= PRODUCE_CHUNK:
                 for delivery in deliveries:
@@ -297,34 +394,87 @@ async def _produce(args: argparse.Namespace) -> int:
 async def _consume(args: argparse.Namespace) -> int:
     bootstrap, _ = bootstrap_endpoints(args)
     reset = "earliest" if args.from_beginning else "latest"
-    async with Consumer(bootstrap, auto_offset_reset=reset, security=command_security(args)) as consumer:
-        partitions = await consumer.metadata.partitions_of(args.topic)
-        chosen = [args.partition] if args.partition is not None else [state.partition for state in partitions]
+    chosen_format = getattr(args, "format", None) or "text"
+    record_line(_NO_RECORD, chosen_format, args.print_key)  # a bad --format fails before the cluster is asked
+    security = command_security(args)
+    if args.group is not None:
+        if args.partition is not None or args.offset is not None:
+            raise SystemExit("error: --group takes the group's partitions and offsets; leave out --partition/--offset")
+        async with GroupConsumer(
+            bootstrap, args.group, auto_offset_reset=reset, enable_auto_commit=False, security=security
+        ) as group:
+            await _missing_topic_check(group.consumer, args.topic)
+            group.subscribe([args.topic])
+            await _print_records(args, group.poll, chosen_format, group.commit)
+        return 0
+    async with Consumer(bootstrap, auto_offset_reset=reset, security=security) as consumer:
+        partitions = await _missing_topic_check(consumer, args.topic)
+        chosen = [args.partition] if args.partition is not None else list(range(partitions))
         consumer.assign([TopicPartition(args.topic, partition) for partition in chosen])
         if args.offset is not None:
             for partition in chosen:
                 consumer.seek(TopicPartition(args.topic, partition), args.offset)
-        printed = 0
-        deadline = time.monotonic() + args.timeout_ms / 1000 if args.timeout_ms else None
-        out = sys.stdout.buffer
-        while args.max_messages is None or printed < args.max_messages:
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            for record in await consumer.poll(500):
-                if args.print_key:
-                    out.write((record.key or b"") + b"\t")
-                out.write((record.value or b"") + b"\n")
-                printed += 1
-                if args.max_messages is not None and printed >= args.max_messages:
-                    break
-            out.flush()
+        await _print_records(args, consumer.poll, chosen_format, None)
     return 0
+
+
+async def _missing_topic_check(consumer: Consumer, topic: str) -> int:
+    try:
+        return len(await consumer.metadata.partitions_of(topic))
+    except UnknownTopicOrPartitionError:
+        raise UnknownTopicOrPartitionError(
+            f"topic {topic!r} does not exist (create it: tidelog topic create {topic})"
+        ) from None
+
+
+async def _print_records(
+    args: argparse.Namespace,
+    poll: Callable[[int], Coroutine[Any, Any, list[Any]]],
+    chosen_format: str,
+    commit: Callable[[dict[TopicPartition, int]], Coroutine[Any, Any, None]] | None,
+) -> None:
+    """Print until --max-messages or --timeout-ms; with a group, commit what was printed after each
+    poll (kafka-console-consumer's auto commit, but never past a record not yet printed)."""
+    printed = 0
+    deadline = time.monotonic() + args.timeout_ms / 1000 if args.timeout_ms else None
+    out = sys.stdout.buffer
+    while args.max_messages is None or printed < args.max_messages:
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        records = await poll(500)
+        if args.max_messages is not None:
+            records = records[: args.max_messages - printed]
+        for record in records:
+            out.write(record_line(record, chosen_format, args.print_key))
+        printed += len(records)
+        out.flush()
+        if commit is not None and records:
+            try:
+                await commit({TopicPartition(r.topic, r.partition): r.offset + 1 for r in records})
+            except TidelogError as error:  # a rebalance: the next owner reads them again (at least once)
+                if not (error.retriable or error.code in _REBALANCING):
+                    raise
+                print(f"commit not taken ({error}); reading on", file=sys.stderr)
+
+
+_REBALANCING: Final = {ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID}
+
+
+class _NoRecord:
+    topic, partition, offset, timestamp, key, value, headers = "", 0, 0, 0, None, None, ()
+
+
+_NO_RECORD: Final = _NoRecord()
 
 
 def command_security(args: argparse.Namespace) -> SecuritySettings:
     """--command-config (or $TIDELOG_COMMAND_CONFIG): a properties file of the client's security
-    settings (security.protocol, ssl.*, sasl.*), as Kafka's tools take."""
+    settings (security.protocol, ssl.*, sasl.*), as Kafka's tools take; else, for the local cluster
+    of `tidelog dev up --secure`, the client.properties it wrote. Call after `bootstrap_endpoints`."""
     path = getattr(args, "command_config", None) or os.environ.get("TIDELOG_COMMAND_CONFIG")
+    local: Path | None = getattr(args, "local_client_config", None)
+    if not path and local is not None and local.exists():
+        path = str(local)
     if not path:
         return SecuritySettings.from_configs()
     try:
@@ -333,14 +483,30 @@ def command_security(args: argparse.Namespace) -> SecuritySettings:
         raise SystemExit(f"--command-config {path}: {error}") from error
 
 
-def endpoints(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap", help="broker endpoints host:port,... (default: the dev cluster)")
+def endpoints(parser: argparse.ArgumentParser, *, top_level: bool = False) -> None:
+    """The options every cluster command takes, accepted before the command or after it
+    (`tidelog --bootstrap h:9092 topic list` as `tidelog topic list --bootstrap h:9092`): the top
+    level holds the defaults, a command's own copies set a value only when given."""
+    default: dict[str, Any] = {} if top_level else {"default": argparse.SUPPRESS}
     parser.add_argument(
-        "--command-config", metavar="PATH", help="client security settings (properties file; $TIDELOG_COMMAND_CONFIG)"
+        "--bootstrap",
+        metavar="HOST:PORT,...",
+        help="broker endpoints ($TIDELOG_BOOTSTRAP; default: the running `tidelog dev up` cluster)",
+        **default,
     )
     parser.add_argument(
-        "--data-dir", default=None, help="a dev cluster's folder (default: ./data, else the one `tidelog dev up` runs)"
+        "--command-config",
+        metavar="PATH",
+        help="client security settings, a properties file: security.protocol, ssl.*, sasl.* ($TIDELOG_COMMAND_CONFIG)",
+        **default,
     )
+    parser.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="a dev cluster's folder (default: ./data, else the one `tidelog dev up` runs)",
+        **default,
+    )
+    format_option(parser, default=None if top_level else argparse.SUPPRESS)
 
 
 def add_cluster_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -348,39 +514,56 @@ def add_cluster_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     _add_leader_commands(commands)
     _add_data_commands(commands)
     cluster = commands.add_parser("cluster", help="the cluster's brokers and controllers")
-    cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True)
-    cluster_describe = cluster_commands.add_parser("describe")
+    cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True, metavar="COMMAND")
+    cluster_describe = cluster_commands.add_parser(
+        "describe", help="the active controller, every controller and broker, whether ACLs are enforced"
+    )
     cluster_describe.set_defaults(handler=run_command(_cluster_describe))
     endpoints(cluster_describe)
 
 
 def _add_topic_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    topic = commands.add_parser("topic", help="create, list, describe, alter and delete topics")
-    topic_commands = topic.add_subparsers(dest="topic_command", required=True)
-    create = topic_commands.add_parser("create")
-    create.add_argument("name")
-    create.add_argument("--partitions", type=int, default=-1)
-    create.add_argument("--replication-factor", type=int, default=-1)
-    create.add_argument("--config", action="append", default=[], metavar="NAME=VALUE")
+    topic = commands.add_parser(
+        "topic", help="create, list, describe, alter, delete and reassign topics (as kafka-topics.sh)"
+    )
+    topic_commands = topic.add_subparsers(dest="topic_command", required=True, metavar="COMMAND")
+    create = topic_commands.add_parser("create", help="create a topic")
+    create.add_argument("name", help="topic name: letters, digits, '.', '_', '-'; at most 249 characters")
+    create.add_argument(
+        "--partitions", type=int, default=-1, help="partition count (default: the cluster's num.partitions)"
+    )
+    create.add_argument(
+        "--replication-factor",
+        type=int,
+        default=-1,
+        help="replicas of each partition (default: the cluster's default.replication.factor)",
+    )
+    create.add_argument(
+        "--config", action="append", default=[], metavar="NAME=VALUE", help="a topic config (repeatable)"
+    )
     create.add_argument("--if-not-exists", action="store_true", help="a topic of that name already there: not an error")
     create.set_defaults(handler=run_command(_topic_create))
-    listing = topic_commands.add_parser("list")
+    listing = topic_commands.add_parser("list", help="every topic's name")
     listing.set_defaults(handler=run_command(_topic_list))
-    describe = topic_commands.add_parser("describe")
-    describe.add_argument("name")
+    describe = topic_commands.add_parser("describe", help="partitions, leaders, replicas, ISR and configs")
+    describe.add_argument("name", help="the topic")
     describe.set_defaults(handler=run_command(_topic_describe))
-    alter = topic_commands.add_parser("alter")
-    alter.add_argument("name")
-    alter.add_argument("--config", action="append", default=[], metavar="NAME=VALUE")
-    alter.add_argument("--delete-config", action="append", default=[], metavar="NAME")
-    alter.add_argument("--partitions", type=int, help="new, larger partition count")
+    alter = topic_commands.add_parser("alter", help="change configs or grow the partition count")
+    alter.add_argument("name", help="the topic")
+    alter.add_argument(
+        "--config", action="append", default=[], metavar="NAME=VALUE", help="set a topic config (repeatable)"
+    )
+    alter.add_argument(
+        "--delete-config", action="append", default=[], metavar="NAME", help="back to the default (repeatable)"
+    )
+    alter.add_argument("--partitions", type=int, help="new, larger partition count (only grows, as Kafka)")
     alter.set_defaults(handler=run_command(_topic_alter))
-    delete = topic_commands.add_parser("delete")
-    delete.add_argument("name")
+    delete = topic_commands.add_parser("delete", help="delete a topic and its data")
+    delete.add_argument("name", help="the topic")
     delete.set_defaults(handler=run_command(_topic_delete))
     reassign = topic_commands.add_parser("reassign", help="move a partition's replicas, or cancel a move")
-    reassign.add_argument("name")
-    reassign.add_argument("--partition", type=int, required=True)
+    reassign.add_argument("name", help="the topic")
+    reassign.add_argument("--partition", type=int, required=True, help="the partition to move")
     reassign.add_argument("--replicas", help="target broker ids, preferred leader first: 2,3,4")
     reassign.add_argument("--cancel", action="store_true", help="stop the move under way, back to the old replicas")
     reassign.set_defaults(handler=run_command(_topic_reassign))
@@ -392,33 +575,67 @@ def _add_topic_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
 
 def _add_leader_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     leader = commands.add_parser("leader", help="leader elections")
-    leader_commands = leader.add_subparsers(dest="leader_command", required=True)
+    leader_commands = leader.add_subparsers(dest="leader_command", required=True, metavar="COMMAND")
     elect = leader_commands.add_parser("elect", help="preferred (default) or unclean leader election")
     elect.add_argument("--topic", help="only this topic (default: every partition)")
     elect.add_argument("--partition", type=int, help="only this partition of --topic")
-    elect.add_argument("--type", choices=["preferred", "unclean"], default="preferred")
+    elect.add_argument(
+        "--type",
+        choices=["preferred", "unclean"],
+        default="preferred",
+        help="preferred: back to each partition's first replica; unclean: an out-of-sync replica may lead",
+    )
     elect.set_defaults(handler=run_command(_leader_elect))
     endpoints(elect)
 
 
 def _add_data_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    produce = commands.add_parser("produce", help="produce lines from stdin, one record each")
-    produce.add_argument("topic")
-    produce.add_argument("--key-separator", help="split each line into key and value at this string")
-    produce.add_argument("--partition", type=int)
-    produce.add_argument("--acks", default="all", choices=["0", "1", "all"])
-    produce.add_argument("--linger-ms", type=int, default=5)
+    produce = commands.add_parser(
+        "produce",
+        help="produce stdin's lines, one record each (as kafka-console-producer)",
+        description="Each line of stdin becomes one record's value. The topic must exist.",
+    )
+    produce.add_argument("topic", help="an existing topic")
+    key = produce.add_mutually_exclusive_group()
+    key.add_argument(
+        "--key-separator",
+        metavar="SEP",
+        help="split each line at the first SEP into key and value (a line without SEP has no key)",
+    )
+    key.add_argument("-k", "--key", help="the same key on every record")
+    produce.add_argument(
+        "-H",
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="a header on every record (repeatable)",
+    )
+    produce.add_argument("-p", "--partition", type=int, help="write to this partition (default: by key, as Kafka)")
+    produce.add_argument("--acks", default="all", choices=["0", "1", "all"], help="acknowledgements (default all)")
+    produce.add_argument("--linger-ms", type=int, default=5, help="wait this long to fill a batch (default 5)")
     produce.set_defaults(handler=run_command(_produce))
     endpoints(produce)
 
-    consume = commands.add_parser("consume", help="print record values to stdout")
-    consume.add_argument("topic")
+    consume = commands.add_parser(
+        "consume",
+        help="print records to stdout (as kafka-console-consumer)",
+        description="Prints each record's value on a line; -o json prints every field as JSON, and a pattern "
+        "prints what kcat's -f does: %%t topic, %%p partition, %%o offset, %%T timestamp, %%k key, %%v value, "
+        "%%K/%%S key/value size, %%h headers, \\n newline, e.g. -o '%%p:%%o %%k=%%v\\n'.",
+    )
+    consume.add_argument("topic", help="an existing topic")
     start = consume.add_mutually_exclusive_group()
-    start.add_argument("--from-beginning", action="store_true")
+    start.add_argument(
+        "--from-beginning", action="store_true", help="start at the earliest offset where none is committed"
+    )
     start.add_argument("--offset", type=int, help="start at this offset in every chosen partition")
-    consume.add_argument("--partition", type=int)
-    consume.add_argument("--max-messages", type=int)
+    consume.add_argument("-p", "--partition", type=int, help="only this partition (default: all)")
+    consume.add_argument(
+        "-g", "--group", help="consume as a member of this group, committing what was printed (partitions shared)"
+    )
+    consume.add_argument("-n", "--max-messages", type=int, help="stop after this many records")
     consume.add_argument("--timeout-ms", type=int, default=0, help="stop after this long (0: never)")
-    consume.add_argument("--print-key", action="store_true")
+    consume.add_argument("--print-key", action="store_true", help="text format: print KEY<tab>VALUE")
     consume.set_defaults(handler=run_command(_consume))
     endpoints(consume)

@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Final
 
 from tidelog.cli.output import table
+from tidelog.client import AdminClient
 from tidelog.common.etcd.server import port_or_free
 from tidelog.local_cluster import LocalCluster
 from tidelog.local_grafana import LocalGrafana
 from tidelog.local_prometheus import LocalPrometheus, scrape_config
+from tidelog.local_security import APP_USER, CLIENT_PROPERTIES, SUPER_USER, LocalSecurity
 
 __all__ = ["add_dev_commands"]
 
@@ -41,7 +43,9 @@ def _monitoring(cluster: LocalCluster) -> tuple[list[list[str]], list[LocalProme
     prometheus.start()
     prometheus.wait_ready()
     started.append(prometheus)
-    rows.append(["prometheus", prometheus.url, f"{prometheus.url}/alerts"])
+    # Prometheus 2.x (Debian's 2.42) serves its alerts page at /classic/alerts beside the new UI's
+    # /alerts, which 2.42 answers 404 without the React assets Debian leaves out.
+    rows.append(["prometheus", prometheus.url, f"{prometheus.url}/classic/alerts"])
     if LocalGrafana.binary() is None:
         print("no Grafana server on this machine: dashboards are in helm/tidelog/files/dashboards", flush=True)
         return rows, started
@@ -52,7 +56,7 @@ def _monitoring(cluster: LocalCluster) -> tuple[list[list[str]], list[LocalProme
     return rows, started
 
 
-async def _run(cluster: LocalCluster) -> None:
+async def _run(cluster: LocalCluster, security: LocalSecurity | None) -> None:
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signal_number in (signal.SIGINT, signal.SIGTERM):
@@ -61,6 +65,11 @@ async def _run(cluster: LocalCluster) -> None:
     monitoring: list[LocalPrometheus | LocalGrafana] = []
     try:
         await cluster.wait_ready()
+        if security is not None:
+            async with AdminClient(
+                cluster.bootstrap, controllers=cluster.controller_endpoints, security=security.client_security
+            ) as admin:
+                await admin.create_acls(security.app_acls())
         monitoring_rows, monitoring = await asyncio.to_thread(_monitoring, cluster)
         rows = [["etcd", cluster.etcd.endpoint, ""]]
         rows += [
@@ -81,12 +90,17 @@ async def _run(cluster: LocalCluster) -> None:
         ]
         rows += monitoring_rows
         print(table(["process", "endpoint", "metrics"], rows))
+        if security is not None:
+            _print_secure(cluster, security)
         print(
             f"\ndata and logs under {cluster.data_dir}; try:\n"
             f"  tidelog topic create demo --partitions 6\n"
             f"  seq 1 1000 | tidelog produce demo\n"
             f"  tidelog consume demo --from-beginning --max-messages 10\n"
-            + "".join(f"  curl {url}/topics/demo   # the REST gateway\n" for url in cluster.gateway_urls[:1])
+            + "".join(
+                f"  curl {_curl_security(security)}{url}/topics/demo   # the REST gateway\n"
+                for url in cluster.gateway_urls[:1]
+            )
             + "Ctrl-C stops everything.",
             flush=True,
         )
@@ -104,9 +118,41 @@ async def _run(cluster: LocalCluster) -> None:
         print("stopped.")
 
 
+def _curl_security(security: LocalSecurity | None) -> str:
+    if security is None:
+        return ""
+    return f"--cacert {security.ca_file} -u {APP_USER}:{security.passwords[APP_USER]} "
+
+
+def _print_secure(cluster: LocalCluster, security: LocalSecurity) -> None:
+    print(
+        f"\nsecure: SASL_SSL on every listener (SCRAM-SHA-512), etcd on mutual TLS, the gateway on HTTPS with "
+        f"HTTP Basic, ACLs enforced.\n"
+        f"  users: {SUPER_USER} (super user) password {security.passwords[SUPER_USER]}; {APP_USER} (ACLs: every "
+        f"topic and group; REST logins) password {security.passwords[APP_USER]}\n"
+        f"  client settings: {cluster.data_dir / CLIENT_PROPERTIES} (tidelog commands use it here by themselves;\n"
+        f"  other clients: --command-config / their security.protocol, ssl.ca.location, sasl.* settings)\n"
+        f"  CA certificate:  {security.ca_file}\n"
+        f"  create a user:   TIDELOG_USER_PASSWORD=... tidelog user create alice; then "
+        "`tidelog acl add --allow-principal User:alice ...`",
+        flush=True,
+    )
+
+
+def _process_names(args: argparse.Namespace) -> list[str]:
+    counts = (("controller", args.controllers), ("broker", args.brokers), ("coordinator", args.coordinators))
+    return [f"{role}-{i}" for role, count in (*counts, ("gateway", args.gateways)) for i in range(1, count + 1)]
+
+
 def _up(args: argparse.Namespace) -> int:
+    data_dir = Path(args.data_dir or "data")
+    security = LocalSecurity(data_dir, _process_names(args)) if args.secure else None
+    if security is not None:
+        security.write_client_properties()
+    else:
+        (data_dir / CLIENT_PROPERTIES).unlink(missing_ok=True)  # a secure run's settings no longer apply
     cluster = LocalCluster(
-        Path(args.data_dir),
+        data_dir,
         brokers=args.brokers,
         controllers=args.controllers,
         coordinators=args.coordinators,
@@ -114,20 +160,33 @@ def _up(args: argparse.Namespace) -> int:
         metrics=True,
         conventional_ports=True,
         announce=True,
+        service_security=None if security is None else security.service_settings,
+        client_security=None if security is None else security.client_security,
+        scram_users=None if security is None else security.passwords,
+        etcd_tls=None if security is None else security.etcd_tls,
+        etcd_client_security=None if security is None else security.etcd_client_security,
+        gateway_tls=security is not None,
     )
-    asyncio.run(_run(cluster))
+    asyncio.run(_run(cluster, security))
     return 0
 
 
 def add_dev_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dev = commands.add_parser("dev", help="run Tidelog locally")
-    dev_commands = dev.add_subparsers(dest="dev_command", required=True)
+    dev_commands = dev.add_subparsers(dest="dev_command", required=True, metavar="COMMAND")
     up = dev_commands.add_parser(
         "up", help="start etcd, controllers, brokers, coordinators and the REST gateway until Ctrl-C"
     )
-    up.add_argument("--data-dir", default="data", help="folder for all local data (default: ./data)")
-    up.add_argument("--brokers", type=int, default=3)
-    up.add_argument("--controllers", type=int, default=2)
+    up.add_argument(
+        "--data-dir", default=argparse.SUPPRESS, metavar="DIR", help="folder for all local data (default: ./data)"
+    )
+    up.add_argument("--brokers", type=int, default=3, help="broker processes (default 3)")
+    up.add_argument("--controllers", type=int, default=2, help="controller processes, one active (default 2)")
     up.add_argument("--coordinators", type=int, default=2, help="group coordinator instances")
     up.add_argument("--gateways", type=int, default=1, help="REST gateway replicas (authentication off)")
+    up.add_argument(
+        "--secure",
+        action="store_true",
+        help="TLS and SCRAM logins on every listener, the ACL authorizer on; writes DIR/client.properties",
+    )
     up.set_defaults(handler=_up)

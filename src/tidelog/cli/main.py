@@ -8,7 +8,7 @@ import os
 import sys
 
 from tidelog.cli.acl_commands import add_acl_commands
-from tidelog.cli.cluster_commands import add_cluster_commands
+from tidelog.cli.cluster_commands import add_cluster_commands, endpoints
 from tidelog.cli.dev import add_dev_commands
 from tidelog.cli.group_commands import add_group_commands
 from tidelog.cli.log_tools import add_log_commands
@@ -21,7 +21,8 @@ __all__ = ["main"]
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tidelog", description="Tidelog, a distributed commit log")
     parser.add_argument("--version", action="version", version=f"tidelog {importlib.metadata.version('tidelog')}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    endpoints(parser, top_level=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_dev_commands(commands)
     add_cluster_commands(commands)
     add_group_commands(commands)

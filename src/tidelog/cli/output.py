@@ -1,11 +1,37 @@
-"""Output a person reads easily: aligned tables, progress on stderr."""
+"""Output a person reads easily (aligned tables, progress on stderr) or a program reads (`-o json`).
+
+Every listing command builds its result as plain data once and `emit`s it: JSON as is, text
+through the command's own table. Consumed records print as text, one JSON object a line, or a
+kcat-like pattern (`--format '%t %p %o %k %v %h'`).
+"""
 
 from __future__ import annotations
 
+import argparse
+import base64
+import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Final
 
-__all__ = ["progress", "table"]
+__all__ = ["FORMATS", "emit", "format_option", "progress", "record_line", "table"]
+
+FORMATS: Final = ("text", "json")
+
+# kcat's -f tokens: what each prints of a record (bytes).
+_RECORD_TOKENS: Final[dict[str, Callable[[Any], bytes]]] = {
+    "t": lambda r: r.topic.encode(),
+    "p": lambda r: str(r.partition).encode(),
+    "o": lambda r: str(r.offset).encode(),
+    "T": lambda r: str(r.timestamp).encode(),
+    "k": lambda r: r.key or b"",
+    "v": lambda r: r.value or b"",
+    "K": lambda r: str(-1 if r.key is None else len(r.key)).encode(),
+    "S": lambda r: str(-1 if r.value is None else len(r.value)).encode(),
+    "h": lambda r: b",".join(name.encode() + b"=" + (value or b"") for name, value in r.headers),
+    "%": lambda r: b"%",
+}
+_ESCAPES: Final = {"n": b"\n", "t": b"\t", "r": b"\r", "\\": b"\\"}
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -14,6 +40,87 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     lines = ["  ".join(header.upper().ljust(width) for header, width in zip(headers, widths, strict=True)).rstrip()]
     lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells]
     return "\n".join(lines)
+
+
+def format_option(parser: argparse.ArgumentParser, *, default: str | None = argparse.SUPPRESS) -> None:
+    parser.add_argument(
+        "-o",
+        "--format",
+        default=default,
+        metavar="text|json",
+        help="output as aligned text (default) or JSON",
+    )
+
+
+def emit(args: argparse.Namespace, data: object, text: Callable[[], str]) -> None:
+    """Print `data` as JSON (`-o json`) or `text()` (the default)."""
+    chosen = getattr(args, "format", None) or "text"
+    if chosen == "json":
+        print(json.dumps(data, indent=2, default=str))
+    elif chosen == "text":
+        print(text())
+    else:
+        raise SystemExit(f"error: --format {chosen!r}: give text or json")
+
+
+def _text(data: bytes | None) -> str | None:
+    """A key or value as JSON text: UTF-8 when it is, else base64 (said by the `_b64` field)."""
+    if data is None:
+        return None
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return base64.b64encode(data).decode()
+
+
+def _is_text(data: bytes | None) -> bool:
+    try:
+        (data or b"").decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def record_line(record: Any, chosen: str, print_key: bool) -> bytes:
+    """One consumed record as `consume --format` prints it, newline included where the format has one."""
+    if chosen == "text":
+        return (((record.key or b"") + b"\t") if print_key else b"") + (record.value or b"") + b"\n"
+    if chosen == "json":
+        fields: dict[str, object] = {
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "timestamp": record.timestamp,
+            "key": _text(record.key),
+            "value": _text(record.value),
+            "headers": [{"key": name, "value": _text(value)} for name, value in record.headers],
+        }
+        encoded = [name for name, data in (("key", record.key), ("value", record.value)) if not _is_text(data)]
+        if encoded:
+            fields["base64"] = encoded  # these fields are base64: their bytes are not UTF-8
+        return json.dumps(fields).encode() + b"\n"
+    return _pattern(chosen, record)
+
+
+def _pattern(pattern: str, record: Any) -> bytes:
+    if "%" not in pattern:
+        raise SystemExit(f"error: --format {pattern!r}: give text, json or a pattern such as '%k %v\\n' (%t %p %o ...)")
+    out = bytearray()
+    index = 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char in "%\\" and index + 1 < len(pattern):
+            token = pattern[index + 1]
+            table_ = _RECORD_TOKENS if char == "%" else _ESCAPES
+            if token not in table_:
+                raise SystemExit(f"error: --format: unknown {char}{token} (tokens: %t %p %o %T %k %v %K %S %h %%)")
+            part = table_[token]
+            out += part(record) if callable(part) else part
+            index += 2
+            continue
+        out += char.encode()
+        index += 1
+    return bytes(out)  # as kcat: no newline unless the pattern has one ('%v\\n')
 
 
 def progress(message: str) -> None:

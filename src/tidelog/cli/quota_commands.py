@@ -10,17 +10,11 @@ from __future__ import annotations
 
 import argparse
 
-from tidelog.cli.cluster_commands import bootstrap_endpoints, command_security, endpoints, run_command
-from tidelog.cli.output import table
-from tidelog.client import AdminClient
+from tidelog.cli.cluster_commands import admin_client, endpoints, run_command
+from tidelog.cli.output import emit, table
 from tidelog.common.security.quota import DEFAULT, QuotaEntity
 
 __all__ = ["add_quota_commands"]
-
-
-def _admin(args: argparse.Namespace) -> AdminClient:
-    bootstrap, controllers = bootstrap_endpoints(args)
-    return AdminClient(bootstrap, controllers=controllers, security=command_security(args))
 
 
 def _entity(args: argparse.Namespace) -> QuotaEntity:
@@ -50,48 +44,45 @@ async def _alter(args: argparse.Namespace) -> int:
     removed = [name.strip() for name in (args.delete_config or "").split(",") if name.strip()]
     if not added and not removed:
         raise SystemExit("give --add-config and/or --delete-config")
-    async with _admin(args) as admin:
+    async with admin_client(args) as admin:
         await admin.alter_client_quotas(entity, added, removed)
     print(f"quotas of {entity} altered")
     return 0
 
 
 async def _describe(args: argparse.Namespace) -> int:
-    async with _admin(args) as admin:
+    async with admin_client(args) as admin:
         quotas = await admin.describe_client_quotas()
-    rows = [
-        [
-            entity.user or "-",
-            entity.client_id or "-",
-            name,
-            f"{int(value):,}" if float(value).is_integer() else f"{value:,}",
-        ]
+    data = [
+        {"user": entity.user, "client_id": entity.client_id, "quota": name, "value": value}
         for entity, values in sorted(quotas.items(), key=lambda item: item[0].key)
         for name, value in sorted(values.items())
     ]
-    print(table(["user", "client-id", "quota", "value"], rows) if rows else "no quotas")
+    rows = [[d["user"] or "-", d["client_id"] or "-", d["quota"], _human(d["value"])] for d in data]
+    emit(args, data, lambda: table(["user", "client-id", "quota", "value"], rows) if rows else "no quotas")
     return 0
 
 
-def _human(value: float) -> str:
+def _human(value: object) -> str:
     """2097152, not 2.09715e+06: a whole number in full, with thousands separated."""
-    return f"{int(value):,}" if float(value).is_integer() else f"{value:,}"
+    number = float(str(value))
+    return f"{int(number):,}" if number.is_integer() else f"{number:,}"
 
 
 def add_quota_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     quota = commands.add_parser("quota", help="client quotas: producer/consumer byte rates, request time")
-    quota_commands = quota.add_subparsers(dest="quota_command", required=True)
-    alter = quota_commands.add_parser("alter")
+    quota_commands = quota.add_subparsers(dest="quota_command", required=True, metavar="COMMAND")
+    alter = quota_commands.add_parser("alter", help="set or remove a user's or client id's quotas")
     user = alter.add_mutually_exclusive_group()
-    user.add_argument("--user")
+    user.add_argument("--user", help="a user (principal name)")
     user.add_argument("--user-default", action="store_true", help="the <default> user")
     client = alter.add_mutually_exclusive_group()
-    client.add_argument("--client-id")
+    client.add_argument("--client-id", help="a client id (client.id)")
     client.add_argument("--client-default", action="store_true", help="the <default> client id")
     alter.add_argument("--add-config", help="producer_byte_rate=N,consumer_byte_rate=N,request_percentage=N")
     alter.add_argument("--delete-config", help="names of quotas to remove, comma-separated")
     alter.set_defaults(handler=run_command(_alter))
-    describe = quota_commands.add_parser("describe")
+    describe = quota_commands.add_parser("describe", help="every quota set")
     describe.set_defaults(handler=run_command(_describe))
     for parser in (alter, describe):
         endpoints(parser)

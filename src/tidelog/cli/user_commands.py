@@ -13,16 +13,10 @@ import os
 import sys
 from pathlib import Path
 
-from tidelog.cli.cluster_commands import bootstrap_endpoints, command_security, endpoints, run_command
-from tidelog.cli.output import table
-from tidelog.client import AdminClient
+from tidelog.cli.cluster_commands import admin_client, endpoints, run_command
+from tidelog.cli.output import emit, table
 
 __all__ = ["add_user_commands"]
-
-
-def _admin(args: argparse.Namespace) -> AdminClient:
-    bootstrap, controllers = bootstrap_endpoints(args)
-    return AdminClient(bootstrap, controllers=controllers, security=command_security(args))
 
 
 def _password(args: argparse.Namespace) -> str:
@@ -40,7 +34,7 @@ def _password(args: argparse.Namespace) -> str:
 
 
 async def _create(args: argparse.Namespace) -> int:
-    async with _admin(args) as admin:
+    async with admin_client(args) as admin:
         results = await admin.alter_user_scram_credentials({args.name: _password(args)}, iterations=args.iterations)
     error = results.get(args.name)
     if error is not None:
@@ -50,7 +44,7 @@ async def _create(args: argparse.Namespace) -> int:
 
 
 async def _delete(args: argparse.Namespace) -> int:
-    async with _admin(args) as admin:
+    async with admin_client(args) as admin:
         results = await admin.alter_user_scram_credentials(deletions=[args.name])
     error = results.get(args.name)
     if error is not None:
@@ -60,27 +54,29 @@ async def _delete(args: argparse.Namespace) -> int:
 
 
 async def _list(args: argparse.Namespace) -> int:
-    async with _admin(args) as admin:
+    async with admin_client(args) as admin:
         users = await admin.describe_user_scram_credentials()
-    if not users:
-        print("no users")
-    else:
-        print(table(["user", "mechanism", "iterations"], [[u, "SCRAM-SHA-512", n] for u, n in sorted(users.items())]))
+    data = [{"user": u, "mechanism": "SCRAM-SHA-512", "iterations": n} for u, n in sorted(users.items())]
+    emit(
+        args,
+        data,
+        lambda: table(["user", "mechanism", "iterations"], [list(d.values()) for d in data]) if data else "no users",
+    )
     return 0
 
 
 def add_user_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     user = commands.add_parser("user", help="SCRAM-SHA-512 users: create, delete, list")
-    user_commands = user.add_subparsers(dest="user_command", required=True)
+    user_commands = user.add_subparsers(dest="user_command", required=True, metavar="COMMAND")
     create = user_commands.add_parser("create", help="create a user or change its password")
-    create.add_argument("name")
+    create.add_argument("name", help="the user name (its principal is User:NAME)")
     create.add_argument("--password-file", help="a file holding the password (else $TIDELOG_USER_PASSWORD)")
     create.add_argument("--iterations", type=int, default=4096, help="PBKDF2 iterations (4096..16384)")
     create.set_defaults(handler=run_command(_create))
-    delete = user_commands.add_parser("delete")
-    delete.add_argument("name")
+    delete = user_commands.add_parser("delete", help="delete a user's credential")
+    delete.add_argument("name", help="the user name")
     delete.set_defaults(handler=run_command(_delete))
-    listing = user_commands.add_parser("list")
+    listing = user_commands.add_parser("list", help="every user with a SCRAM credential")
     listing.set_defaults(handler=run_command(_list))
     for parser in (create, delete, listing):
         endpoints(parser)

@@ -361,20 +361,22 @@ class DescribeClusterRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class DescribeClusterResponse(_message.Message):
-    __slots__ = ("error_code", "controller_id", "controller_epoch", "controller_endpoint", "brokers", "controllers")
+    __slots__ = ("error_code", "controller_id", "controller_epoch", "controller_endpoint", "brokers", "controllers", "authorizer_enabled")
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_ID_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     BROKERS_FIELD_NUMBER: _ClassVar[int]
     CONTROLLERS_FIELD_NUMBER: _ClassVar[int]
+    AUTHORIZER_ENABLED_FIELD_NUMBER: _ClassVar[int]
     error_code: int
     controller_id: int
     controller_epoch: int
     controller_endpoint: str
     brokers: _containers.RepeatedCompositeFieldContainer[_common_pb2.BrokerEndpoint]
     controllers: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, error_code: _Optional[int] = ..., controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., controller_endpoint: _Optional[str] = ..., brokers: _Optional[_Iterable[_Union[_common_pb2.BrokerEndpoint, _Mapping]]] = ..., controllers: _Optional[_Iterable[str]] = ...) -> None: ...
+    authorizer_enabled: bool
+    def __init__(self, error_code: _Optional[int] = ..., controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., controller_endpoint: _Optional[str] = ..., brokers: _Optional[_Iterable[_Union[_common_pb2.BrokerEndpoint, _Mapping]]] = ..., controllers: _Optional[_Iterable[str]] = ..., authorizer_enabled: _Optional[bool] = ...) -> None: ...
 
 class PartitionIsrChange(_message.Message):
     __slots__ = ("topic", "partition", "leader_epoch", "partition_epoch", "new_isr", "new_isr_incarnations")
