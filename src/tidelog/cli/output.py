@@ -93,7 +93,7 @@ def record_line(record: Any, chosen: str, print_key: bool) -> bytes:
             "timestamp": record.timestamp,
             "key": _text(record.key),
             "value": _text(record.value),
-            "headers": [{"key": name, "value": _text(value)} for name, value in record.headers],
+            "headers": [{"name": name, "value": _text(value)} for name, value in record.headers],
         }
         encoded = [name for name, data in (("key", record.key), ("value", record.value)) if not _is_text(data)]
         if encoded:

@@ -35,7 +35,7 @@ from tidelog.client.consumer import Consumer
 from tidelog.client.consumer_records import ConsumerRecord, RecordRun, next_offsets, records_of
 from tidelog.client.coordinator_link import CoordinatorLink
 from tidelog.client.membership import Membership, MemberState
-from tidelog.common.errors import ErrorCode, RemoteError, TidelogError, error_for
+from tidelog.common.errors import ErrorCode, RemoteError, TidelogError, UnknownTopicOrPartitionError, error_for
 from tidelog.common.settings import ConsumerSettings, SecuritySettings
 from tidelog.v1 import coordinator_pb2
 
@@ -45,6 +45,9 @@ DEFAULTS: Final = ConsumerSettings.from_configs()  # the registry's (docs/config
 log = get_logger(__name__)
 
 REJOIN_CODES = {ErrorCode.REBALANCE_IN_PROGRESS}
+# How often a subscribed topic that does not exist is looked for: Kafka's consumer refreshes its
+# metadata for unknown topics with retry.backoff.ms growing to retry.backoff.max.ms (KIP-580), 1 s.
+MISSING_TOPIC_RECHECK_S: Final = 1.0
 LOST_CODES = {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.FENCED_INSTANCE_ID}
 
 
@@ -135,6 +138,8 @@ class GroupConsumer:
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._join_task: asyncio.Task[None] | None = None
         self._pending_commits: set[asyncio.Task[None]] = set()
+        self._missing_topics: set[str] = set()  # subscribed but not in the cluster at the last join
+        self._missing_checked = clock()
 
     @property
     def member_id(self) -> str:
@@ -230,8 +235,15 @@ class GroupConsumer:
         if not assignor.cooperative and self._owned:
             await self._revoke(set(self._owned))
         topics = await self._subscribed_topics()
+        missing = set()
         for topic in topics:
-            await self.metadata.partitions_of(topic)
+            try:
+                await self.metadata.partitions_of(topic)
+            except UnknownTopicOrPartitionError:
+                missing.add(topic)  # as Kafka: still subscribed, and assigned once it exists
+        if missing and missing != self._missing_topics:
+            log.warning("subscribed_topics_missing", group=self.group_id, topics=sorted(missing))
+        self._missing_topics = missing
         subscription = Subscription(topics, sorted(self._owned))
         request = coordinator_pb2.JoinGroupRequest(
             group_id=self.group_id,
@@ -404,6 +416,7 @@ class GroupConsumer:
         started = self.clock()
         if not await self._ensure_member(timeout_ms / 1000):
             return []
+        await self._check_missing_topics()
         if not self._buffer:
             remaining_ms = max(int(timeout_ms - (self.clock() - started) * 1000), 0)
             self._buffer = await self.consumer.poll_runs(remaining_ms) if self._owned else []
@@ -415,6 +428,17 @@ class GroupConsumer:
             self._last_auto_commit = self.clock()
             self.commit_async()
         return runs
+
+    async def _check_missing_topics(self) -> None:
+        """A subscribed topic that did not exist at the last join: once it does, join again so the
+        group assigns its partitions (Kafka's consumer notices through its metadata refreshes)."""
+        if not self._missing_topics or self.clock() - self._missing_checked < MISSING_TOPIC_RECHECK_S:
+            return
+        self._missing_checked = self.clock()
+        with contextlib.suppress(TidelogError):
+            await self.metadata.refresh(sorted(self._missing_topics))
+        if any(topic in self.metadata.partitions for topic in self._missing_topics):
+            self.membership.rejoin_needed = True
 
     def _take(self, limit: int) -> list[RecordRun]:
         """The buffer's first `limit` records (a run split at the limit); the rest stays buffered."""
