@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tidelog.spark_jobs.session import session
+from tidelog.spark_jobs.session import bootstrap_of, session
 
 
 def export(spark: Any, *, bootstrap: str, topic: str, path: str, starting: str, ending: str) -> int:
@@ -33,7 +33,10 @@ def export(spark: Any, *, bootstrap: str, topic: str, path: str, starting: str, 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bootstrap", default="localhost:9092")
+    parser.add_argument(
+        "--bootstrap",
+        help="broker endpoints host:port,... (default: the local `tidelog dev up` cluster, else localhost:9092)",
+    )
     parser.add_argument("--topic", required=True)
     parser.add_argument("--path", required=True, help="folder the Parquet files go to (replaced)")
     parser.add_argument("--starting-offsets", default="earliest", help="earliest or the source's JSON")
@@ -43,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         count = export(
             spark,
-            bootstrap=args.bootstrap,
+            bootstrap=bootstrap_of(args.bootstrap),
             topic=args.topic,
             path=args.path,
             starting=args.starting_offsets,

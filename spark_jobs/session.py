@@ -20,3 +20,17 @@ def session(app_name: str) -> Any:
     spark = builder.config("spark.sql.session.timeZone", "UTC").getOrCreate()
     tidelog.spark.register(spark)
     return spark
+
+
+def bootstrap_of(given: str | None) -> str:
+    """--bootstrap, else the local `tidelog dev up` cluster's brokers (as the `tidelog` commands
+    find them), else localhost:9092 as Kafka's tools default; a guess is said on stderr."""
+    if given:
+        return given
+    from tidelog.local_cluster import local_bootstrap  # noqa: PLC0415 - only when no --bootstrap
+
+    found = local_bootstrap()
+    if found is None:
+        print("no --bootstrap given and no local cluster found: trying localhost:9092", file=sys.stderr)
+        return "localhost:9092"
+    return ",".join(found)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tidelog.spark_jobs.session import session
+from tidelog.spark_jobs.session import bootstrap_of, session
 
 EVENT_SCHEMA = "user string, amount double, time timestamp"
 
@@ -80,7 +80,10 @@ def start(spark: Any, args: argparse.Namespace, *, available_now: bool = False) 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bootstrap", default="localhost:9092")
+    parser.add_argument(
+        "--bootstrap",
+        help="broker endpoints host:port,... (default: the local `tidelog dev up` cluster, else localhost:9092)",
+    )
     parser.add_argument("--input", required=True, help="topic of JSON events")
     parser.add_argument("--output", required=True, help="topic the window totals go to")
     parser.add_argument("--checkpoint", required=True, help="folder of the query's checkpoint")
@@ -89,7 +92,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--trigger", default="5 seconds", help="micro-batch interval")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
     parser.add_argument("--available-now", action="store_true", help="process what is there, then stop")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.bootstrap = bootstrap_of(args.bootstrap)
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,9 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.dev_up import TIDELOG, running_dev_up
 from tidelog.local_cluster import user_state_file
-
-TIDELOG = [sys.executable, "-m", "tidelog.cli.main"]
 
 
 def tidelog(
@@ -56,30 +53,14 @@ def dev_cluster(tmp_path: Path) -> Iterator[Path]:
     """`tidelog dev up` in the background until its endpoint table is printed; Ctrl-C at the end."""
     data = tmp_path / "data"
     conventional_free = _free(9092) and _free(8082)
-    process = subprocess.Popen(
-        [*TIDELOG, "dev", "up", "--data-dir", str(data)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    assert process.stdout is not None
-    lines = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if "Ctrl-C stops everything" in line:
-            break
-    output = "".join(lines)
-    assert "broker-3" in output and "controller-2" in output and "gateway-1" in output, output
-    if conventional_free:  # Kafka's and REST Proxy's ports, so their recipes work unchanged
-        assert "127.0.0.1:9092" in output and "http://127.0.0.1:8082" in output, output
-    if shutil.which("prometheus"):
-        assert "prometheus" in output and "/alerts" in output, output
-    yield data
-    process.send_signal(signal.SIGINT)
-    rest, _ = process.communicate(timeout=60)
-    assert process.returncode == 0, rest
-    assert "stopped." in rest
+    with running_dev_up(data) as output:
+        assert "broker-3" in output and "controller-2" in output and "gateway-1" in output, output
+        if conventional_free:  # Kafka's and REST Proxy's ports, so their recipes work unchanged
+            assert "127.0.0.1:9092" in output and "http://127.0.0.1:8082" in output, output
+        if shutil.which("prometheus"):
+            # Prometheus 2.42's alerts page (its /alerts is the new UI's, a 404 in Debian's build)
+            assert "prometheus" in output and "/classic/alerts" in output, output
+        yield data
     assert not user_state_file().exists()  # a stopped cluster is not announced any more
 
 

@@ -500,3 +500,13 @@ def announced_cluster() -> AnnouncedCluster | None:
     except (OSError, ValueError, TypeError):
         return None
     return announced
+
+
+def local_bootstrap(data_dir: Path = Path("data")) -> list[str] | None:
+    """The brokers of the dev cluster whose state is under `data_dir` (./data), else of the one
+    this user's `tidelog dev up` runs; None when neither (the caller says what it falls back to)."""
+    saved = data_dir / "cluster.json"
+    if saved.exists():
+        return [f"127.0.0.1:{port}" for port in json.loads(saved.read_text())["brokers"].values()]
+    announced = announced_cluster()
+    return None if announced is None else announced.bootstrap
