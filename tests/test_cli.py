@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 from collections.abc import Iterator
@@ -59,7 +60,8 @@ def dev_cluster(tmp_path: Path) -> Iterator[Path]:
             assert "127.0.0.1:9092" in output and "http://127.0.0.1:8082" in output, output
         if shutil.which("prometheus"):
             # Prometheus 2.42's alerts page (its /alerts is the new UI's, a 404 in Debian's build)
-            assert "prometheus" in output and "/classic/alerts" in output, output
+            alerts = next(word for word in output.split() if word.endswith("/classic/alerts"))
+            assert httpx.get(alerts).status_code == 200, alerts
         yield data
     assert not user_state_file().exists()  # a stopped cluster is not announced any more
 
@@ -209,3 +211,181 @@ def test_version_human_numbers_and_a_closed_pipe() -> None:
 
     with pytest.raises(BrokenPipeError):  # main() then quietly ends the command
         run_command(leaves)(argparse.Namespace())
+
+
+def test_every_command_and_option_says_what_it_does() -> None:
+    """Issue 31: `topic --help` described 2 of its 7 commands, most options had no help."""
+    import argparse  # noqa: PLC0415
+
+    from tidelog.cli.main import build_parser  # noqa: PLC0415
+
+    silent: list[str] = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                described = {choice.dest for choice in action._choices_actions if choice.help}
+                for name, sub in action.choices.items():
+                    if name not in described:
+                        silent.append(f"{path} {name}")
+                    walk(sub, f"{path} {name}")
+            elif not isinstance(action, argparse._HelpAction | argparse._VersionAction) and not action.help:
+                silent.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(build_parser(), "tidelog")
+    assert silent == []
+
+
+def test_kafka_tool_habits(dev_cluster: Path, tmp_path: Path) -> None:
+    """Issue 31: options before or after the command, JSON output, kcat-like formats, keys,
+    headers and partitions on produce, a committing `consume --group`, reset-offsets' other
+    targets, and `acl add` saying that nothing enforces ACLs here."""
+    data = str(dev_cluster)
+    tidelog("--data-dir", data, "topic", "create", "habits", "--partitions", "2")  # a global option first
+    assert "habits" in json.loads(tidelog("topic", "list", "-o", "json", "--data-dir", data).stdout)
+    described = json.loads(tidelog("-o", "json", "--data-dir", data, "topic", "describe", "habits").stdout)
+    assert [p["partition"] for p in described["partitions"]] == [0, 1] and described["partitions"][0]["leader"]
+
+    tidelog(
+        "produce", "habits", "-p", "1", "-k", "k1", "-H", "trace:abc", "-H", "n:1", "--data-dir", data, stdin="x\ny\n"
+    )
+    line = "%t/%p/%o key=%k value=%v headers=%h\\n"
+    shown = tidelog("consume", "habits", "-p", "1", "--from-beginning", "-n", "2", "-o", line, "--data-dir", data)
+    assert (
+        shown.stdout
+        == "habits/1/0 key=k1 value=x headers=trace=abc,n=1\nhabits/1/1 key=k1 value=y headers=trace=abc,n=1\n"
+    )
+    as_json = tidelog("consume", "habits", "-p", "1", "--offset", "1", "-n", "1", "-o", "json", "--data-dir", data)
+    record = json.loads(as_json.stdout)
+    assert (record["offset"], record["key"], record["value"]) == (1, "k1", "y")
+    assert record["headers"] == [{"name": "trace", "value": "abc"}, {"name": "n", "value": "1"}]
+    bad_format = tidelog("consume", "habits", "-o", "yaml", "--data-dir", data, check=False)
+    assert bad_format.returncode != 0 and "give text, json or a pattern" in bad_format.stderr
+
+    # A group that commits what it printed: a second member run reads on from there.
+    tidelog("produce", "habits", "-p", "0", "--data-dir", data, stdin="a\nb\nc\n")
+    first = tidelog(
+        "consume", "habits", "-g", "readers", "--from-beginning", "-n", "3", "--timeout-ms", "30000", "--data-dir", data
+    )
+    assert len(first.stdout.split()) == 3
+    rest = tidelog("consume", "habits", "-g", "readers", "-n", "2", "--timeout-ms", "30000", "--data-dir", data)
+    assert sorted(first.stdout.split() + rest.stdout.split()) == ["a", "b", "c", "x", "y"]
+    group = json.loads(tidelog("group", "describe", "readers", "-o", "json", "--data-dir", data).stdout)
+    assert {(p["partition"], p["committed"]) for p in group["partitions"]} == {(0, 3), (1, 2)}
+
+    # reset-offsets: --shift-by from the committed, --to-datetime, --all-topics; a plan unless --execute.
+    shifted = json.loads(
+        tidelog(
+            "group", "reset-offsets", "readers", "--all-topics", "--shift-by", "-1", "-o", "json", "--data-dir", data
+        ).stdout
+    )
+    assert {(p["partition"], p["current"], p["new"]) for p in shifted} == {(0, 3, 2), (1, 2, 1)}
+    past = tidelog(
+        "group",
+        "reset-offsets",
+        "readers",
+        "--topic",
+        "habits",
+        "--to-datetime",
+        "2000-01-01T00:00:00Z",
+        "--execute",
+        "-o",
+        "json",
+        "--data-dir",
+        data,
+    )
+    assert {p["new"] for p in json.loads(past.stdout)} == {0}
+    future = tidelog(
+        "group",
+        "reset-offsets",
+        "readers",
+        "--topic",
+        "habits",
+        "--to-datetime",
+        "2999-01-01T00:00:00",
+        "-o",
+        "json",
+        "--data-dir",
+        data,
+    )
+    assert {(p["partition"], p["new"]) for p in json.loads(future.stdout)} == {(0, 3), (1, 2)}  # none after: the end
+    beyond = tidelog(
+        "group", "reset-offsets", "readers", "--topic", "habits", "--shift-by", "100", "-o", "json", "--data-dir", data
+    )
+    assert {(p["partition"], p["new"]) for p in json.loads(beyond.stdout)} == {(0, 3), (1, 2)}  # kept within the log
+    bad_time = tidelog(
+        "group",
+        "reset-offsets",
+        "readers",
+        "--topic",
+        "habits",
+        "--to-datetime",
+        "yesterday",
+        "--data-dir",
+        data,
+        check=False,
+    )
+    assert bad_time.returncode != 0 and "ISO 8601" in bad_time.stderr
+
+    # No authorizer runs in the plain dev cluster: `acl add` stores and says so.
+    added = tidelog(
+        "acl",
+        "add",
+        "--deny-principal",
+        "User:ANONYMOUS",
+        "--operation",
+        "Write",
+        "--topic",
+        "habits",
+        "--data-dir",
+        data,
+    )
+    assert "added 1 ACL binding" in added.stdout and "no authorizer" in added.stderr
+    assert "ACL authorizer: off" in tidelog("cluster", "describe", "--data-dir", data).stdout
+    assert json.loads(tidelog("acl", "list", "-o", "json", "--data-dir", data).stdout)[0]["permission"] == "Deny"
+
+
+def test_dev_up_secure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 31: security could not be tried locally. `dev up --secure`: SASL_SSL everywhere, ACLs
+    enforced, client.properties that the commands use by themselves, HTTPS with HTTP Basic."""
+    data = tmp_path / "data"
+    with running_dev_up(data, "--secure") as output:
+        assert "ACLs enforced" in output and str(data / "client.properties") in output, output
+        here = ["--data-dir", str(data)]
+        assert "ACL authorizer: on" in tidelog("cluster", "describe", *here).stdout  # admin, from client.properties
+        tidelog("topic", "create", "vault", "--partitions", "1", *here)
+        tidelog("topic", "create", "open", "--partitions", "1", *here)
+        monkeypatch.setenv("TIDELOG_USER_PASSWORD", "bob-password-1")
+        tidelog("user", "create", "bob", *here)
+        anonymous = tidelog("topic", "list", "--command-config", "/dev/null", *here, check=False)
+        assert anonymous.returncode == 1 and "security.protocol" in anonymous.stderr  # says TLS is wanted
+        bob = tmp_path / "bob.properties"
+        bob.write_text(
+            f"security.protocol=SASL_SSL\nssl.ca.location={data}/secure/ca.crt\n"
+            "sasl.username=bob\nsasl.password=bob-password-1\n"
+        )
+        tidelog("acl", "add", "--allow-principal", "User:bob", "--producer", "--topic", "open", *here)
+        tidelog("produce", "open", "--command-config", str(bob), *here, stdin="fine\n")
+        refused = tidelog("produce", "vault", "--command-config", str(bob), *here, stdin="no\n", check=False)
+        assert refused.returncode == 1 and "TOPIC_AUTHORIZATION_FAILED" in refused.stderr
+        passwords = json.loads((data / "secure" / "passwords.json").read_text())
+        gateway = json.loads((data / "cluster.json").read_text())["gateways"]["1"]
+        verify = ssl.create_default_context(cafile=str(data / "secure" / "ca.crt"))
+        over_https = httpx.get(f"https://127.0.0.1:{gateway}/topics", auth=("app", passwords["app"]), verify=verify)
+        assert over_https.status_code == 200 and "vault" in over_https.json(), over_https.text
+        assert httpx.get(f"https://127.0.0.1:{gateway}/topics", verify=verify).status_code == 401
+
+
+def test_scripts_up_installs_only_when_the_project_changed() -> None:
+    """Issue 31: `scripts/up` reinstalled the package on every start (~12 s of 19 s) and printed
+    setuptools' warnings. Once installed, it goes straight to `tidelog dev up`, saying nothing."""
+    repository = Path(__file__).resolve().parents[1]
+    up = [str(repository / "scripts" / "up"), "--help"]
+    first = subprocess.run(up, check=False, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr
+    assert "warning" not in first.stderr.lower(), first.stderr  # setuptools' license-table warning, say
+    started = time.monotonic()
+    again = subprocess.run(up, check=False, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "--secure" in again.stdout
+    assert again.stderr == ""  # nothing installed, nothing to say
+    assert time.monotonic() - started < 10  # no pip run

@@ -489,3 +489,36 @@ async def test_records_of_a_batch_the_broker_refuses_report_their_error_and_the_
     assert 0 < len(landed) < 1200 and [entry["offset"] for entry in landed] == list(range(len(landed)))
     assert refused and all(entry["error_code"] == 1 and "MESSAGE_TOO_LARGE" in entry["error"] for entry in refused)
     assert await _end_offsets(gateway_cluster, name, 1) == [len(landed)]
+
+
+async def test_subscribing_to_a_topic_not_yet_created_answers_no_records_until_it_exists(
+    gateway_cluster: LocalCluster, gateways: list[httpx.AsyncClient], name: str
+) -> None:
+    """Issue 31: a subscription to a missing topic answered 40401 on every poll; REST Proxy (and
+    Kafka's consumer) answer [] and assign the topic's partitions once it is created."""
+    gateway = gateways[0]
+    created = await gateway.post(
+        f"/consumers/{name}",
+        json={"name": "early", "format": "json", "auto.offset.reset": "earliest"},
+        headers={"content-type": V2},
+    )
+    base = created.json()["base_uri"].removeprefix(str(gateway.base_url).rstrip("/"))
+    subscribed = await gateway.post(f"{base}/subscription", json={"topics": [name]}, headers={"content-type": V2})
+    assert subscribed.status_code == 204
+    empty = await gateway.get(f"{base}/records", params={"timeout": 1000}, headers={"accept": JSON_V2})
+    assert (empty.status_code, empty.json()) == (200, []), empty.text
+    await _topic(gateway_cluster, name, 2, 1)
+    await gateway.post(
+        f"/topics/{name}", json={"records": [{"value": {"late": True}}]}, headers={"content-type": JSON_V2}
+    )
+    got: list[Any] = []
+
+    async def arrived() -> bool:
+        page = await gateway.get(f"{base}/records", params={"timeout": 500}, headers={"accept": JSON_V2})
+        assert page.status_code == 200, page.text
+        got.extend(page.json())
+        return bool(got)
+
+    await wait_until(arrived, timeout_s=30, what="the record of the topic created after the subscription")
+    assert [record["value"] for record in got] == [{"late": True}]
+    assert (await gateway.delete(base)).status_code == 204
