@@ -469,13 +469,20 @@ class GroupCoordinator:
         """An OffsetCommit: its response and the records that make it true. Nothing changes here:
         the records change the state through `replay` once written, as they do when loading."""
         group = self._group(request.group_id, create=request.generation_id < 0)
-        if request.generation_id < 0:
-            if group.members:
-                raise _error(ErrorCode.UNKNOWN_MEMBER_ID, "the group has members: commit as one of them")
+        # Kafka's GroupCoordinator.handleCommitOffsets, in its order (docs/coordinator.md has the
+        # table). A member of the current generation commits in Stable and PreparingRebalance
+        # alike: a consumer that commits what it processed before it rejoins (onJoinPrepare) then
+        # processes nothing twice. Refused only while the new generation's assignment is handed out.
+        if request.generation_id < 0 and not group.members:
+            pass  # a group without members: `group reset-offsets`, a consumer assigning by hand
+        elif group.state == GroupState.COMPLETING_REBALANCE:
+            raise _error(
+                ErrorCode.REBALANCE_IN_PROGRESS, "the group is handing out a new assignment: commit after SyncGroup"
+            )
+        elif request.generation_id < 0:
+            raise _error(ErrorCode.UNKNOWN_MEMBER_ID, "the group has members: commit as one of them")
         else:
             self._member(group, request.member_id, request.group_instance_id, request.generation_id)
-            if group.state != GroupState.STABLE:
-                raise _error(ErrorCode.REBALANCE_IN_PROGRESS, "the group is rebalancing: commit after it")
         now = self.clock_ms()
         records: list[Record] = []
         response = coordinator_pb2.OffsetCommitResponse()

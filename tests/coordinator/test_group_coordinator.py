@@ -222,3 +222,54 @@ async def test_a_silent_member_expires_after_its_session_and_a_heartbeating_one_
     with pytest.raises(TidelogError) as gone:
         group_coordinator.heartbeat(beat)
     assert gone.value.code == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def _member_commit(member_id: str, generation_id: int, offset: int) -> coordinator_pb2.OffsetCommitRequest:
+    return coordinator_pb2.OffsetCommitRequest(
+        group_id="g",
+        generation_id=generation_id,
+        member_id=member_id,
+        partitions=[coordinator_pb2.OffsetCommitPartition(topic="t", partition=0, offset=offset)],
+    )
+
+
+async def _refused(code: ErrorCode, pending: object) -> None:
+    with pytest.raises(TidelogError) as refused:
+        await pending  # type: ignore[misc]
+    assert refused.value.code == code
+
+
+async def test_commit_rules_by_state_as_kafkas_group_coordinator() -> None:
+    """Issue 39: a current member's commit was refused in PreparingRebalance. Kafka takes it there
+    and in Stable, refuses it with REBALANCE_IN_PROGRESS only in CompletingRebalance, and fences
+    stale generations and unknown members."""
+    writer = RecordingWriter()
+    group_coordinator = coordinator(writer)
+    first = await group_coordinator.join_group(join())
+    await group_coordinator.sync_group(
+        coordinator_pb2.SyncGroupRequest(
+            group_id="g",
+            generation_id=1,
+            member_id=first.member_id,
+            assignments=[coordinator_pb2.Assignment(member_id=first.member_id, assignment=b"A")],
+        )
+    )
+    await group_coordinator.commit_offsets(_member_commit(first.member_id, 1, 10))  # Stable
+    second_join = asyncio.create_task(group_coordinator.join_group(join()))
+    await asyncio.sleep(0)
+    assert group_coordinator.describe_group("g").state == GroupState.PREPARING_REBALANCE.value
+    await group_coordinator.commit_offsets(_member_commit(first.member_id, 1, 11))  # taken: the current generation
+    assert group_coordinator.fetch_offsets(coordinator_pb2.OffsetFetchRequest(group_id="g")).partitions[0].offset == 11
+    await _refused(
+        ErrorCode.ILLEGAL_GENERATION, group_coordinator.commit_offsets(_member_commit(first.member_id, 0, 12))
+    )
+    await _refused(ErrorCode.UNKNOWN_MEMBER_ID, group_coordinator.commit_offsets(_member_commit("nobody", 1, 12)))
+    first_again = await group_coordinator.join_group(join(first.member_id))
+    second = await second_join
+    assert group_coordinator.describe_group("g").state == GroupState.COMPLETING_REBALANCE.value
+    await _refused(
+        ErrorCode.REBALANCE_IN_PROGRESS, group_coordinator.commit_offsets(_member_commit(first.member_id, 2, 12))
+    )
+    await _refused(ErrorCode.REBALANCE_IN_PROGRESS, group_coordinator.commit_offsets(_member_commit("", -1, 12)))
+    assert first_again.generation_id == second.generation_id == 2
+    assert group_coordinator.fetch_offsets(coordinator_pb2.OffsetFetchRequest(group_id="g")).partitions[0].offset == 11
