@@ -334,3 +334,68 @@ async def test_a_join_revokes_only_what_moves_when_cooperative_and_everything_wh
     assert recorders[2].assigned == members[2].assignment()
     for member in members:
         await member.close()
+
+
+async def test_a_cooperative_member_keeps_reading_what_it_keeps_while_a_dead_members_session_runs_out(
+    group_cluster: LocalCluster,
+) -> None:
+    """Issue 39 (KIP-429): `poll` returned [] for the whole rebalance, so a cooperative member
+    stopped reading the partitions it kept, waiting out a dead member's session included."""
+    cluster = group_cluster
+    async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+        await admin.create_topic("kept", 4, 1)
+    stop_feeding = asyncio.Event()
+
+    async def feed() -> None:
+        async with Producer(cluster.bootstrap, linger_ms=1) as producer:
+            while not stop_feeding.is_set():
+                for partition in range(4):
+                    await producer.send("kept", b"x", partition=partition)
+                await asyncio.sleep(0.02)
+
+    feeding = asyncio.create_task(feed())
+    options = {"partition_assignment_strategy": ["cooperative-sticky"], "session_timeout_ms": 3000}
+    staying, dying = _consumer(cluster, "keepers", **options), _consumer(cluster, "keepers", **options)
+    staying.subscribe(["kept"])
+    dying.subscribe(["kept"])
+
+    async def split() -> bool:
+        await asyncio.gather(staying.poll(100), dying.poll(100))
+        return len(staying.assignment()) == 2 and len(dying.assignment()) == 2
+
+    await wait_until(split, timeout_s=60, what="two partitions each")
+    kept = set(staying.assignment())
+    _silence(dying)  # no LeaveGroup: the group waits out its session when the newcomer joins
+    newcomer = _consumer(cluster, "keepers", **options)
+    newcomer.subscribe(["kept"])
+    last_seen: dict[TopicPartition, float] = {}
+    gaps: list[float] = []
+    loop = asyncio.get_running_loop()
+    joined_at = loop.time()
+
+    async def newcomer_polls() -> None:
+        while not newcomer.assignment():
+            await newcomer.poll(100)
+
+    newcomer_task = asyncio.create_task(newcomer_polls())
+    while not newcomer_task.done():
+        for record in await staying.poll(100):
+            tp = TopicPartition(record.topic, record.partition)
+            if tp in kept and tp in staying.assignment():
+                now = loop.time()
+                if tp in last_seen:
+                    gaps.append(now - last_seen[tp])
+                last_seen[tp] = now
+        assert loop.time() - joined_at < 60, "the rebalance did not end"
+    await newcomer_task
+    rebalance_s = loop.time() - joined_at
+    stop_feeding.set()
+    await feeding
+    assert rebalance_s >= 2.0, rebalance_s  # it did wait out most of the dead member's 3 s session
+    assert kept & staying.assignment(), "the staying member kept some of its partitions"
+    print(f"kept-partition gap: max {max(gaps, default=0):.3f} s over a {rebalance_s:.2f} s rebalance")
+    assert gaps and max(gaps) < 1.0, (max(gaps, default=None), rebalance_s)  # before: the whole rebalance
+    await staying.close()
+    await newcomer.close()
+    await dying.consumer.close()
+    await dying.connections.close()

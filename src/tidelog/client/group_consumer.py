@@ -139,6 +139,9 @@ class GroupConsumer:
         self._join_task: asyncio.Task[None] | None = None
         self._pending_commits: set[asyncio.Task[None]] = set()
         self._missing_topics: set[str] = set()  # subscribed but not in the cluster at the last join
+        # Held by a poll's fetch and by the join task's assignment change: a cooperative member
+        # fetches while it joins, and partitions must not move under a fetch.
+        self._assignment_lock = asyncio.Lock()
         self._missing_checked = clock()
 
     @property
@@ -310,6 +313,10 @@ class GroupConsumer:
         ]
 
     async def _apply_assignment(self, assigned: set[TopicPartition]) -> None:
+        async with self._assignment_lock:  # not under a fetch of the partitions it moves
+            await self._assign(assigned)
+
+    async def _assign(self, assigned: set[TopicPartition]) -> None:
         revoked = self._owned - assigned
         if revoked:
             await self._revoke(revoked)  # cooperative: only what moved; then rejoin to let it go
@@ -414,12 +421,17 @@ class GroupConsumer:
         if not self.membership.has_generation and self._owned and self._join_task is None:
             await self._lose()
         started = self.clock()
-        if not await self._ensure_member(timeout_ms / 1000):
+        keeps_reading = self._keeps_reading_while_joining()
+        if not await self._ensure_member(0 if keeps_reading else timeout_ms / 1000) and not keeps_reading:
             return []
         await self._check_missing_topics()
         if not self._buffer:
             remaining_ms = max(int(timeout_ms - (self.clock() - started) * 1000), 0)
-            self._buffer = await self.consumer.poll_runs(remaining_ms) if self._owned else []
+            # The join task changes the assignment only between fetches (_assignment_lock).
+            async with self._assignment_lock:
+                self._buffer = await self.consumer.poll_runs(remaining_ms) if self._owned else []
+            if not self.membership.has_generation:
+                self._buffer = []  # the membership was lost during the fetch: so were its partitions
             if not self._owned:
                 await asyncio.sleep(min(remaining_ms, 100) / 1000)
         runs = self._take(self.max_poll_records)
@@ -428,6 +440,14 @@ class GroupConsumer:
             self._last_auto_commit = self.clock()
             self.commit_async()
         return runs
+
+    def _keeps_reading_while_joining(self) -> bool:
+        """KIP-429: a cooperative member goes on fetching and returning the partitions it owns
+        while a rebalance runs (a join, or waiting out a dead member's session); only those the
+        new assignment moves stop, when revoked. An eager member revoked everything before joining."""
+        if not self._owned or not self.membership.has_generation:
+            return False
+        return ASSIGNORS[self.membership.protocol or self.strategies[0]].cooperative
 
     async def _check_missing_topics(self) -> None:
         """A subscribed topic that did not exist at the last join: once it does, join again so the
