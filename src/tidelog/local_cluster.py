@@ -502,11 +502,20 @@ def announced_cluster() -> AnnouncedCluster | None:
     return announced
 
 
+def saved_endpoints(saved: Path) -> tuple[list[str], list[str]]:
+    """(brokers, controllers) of the dev cluster whose `cluster.json` this is."""
+    ports = json.loads(saved.read_text())
+    return (
+        [f"127.0.0.1:{port}" for port in ports["brokers"].values()],
+        [f"127.0.0.1:{port}" for port in ports["controllers"].values()],
+    )
+
+
 def local_bootstrap(data_dir: Path = Path("data")) -> list[str] | None:
     """The brokers of the dev cluster whose state is under `data_dir` (./data), else of the one
     this user's `tidelog dev up` runs; None when neither (the caller says what it falls back to)."""
     saved = data_dir / "cluster.json"
     if saved.exists():
-        return [f"127.0.0.1:{port}" for port in json.loads(saved.read_text())["brokers"].values()]
+        return saved_endpoints(saved)[0]
     announced = announced_cluster()
     return None if announced is None else announced.bootstrap

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import socket
 import sys
@@ -19,8 +18,9 @@ from typing import Any, Final
 
 import grpc
 
-from tidelog.cli.output import emit, format_option, progress, record_line, table
+from tidelog.cli.output import check_record_format, emit, format_option, progress, record_line, table
 from tidelog.client import AdminClient, Consumer, GroupConsumer, Producer, TopicPartition
+from tidelog.client.cluster_metadata import ClusterMetadata
 from tidelog.common.errors import (
     ErrorCode,
     InvalidConfigError,
@@ -29,7 +29,7 @@ from tidelog.common.errors import (
     UnknownTopicOrPartitionError,
 )
 from tidelog.common.settings import SecuritySettings, read_properties
-from tidelog.local_cluster import announced_cluster
+from tidelog.local_cluster import announced_cluster, saved_endpoints
 from tidelog.local_security import CLIENT_PROPERTIES
 
 __all__ = [
@@ -93,12 +93,8 @@ def _answering(endpoints: list[str], source: str) -> list[str]:
 def _saved_endpoints(args: argparse.Namespace, saved: Path) -> tuple[list[str], list[str]]:
     # A `dev up --secure` cluster's client settings, which its commands use unless given others.
     args.local_client_config = saved.parent / CLIENT_PROPERTIES
-    ports = json.loads(saved.read_text())
-    brokers = [f"127.0.0.1:{port}" for port in ports["brokers"].values()]
-    return (
-        _answering(brokers, f"the local cluster of {saved.resolve()}"),
-        [f"127.0.0.1:{port}" for port in ports["controllers"].values()],
-    )
+    brokers, controllers = saved_endpoints(saved)
+    return _answering(brokers, f"the local cluster of {saved.resolve()}"), controllers
 
 
 def run_command(
@@ -359,12 +355,7 @@ async def _produce(args: argparse.Namespace) -> int:
     ) as producer:
         deliveries: list[Any] = []
         # At once, as rpk: a missing topic is not auto-created, and a send would wait max.block.ms.
-        try:
-            partitions = await producer.metadata.partitions_of(args.topic)
-        except UnknownTopicOrPartitionError:
-            raise UnknownTopicOrPartitionError(
-                f"topic {args.topic!r} does not exist (create it: tidelog topic create {args.topic})"
-            ) from None
+        partitions = await _partitions_of(producer.metadata, args.topic)
         if args.partition is not None and not 0 <= args.partition < len(partitions):
             raise UnknownTopicOrPartitionError(
                 f"topic {args.topic!r} has partitions 0 to {len(partitions) - 1}, not {args.partition}"
@@ -395,7 +386,7 @@ async def _consume(args: argparse.Namespace) -> int:
     bootstrap, _ = bootstrap_endpoints(args)
     reset = "earliest" if args.from_beginning else "latest"
     chosen_format = getattr(args, "format", None) or "text"
-    record_line(_NO_RECORD, chosen_format, args.print_key)  # a bad --format fails before the cluster is asked
+    check_record_format(chosen_format)
     security = command_security(args)
     if args.group is not None:
         if args.partition is not None or args.offset is not None:
@@ -403,13 +394,13 @@ async def _consume(args: argparse.Namespace) -> int:
         async with GroupConsumer(
             bootstrap, args.group, auto_offset_reset=reset, enable_auto_commit=False, security=security
         ) as group:
-            await _missing_topic_check(group.consumer, args.topic)
+            await _partitions_of(group.metadata, args.topic)
             group.subscribe([args.topic])
             await _print_records(args, group.poll, chosen_format, group.commit)
         return 0
     async with Consumer(bootstrap, auto_offset_reset=reset, security=security) as consumer:
-        partitions = await _missing_topic_check(consumer, args.topic)
-        chosen = [args.partition] if args.partition is not None else list(range(partitions))
+        count = len(await _partitions_of(consumer.metadata, args.topic))
+        chosen = [args.partition] if args.partition is not None else list(range(count))
         consumer.assign([TopicPartition(args.topic, partition) for partition in chosen])
         if args.offset is not None:
             for partition in chosen:
@@ -418,9 +409,10 @@ async def _consume(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _missing_topic_check(consumer: Consumer, topic: str) -> int:
+async def _partitions_of(metadata: ClusterMetadata, topic: str) -> list[Any]:
+    """The topic's partitions; a topic that does not exist says how to create it."""
     try:
-        return len(await consumer.metadata.partitions_of(topic))
+        return await metadata.partitions_of(topic)
     except UnknownTopicOrPartitionError:
         raise UnknownTopicOrPartitionError(
             f"topic {topic!r} does not exist (create it: tidelog topic create {topic})"
@@ -458,13 +450,6 @@ async def _print_records(
 
 
 _REBALANCING: Final = {ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID}
-
-
-class _NoRecord:
-    topic, partition, offset, timestamp, key, value, headers = "", 0, 0, 0, None, None, ()
-
-
-_NO_RECORD: Final = _NoRecord()
 
 
 def command_security(args: argparse.Namespace) -> SecuritySettings:

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-__all__ = ["FORMATS", "emit", "format_option", "progress", "record_line", "table"]
+__all__ = ["FORMATS", "check_record_format", "emit", "format_option", "progress", "record_line", "table"]
 
 FORMATS: Final = ("text", "json")
 
@@ -63,22 +63,20 @@ def emit(args: argparse.Namespace, data: object, text: Callable[[], str]) -> Non
         raise SystemExit(f"error: --format {chosen!r}: give text or json")
 
 
-def _text(data: bytes | None) -> str | None:
-    """A key or value as JSON text: UTF-8 when it is, else base64 (said by the `_b64` field)."""
+def _text(data: bytes | None) -> tuple[str | None, bool]:
+    """A key or value as JSON text: UTF-8 when it is, else base64 (the flag says which)."""
     if data is None:
-        return None
+        return None, False
     try:
-        return data.decode()
+        return data.decode(), False
     except UnicodeDecodeError:
-        return base64.b64encode(data).decode()
+        return base64.b64encode(data).decode(), True
 
 
-def _is_text(data: bytes | None) -> bool:
-    try:
-        (data or b"").decode()
-    except UnicodeDecodeError:
-        return False
-    return True
+def check_record_format(chosen: str) -> None:
+    """Fail on a bad `consume --format` before the cluster is asked anything."""
+    if chosen not in FORMATS:
+        _pattern_parts(chosen)
 
 
 def record_line(record: Any, chosen: str, print_key: bool) -> bytes:
@@ -86,41 +84,46 @@ def record_line(record: Any, chosen: str, print_key: bool) -> bytes:
     if chosen == "text":
         return (((record.key or b"") + b"\t") if print_key else b"") + (record.value or b"") + b"\n"
     if chosen == "json":
+        key, key_encoded = _text(record.key)
+        value, value_encoded = _text(record.value)
         fields: dict[str, object] = {
             "topic": record.topic,
             "partition": record.partition,
             "offset": record.offset,
             "timestamp": record.timestamp,
-            "key": _text(record.key),
-            "value": _text(record.value),
-            "headers": [{"name": name, "value": _text(value)} for name, value in record.headers],
+            "key": key,
+            "value": value,
+            "headers": [{"name": name, "value": _text(data)[0]} for name, data in record.headers],
         }
-        encoded = [name for name, data in (("key", record.key), ("value", record.value)) if not _is_text(data)]
+        encoded = [name for name, flag in (("key", key_encoded), ("value", value_encoded)) if flag]
         if encoded:
             fields["base64"] = encoded  # these fields are base64: their bytes are not UTF-8
         return json.dumps(fields).encode() + b"\n"
-    return _pattern(chosen, record)
+    out = bytearray()
+    for part in _pattern_parts(chosen):
+        out += part(record) if callable(part) else part
+    return bytes(out)  # as kcat: no newline unless the pattern has one ('%v\\n')
 
 
-def _pattern(pattern: str, record: Any) -> bytes:
+def _pattern_parts(pattern: str) -> list[bytes | Callable[[Any], bytes]]:
+    """A kcat-like pattern as literal bytes and per-record token functions, checked whole."""
     if "%" not in pattern:
         raise SystemExit(f"error: --format {pattern!r}: give text, json or a pattern such as '%k %v\\n' (%t %p %o ...)")
-    out = bytearray()
+    parts: list[bytes | Callable[[Any], bytes]] = []
     index = 0
     while index < len(pattern):
         char = pattern[index]
         if char in "%\\" and index + 1 < len(pattern):
             token = pattern[index + 1]
-            table_ = _RECORD_TOKENS if char == "%" else _ESCAPES
-            if token not in table_:
+            known: dict[str, Any] = _RECORD_TOKENS if char == "%" else _ESCAPES
+            if token not in known:
                 raise SystemExit(f"error: --format: unknown {char}{token} (tokens: %t %p %o %T %k %v %K %S %h %%)")
-            part = table_[token]
-            out += part(record) if callable(part) else part
+            parts.append(known[token])
             index += 2
             continue
-        out += char.encode()
+        parts.append(char.encode())
         index += 1
-    return bytes(out)  # as kcat: no newline unless the pattern has one ('%v\\n')
+    return parts
 
 
 def progress(message: str) -> None:

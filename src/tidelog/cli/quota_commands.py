@@ -53,20 +53,20 @@ async def _alter(args: argparse.Namespace) -> int:
 async def _describe(args: argparse.Namespace) -> int:
     async with admin_client(args) as admin:
         quotas = await admin.describe_client_quotas()
-    data = [
-        {"user": entity.user, "client_id": entity.client_id, "quota": name, "value": value}
+    listed = [
+        (entity, name, value)
         for entity, values in sorted(quotas.items(), key=lambda item: item[0].key)
         for name, value in sorted(values.items())
     ]
-    rows = [[d["user"] or "-", d["client_id"] or "-", d["quota"], _human(d["value"])] for d in data]
+    data = [{"user": e.user, "client_id": e.client_id, "quota": name, "value": value} for e, name, value in listed]
+    rows = [[e.user or "-", e.client_id or "-", name, _human(value)] for e, name, value in listed]
     emit(args, data, lambda: table(["user", "client-id", "quota", "value"], rows) if rows else "no quotas")
     return 0
 
 
-def _human(value: object) -> str:
+def _human(value: float) -> str:
     """2097152, not 2.09715e+06: a whole number in full, with thousands separated."""
-    number = float(str(value))
-    return f"{int(number):,}" if number.is_integer() else f"{number:,}"
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:,}"
 
 
 def add_quota_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
