@@ -148,6 +148,10 @@ class Consumer:
         self._discard_prefetch()
         self._positions[partition] = offset
 
+    def known_position(self, partition: TopicPartition) -> int | None:
+        """The position without resolving a reset: None until it is known (or not assigned)."""
+        return self._positions.get(partition)
+
     async def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         await self._reset(list(partitions or self._positions), EARLIEST)
 

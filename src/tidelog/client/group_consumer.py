@@ -32,7 +32,7 @@ from tidelog.client.client_logging import get_logger
 from tidelog.client.cluster_metadata import TopicPartition
 from tidelog.client.connections import Connections, client_id_metadata
 from tidelog.client.consumer import Consumer
-from tidelog.client.consumer_records import ConsumerRecord, RecordRun, next_offsets, records_of
+from tidelog.client.consumer_records import ConsumerRecord, RecordRun, first_offsets, next_offsets, records_of
 from tidelog.client.coordinator_link import CoordinatorLink
 from tidelog.client.membership import Membership, MemberState
 from tidelog.common.errors import ErrorCode, RemoteError, TidelogError, UnknownTopicOrPartitionError, error_for
@@ -48,6 +48,7 @@ REJOIN_CODES = {ErrorCode.REBALANCE_IN_PROGRESS}
 # How often a subscribed topic that does not exist is looked for: Kafka's consumer refreshes its
 # metadata for unknown topics with retry.backoff.ms growing to retry.backoff.max.ms (KIP-580), 1 s.
 MISSING_TOPIC_RECHECK_S: Final = 1.0
+STALL_CHECK_S: Final = 0.1  # how often the stall watch takes its turn
 LOST_CODES = {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.FENCED_INSTANCE_ID}
 
 
@@ -136,6 +137,9 @@ class GroupConsumer:
         self._last_poll = clock()
         self._last_auto_commit = clock()
         self._heartbeat_task: asyncio.Task[None] | None = None
+        self._stall_task: asyncio.Task[None] | None = None
+        self._tick = clock()  # the stall watch's last turn
+        self._stalled = False  # this process did not run for a whole session (SIGSTOP, a pause)
         self._join_task: asyncio.Task[None] | None = None
         self._pending_commits: set[asyncio.Task[None]] = set()
         self._missing_topics: set[str] = set()  # subscribed but not in the cluster at the last join
@@ -215,6 +219,8 @@ class GroupConsumer:
         bounds a rebalance by its timeout). True once this is a member with an assignment."""
         if self._heartbeat_task is None:
             self._heartbeat_task = asyncio.create_task(self._heartbeats(), name=f"heartbeat-{self.group_id}")
+            self._tick = self.clock()
+            self._stall_task = asyncio.create_task(self._watch_stalls(), name=f"stalls-{self.group_id}")
         if self._join_task is None and self.membership.must_join:
             self._join_task = asyncio.create_task(self._join_until_member(), name=f"join-{self.group_id}")
         if self._join_task is not None:
@@ -325,11 +331,14 @@ class GroupConsumer:
         self._owned = assigned
         self.consumer.assign(assigned)
         self._buffer = [run for run in self._buffer if run.partition in assigned]
+        for tp in added:
+            self._consumed.pop(tp, None)  # what an earlier ownership consumed is no position now
         if added:
             committed = await self.committed(added)
             for tp, offset in committed.items():
                 if offset is not None:
                     self.consumer.seek(tp, offset)
+                    self._consumed[tp] = offset
         log.info(
             "partitions_assigned",
             group=self.group_id,
@@ -347,11 +356,14 @@ class GroupConsumer:
             await self._listener.on_partitions_revoked(partitions)
         self._owned -= partitions
         self.consumer.assign(self._owned)
+        for tp in partitions:
+            self._consumed.pop(tp, None)
 
     async def _lose(self) -> None:
         """The membership is gone: its partitions are lost (not revoked: someone else may own them)."""
         lost = set(self._owned)
         self._owned.clear()
+        self._consumed.clear()
         self.consumer.assign(())
         self._buffer.clear()
         if lost and self._listener is not None:
@@ -399,6 +411,24 @@ class GroupConsumer:
             elif response.error_code in LOST_CODES:
                 self.membership.lose(response.error_code)  # poll() reports the loss and rejoins
 
+    async def _watch_stalls(self) -> None:
+        """Notes when this process did not run for a whole session (frozen, suspended, its event
+        loop blocked): no heartbeat went out, so the coordinator has expired the member and given
+        its partitions to others. `poll` then treats them as lost at once, before returning what a
+        fetch begun before the stall brought back — a woken zombie processes nothing new."""
+        session_s = self.session_timeout_ms / 1000
+        while not self._closed:
+            self._tick = self.clock()
+            await asyncio.sleep(STALL_CHECK_S)
+            if self.clock() - self._tick > session_s:
+                self._stalled = True
+
+    def _stalled_past_session(self) -> bool:
+        stalled = self._stalled or self.clock() - self._tick > self.session_timeout_ms / 1000
+        self._stalled = False
+        self._tick = self.clock()
+        return stalled
+
     async def _leave(self) -> None:
         if self.member_id and not self.group_instance_id:  # static members keep their place
             with contextlib.suppress(TidelogError):
@@ -418,8 +448,9 @@ class GroupConsumer:
         if self._closed:
             raise RuntimeError("consumer is closed")
         self._last_poll = self.clock()
-        if not self.membership.has_generation and self._owned and self._join_task is None:
-            await self._lose()
+        if not self.membership.has_generation and self._owned:
+            async with self._assignment_lock:  # a join under way changes the assignment under it too
+                await self._lose()
         started = self.clock()
         keeps_reading = self._keeps_reading_while_joining()
         if not await self._ensure_member(0 if keeps_reading else timeout_ms / 1000) and not keeps_reading:
@@ -430,6 +461,9 @@ class GroupConsumer:
             # The join task changes the assignment only between fetches (_assignment_lock).
             async with self._assignment_lock:
                 self._buffer = await self.consumer.poll_runs(remaining_ms) if self._owned else []
+            if self._stalled_past_session() and self.membership.has_generation:
+                log.warning("member_stalled_past_session", group=self.group_id, member=self.member_id)
+                self.membership.lose(ErrorCode.UNKNOWN_MEMBER_ID)
             if not self.membership.has_generation:
                 self._buffer = []  # the membership was lost during the fetch: so were its partitions
             if not self._owned:
@@ -476,8 +510,19 @@ class GroupConsumer:
         return taken
 
     def _positions(self) -> dict[TopicPartition, int]:
-        """What the application has been given so far: the offsets to commit."""
-        return {tp: offset for tp, offset in self._consumed.items() if tp in self._owned}
+        """The position of every assigned partition whose position is known — the offset of the
+        next record `poll` returns, after everything it returned — as Kafka's consumer commits
+        (`allConsumed`): a partition nothing was read from yet is committed at its position too,
+        so the group's committed offsets and lag cover every partition it owns."""
+        buffered = first_offsets(self._buffer)
+        positions: dict[TopicPartition, int] = {}
+        for tp in self._owned:
+            position = self._consumed.get(tp, buffered.get(tp))
+            if position is None:
+                position = self.consumer.known_position(tp)
+            if position is not None:
+                positions[tp] = position
+        return positions
 
     async def position(self, partition: TopicPartition) -> int:
         return await self.consumer.position(partition)
@@ -506,11 +551,12 @@ class GroupConsumer:
         wanted = dict(offsets) if offsets is not None else self._positions()
         if not wanted:
             return
+        generation = self.generation_id if self.member_id else -1
         response = await self._call(
             "OffsetCommit",
             coordinator_pb2.OffsetCommitRequest(
                 group_id=self.group_id,
-                generation_id=self.generation_id if self.member_id else -1,
+                generation_id=generation,
                 member_id=self.member_id,
                 group_instance_id=self.group_instance_id,
                 partitions=[
@@ -521,7 +567,13 @@ class GroupConsumer:
         )
         assert isinstance(response, coordinator_pb2.OffsetCommitResponse)
         if response.error_code:
-            if response.error_code in (*REJOIN_CODES, *LOST_CODES):
+            if response.error_code in LOST_CODES and generation != self.generation_id:
+                # About a generation a join has moved on from meanwhile (its answer crossed this
+                # commit): the membership stands. Kafka's consumer checks generationUnchanged().
+                raise error_for(ErrorCode.REBALANCE_IN_PROGRESS, response.error_message)
+            if response.error_code in LOST_CODES:
+                self.membership.lose(response.error_code)  # as a heartbeat's: poll reports the loss
+            elif response.error_code in REJOIN_CODES:
                 self.membership.rejoin_needed = True
             raise error_for(response.error_code, response.error_message)
         failed = [entry for entry in response.partitions if entry.error_code]
@@ -579,10 +631,11 @@ class GroupConsumer:
                 self._join_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, TidelogError):
                     await self._join_task
-            if self._heartbeat_task is not None:
-                self._heartbeat_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._heartbeat_task
+            for task in (self._heartbeat_task, self._stall_task):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             await self.consumer.close()
             if self._owns_connections:
                 await self.connections.close()
