@@ -14,23 +14,32 @@ Starts etcd, 2 controllers, 3 brokers and 2 group coordinators (tidelog.local_cl
   member (as they are deployed; the machine's two cores are then shared as they would be).
 Reference printed in the same run: one plain Consumer assigned all 6 partitions reading the same
 records (no group) — the group's figure is a ratio of it.
+- churn (issue 39): 4 commit-after-process members (commit after each poll and in
+  on_partitions_revoked) read a 12-partition topic fed continuously while a 5th joins and closes,
+  `--churn` times (two rebalances each): records processed twice per 1,000 rebalances (graceful
+  changes only: Kafka's commit rules and the revocation commit make it 0), and, for
+  cooperative-sticky, the longest gap on a partition a member kept through a rebalance against the
+  gap between polls outside one (the reference, from the same run).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
 
 from tidelog.client import AdminClient, Consumer, GroupConsumer, Producer, TopicPartition
+from tidelog.common.errors import TidelogError
 from tidelog.local_cluster import LocalCluster
 
 INITIAL_DELAY_MS = 3000
@@ -216,6 +225,117 @@ async def plain_throughput(cluster: LocalCluster, records: int) -> float:
         return records / (time.monotonic() - started)
 
 
+class _CommitOnRevoke:
+    """Commit-after-process's listener: what was processed is committed before a partition moves.
+    A partition that moves stops being "kept": `forget` drops it from the gap bookkeeping."""
+
+    def __init__(self, member: GroupConsumer, forget: Callable[[set[TopicPartition]], None]) -> None:
+        self.member = member
+        self.forget = forget
+
+    async def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None:
+        positions = self.member._positions()
+        await self.member.commit({tp: positions[tp] for tp in partitions if tp in positions})
+        self.forget(partitions)
+
+    async def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None:
+        pass
+
+    async def on_partitions_lost(self, partitions: set[TopicPartition]) -> None:
+        self.forget(partitions)
+
+
+class _Churn:
+    """Commit-after-process members of one group, polled together; what they processed and when."""
+
+    def __init__(self, cluster: LocalCluster, strategy: str) -> None:
+        self.cluster, self.strategy = cluster, strategy
+        self.topic, self.group = f"churn-{strategy}", f"churners-{strategy}"
+        self.processed: dict[tuple[int, int], int] = {}
+        self.generations: set[int] = set()
+        self.last_seen: dict[tuple[int, TopicPartition], float] = {}
+        self.kept: list[float] = []  # gaps on a partition kept through a rebalance
+        self.normal: list[float] = []  # gaps between polls outside one
+        self.stop = asyncio.Event()
+
+    async def feed(self) -> None:
+        async with Producer(self.cluster.bootstrap, linger_ms=2) as producer:
+            while not self.stop.is_set():
+                for partition in range(WIDE_PARTITIONS):
+                    await producer.send_batch(self.topic, [b"x" * 100] * 5, partition=partition)
+                await asyncio.sleep(0.02)
+
+    def join(self, index: int) -> GroupConsumer:
+        member = _member(self.cluster, self.group, self.strategy)
+
+        def forget(partitions: set[TopicPartition]) -> None:
+            for tp in partitions:
+                self.last_seen.pop((index, tp), None)
+
+        member.subscribe([self.topic], listener=_CommitOnRevoke(member, forget))
+        return member
+
+    async def step(self, index: int, member: GroupConsumer) -> None:
+        rebalancing = member._join_task is not None
+        records = await member.poll(50)
+        now = time.monotonic()
+        for record in records:
+            key = (record.partition, record.offset)
+            self.processed[key] = self.processed.get(key, 0) + 1
+        for tp in {TopicPartition(record.topic, record.partition) for record in records}:
+            before = self.last_seen.get((index, tp))
+            self.last_seen[(index, tp)] = now
+            if before is not None:
+                gaps = self.kept if rebalancing or member._join_task is not None else self.normal
+                gaps.append(now - before)
+        if member.generation_id >= 0:
+            self.generations.add(member.generation_id)
+        if records:
+            with contextlib.suppress(TidelogError):  # refused: redelivered unless committed before it moves
+                await member.commit()
+
+    async def poll_until_closed(self, index: int, member: GroupConsumer, closing: asyncio.Event) -> None:
+        """Each member polls on its own, as each would in its own service."""
+        while not closing.is_set():
+            await self.step(index, member)
+        await member.close()
+
+    async def settle(self, members: list[GroupConsumer]) -> None:
+        started = time.monotonic()
+        while not _stable(members, WIDE_PARTITIONS):
+            if time.monotonic() - started > SETTLE_TIMEOUT_S:
+                raise RuntimeError(f"group not stable after {SETTLE_TIMEOUT_S} s")
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.5)  # polls outside a rebalance, for the reference gap
+
+
+async def churn(cluster: LocalCluster, strategy: str, cycles: int) -> tuple[int, int, list[float], list[float]]:
+    """(rebalances, records processed twice, kept-partition gaps through a rebalance, gaps outside one)."""
+    run = _Churn(cluster, strategy)
+    async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+        await admin.create_topic(run.topic, WIDE_PARTITIONS, 1)
+    members = [run.join(index) for index in range(4)]
+    closing = asyncio.Event()
+    polling = [asyncio.create_task(run.poll_until_closed(i, m, closing)) for i, m in enumerate(members)]
+    feeding = asyncio.create_task(run.feed())
+    await run.settle(members)
+    first_generation = min(run.generations)
+    for _ in range(cycles):
+        newcomer, leaving = run.join(len(members)), asyncio.Event()
+        newcomer_polling = asyncio.create_task(run.poll_until_closed(len(members), newcomer, leaving))
+        await run.settle([*members, newcomer])
+        leaving.set()
+        await newcomer_polling
+        for key in [key for key in run.last_seen if key[0] == len(members)]:
+            del run.last_seen[key]  # the next newcomer has the same index: its gaps start afresh
+        await run.settle(members)
+    run.stop.set()
+    closing.set()
+    await asyncio.gather(feeding, *polling)
+    twice = sum(count - 1 for count in run.processed.values())
+    return max(run.generations) - first_generation, twice, run.kept, run.normal
+
+
 def _summary(times: list[float]) -> str:
     return f"p50 {statistics.median(times):5.2f} s  max {max(times):5.2f} s"
 
@@ -246,6 +366,7 @@ async def run(args: argparse.Namespace) -> None:
                 await (await producer.send_batch("deep", [b"x" * 100] * args.records))
             cooperative = await rebalance_times(cluster, "cooperative-sticky", args.rounds)
             eager = await rebalance_times(cluster, "range", args.rounds)
+            churned = {name: await churn(cluster, name, args.churn) for name in ("cooperative-sticky", "range")}
             reference = await plain_throughput(cluster, args.records)
             grouped = await group_throughput(cluster, args.records)
             separate = await group_throughput_processes(cluster, args.records)
@@ -256,6 +377,19 @@ async def run(args: argparse.Namespace) -> None:
         print(f"  {name}:")
         print(f"    10 consumers, empty group to stable   {first:5.2f} s   (initial delay {INITIAL_DELAY_MS} ms in it)")
         print(f"    an 11th joins a stable group of 10    {_summary(joins)}   (target <= 1 s)")
+    for name, (rebalances, twice, kept, normal) in churned.items():
+        per_thousand = 1000 * twice / max(rebalances, 1)
+        print(
+            f"  {name}, commit-after-process under churn: {rebalances} rebalances, "
+            f"{twice} records processed twice = {per_thousand:.1f} per 1,000 rebalances (target 0)"
+        )
+        if name == "cooperative-sticky" and kept and normal:
+            print(
+                f"    kept-partition gap through a rebalance: p50 {statistics.median(kept):.3f} s,"
+                f" max {max(kept):.3f} s;"
+                f" reference, between polls outside one: p50 {statistics.median(normal):.3f} s,"
+                f" max {max(normal):.3f} s   ratio of maxima {max(kept) / max(normal):.2f}"
+            )
     print(f"  reference: one plain consumer, {DEEP_PARTITIONS} partitions   {reference:12,.0f} records/s")
     print(
         f"  a 3-member group, {DEEP_PARTITIONS} partitions                {grouped:12,.0f} records/s"
@@ -278,6 +412,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=600_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--churn", type=int, default=25, help="a member joins and closes this many times")
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))  # the client's info lines
     asyncio.run(run(parser.parse_args()))
 

@@ -8,7 +8,8 @@ exports it, so a scrape of every coordinator counts each group once. Lag needs e
 end offset, which the brokers hold: `EndOffsets` asks their leaders for every partition a group here
 committed to, every `coordinator.metrics.lag.refresh.ms`, in one request per broker (the client's
 list_offsets), and the collector uses the latest answer. A partition never answered has no lag
-series rather than a wrong one.
+series rather than a wrong one. As kafka_exporter, every partition of a topic a group committed to
+has series: -1 for one never committed.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = ["CoordinatorCollector", "EndOffsets", "register"]
 
 log = structlog.get_logger(__name__)
 LATEST: Final = -1  # list_offsets: the log end offset
+NOT_COMMITTED: Final = -1  # kafka_exporter's current offset and lag of a partition never committed
 
 
 class CoordinatorCollector(Collector):
@@ -69,14 +71,25 @@ class CoordinatorCollector(Collector):
             member_count.add_metric([group.group_id], len(group.members))
             offset_by_topic: dict[str, int] = {}
             lag_by_topic: dict[str, int] = {}
-            for (topic, partition), entry in sorted(dict(group.offsets).items()):
+            committed = {key: entry.offset for key, entry in dict(group.offsets).items()}
+            topics = {topic for topic, _ in committed}
+            # Every partition of a topic the group committed to, as kafka_exporter: one never
+            # committed has current offset and lag -1 (kept out of the sums), so a stopped
+            # group's backlog shows on every partition rather than on those it happened to commit.
+            everywhere = set(committed) | {(tp.topic, tp.partition) for tp in ends if tp.topic in topics}
+            for topic, partition in sorted(everywhere):
                 labels = [group.group_id, topic, str(partition)]
-                current.add_metric(labels, entry.offset)
-                offset_by_topic[topic] = offset_by_topic.get(topic, 0) + entry.offset
+                offset = committed.get((topic, partition))
                 end = ends.get(TopicPartition(topic, partition))
+                if offset is None:
+                    current.add_metric(labels, NOT_COMMITTED)
+                    lag.add_metric(labels, NOT_COMMITTED)
+                    continue
+                current.add_metric(labels, offset)
+                offset_by_topic[topic] = offset_by_topic.get(topic, 0) + offset
                 if end is None:
                     continue
-                behind = max(end - entry.offset, 0)
+                behind = max(end - offset, 0)
                 lag.add_metric(labels, behind)
                 lag_by_topic[topic] = lag_by_topic.get(topic, 0) + behind
             for topic, total in sorted(offset_by_topic.items()):
@@ -95,18 +108,30 @@ class EndOffsets:
         self.refresh_s = refresh_ms / 1000
         self.latest: dict[TopicPartition, int] = {}  # replaced whole: the scrape thread reads it
 
-    def wanted(self) -> list[TopicPartition]:
+    def topics(self) -> list[str]:
         return sorted(
             {
-                TopicPartition(topic, partition)
+                topic
                 for groups in list(self.coordinator.groups.values())
                 for group in list(groups.values())
-                for topic, partition in list(group.offsets)
+                for topic, _ in list(group.offsets)
             }
         )
 
+    async def wanted(self) -> list[TopicPartition]:
+        """Every partition of every topic a group here committed to (partitions may have been added)."""
+        topics = self.topics()
+        if not topics:
+            return []
+        await self.consumer.metadata.refresh(topics)
+        return [
+            TopicPartition(topic, state.partition)
+            for topic in topics
+            for state in self.consumer.metadata.partitions.get(topic, [])
+        ]
+
     async def refresh(self) -> None:
-        wanted = self.wanted()
+        wanted = await self.wanted()
         self.latest = await self.consumer.list_offsets(wanted, LATEST) if wanted else {}
 
     async def run(self) -> None:

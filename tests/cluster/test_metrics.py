@@ -132,18 +132,64 @@ async def test_group_offsets_lag_and_members_come_from_the_groups_coordinator(tm
                 scraped = await _scrape_all(cluster, "coordinator")
                 everything = [sample for samples in scraped.values() for sample in samples]
                 lag = _values(everything, "kafka_consumergroup_lag", consumergroup="billing", topic="events")
-                return everything if lag == [60] else None
+                return everything if sorted(lag) == [-1, 60] else None
 
             everything = await wait_until(lag_reported, what="the group's lag in a coordinator's metrics")
             labels = {"consumergroup": "billing", "topic": "events"}
             # One coordinator owns the group: one series each over both instances.
             assert _values(everything, "kafka_consumergroup_current_offset", **labels, partition="0") == [40]
-            assert _values(everything, "kafka_consumergroup_current_offset", **labels, partition="1") == []
+            # Never committed: -1, as kafka_exporter, and kept out of the sums.
+            assert _values(everything, "kafka_consumergroup_current_offset", **labels, partition="1") == [-1]
+            assert _values(everything, "kafka_consumergroup_lag", **labels, partition="1") == [-1]
             assert _values(everything, "kafka_consumergroup_lag_sum", **labels) == [60]
             assert _values(everything, "kafka_consumergroup_current_offset_sum", **labels) == [40]
             assert _values(everything, "kafka_consumergroup_members", consumergroup="billing") == [1]
         finally:
             await member.close()
+
+
+async def test_a_dead_consumers_lag_is_end_minus_committed_on_every_partition(tmp_path: Path) -> None:
+    """Issue 32: a group whose consumer died showed about half its backlog — its consumer had
+    committed only the partitions it had received records from. Now it commits its position on
+    every assigned partition (Kafka's allConsumed), and the exporter has a series for each."""
+    arguments = [*COORDINATOR_ARGS, "--coordinator-metrics-lag-refresh-ms", "1000"]
+    async with started_cluster(
+        tmp_path / "cluster", coordinators=2, coordinator_args=arguments, metrics=True
+    ) as cluster:
+        async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+            await admin.create_topic("orders", 4, 1)
+        async with Producer(cluster.bootstrap) as producer:
+            await (await producer.send_batch("orders", [b"%03d" % n for n in range(30)], partition=0))
+        member = GroupConsumer(cluster.bootstrap, "shipping", auto_offset_reset="earliest", enable_auto_commit=False)
+        member.subscribe(["orders"])
+        await poll_until(member, 30, what="partition 0 read")
+        assert len(member.assignment()) == 4
+        await member.commit()  # records came from partition 0 only; every position is committed
+        partitions = [TopicPartition("orders", p) for p in range(4)]
+        committed = await member.committed(partitions)
+        assert committed == {partitions[0]: 30, partitions[1]: 0, partitions[2]: 0, partitions[3]: 0}
+        # It dies (no LeaveGroup, no more commits) while the producers go on.
+        assert member._heartbeat_task is not None
+        member._heartbeat_task.cancel()
+        member.membership.close()
+        async with Producer(cluster.bootstrap) as producer:
+            for partition in range(4):
+                await (await producer.send_batch("orders", [b"x"] * (100 + partition), partition=partition))
+        expected = {"0": 100, "1": 101, "2": 102, "3": 103}  # end minus committed, every partition
+
+        async def backlog() -> dict[str, float] | None:
+            scraped = await _scrape_all(cluster, "coordinator")
+            everything = [sample for samples in scraped.values() for sample in samples]
+            found = {
+                sample.labels["partition"]: sample.value
+                for sample in everything
+                if sample.name == "kafka_consumergroup_lag" and sample.labels.get("consumergroup") == "shipping"
+            }
+            return found if found == expected else None
+
+        await wait_until(backlog, timeout_s=30, what="the dead group's lag on every partition")
+        await member.consumer.close()
+        await member.connections.close()
 
 
 async def test_per_partition_series_stop_at_the_configured_limit(tmp_path: Path) -> None:

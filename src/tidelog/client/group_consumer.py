@@ -573,7 +573,9 @@ class GroupConsumer:
                 raise error_for(ErrorCode.REBALANCE_IN_PROGRESS, response.error_message)
             if response.error_code in LOST_CODES:
                 self.membership.lose(response.error_code)  # as a heartbeat's: poll reports the loss
-            elif response.error_code in REJOIN_CODES:
+            elif response.error_code in REJOIN_CODES and (self._join_task is None or self._join_task.done()):
+                # A join under way already takes part in this rebalance (a cooperative member
+                # commits while it joins): asking for another would start a second one after it.
                 self.membership.rejoin_needed = True
             raise error_for(response.error_code, response.error_message)
         failed = [entry for entry in response.partitions if entry.error_code]

@@ -143,7 +143,8 @@ METRICS: Final[tuple[MetricDef, ...]] = (
         G,
         ("consumergroup", *TP),
         CO,
-        "Offset the group committed for the partition",
+        "Offset the group committed for the partition; -1 for a partition of a topic the group commits to "
+        "that it never committed (every partition of such a topic has a series)",
         KAFKA_EXPORTER,
     ),
     _m(
@@ -151,7 +152,8 @@ METRICS: Final[tuple[MetricDef, ...]] = (
         G,
         ("consumergroup", "topic"),
         CO,
-        "Sum of the group's committed offsets over the topic's partitions",
+        "Sum of the group's committed offsets over the topic's partitions (the -1s left out: "
+        "kafka_exporter adds them)",
         KAFKA_EXPORTER,
     ),
     _m(
@@ -159,7 +161,8 @@ METRICS: Final[tuple[MetricDef, ...]] = (
         G,
         ("consumergroup", *TP),
         CO,
-        "Log end offset minus the group's committed offset (-1: nothing committed)",
+        "Log end offset minus the group's committed offset, on every partition of a topic the group "
+        "commits to (-1: that partition never committed)",
         KAFKA_EXPORTER,
     ),
     _m(
