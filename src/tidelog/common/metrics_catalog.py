@@ -152,8 +152,7 @@ METRICS: Final[tuple[MetricDef, ...]] = (
         G,
         ("consumergroup", "topic"),
         CO,
-        "Sum of the group's committed offsets over the topic's partitions (the -1s left out: "
-        "kafka_exporter adds them)",
+        "Sum of the group's committed offsets over the topic's partitions (the -1s left out: kafka_exporter adds them)",
         KAFKA_EXPORTER,
     ),
     _m(
