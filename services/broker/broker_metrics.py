@@ -1,7 +1,8 @@
 """Prometheus view of a broker's replicas, read at scrape time (written as text:
 tidelog.common.metrics_http) so the figures cannot drift from what the broker holds: the
-ReplicaManager MBeans (partitions, leaders, under-replicated, under min ISR), kafka_exporter's
-partition offsets for the partitions this broker leads (only the leader exports them, so a scrape
+ReplicaManager MBeans (partitions, leaders, under-replicated, under min ISR), the Partition MBeans
+(replicas, at and under min ISR) and kafka_exporter's partition offsets for the partitions this
+broker leads (only the leader exports them, so a scrape
 of every broker counts each partition once), and each replica's log size.
 
 Per-partition series stop at `metrics.partition.series.max` replicas: past it, log sizes are summed
@@ -38,6 +39,9 @@ class BrokerCollector:
         hosted = list(self.replicas.partitions.values())  # one C call: the loop keeps changing the dict
         leaders = under = under_min_isr = 0
         current: list[tuple[str, int]] = []
+        replicas_count: list[tuple[str, int]] = []
+        at_min_isr: list[tuple[str, int]] = []
+        under_min: list[tuple[str, int]] = []
         oldest: list[tuple[str, int]] = []
         size: list[tuple[str, int]] = []
         sizes_beyond: dict[str, int] = {}
@@ -59,11 +63,15 @@ class BrokerCollector:
                 continue
             leaders += 1
             isr, replicas = len(partition.state.isr), len(partition.state.replicas)
+            min_isr = log.config.min_insync_replicas
             under += isr < replicas
-            under_min_isr += isr < log.config.min_insync_replicas
+            under_min_isr += isr < min_isr
             if per_partition:
                 current.append((labels, log.log_end_offset))
                 oldest.append((labels, log.log_start_offset))
+                replicas_count.append((labels, replicas))
+                at_min_isr.append((labels, int(isr == min_isr)))
+                under_min.append((labels, int(isr < min_isr)))
         size += [(f'{{topic="{topic}",partition="all"}}', total) for topic, total in sorted(sizes_beyond.items())]
         parts = [
             family_text("kafka_server_replicamanager_partitioncount", [("", len(hosted))]),
@@ -73,6 +81,9 @@ class BrokerCollector:
             family_text("kafka_topic_partition_current_offset", current),
             family_text("kafka_topic_partition_oldest_offset", oldest),
             family_text("kafka_log_log_size", size),
+            family_text("kafka_cluster_partition_replicascount", replicas_count),
+            family_text("kafka_cluster_partition_atminisr", at_min_isr),
+            family_text("kafka_cluster_partition_underminisr", under_min),
         ]
         try:
             disk = shutil.disk_usage(self.replicas.data_dir)

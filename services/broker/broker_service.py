@@ -22,6 +22,7 @@ from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.producer_id_manager import ProducerIdManager
 from tidelog.broker.quota_manager import QuotaManager
 from tidelog.broker.replica_manager import PartitionRead, ReplicaManager
+from tidelog.broker.topic_metrics import topic_meters
 from tidelog.common import metrics_catalog
 from tidelog.common.errors import ErrorCode, StaleControllerEpochError, TidelogError
 from tidelog.common.metadata import (
@@ -40,7 +41,9 @@ __all__ = ["BrokerService"]
 
 
 def _refused_produce(entry: Any, reason: str) -> broker_pb2.ProducePartitionResult:
-    FAILED_PRODUCE.labels(entry.topic).inc()
+    meters = topic_meters(entry.topic)
+    meters.total_produce.inc()
+    meters.failed_produce.inc()
     return broker_pb2.ProducePartitionResult(
         topic=entry.topic,
         partition=entry.partition,
@@ -58,7 +61,6 @@ LATEST: Final = -1
 
 REQUESTS = metrics_catalog.counter("kafka_network_requestmetrics_requests_total")  # by request type, error
 TOTAL_TIME_MS = metrics_catalog.histogram("kafka_network_requestmetrics_totaltimems", buckets=REQUEST_MS_BUCKETS)
-FAILED_PRODUCE = metrics_catalog.counter("kafka_server_brokertopicmetrics_failedproducerequests_total")
 NONE: Final = "NONE"  # Kafka's name for "no error"
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
@@ -138,6 +140,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     async def _produce_one(self, entry: Any, acks: int, timeout_s: float) -> broker_pb2.ProducePartitionResult:
         result = broker_pb2.ProducePartitionResult(topic=entry.topic, partition=entry.partition)
+        meters = topic_meters(entry.topic)
+        meters.total_produce.inc()
         try:
             info = await self.replicas.append(
                 entry.topic, entry.partition, entry.record_batches, acks=acks, timeout_s=timeout_s
@@ -146,7 +150,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             result.log_append_time_ms = info.log_append_time_ms
             result.log_start_offset = self.replicas.partitions[(entry.topic, entry.partition)].log.log_start_offset
         except TidelogError as error:
-            FAILED_PRODUCE.labels(entry.topic).inc()
+            meters.failed_produce.inc()
             result.error_code = int(error.code)
             result.error_message = error.message
             result.leader_hint, result.leader_hint_epoch = self._leader_hint(entry.topic, entry.partition)

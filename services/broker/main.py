@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import structlog
 
-from tidelog.broker import broker_metrics
+from tidelog.broker import broker_metrics, server_metrics
 from tidelog.broker.broker_service import BrokerService
 from tidelog.broker.controlled_shutdown import controlled_shutdown
 from tidelog.broker.isr_manager import IsrManager
@@ -96,6 +96,7 @@ class _Broker:
             fetch_session_slots=settings.max_incremental_fetch_session_cache_slots,
         )
         broker_metrics.register(self.replicas, settings.metrics_partition_series_max)
+        server_metrics.register(self.replicas.io_busy, settings.num_io_threads, args.port)
         self.metadata = MetadataCache()
         self.etcd = etcd_client(args.etcd, args.security)
         self.service_security = ServiceSecurity(args.security, self.etcd)

@@ -33,8 +33,10 @@ from tidelog.broker.broker_metrics import REQUEST_MS_BUCKETS
 from tidelog.broker.fetch_session import FetchSession, FetchSessionCache
 from tidelog.broker.replica_fetcher import FollowedPartition, ReplicaFetcherManager
 from tidelog.broker.replica_role import ReplicaRole, role_in, transition
+from tidelog.broker.server_metrics import BusyMeter
 from tidelog.broker.storage import LogCleaner, LogConfig, PartitionLog
 from tidelog.broker.storage.partition_log import AppendInfo
+from tidelog.broker.topic_metrics import topic_meters
 from tidelog.common import metrics_catalog
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import (
@@ -56,9 +58,6 @@ log = structlog.get_logger(__name__)
 PARTITION_METADATA_FILE: Final = "partition.metadata"
 T = TypeVar("T")
 
-BYTES_IN: Final = metrics_catalog.counter("kafka_server_brokertopicmetrics_bytesin_total")
-RECORDS_IN: Final = metrics_catalog.counter("kafka_server_brokertopicmetrics_messagesin_total")
-BYTES_OUT: Final = metrics_catalog.counter("kafka_server_brokertopicmetrics_bytesout_total")
 NEW_LOGS_IN_PARALLEL_MIN: Final = 8  # fewer new replicas in a LeaderAndIsr are opened one by one
 LOGS_PER_TASK: Final = 64  # logs one I/O task opens (new ones) or closes in a row
 LOCAL_TIME_MS: Final = metrics_catalog.histogram("kafka_network_requestmetrics_localtimems", buckets=REQUEST_MS_BUCKETS)
@@ -269,6 +268,7 @@ class ReplicaManager:
         self.io_threads = io_threads
         self.lag_time_max_s = lag_time_max_ms / 1000  # replica.lag.time.max.ms
         self.io = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="storage-io")
+        self.io_busy = BusyMeter()
         self.cleaner = LogCleaner(lambda: [partition.log for partition in list(self.partitions.values())])
         self.fetchers = ReplicaFetcherManager(
             broker_id, self.run_io, incarnation=self.incarnation, channels=channels, **(fetcher_options or {})
@@ -290,8 +290,12 @@ class ReplicaManager:
         submitted = time.perf_counter()
 
         def timed() -> T:
-            QUEUE_TIME_MS.labels(request).observe((time.perf_counter() - submitted) * 1000)
-            return function(*args)
+            started = time.perf_counter()
+            QUEUE_TIME_MS.labels(request).observe((started - submitted) * 1000)
+            try:
+                return function(*args)
+            finally:
+                self.io_busy.add(time.perf_counter() - started)  # the pool's idle figure (server_metrics)
 
         return await asyncio.get_running_loop().run_in_executor(self.io, timed)
 
@@ -643,8 +647,9 @@ class ReplicaManager:
                     ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
                     f"{topic}-{partition}: the ISR shrank below min.insync.replicas after the append",
                 )
-        BYTES_IN.labels(topic).inc(info.bytes)
-        RECORDS_IN.labels(topic).inc(info.last_offset - info.first_offset + 1)
+        meters = topic_meters(topic)
+        meters.bytes_in.inc(info.bytes)
+        meters.messages_in.inc(info.last_offset - info.first_offset + 1)
         return info
 
     def read(
@@ -654,6 +659,8 @@ class ReplicaManager:
 
         Consumers read below the high watermark; followers up to the log end.
         """
+        meters = topic_meters(fetch.topic)
+        meters.total_fetch.inc()
         try:
             hosted = self.leader_partition(fetch.topic, fetch.partition)
             partition_log = hosted.log
@@ -661,7 +668,7 @@ class ReplicaManager:
             high_watermark = partition_log.high_watermark
             upto = partition_log.log_end_offset if follower else high_watermark
             data = partition_log.read(fetch.fetch_offset, limit, max_offset=upto, min_one_batch=min_one_batch)
-            BYTES_OUT.labels(fetch.topic).inc(len(data))
+            meters.bytes_out.inc(len(data))
             return PartitionRead(
                 fetch.topic,
                 fetch.partition,
@@ -671,6 +678,7 @@ class ReplicaManager:
                 partition_log.log_end_offset,
             )
         except TidelogError as error:
+            meters.failed_fetch.inc()
             return PartitionRead(fetch.topic, fetch.partition, b"", -1, -1, -1, int(error.code), error.message)
 
     def leads_in(self, hosted: Partition, leader_epoch: int) -> bool:
