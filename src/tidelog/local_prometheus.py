@@ -4,13 +4,17 @@ Tidelog's alert rules loaded: for `tidelog dev up`, the monitoring tests and ben
 
 The scrape config names one job per role (`tidelog-broker`, `tidelog-controller`, ...), which the
 alert rules and dashboards select on; a target's `instance` is its metrics address and its
-`process` label the LocalCluster process name (`broker-2`).
+`process` label the LocalCluster process name (`broker-2`). The chart's PodMonitor relabelings
+run here too, on the pod metadata the chart would give each process, so the labels Strimzi's
+dashboards select on (`namespace`, `kubernetes_pod_name`, `strimzi_io_cluster`, `container`, ...)
+are made by the very rules Kubernetes would run.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import time
 import urllib.parse
@@ -26,7 +30,13 @@ from tidelog.local_cluster import LocalCluster
 __all__ = ["ALERT_RULES", "LocalPrometheus", "scrape_config"]
 
 ALERT_RULES: Final = Path(__file__).resolve().parents[2] / "helm" / "tidelog" / "files" / "alerts.yaml"
+POD_RELABELINGS: Final = ALERT_RULES.parent / "pod-relabelings.yaml"
 ROLES: Final = ("broker", "controller", "coordinator", "gateway")
+# As on Kubernetes with the chart (docs/monitoring.md): Strimzi's dashboards find this cluster as
+# namespace "local", cluster (release) "tidelog", pods tidelog-broker-1, ...
+NAMESPACE: Final = "local"
+RELEASE: Final = "tidelog"
+CONTAINERS: Final = {"broker": "kafka"}  # the chart's container names, where not the role's
 READY_TIMEOUT_S: Final = 30.0
 
 
@@ -42,9 +52,10 @@ def scrape_config(
         if not names:
             continue
         targets = [
-            {"targets": [f"127.0.0.1:{cluster.ports.metrics[name]}"], "labels": {"process": name}} for name in names
+            {"targets": [f"127.0.0.1:{cluster.ports.metrics[name]}"], "labels": {"process": name, **_pod(role, name)}}
+            for name in names
         ]
-        jobs.append({"job_name": f"tidelog-{role}", "static_configs": targets})
+        jobs.append({"job_name": f"tidelog-{role}", "static_configs": targets, "relabel_configs": _pod_relabelings()})
     # etcd serves its own metrics on its client port (the internals dashboard reads them).
     jobs.append({"job_name": "etcd", "static_configs": [{"targets": [f"127.0.0.1:{cluster.ports.etcd_client}"]}]})
     interval = f"{max(int(interval_s * 1000), 100)}ms"
@@ -53,6 +64,36 @@ def scrape_config(
         "rule_files": [str(path) for path in (rule_files if rule_files is not None else [ALERT_RULES])],
         "scrape_configs": jobs,
     }
+
+
+def _pod(role: str, name: str) -> dict[str, str]:
+    """The pod metadata Kubernetes service discovery would give this process in the chart (a
+    release named RELEASE in namespace NAMESPACE), as labels the relabelings read and Prometheus
+    drops after relabeling (their names start with __)."""
+    return {
+        "__meta_kubernetes_namespace": NAMESPACE,
+        "__meta_kubernetes_pod_name": f"{RELEASE}-{name}",
+        "__meta_kubernetes_pod_label_app_kubernetes_io_instance": RELEASE,
+        "__meta_kubernetes_pod_label_app_kubernetes_io_name": f"tidelog-{role}",
+        "__meta_kubernetes_pod_container_name": CONTAINERS.get(role, role),
+        "__meta_kubernetes_pod_node_name": socket.gethostname(),
+    }
+
+
+def _pod_relabelings() -> list[dict[str, Any]]:
+    """The chart's PodMonitor relabelings (one file, POD_RELABELINGS), in Prometheus' own syntax,
+    after those the Prometheus Operator puts first (namespace, pod, container)."""
+    operator = [
+        {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+        {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+        {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
+    ]
+    keys = {"sourceLabels": "source_labels", "targetLabel": "target_label"}
+    chart = [
+        {keys.get(key, key): value for key, value in rule.items()}
+        for rule in yaml.safe_load(POD_RELABELINGS.read_text())
+    ]
+    return operator + chart
 
 
 class LocalPrometheus:

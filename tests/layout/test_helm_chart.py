@@ -441,7 +441,17 @@ def test_alert_rules_ship_as_a_rule_file_and_on_request_as_a_prometheus_rule(
         ports = {port["name"] for port in pods[selected]["containers"][0]["ports"]}
         assert monitor["spec"]["podMetricsEndpoints"][0]["port"] in ports
         assert monitor["metadata"]["name"].endswith(selected.removeprefix("tidelog-"))  # job label, as the rules expect
+        # The labels Strimzi's dashboards select on, by the rules `tidelog dev up`'s Prometheus runs too.
+        relabelings = yaml.safe_load((CHART / "files" / "pod-relabelings.yaml").read_text())
+        assert monitor["spec"]["podMetricsEndpoints"][0]["relabelings"] == relabelings
+        assert {rule["targetLabel"] for rule in relabelings} >= {
+            "namespace",
+            "kubernetes_pod_name",
+            "strimzi_io_cluster",
+        }
         monitored.add(selected)
+    # Strimzi's dashboards select the brokers' kubelet and process figures on container="kafka".
+    assert [container["name"] for container in pods["tidelog-broker"]["containers"]] == ["kafka"]
     assert monitored == {f"tidelog-{c}" for c in ("broker", "controller", "coordinator", "gateway", "operator")}
 
 

@@ -10,17 +10,15 @@ import json
 import shutil
 import signal
 import subprocess
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 
-from tests.cluster.conftest import COORDINATOR_ARGS, poll_until, started_cluster, wait_until
+from tests.cluster.conftest import poll_until, wait_until
 from tidelog.client import AdminClient, GroupConsumer, Producer, TopicPartition
 from tidelog.common.errors import TidelogError
-from tidelog.common.etcd.server import free_port
 from tidelog.common.metrics_catalog import METRICS, Exporter, Kind
 from tidelog.dashboards import queries, render_all
 from tidelog.local_cluster import LocalCluster
@@ -30,21 +28,6 @@ pytestmark = pytest.mark.skipif(
     LocalPrometheus.binary() is None, reason="prometheus not found (Debian package; scripts/install-system-deps)"
 )
 SCRAPE_S = 1.0
-
-
-@pytest.fixture
-async def monitored(tmp_path: Path) -> AsyncIterator[tuple[LocalCluster, LocalPrometheus]]:
-    async with started_cluster(
-        tmp_path / "cluster", coordinators=1, coordinator_args=COORDINATOR_ARGS, gateways=1, metrics=True
-    ) as cluster:
-        config = scrape_config(cluster, interval_s=SCRAPE_S)
-        prometheus = LocalPrometheus(config, tmp_path / "prometheus", free_port())
-        prometheus.start()
-        try:
-            await asyncio.to_thread(prometheus.wait_ready)
-            yield cluster, prometheus
-        finally:
-            prometheus.stop()
 
 
 async def _rest_load(cluster: LocalCluster) -> None:
