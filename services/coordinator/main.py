@@ -70,7 +70,7 @@ async def _ensure_offsets_topic(
 ) -> None:
     """Create __consumer_offsets unless it exists. Brokers refuse Metadata (UNAVAILABLE) until a
     controller has sent them the cluster's, so a coordinator starting with the cluster waits for
-    that instead of exiting (a start-up race CI met)."""
+    that instead of exiting (a start-up race CI met), and for `factor` live brokers."""
     deadline = time.monotonic() + wait_s
     async with AdminClient(bootstrap, security=security) as admin:
         while True:
@@ -84,8 +84,17 @@ async def _ensure_offsets_topic(
                 await asyncio.sleep(OFFSETS_TOPIC_RETRY_S)
         if not isinstance(described, TidelogError):
             return
-        live = len((await admin.describe_cluster()).brokers)
-        factor = min(factor, max(live, 1))
+        # As Kafka: created with exactly offsets.topic.replication.factor replicas, once that many
+        # brokers are alive — never silently fewer (a coordinator that started before the third
+        # broker registered made it with RF 2). A dev cluster of fewer brokers sets the factor.
+        while (live := len((await admin.describe_cluster()).brokers)) < factor:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"__consumer_offsets needs offsets.topic.replication.factor={factor} live brokers; "
+                    f"{live} registered after {wait_s:.0f} s (set the factor to the cluster's size)"
+                )
+            log.info("waiting_for_offsets_topic_brokers", live=live, replication_factor=factor)
+            await asyncio.sleep(OFFSETS_TOPIC_RETRY_S)
         configs = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
         configs["min.insync.replicas"] = str(min(2, factor))
         try:

@@ -41,6 +41,7 @@ from tidelog.common.settings import SecuritySettings
 __all__ = ["AnnouncedCluster", "LocalCluster", "Placement", "announced_cluster", "user_state_file"]
 
 READY_TIMEOUT_S: Final = 60.0
+OFFSETS_REPLICATION_FACTOR: Final = 3  # offsets.topic.replication.factor, lowered to a smaller cluster's size
 # With conventional_ports, the first start takes the ports Kafka's, REST Proxy's and etcd's docs use
 # where they are free (the n-th instance next to the first), so their recipes work unchanged.
 CONVENTIONAL_PORTS: Final = {
@@ -286,7 +287,10 @@ class LocalCluster:
 
     def start_coordinator(self, coordinator_id: int) -> None:
         port = self.ports.coordinators[coordinator_id]
-        self._start_service("coordinator", coordinator_id, port, self.coordinator_args)
+        extra = list(self.coordinator_args)
+        if "--offsets-topic-replication-factor" not in extra:  # as Kafka's single-broker dev configs
+            extra += ["--offsets-topic-replication-factor", str(min(OFFSETS_REPLICATION_FACTOR, len(self.broker_ids)))]
+        self._start_service("coordinator", coordinator_id, port, extra)
 
     @property
     def coordinator_endpoints(self) -> list[str]:

@@ -18,7 +18,9 @@ from tidelog.common.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from tidelog.common.metadata import TOPICS_PREFIX
+from tidelog.common.metadata import CONSUMER_OFFSETS_TOPIC, TOPICS_PREFIX
+from tidelog.common.settings import SecuritySettings
+from tidelog.coordinator.main import _ensure_offsets_topic
 from tidelog.local_cluster import LocalCluster
 from tidelog.v1 import controller_pb2
 
@@ -153,3 +155,16 @@ async def test_altered_configs_reach_the_brokers(admin: AdminClient, cluster: Lo
 
         await wait_until(refused, what="the broker to apply max.message.bytes=1000")
         assert (await (await producer.send(topic_name, b"small", partition=0))).offset >= 1
+
+
+async def test_the_offsets_topic_waits_for_its_replication_factor_in_live_brokers(cluster: LocalCluster) -> None:
+    """Issue 32: __consumer_offsets came out with RF 2 in some dev clusters (a coordinator started
+    before the third broker registered). As Kafka, it is created with offsets.topic.replication.factor
+    replicas or not at all: here 4 of 3 brokers, so a coordinator waits, then says why."""
+    async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+        described = (await admin.describe_topics([CONSUMER_OFFSETS_TOPIC]))[CONSUMER_OFFSETS_TOPIC]
+    assert isinstance(described, Exception), "the shared cluster runs no coordinator: nobody made it"
+    with pytest.raises(RuntimeError, match=r"offsets.topic.replication.factor=4 live brokers; 3 registered"):
+        await _ensure_offsets_topic(cluster.bootstrap, 1, 4, security=SecuritySettings.from_configs(), wait_s=1.0)
+    async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+        assert isinstance((await admin.describe_topics([CONSUMER_OFFSETS_TOPIC]))[CONSUMER_OFFSETS_TOPIC], Exception)

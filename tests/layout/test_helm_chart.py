@@ -16,6 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from helm_python.chart import Chart
+from helm_python.errors import HelmRenderError
 
 from tests.layout.pod_security import chart_promises, restricted_violations
 from tidelog.broker import main as broker_main
@@ -775,3 +776,12 @@ def test_the_strict_check_catches_a_misspelt_third_party_field() -> None:
 def test_a_render_holds_no_randomness() -> None:
     """Rendered twice, the same manifests: `helm template` and Argo CD make no new CA per render."""
     assert render() == render()
+
+
+def test_an_offsets_topic_replication_factor_above_the_broker_count_is_refused_at_render() -> None:
+    """Issue 32: Kafka creates __consumer_offsets with exactly offsets.topic.replication.factor
+    replicas or not at all; a chart whose brokers cannot hold it says so before anything starts."""
+    with pytest.raises(HelmRenderError, match=r"offsetsTopicReplicationFactor \(3\) exceeds broker.replicas \(1\)"):
+        render({"broker": {"replicas": 1}})
+    rendered = render({"broker": {"replicas": 1}, "coordinator": {"offsetsTopicReplicationFactor": 1}})
+    assert "--offsets-topic-replication-factor 1" in rendered["tidelog/templates/coordinator.yaml"]

@@ -348,7 +348,8 @@ COORDINATOR_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     _int(
         "offsets.topic.replication.factor",
         3,
-        "Replicas of __consumer_offsets (capped by the live brokers when it is created).",
+        "Replicas of __consumer_offsets. As Kafka, it is created only once this many brokers are alive (a starting "
+        "coordinator waits for them), never with fewer; a cluster of fewer brokers sets it to its size.",
         minimum=1,
         maximum=100,
     ),
