@@ -348,6 +348,45 @@ INTERNALS: Final = (
             Panel("etcd database size", (_q('max(etcd_mvcc_db_total_size_in_bytes{job=~".*etcd"})'),), unit="bytes"),
         ],
     ),
+    (
+        # What Kafka dashboards show of the JVM (memory, GC, threads), for Python processes.
+        "Python runtime",
+        [
+            Panel(
+                "Resident memory",
+                (_q('process_resident_memory_bytes{job=~"tidelog.*"}', "{{job}} {{instance}}"),),
+                unit="bytes",
+                description="Stands for the JVM panels' jvm_memory_used_bytes.",
+            ),
+            Panel(
+                "GC pause time",
+                (
+                    _q(
+                        f'sum by (job) (rate(tidelog_python_gc_pause_seconds_sum{{job=~"tidelog.*"}}[{RATE}]))',
+                        "{{job}}",
+                    ),
+                ),
+                unit="percentunit",
+                description="Share of time paused in garbage collection (the JVM panels' GC time).",
+            ),
+            Panel(
+                "GC pauses, longest",
+                _quantiles("tidelog_python_gc_pause_seconds", 'job=~"tidelog.*"', by="job"),
+                unit="s",
+            ),
+            Panel(
+                "Threads",
+                (_q('tidelog_process_threads{job=~"tidelog.*"}', "{{job}} {{instance}}"),),
+                description="OS threads of each process (the JVM panels' jvm_threads_current).",
+            ),
+            Panel(
+                "Event-loop lag",
+                _quantiles("tidelog_event_loop_lag_seconds", 'job=~"tidelog.*"', by="job"),
+                unit="s",
+                description="How late each process's asyncio loop runs a timer: a blocked loop delays every request.",
+            ),
+        ],
+    ),
 )
 
 
@@ -371,7 +410,7 @@ DASHBOARDS: Final = (
         (("consumergroup", "label_values(kafka_consumergroup_members, consumergroup)"),),
     ),
     DashboardSpec("tidelog-gateway", "Tidelog / REST gateway", GATEWAY),
-    DashboardSpec("tidelog-internals", "Tidelog / Coordinators, controllers and etcd", INTERNALS),
+    DashboardSpec("tidelog-internals", "Tidelog / Coordinators, controllers, etcd and runtime", INTERNALS),
 )
 
 

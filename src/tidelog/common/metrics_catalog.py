@@ -494,6 +494,31 @@ METRICS: Final[tuple[MetricDef, ...]] = (
         "Lease keep-alives that failed or timed out and were retried (etcd slow or unreachable)",
     ),
     _m(
+        "tidelog_python_gc_pause_seconds",
+        H,
+        ("generation",),
+        Exporter.SERVICE,
+        "Time each garbage collection paused the process, by generation (the JVM panels' GC time stands "
+        "for this: docs/monitoring.md)",
+        "jvm_gc_collection_seconds (JVM)",
+    ),
+    _m(
+        "tidelog_process_threads",
+        G,
+        (),
+        Exporter.SERVICE,
+        "OS threads of the process, gRPC's and the I/O pools' included (/proc/self/status)",
+        "jvm_threads_current (JVM)",
+    ),
+    _m(
+        "tidelog_event_loop_lag_seconds",
+        H,
+        (),
+        Exporter.SERVICE,
+        "How late the asyncio event loop woke a timer, sampled every 0.5 s: a blocked loop delays every "
+        "request the process serves",
+    ),
+    _m(
         "kafka_server_socket_server_metrics_successful_authentication_total",
         C,
         (),

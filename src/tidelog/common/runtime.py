@@ -16,7 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from prometheus_client import disable_created_metrics
 
-from tidelog.common import metrics_http
+from tidelog.common import metrics_http, runtime_metrics
 from tidelog.common.grpc_options import GRPC_MESSAGE_BYTES_MAX, GRPC_OPTIONS
 from tidelog.common.request_decoding import RequestDecoding
 from tidelog.common.security.service_security import ServiceSecurity
@@ -177,6 +177,7 @@ async def run_service(
     # pod's IP, which a loopback-only listener would refuse.
     metrics_host = listen.rsplit(":", 1)[0] if listen else "127.0.0.1"
     start_metrics(metrics_port, host=metrics_host, security=metrics_security or security)
+    runtime_metrics.start()
     stopping = stop_on_signals()
     parts = await build(stopping)
     service_security: ServiceSecurity | None = getattr(parts, "service_security", None)
