@@ -1,12 +1,12 @@
 """Prometheus view of a broker's replicas, read at scrape time (written as text:
 tidelog.common.metrics_http) so the figures cannot drift from what the broker holds: the
 ReplicaManager MBeans (partitions, leaders, under-replicated, under min ISR), the Partition MBeans
-(replicas, at and under min ISR) and kafka_exporter's partition offsets for the partitions this
-broker leads (only the leader exports them, so a scrape
-of every broker counts each partition once), and each replica's log size.
+(replicas, at and under min ISR) for the partitions this broker leads (only the leader exports
+them, so a scrape of every broker counts each partition once), and each replica's log size.
+kafka_exporter's partition offsets come from the active controller (controller/exporter_view.py).
 
 Per-partition series stop at `metrics.partition.series.max` replicas: past it, log sizes are summed
-per topic (`partition="all"`) and offsets are left out, which bounds a scrape of a broker with
+per topic (`partition="all"`) and the Partition MBeans are left out, which bounds a scrape of a broker with
 thousands of partitions.
 """
 
@@ -38,11 +38,9 @@ class BrokerCollector:
         per-partition ones are the large part of a broker's scrape."""
         hosted = list(self.replicas.partitions.values())  # one C call: the loop keeps changing the dict
         leaders = under = under_min_isr = 0
-        current: list[tuple[str, int]] = []
         replicas_count: list[tuple[str, int]] = []
         at_min_isr: list[tuple[str, int]] = []
         under_min: list[tuple[str, int]] = []
-        oldest: list[tuple[str, int]] = []
         size: list[tuple[str, int]] = []
         sizes_beyond: dict[str, int] = {}
         for index, partition in enumerate(sorted(hosted, key=lambda p: (p.topic, p.partition))):
@@ -67,8 +65,6 @@ class BrokerCollector:
             under += isr < replicas
             under_min_isr += isr < min_isr
             if per_partition:
-                current.append((labels, log.log_end_offset))
-                oldest.append((labels, log.log_start_offset))
                 replicas_count.append((labels, replicas))
                 at_min_isr.append((labels, int(isr == min_isr)))
                 under_min.append((labels, int(isr < min_isr)))
@@ -78,8 +74,6 @@ class BrokerCollector:
             family_text("kafka_server_replicamanager_leadercount", [("", leaders)]),
             family_text("kafka_server_replicamanager_underreplicatedpartitions", [("", under)]),
             family_text("kafka_server_replicamanager_underminisrpartitioncount", [("", under_min_isr)]),
-            family_text("kafka_topic_partition_current_offset", current),
-            family_text("kafka_topic_partition_oldest_offset", oldest),
             family_text("kafka_log_log_size", size),
             family_text("kafka_cluster_partition_replicascount", replicas_count),
             family_text("kafka_cluster_partition_atminisr", at_min_isr),

@@ -9,18 +9,20 @@ import contextlib
 import grpc
 import structlog
 
+from tidelog.client.group_admin import GroupAdmin
 from tidelog.common.channels import ChannelPool
 from tidelog.common.etcd.connect import etcd_client
 from tidelog.common.runtime import run_service
 from tidelog.common.security.service_security import ServiceSecurity
 from tidelog.common.settings import ControllerSettings, SecuritySettings
-from tidelog.controller import controller_metrics
+from tidelog.controller import controller_metrics, exporter_view
 from tidelog.controller.admin_service import AdminService
 from tidelog.controller.controller import Controller
 from tidelog.controller.controller_config import ControllerConfig
 from tidelog.v1 import controller_pb2_grpc
 
 log = structlog.get_logger(__name__)
+EXPORTER_REQUEST_TIMEOUT_MS = 5000  # a refresh of the kafka_exporter view gives up on a silent broker
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -53,7 +55,15 @@ class _Controller:
         self.access = self.service_security.access
         self.controller = Controller(self.config, self.etcd, channels=ChannelPool(args.security))
         controller_metrics.register(self.controller, args.settings.controller_metrics_partition_series_max)
+        security = args.security
+        self.exporter = exporter_view.register(
+            self.controller,
+            lambda bootstrap: GroupAdmin(bootstrap, request_timeout_ms=EXPORTER_REQUEST_TIMEOUT_MS, security=security),
+            refresh_ms=args.settings.controller_metrics_exporter_refresh_ms,
+            partition_series_max=args.settings.controller_metrics_partition_series_max,
+        )
         self.running: asyncio.Task[None] | None = None
+        self.exporting: asyncio.Task[None] | None = None
 
     def add_to(self, server: grpc.aio.Server) -> list[str]:
         controller_pb2_grpc.add_ControllerServicer_to_server(AdminService(self.controller, self.access), server)
@@ -63,6 +73,7 @@ class _Controller:
         if self.etcd.kv is None:  # (connected already when security needed it first)
             await self.etcd.connect()
         self.running = asyncio.create_task(self.controller.run())
+        self.exporting = asyncio.create_task(self.exporter.run())
 
     async def drain(self) -> None:
         pass  # brokers move their own leadership; the controller only steps down (leave)
@@ -74,6 +85,11 @@ class _Controller:
                 await asyncio.wait_for(self.running, timeout=10)
 
     async def close(self) -> None:
+        if self.exporting is not None:
+            self.exporting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.exporting
+        await self.exporter.close()
         await self.controller.broker_requests.close()
         await self.etcd.close()
 

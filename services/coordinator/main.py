@@ -148,11 +148,7 @@ class _Coordinator:
         writer = FencedOffsetsWriter(ClusterMetadata(bootstrap, self.connections), self.connections)
         settings: CoordinatorSettings = args.settings
         coordinator = GroupCoordinator(writer, settings)
-        self.lag_consumer = Consumer(bootstrap, connections=self.connections)
-        self.end_offsets = coordinator_metrics.EndOffsets(
-            coordinator, self.lag_consumer, settings.coordinator_metrics_lag_refresh_ms
-        )
-        coordinator_metrics.register(coordinator, self.end_offsets)
+        coordinator_metrics.register(coordinator)
 
         async def lost(partition: int) -> None:
             coordinator.unload(partition)
@@ -188,7 +184,6 @@ class _Coordinator:
         self.tasks = [
             asyncio.create_task(self.ownership.run()),
             asyncio.create_task(ticking()),
-            asyncio.create_task(self.end_offsets.run()),
         ]
         log.info("coordinator_brokers", brokers=self.bootstrap)
 
@@ -203,7 +198,6 @@ class _Coordinator:
         await self.ownership.close()  # the lease goes: other instances take the partitions at once
 
     async def close(self) -> None:
-        await self.lag_consumer.close()
         await self.connections.close()
         await self.etcd.close()
 

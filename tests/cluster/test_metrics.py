@@ -16,6 +16,7 @@ from tests.cluster.conftest import COORDINATOR_ARGS, poll_until, started_cluster
 from tidelog.client import AdminClient, Consumer, GroupConsumer, Producer, TopicPartition
 from tidelog.local_cluster import LocalCluster
 
+EXPORTER_ARGS = ["--controller-metrics-exporter-refresh-ms", "500"]  # the kafka_exporter view, refreshed often
 RECORDS = 50
 
 
@@ -59,9 +60,16 @@ async def test_cluster_topic_and_partition_figures_come_from_one_process_each(
             for s in controllers.values()
             for v in _values(s, "kafka_topic_partition_in_sync_replica", topic=topic_name)
         ]
-        return controllers if sorted(isr) == [3, 3, 3] else None
+        offsets = [
+            v
+            for s in controllers.values()
+            for v in _values(s, "kafka_topic_partition_current_offset", topic=topic_name, partition="0")
+        ]
+        return controllers if sorted(isr) == [3, 3, 3] and offsets == [RECORDS] else None
 
-    controllers = await wait_until(in_sync_everywhere, what="every partition in sync in the metrics")
+    controllers = await wait_until(
+        in_sync_everywhere, what="every partition in sync and the offsets (refreshed by the active controller)"
+    )
     active = [
         name
         for name, s in controllers.items()
@@ -89,13 +97,17 @@ async def test_cluster_topic_and_partition_figures_come_from_one_process_each(
         assert _values(samples, "kafka_topic_partition_under_replicated_partition", **labels) == [0]
     assert _values(samples, "kafka_controller_kafkacontroller_offlinepartitionscount") == [0]
 
+    # kafka_exporter's whole family from one target, the active controller (as kafka_exporter):
+    # the offsets too, asked of the leaders; no broker exports them, so nothing counts twice.
+    assert _values(samples, "kafka_topic_partition_current_offset", topic=topic_name, partition="0") == [RECORDS]
+    assert _values(samples, "kafka_topic_partition_oldest_offset", topic=topic_name, partition="0") == [0]
     brokers = await _scrape_all(cluster, "broker")
     everything = [sample for scraped in brokers.values() for sample in scraped]
-    # Offsets come from the leader alone: one series per partition over all brokers.
-    assert _values(everything, "kafka_topic_partition_current_offset", topic=topic_name, partition="0") == [RECORDS]
-    assert _values(everything, "kafka_topic_partition_oldest_offset", topic=topic_name, partition="0") == [0]
+    assert _values(everything, "kafka_topic_partition_current_offset", topic=topic_name) == []
     leader_samples = brokers[f"broker-{leader_of[0]}"]
-    assert _values(leader_samples, "kafka_topic_partition_current_offset", topic=topic_name, partition="0") == [RECORDS]
+    assert _values(leader_samples, "kafka_cluster_partition_replicascount", topic=topic_name, partition="0") == [3]
+    assert _values(everything, "kafka_cluster_partition_replicascount", topic=topic_name, partition="0") == [3]
+    assert _values(leader_samples, "kafka_cluster_partition_atminisr", topic=topic_name, partition="0") == [0]
     assert sum(_values(everything, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic_name)) == RECORDS
     assert sum(_values(everything, "kafka_server_brokertopicmetrics_bytesin_total", topic=topic_name)) > 0
     assert sum(_values(everything, "kafka_server_brokertopicmetrics_bytesout_total", topic=topic_name)) > 0
@@ -113,9 +125,12 @@ async def test_cluster_topic_and_partition_figures_come_from_one_process_each(
 
 
 async def test_group_offsets_lag_and_members_come_from_the_groups_coordinator(tmp_path: Path) -> None:
-    arguments = [*COORDINATOR_ARGS, "--coordinator-metrics-lag-refresh-ms", "1000"]
     async with started_cluster(
-        tmp_path / "cluster", coordinators=2, coordinator_args=arguments, metrics=True
+        tmp_path / "cluster",
+        coordinators=2,
+        coordinator_args=COORDINATOR_ARGS,
+        controller_args=EXPORTER_ARGS,
+        metrics=True,
     ) as cluster:
         async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
             await admin.create_topic("events", 2, 1)
@@ -129,14 +144,14 @@ async def test_group_offsets_lag_and_members_come_from_the_groups_coordinator(tm
 
             async def lag_reported() -> list[Sample] | None:
                 await member.poll(20)  # stays in the group
-                scraped = await _scrape_all(cluster, "coordinator")
+                scraped = await _scrape_all(cluster, "controller")
                 everything = [sample for samples in scraped.values() for sample in samples]
                 lag = _values(everything, "kafka_consumergroup_lag", consumergroup="billing", topic="events")
                 return everything if sorted(lag) == [-1, 60] else None
 
-            everything = await wait_until(lag_reported, what="the group's lag in a coordinator's metrics")
+            everything = await wait_until(lag_reported, what="the group's lag in the active controller's metrics")
             labels = {"consumergroup": "billing", "topic": "events"}
-            # One coordinator owns the group: one series each over both instances.
+            # The active controller alone exports them: one series each over both controllers.
             assert _values(everything, "kafka_consumergroup_current_offset", **labels, partition="0") == [40]
             # Never committed: -1, as kafka_exporter, and kept out of the sums.
             assert _values(everything, "kafka_consumergroup_current_offset", **labels, partition="1") == [-1]
@@ -152,9 +167,12 @@ async def test_a_dead_consumers_lag_is_end_minus_committed_on_every_partition(tm
     """Issue 32: a group whose consumer died showed about half its backlog — its consumer had
     committed only the partitions it had received records from. Now it commits its position on
     every assigned partition (Kafka's allConsumed), and the exporter has a series for each."""
-    arguments = [*COORDINATOR_ARGS, "--coordinator-metrics-lag-refresh-ms", "1000"]
     async with started_cluster(
-        tmp_path / "cluster", coordinators=2, coordinator_args=arguments, metrics=True
+        tmp_path / "cluster",
+        coordinators=2,
+        coordinator_args=COORDINATOR_ARGS,
+        controller_args=EXPORTER_ARGS,
+        metrics=True,
     ) as cluster:
         async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
             await admin.create_topic("orders", 4, 1)
@@ -178,7 +196,7 @@ async def test_a_dead_consumers_lag_is_end_minus_committed_on_every_partition(tm
         expected = {"0": 100, "1": 101, "2": 102, "3": 103}  # end minus committed, every partition
 
         async def backlog() -> dict[str, float] | None:
-            scraped = await _scrape_all(cluster, "coordinator")
+            scraped = await _scrape_all(cluster, "controller")
             everything = [sample for samples in scraped.values() for sample in samples]
             found = {
                 sample.labels["partition"]: sample.value
@@ -207,15 +225,15 @@ async def test_per_partition_series_stop_at_the_configured_limit(tmp_path: Path)
             for partition in range(5):
                 await (await producer.send("wide", b"x" * 100, partition=partition))
 
-        async def offsets_seen() -> list[Sample] | None:
+        async def sizes_seen() -> list[Sample] | None:
             scraped = (await _scrape_all(cluster, "broker"))["broker-1"]
-            return scraped if _values(scraped, "kafka_topic_partition_current_offset", topic="wide") else None
+            return scraped if _values(scraped, "kafka_cluster_partition_replicascount", topic="wide") else None
 
-        broker = await wait_until(offsets_seen, what="the broker's partition series")
+        broker = await wait_until(sizes_seen, what="the broker's partition series")
         sizes = {s.labels["partition"]: s.value for s in broker if s.name == "kafka_log_log_size"}
         assert set(sizes) == {"0", "1", "all"}  # two partitions, then the rest summed per topic
         assert sizes["all"] > 0
-        assert len(_values(broker, "kafka_topic_partition_current_offset", topic="wide")) == 2
+        assert len(_values(broker, "kafka_cluster_partition_replicascount", topic="wide")) == 2
         assert _values(broker, "kafka_server_replicamanager_partitioncount") == [5]  # totals stay whole
 
         controller = (await _scrape_all(cluster, "controller"))["controller-1"]

@@ -109,6 +109,15 @@ async def test_rules_evaluate_and_a_killed_broker_fires_its_alerts_until_it_retu
             return bool(found) and float(found[0]["value"][1]) == 90
 
         await wait_until(lag_seen, timeout_s=30, what="the group's lag in Prometheus")
+
+        async def rates_measurable() -> bool:  # a rate needs two samples since the traffic began
+            found = await asyncio.to_thread(
+                prometheus.query,
+                'count_over_time(kafka_server_brokertopicmetrics_messagesin_total{topic="events"}[1m]) >= 3',
+            )
+            return bool(found)
+
+        await wait_until(rates_measurable, timeout_s=30, what="the traffic scraped three times")
         rules = [rule for group in yaml.safe_load(ALERT_RULES.read_text())["groups"] for rule in group["rules"]]
         for rule in rules:  # each evaluates (a bad expression is a ValueError from the API)
             await asyncio.to_thread(prometheus.query, str(rule["expr"]))

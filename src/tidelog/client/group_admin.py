@@ -87,7 +87,11 @@ class GroupAdmin:
             raise error_for(response.error_code, "not every coordinator instance answered")
         return list(response.groups)
 
-    async def describe_group(self, group_id: str) -> GroupDescription:
+    async def describe_group(
+        self, group_id: str, *, end_offsets: Mapping[TopicPartition, int] | None = None
+    ) -> GroupDescription:
+        """State, members, and each partition's committed offset and lag (against `end_offsets`
+        when the caller has them, else the leaders' log end offsets, asked now)."""
         link = self._link(group_id)
         described = await link.call("DescribeGroups", coordinator_pb2.DescribeGroupsRequest(group_ids=[group_id]))
         group = described.groups[0]
@@ -104,7 +108,10 @@ class GroupAdmin:
             for member in group.members
         ]
         partitions = set(committed) | {tp for member in members for tp in member.partitions}
-        ends = await self.consumer.list_offsets(sorted(partitions), LATEST) if partitions else {}
+        if end_offsets is not None:
+            ends = dict(end_offsets)
+        else:
+            ends = await self.consumer.list_offsets(sorted(partitions), LATEST) if partitions else {}
         lags = [
             PartitionLag(tp, committed[tp] if committed.get(tp, -1) >= 0 else None, ends.get(tp, -1))
             for tp in sorted(partitions)

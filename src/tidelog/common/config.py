@@ -320,6 +320,14 @@ CONTROLLER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
         minimum=0,
         maximum=100,
     ),
+    _long(
+        "controller.metrics.exporter.refresh.ms",
+        5000,
+        "How often the active controller asks the leaders for partition offsets and the coordinators for "
+        "group offsets, which it exports as kafka_exporter does (one target for the whole family); a "
+        "scrape reports the latest answer.",
+        minimum=500,
+    ),
     _int(
         "controller.metrics.partition.series.max",
         10_000,
@@ -369,13 +377,6 @@ COORDINATOR_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
         minimum=1,
     ),
     _int("group.max.size", 1000, "Members one group may have; more are refused.", minimum=1),
-    _long(
-        "coordinator.metrics.lag.refresh.ms",
-        10_000,
-        "How often a coordinator asks the brokers for the log end offsets its groups' lag is measured "
-        "against (kafka_consumergroup_lag); a scrape reports the latest answer.",
-        minimum=1000,
-    ),
 )
 
 GATEWAY_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(

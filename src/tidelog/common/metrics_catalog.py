@@ -6,13 +6,14 @@ the code, the docs, the dashboards and the alerts.
 
 Names follow the Kafka ecosystem where Kafka has the figure, so existing dashboards and alerts work:
 - cluster, topic, partition and group state with kafka_exporter's names and labels
-  (`kafka_topic_partition_current_offset{topic, partition}`, `kafka_consumergroup_lag{...}`);
+  (`kafka_topic_partition_current_offset{topic, partition}`, `kafka_consumergroup_lag{...}`),
+  all from one target as kafka_exporter serves them: the active controller;
 - broker internals with the names the Prometheus JMX exporter gives Kafka's MBeans under
   Strimzi's rules (`kafka.server:type=ReplicaManager,name=UnderReplicatedPartitions` →
   `kafka_server_replicamanager_underreplicatedpartitions`; `...PerSec` meters → `..._total`).
-Each figure is exported by the one process that knows it, so summing a scrape of every pod never
-double-counts: cluster state by the active controller only, a partition's offsets by its leader
-only, groups by the coordinator that owns them.
+Each figure is exported by one process only, so summing a scrape of every pod never double-counts:
+kafka_exporter's family by the active controller only (it asks leaders and coordinators, as
+kafka_exporter asks a Kafka cluster), a partition's MBeans by its leader only.
 Figures Kafka has no name for keep `tidelog_*` names.
 """
 
@@ -127,22 +128,22 @@ METRICS: Final[tuple[MetricDef, ...]] = (
         "1 if the partition's ISR is smaller than its replica set",
         KAFKA_EXPORTER,
     ),
-    # ---- partition offsets: kafka_exporter's names, from each partition's leader ----------------
+    # ---- partition offsets and groups: kafka_exporter's names, also from the active controller ----
+    # (one target for the whole family, as kafka_exporter: controller/exporter_view.py)
     _m(
         "kafka_topic_partition_current_offset",
         G,
         TP,
-        PL,
+        AC,
         "The partition's log end offset (the next offset to be written)",
         KAFKA_EXPORTER,
     ),
-    _m("kafka_topic_partition_oldest_offset", G, TP, PL, "The partition's log start offset", KAFKA_EXPORTER),
-    # ---- groups: kafka_exporter's names, from the owning coordinator ----------------------------
+    _m("kafka_topic_partition_oldest_offset", G, TP, AC, "The partition's log start offset", KAFKA_EXPORTER),
     _m(
         "kafka_consumergroup_current_offset",
         G,
         ("consumergroup", *TP),
-        CO,
+        AC,
         "Offset the group committed for the partition; -1 for a partition of a topic the group commits to "
         "that it never committed (every partition of such a topic has a series)",
         KAFKA_EXPORTER,
@@ -151,7 +152,7 @@ METRICS: Final[tuple[MetricDef, ...]] = (
         "kafka_consumergroup_current_offset_sum",
         G,
         ("consumergroup", "topic"),
-        CO,
+        AC,
         "Sum of the group's committed offsets over the topic's partitions (the -1s left out: kafka_exporter adds them)",
         KAFKA_EXPORTER,
     ),
@@ -159,7 +160,7 @@ METRICS: Final[tuple[MetricDef, ...]] = (
         "kafka_consumergroup_lag",
         G,
         ("consumergroup", *TP),
-        CO,
+        AC,
         "Log end offset minus the group's committed offset, on every partition of a topic the group "
         "commits to (-1: that partition never committed)",
         KAFKA_EXPORTER,
@@ -168,11 +169,11 @@ METRICS: Final[tuple[MetricDef, ...]] = (
         "kafka_consumergroup_lag_sum",
         G,
         ("consumergroup", "topic"),
-        CO,
+        AC,
         "The group's lag summed over the topic's partitions (partitions without a commit left out)",
         KAFKA_EXPORTER,
     ),
-    _m("kafka_consumergroup_members", G, ("consumergroup",), CO, "Members of the group", KAFKA_EXPORTER),
+    _m("kafka_consumergroup_members", G, ("consumergroup",), AC, "Members of the group", KAFKA_EXPORTER),
     # ---- controller MBeans (JMX exporter names) -------------------------------------------------
     _m(
         "kafka_controller_kafkacontroller_activecontrollercount",

@@ -209,6 +209,7 @@ class BrokerSettings(Settings):
 class ControllerSettings(Settings):
     """The controller's settings (docs/configuration.md)."""
 
+    controller_metrics_exporter_refresh_ms: int
     controller_metrics_partition_series_max: int
     controller_session_timeout_ms: int
     num_partitions: int
@@ -224,7 +225,6 @@ class ControllerSettings(Settings):
 class CoordinatorSettings(Settings):
     """The coordinator's settings (docs/configuration.md)."""
 
-    coordinator_metrics_lag_refresh_ms: int
     coordinator_session_timeout_ms: int
     offsets_topic_num_partitions: int
     offsets_topic_replication_factor: int

@@ -145,6 +145,8 @@ class AccessControl:
             return False
         if self._coordinator_may(caller, operation, resource_type, name):
             return True
+        if self._controller_may(caller, operation, resource_type):
+            return True
         return self.authorizer.authorize(caller.principal, caller.host, operation, resource_type, name)
 
     def allowed_on_some(self, caller: Caller, operation: Operation, resource_type: ResourceType) -> bool:
@@ -155,6 +157,18 @@ class AccessControl:
         if self._refused(caller):
             return False
         return self.authorizer.authorize_any(caller.principal, caller.host, operation, resource_type)
+
+    def _controller_may(self, caller: Caller, operation: Operation, resource_type: ResourceType) -> bool:
+        """What the active controller's kafka_exporter view reads (controller/exporter_view.py):
+        describing topics (their offsets), groups (their offsets and members) and the cluster
+        (listing groups) — kafka_exporter's own rights."""
+        if caller.propagated or str(caller.principal) not in self.roles[Role.CONTROLLER]:
+            return False
+        return operation is Operation.DESCRIBE and resource_type in (
+            ResourceType.TOPIC,
+            ResourceType.GROUP,
+            ResourceType.CLUSTER,
+        )
 
     def _coordinator_may(self, caller: Caller, operation: Operation, resource_type: ResourceType, name: str) -> bool:
         """What the coordinators need: their own topic, and describing every topic (lag)."""

@@ -1,0 +1,59 @@
+"""The active controller's kafka_exporter view (controller/exporter_view.py), from a refresh's
+answers to exposition text."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tidelog.client import TopicPartition
+from tidelog.controller.exporter_view import ExporterView, GroupFigures, Snapshot
+
+
+def _view(active: bool) -> ExporterView:
+    controller: Any = SimpleNamespace(role=SimpleNamespace(is_active=active))
+    return ExporterView(controller, lambda bootstrap: None, refresh_ms=1000, partition_series_max=100)  # type: ignore[arg-type,return-value]
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_every_partition_of_a_committed_topic_has_lag_and_one_never_committed_is_minus_one() -> None:
+    """Issue 32: a partition the group never committed had no series, so a stopped group's backlog
+    showed about half of itself. As kafka_exporter: -1 for current offset and lag, out of the sums."""
+    view = _view(active=True)
+    t0, t1, other = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("other", 0)
+    view.snapshot = Snapshot(
+        latest={t0: 100, t1: 50, other: 7},
+        oldest={t0: 0, t1: 5, other: 0},
+        groups=(GroupFigures("g", 2, {t0: 40}),),
+    )
+    found = _samples(view.text())
+    group = (("consumergroup", "g"),)
+
+    def of(name: str, partition: str, topic: str = "t") -> float | None:
+        return found.get((name, tuple(sorted((*group, ("topic", topic), ("partition", partition))))))
+
+    assert of("kafka_consumergroup_current_offset", "0") == 40
+    assert of("kafka_consumergroup_lag", "0") == 60
+    assert of("kafka_consumergroup_current_offset", "1") == -1
+    assert of("kafka_consumergroup_lag", "1") == -1
+    assert found[("kafka_consumergroup_lag_sum", (*group, ("topic", "t")))] == 60
+    assert found[("kafka_consumergroup_current_offset_sum", (*group, ("topic", "t")))] == 40
+    assert found[("kafka_consumergroup_members", group)] == 2
+    assert of("kafka_consumergroup_lag", "0", topic="other") is None  # never committed to: not the group's
+    assert found[("kafka_topic_partition_current_offset", (("partition", "1"), ("topic", "t")))] == 50
+    assert found[("kafka_topic_partition_oldest_offset", (("partition", "1"), ("topic", "t")))] == 5
+
+
+def test_a_standby_exports_nothing() -> None:
+    view = _view(active=False)
+    view.snapshot = Snapshot(latest={TopicPartition("t", 0): 1})
+    assert view.text() == ""
