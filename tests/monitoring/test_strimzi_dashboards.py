@@ -3,7 +3,9 @@
 strimzi/strimzi-kafka-operator examples/metrics/grafana-dashboards) are loaded as Grafana loads
 them: their template variables resolved against a real Prometheus scraping a dev cluster under
 steady produce with two consumer groups (tests/monitoring/grafana_variables.py), then every panel's
-queries run. Every panel returns data except those listed in NO_DATA_HERE with the reason."""
+queries run. Every panel returns data except those listed in NO_DATA_HERE with the reason. And, for
+the dashboards built for kafka_exporter itself, which pin one `instance`: every series of
+kafka_exporter's family comes from one scrape target."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from tests.cluster.conftest import wait_until
 from tests.monitoring.grafana_variables import panels, resolve
 from tidelog.client import AdminClient, GroupConsumer, Producer
 from tidelog.common.errors import TidelogError
+from tidelog.common.metrics_catalog import KAFKA_EXPORTER, METRICS
 from tidelog.local_cluster import LocalCluster
 from tidelog.local_prometheus import LocalPrometheus
 
@@ -100,6 +103,17 @@ async def test_strimzis_dashboards_show_data_in_every_panel_but_the_jvms_and_kub
                     concrete = variables.interpolate(expression, rate_interval="4s")
                     has_data |= bool(await asyncio.to_thread(prometheus.query, concrete))
                 results[(path.name, panel.title)] = has_data
+        # Dashboards built for kafka_exporter pin instance="$instance" taken from
+        # label_values(kafka_consumergroup_current_offset, instance): every kafka_exporter series
+        # must come from that one target (the active controller), and only from it.
+        instances = await asyncio.to_thread(
+            prometheus.api, "label/instance/values", **{"match[]": "kafka_consumergroup_current_offset"}
+        )
+        assert len(instances) == 1, instances
+        for metric in METRICS:
+            if metric.kafka == KAFKA_EXPORTER:
+                found = await asyncio.to_thread(prometheus.query, f"count by (instance) ({metric.name})")
+                assert [series["metric"]["instance"] for series in found] == instances, (metric.name, found)
     finally:
         stop.set()
         await load
