@@ -28,6 +28,7 @@ consumed again. Then every member closes, and the checker asserts:
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import contextlib
 import dataclasses
@@ -104,6 +105,8 @@ class Report:
     faults: list[Fault] = dataclasses.field(default_factory=list)
     kept_gaps: list[float] = dataclasses.field(default_factory=list)  # through a rebalance
     kept_gap_places: list[tuple[float, str]] = dataclasses.field(default_factory=list)
+    # Outside rebalances and faults, the time between two polls returning a partition's records.
+    normal_raw_gaps: list[float] = dataclasses.field(default_factory=list)
     normal_gaps: list[float] = dataclasses.field(default_factory=list)  # no rebalance, no fault
     commits: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     rebalances: int = 0
@@ -115,17 +118,19 @@ class Report:
         return sum(self.duplicates[kind] for kind in self.BAD)
 
     def gap_figures(self) -> tuple[float, float, float, float]:
-        """(longest kept gap through a rebalance, and outside one: median, p99, longest), in seconds."""
+        """In seconds: the longest wait of a kept partition's readable records through a
+        rebalance; outside rebalances, the normal (median) gap between polls returning a
+        partition's records, and the p99 and longest wait of readable records."""
         normal = sorted(self.normal_gaps) or [0.0]
         return (
             max(self.kept_gaps, default=0.0),
-            statistics.median(normal),
+            statistics.median(self.normal_raw_gaps or [0.0]),
             normal[min(len(normal) - 1, int(len(normal) * 0.99))],
             normal[-1],
         )
 
     def lines(self) -> list[str]:
-        kept, median, p99, longest = self.gap_figures()
+        kept, normal_gap, p99, longest = self.gap_figures()
         lines = [
             f"group chaos, {self.mode}, seed {self.seed}: acknowledged {self.acknowledged}, processed "
             f"{self.processed}, lost {len(self.lost)}, duplicates {dict(self.duplicates) or 0}, "
@@ -144,7 +149,8 @@ class Report:
         if self.kept_gaps:
             lines.append(
                 f"  kept-partition gap through a rebalance: max {kept:.3f} s over {len(self.kept_gaps)} gaps; "
-                f"outside one: median {median:.3f} s, p99 {p99:.3f} s, max {longest:.3f} s"
+                f"outside one: p99 {p99:.3f} s, max {longest:.3f} s; "
+                f"normal gap between a partition's polls {normal_gap:.3f} s"
             )
         if self.kept_gap_places:
             lines.append(f"  longest kept gaps: {sorted(self.kept_gap_places, reverse=True)[:4]}")
@@ -199,7 +205,8 @@ class GroupChaos:
         self.workers: dict[int, Worker] = {}
         self.slots: dict[int, Worker] = {}  # slot (0..WORKERS-1) → its current worker
         self.logs = EventLogs()
-        self.acknowledged: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)  # p → (base, count)
+        # p → (base offset, count, acknowledged at) of each batch acknowledged
+        self.acknowledged: dict[int, list[tuple[int, int, float]]] = collections.defaultdict(list)
         self.observed: dict[int, list[tuple[float, int]]] = collections.defaultdict(list)  # p → (t, committed)
         self.report = Report(mode, seed)
         self._stop = asyncio.Event()
@@ -271,7 +278,7 @@ class GroupChaos:
                 for delivery in deliveries:
                     for partition, base, count in await delivery.settled():
                         if isinstance(base, int):  # a failed delivery is not acknowledged
-                            self.acknowledged[partition].append((base, count))
+                            self.acknowledged[partition].append((base, count, time.monotonic()))
                 await asyncio.sleep(0.03)
 
     async def _observe(self, reader: GroupConsumer) -> None:
@@ -432,14 +439,14 @@ def check(run: GroupChaos, report: Report) -> None:
         assert event["n"] == event["last"] - event["first"] + 1, event  # a plain topic: no offset gaps
 
     # at-least-once, and every duplicate explained
-    report.acknowledged = sum(count for batches in run.acknowledged.values() for _, count in batches)
+    report.acknowledged = sum(count for batches in run.acknowledged.values() for _, count, _ in batches)
     handled: dict[tuple[int, int], list[dict[str, Any]]] = collections.defaultdict(list)
     for event in procs:
         for offset in range(event["first"], event["last"] + 1):
             handled[(event["p"], offset)].append(event)
     report.processed = len(handled)
     for partition, batches in run.acknowledged.items():
-        for base, count in batches:
+        for base, count, _ in batches:
             for offset in range(base, base + count):
                 if (partition, offset) not in handled:
                     report.lost.append(f"{partition}@{offset}")
@@ -504,7 +511,7 @@ def check(run: GroupChaos, report: Report) -> None:
                 fault.static_kept = _static_kept(events, fault, run)
 
     if run.strategy == "cooperative-sticky":
-        _gaps(events, report)
+        _gaps(events, report, run.acknowledged)
 
 
 def _explain(  # noqa: PLR0917 - one duplicate and the whole history it is judged against
@@ -563,8 +570,17 @@ def _static_kept(events: list[dict[str, Any]], fault: Fault, run: GroupChaos) ->
     return first is not None and set(first["parts"]) == held and first["gen"] == generation
 
 
-def _gaps(events: list[dict[str, Any]], report: Report) -> None:
-    """Gaps between two polls of one member that both returned records of a partition it kept."""
+def _gaps(events: list[dict[str, Any]], report: Report, acknowledged: dict[int, list[tuple[int, int, float]]]) -> None:
+    """Gaps between two polls of one member that both returned records of a partition it kept,
+    counted from when the second poll's first record was there to read (acknowledged): a pause
+    of the producer is no gap of the consumer's."""
+    bases = {p: [base for base, _, _ in sorted(batches)] for p, batches in acknowledged.items()}
+    acked_at = {p: [at for _, _, at in sorted(batches)] for p, batches in acknowledged.items()}
+
+    def readable_since(partition: int, offset: int) -> float:
+        index = bisect.bisect_right(bases.get(partition, []), offset) - 1
+        return acked_at[partition][index] if index >= 0 else 0.0
+
     joining: dict[int, list[tuple[float, float]]] = collections.defaultdict(list)
     started: dict[int, float] = {}
     for event in events:
@@ -589,7 +605,10 @@ def _gaps(events: list[dict[str, Any]], report: Report) -> None:
         last[key] = event["t"]
         if before is None or before == event["t"]:
             continue  # the first, or another run of the same poll
-        gap = (before, event["t"])
+        raw = event["t"] - before
+        gap = (max(before, readable_since(event["p"], event["first"])), event["t"])
+        if gap[1] <= gap[0]:
+            continue
         if any(
             f.at < gap[1]
             and gap[0] < f.healed_at + 1.0
@@ -602,3 +621,4 @@ def _gaps(events: list[dict[str, Any]], report: Report) -> None:
             report.kept_gap_places.append((gap[1] - gap[0], f"worker-{worker} p{event['p']} {gap[0]:.2f}"))
         elif not any(f.at < gap[1] and gap[0] < f.healed_at + 1.0 for f in report.faults):
             report.normal_gaps.append(gap[1] - gap[0])
+            report.normal_raw_gaps.append(raw)

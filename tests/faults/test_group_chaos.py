@@ -27,7 +27,7 @@ async def _run(tmp_path: Path, mode: str, seed: int, rounds: int) -> Report:
     async with started_cluster(tmp_path / "cluster", coordinators=2, coordinator_args=COORDINATOR_ARGS) as cluster:
         report = await GroupChaos(cluster, tmp_path, mode, seed, rounds).run()
     print("\n" + "\n".join(report.lines()))
-    kept, _, normal_p99, normal_max = report.gap_figures()
+    kept, normal_gap, _, normal_max = report.gap_figures()
     summary.record(
         f"group chaos {mode} seed {seed} ({len(report.faults)} faults)",
         acknowledged=report.acknowledged,
@@ -49,9 +49,12 @@ async def _run(tmp_path: Path, mode: str, seed: int, rounds: int) -> Report:
         assert fault.recovered_s < session_s + 15, (fault, replay)  # a session, a rebalance, a restart
     if mode != "range":
         assert report.kept_gaps, "cooperative rebalances with partitions kept were seen"
-        # KIP-429: a rebalance stops no partition a member keeps. Its longest gap on one is within
-        # twice the machine's own p99 gap between polls outside rebalances, or that longest one.
-        assert kept <= max(2 * normal_p99, normal_max), ("\n".join(report.lines()), replay)
+        # KIP-429: a rebalance stops no partition a member keeps. Through a rebalance, a kept
+        # partition's readable records never wait longer than twice the normal gap between polls
+        # returning its records (or the longest wait outside rebalances, when the machine itself
+        # stalls longer). Waits count from when the records were acknowledged: a pause of the
+        # producer is no gap of the consumer's.
+        assert kept <= max(2 * normal_gap, normal_max), ("\n".join(report.lines()), replay)
     return report
 
 
