@@ -29,6 +29,7 @@ from typing import Any, Final, TypeVar
 
 import structlog
 
+from tidelog.broker.broker_fencing import BrokerFencing, FencingState
 from tidelog.broker.broker_metrics import REQUEST_MS_BUCKETS
 from tidelog.broker.fetch_session import FetchSession, FetchSessionCache
 from tidelog.broker.replica_fetcher import FollowedPartition, ReplicaFetcherManager
@@ -263,10 +264,9 @@ class ReplicaManager:
         # per partition.
         self.isr_watch: set[tuple[str, int]] = set()
         self._unflushed: set[tuple[str, int]] = set()  # appended to since last seen flushed (flush_due)
-        self.session_lost = False  # our etcd session was lost (see `fence`)
-        self._registered_again = False
         self.io_threads = io_threads
         self.lag_time_max_s = lag_time_max_ms / 1000  # replica.lag.time.max.ms
+        self.fencing = BrokerFencing(broker_id, self.lag_time_max_s)  # while our etcd session is lost
         self.io = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="storage-io")
         self.io_busy = BusyMeter()
         self.cleaner = LogCleaner(lambda: [partition.log for partition in list(self.partitions.values())])
@@ -353,48 +353,36 @@ class ReplicaManager:
     # ---- fencing on a lost session ------------------------------------------------------------
 
     def fence(self) -> None:
-        """Our etcd session may have expired (no keep-alive answered within its TTL). If only we are
-        cut off, the controller may already have given our leaderships to others; if etcd is down
-        for everyone, nobody can, and we still lead. The followers tell which: a follower the
-        controller re-pointed stops fetching from us. So while the session is lost, a partition
-        whose in-sync followers have not all fetched within replica.lag.time.max.ms is led no more
-        (`fenced_out`): produce and fetch get NOT_LEADER_OR_FOLLOWER, acks=all waiters end with it
-        (their batches may not be kept), Metadata is refused (our view is stale), and clients look
-        for the new leader elsewhere instead of timing out on us. The HW rule alone already keeps
-        such a leader from acknowledging acks=all writes; this is for the clients' sake. Lifted by
-        the first whole state a controller pushes after we registered again."""
-        if self.session_lost:
-            return
-        log.warning("broker_session_lost_fencing_armed", broker=self.broker_id)
-        self.session_lost = True
-        self._registered_again = False
+        """Our etcd session may have expired: arm the fencing (broker_fencing.py). While armed, a
+        partition whose in-sync followers stopped fetching is led no more: produce and fetch get
+        NOT_LEADER_OR_FOLLOWER, acks=all waiters end with it (their batches may not be kept),
+        Metadata is refused (our view is stale), and clients look for the new leader elsewhere
+        instead of timing out on us. The HW rule alone already keeps such a leader from
+        acknowledging acks=all writes; this is for the clients' sake."""
+        self.fencing.session_lost()
 
     def registered_again(self) -> None:
         """A new session holds our registration: the next whole-state push lifts the fence."""
-        self._registered_again = True
+        self.fencing.registered_again()
 
     def fenced_out(self, hosted: Partition) -> bool:
-        """Our session is lost and an in-sync follower stopped fetching from us (see `fence`)."""
-        if not self.session_lost:
-            return False
-        horizon = time.monotonic() - self.lag_time_max_s
-        return any(hosted.fetched_s(member) < horizon for member in hosted.state.isr if member != self.broker_id)
+        """Fencing is armed and an in-sync follower stopped fetching from us."""
+        return self.fencing.fenced_out(hosted.state.isr, hosted.fetched_s)
 
     def isolated(self) -> bool:
-        """Our session is lost and some partition we led was taken from us (Metadata is refused)."""
-        return self.session_lost and any(
+        """Fencing is armed and some partition we led was taken from us (Metadata is refused)."""
+        return self.fencing.armed and any(
             hosted.role is ReplicaRole.LEADER and self.fenced_out(hosted) for hosted in list(self.partitions.values())
         )
 
     async def _leader_and_isr(self, request: broker_pb2.LeaderAndIsrRequest) -> list[broker_pb2.PartitionError]:
         self.check_controller_epoch(request.controller_epoch)
         self.check_incarnation(request.broker_incarnation)
-        if self.session_lost and self._registered_again and request.full:
+        if request.full and self.fencing.state is FencingState.REGISTERED_AGAIN:
             try:
                 return await self._apply_leader_and_isr(request)
             finally:
-                self.session_lost = self._registered_again = False
-                log.info("broker_fencing_lifted", broker=self.broker_id, controller_epoch=request.controller_epoch)
+                self.fencing.lifted_by_whole_state()
         return await self._apply_leader_and_isr(request)
 
     async def _apply_leader_and_isr(self, request: broker_pb2.LeaderAndIsrRequest) -> list[broker_pb2.PartitionError]:

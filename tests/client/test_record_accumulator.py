@@ -7,18 +7,11 @@ import asyncio
 
 import pytest
 
+from tests.fake_clock import FakeClock
 from tidelog.client.producer_batch import BatchState
 from tidelog.client.record_accumulator import RecordAccumulator
 from tidelog.common.errors import RequestTimedOutError
 from tidelog.common.record.batch import BATCH_OVERHEAD
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _accumulator(clock: FakeClock, **options: int | float) -> RecordAccumulator:
@@ -33,7 +26,7 @@ def _accumulator(clock: FakeClock, **options: int | float) -> RecordAccumulator:
 
 
 async def test_a_batch_closes_when_full_and_the_next_record_opens_another() -> None:
-    accumulator = _accumulator(FakeClock(), batch_size=BATCH_OVERHEAD + 300)
+    accumulator = _accumulator(FakeClock(1000.0), batch_size=BATCH_OVERHEAD + 300)
     batch, index, created = accumulator.append("t", 0, b"x", key=None, headers=None, timestamp=None, size=200)
     assert (index, created, batch.state) == (0, True, BatchState.OPEN)
     same, index, created = accumulator.append("t", 0, b"y", key=b"k", headers=None, timestamp=None, size=200)
@@ -46,7 +39,7 @@ async def test_a_batch_closes_when_full_and_the_next_record_opens_another() -> N
 
 
 async def test_linger_closes_a_batch_only_once_its_time_has_come() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     accumulator = _accumulator(clock, linger_s=0.005)
     batch, _, _ = accumulator.append("t", 0, b"x", key=None, headers=None, timestamp=None, size=10)
     assert accumulator.close_expired(everything=False) == pytest.approx(clock.now + 0.005)
@@ -57,7 +50,7 @@ async def test_linger_closes_a_batch_only_once_its_time_has_come() -> None:
 
 
 async def test_flushing_closes_every_open_batch_at_once() -> None:
-    accumulator = _accumulator(FakeClock(), linger_s=60)
+    accumulator = _accumulator(FakeClock(1000.0), linger_s=60)
     for partition in range(3):
         accumulator.append("t", partition, b"x", key=None, headers=None, timestamp=None, size=10)
     accumulator.close_expired(everything=True)
@@ -65,7 +58,7 @@ async def test_flushing_closes_every_open_batch_at_once() -> None:
 
 
 async def test_batches_taken_retried_and_put_back_keep_their_creation_order() -> None:
-    accumulator = _accumulator(FakeClock())
+    accumulator = _accumulator(FakeClock(1000.0))
     batches = []
     for partition in (0, 0, 1):
         batch = accumulator.new_batch("t", partition)
@@ -80,7 +73,7 @@ async def test_batches_taken_retried_and_put_back_keep_their_creation_order() ->
 
 
 async def test_a_full_buffer_blocks_until_memory_is_released_or_max_block_ms() -> None:
-    accumulator = _accumulator(FakeClock(), buffer_memory=1024)
+    accumulator = _accumulator(FakeClock(1000.0), buffer_memory=1024)
     held, _, _ = accumulator.append("t", 0, b"x", key=None, headers=None, timestamp=None, size=1000)
     await accumulator.reserve(1000, max_block_s=1, drain=lambda: None)
     held.reserved = 1000

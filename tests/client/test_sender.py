@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from tests.fake_clock import FakeClock
 from tidelog.client.cluster_metadata import ClusterMetadata
 from tidelog.client.producer_batch import BatchState, ProducerBatch
 from tidelog.client.producer_sequences import ProducerSequences
@@ -17,14 +18,6 @@ from tidelog.common.record.compression import CompressionType
 from tidelog.v1 import broker_pb2, common_pb2
 
 DELIVERY_TIMEOUT_S = 30.0
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 50.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _options(*, idempotent: bool, max_in_flight: int) -> SenderOptions:
@@ -49,7 +42,7 @@ class OneLeader:
 
 
 async def test_while_its_leader_is_busy_only_a_batch_never_sent_expires() -> None:
-    clock = FakeClock()
+    clock = FakeClock(50.0)
     accumulator = RecordAccumulator(batch_size=1000, linger_s=0, buffer_memory=10_000, clock=clock)
     sequences = ProducerSequences()
     sequences.set_id(7, 0)
@@ -105,7 +98,7 @@ class HeldBroker:
 async def test_several_requests_to_one_broker_but_never_two_with_one_partition() -> None:
     # max.in.flight.requests.per.connection: a batch of partition 1 need not wait behind a request
     # holding partition 0; a second batch of partition 0 must (order and sequences per partition).
-    clock = FakeClock()
+    clock = FakeClock(50.0)
     accumulator = RecordAccumulator(batch_size=1000, linger_s=0, buffer_memory=100_000, clock=clock)
     broker = HeldBroker()
     options = _options(idempotent=False, max_in_flight=5)
@@ -190,7 +183,7 @@ async def test_a_not_leader_answer_naming_a_newer_leader_sends_the_batch_there_a
     # KIP-951: an old leader's NOT_LEADER_OR_FOLLOWER names the new leader and its epoch; a newer
     # epoch than ours is taken at once (no backoff, no metadata round trip), an older or equal one
     # is not (that broker is no wiser than we are): backoff and a refresh, as any retriable error.
-    clock = FakeClock()
+    clock = FakeClock(50.0)
     cluster = _MovedLeader(hint_epoch)
     metadata = ClusterMetadata(["broker:1"], cluster)  # type: ignore[arg-type]
     await metadata.refresh(["t"])

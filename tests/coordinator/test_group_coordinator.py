@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from tests.fake_clock import FakeClock
 from tidelog.common.errors import ErrorCode, TidelogError
 from tidelog.common.settings import CoordinatorSettings
 from tidelog.coordinator.group_coordinator import GroupCoordinator
@@ -19,16 +20,6 @@ class RecordingWriter:
 
     async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
         self.records.extend((partition, key, value) for key, value in records)
-
-
-class FakeClock:
-    """Seconds that move only when a test says so."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def coordinator(writer: RecordingWriter, clock: FakeClock | None = None) -> GroupCoordinator:

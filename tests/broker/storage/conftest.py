@@ -5,26 +5,20 @@ from pathlib import Path
 
 import pytest
 
+from tests.fake_clock import FakeClock
 from tidelog.broker.storage import LogConfig, PartitionLog
 from tidelog.common.record.batch import RecordBatch, decode_batches
 
+WALL_NOW_S = 1_700_000_000.0  # the storage layer's clock is a wall clock in milliseconds
 
-class FakeClock:
-    """Milliseconds that move only when a test says so."""
 
-    def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-    def advance(self, ms: int) -> None:
-        self.now_ms += ms
+def wall_clock() -> FakeClock:
+    return FakeClock(WALL_NOW_S)
 
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return wall_clock()
 
 
 OpenLog = Callable[..., PartitionLog]
@@ -36,7 +30,7 @@ def open_log(tmp_path: Path, clock: FakeClock) -> Iterator[OpenLog]:
 
     def _open(folder: str = "topic-0", **configs: object) -> PartitionLog:
         config = LogConfig.from_configs({name.replace("_", "."): value for name, value in configs.items()})
-        partition_log = PartitionLog.open(tmp_path / folder, config, clock=clock)
+        partition_log = PartitionLog.open(tmp_path / folder, config, clock=clock.millis)
         opened.append(partition_log)
         return partition_log
 

@@ -30,12 +30,12 @@ def test_offsets_timestamps_index_and_retention_stay_sane_as_the_clock_jumps(
     schedule += [60_000] * 40 + [-HOUR_MS] + [60_000] * 40
     offsets, stamps = [], []
     for number, step in enumerate(schedule):
-        clock.advance(step)
+        clock.advance_ms(step)
         offsets.append(_append(partition_log, clock, number))
         stamps.append(clock.now_ms)
         if step < 0:
             segments_before = len(partition_log.segments())
-            clock.advance(1)
+            clock.advance_ms(1)
             offsets.append(_append(partition_log, clock, 10_000 + number))  # right after a backward jump
             stamps.append(clock.now_ms)
             # No roll because "the segment is older than segment.ms": the clock went back, not forward.

@@ -106,10 +106,10 @@ def test_segments_roll_on_segment_bytes_and_every_offset_stays_readable(open_log
 def test_segments_roll_on_segment_ms(open_log: OpenLog, clock: FakeClock) -> None:
     partition_log = open_log(segment_ms=60_000)
     partition_log.append_as_leader(batch_of(1), leader_epoch=0)
-    clock.advance(59_999)
+    clock.advance_ms(59_999)
     partition_log.append_as_leader(batch_of(1), leader_epoch=0)
     assert len(partition_log.segments()) == 1
-    clock.advance(1)
+    clock.advance_ms(1)
     partition_log.append_as_leader(batch_of(1), leader_epoch=0)
     assert [segment.base_offset for segment in partition_log.segments()] == [0, 2]
 
@@ -272,7 +272,7 @@ def test_flush_ms_flushes_on_the_timer(open_log: OpenLog, clock: FakeClock) -> N
     partition_log = open_log(flush_ms=1000)
     partition_log.append_as_leader(batch_of(5), leader_epoch=0)
     assert not partition_log.maybe_flush()
-    clock.advance(1000)
+    clock.advance_ms(1000)
     assert partition_log.maybe_flush()
     assert partition_log.recovery_point == 5
     assert not partition_log.maybe_flush()  # nothing new
@@ -361,18 +361,18 @@ def test_failed_disk_write_leaves_no_half_batch(open_log: OpenLog, monkeypatch: 
 
 def test_a_created_log_is_an_opened_empty_one_and_survives_reopening(tmp_path: Path, clock: FakeClock) -> None:
     config = LogConfig.from_configs({})
-    created = PartitionLog.create(tmp_path / "data" / "new-0", config, clock=clock)
-    opened = PartitionLog.open(tmp_path / "old-0", config, clock=clock)
+    created = PartitionLog.create(tmp_path / "data" / "new-0", config, clock=clock.millis)
+    opened = PartitionLog.open(tmp_path / "old-0", config, clock=clock.millis)
     for log_ in (created, opened):
         assert (log_.log_start_offset, log_.log_end_offset, log_.high_watermark) == (0, 0, 0)
         assert log_.leader_epochs.entries() == []
     assert sorted(os.listdir(tmp_path / "data" / "new-0")) == sorted(os.listdir(tmp_path / "old-0"))
     with pytest.raises(FileExistsError):
-        PartitionLog.create(tmp_path / "data" / "new-0", config, clock=clock)
+        PartitionLog.create(tmp_path / "data" / "new-0", config, clock=clock.millis)
     created.assign_leader_epoch(3)
     created.append_as_leader(batch_of(2), leader_epoch=3)
     created.close()
     opened.close()
-    reopened = PartitionLog.open(tmp_path / "data" / "new-0", config, clock=clock)
+    reopened = PartitionLog.open(tmp_path / "data" / "new-0", config, clock=clock.millis)
     assert reopened.log_end_offset == 2 and reopened.leader_epochs.entries() == [(3, 0)]
     reopened.close()

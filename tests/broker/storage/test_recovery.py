@@ -17,7 +17,7 @@ from tidelog.broker.storage.partition_log import CLEAN_SHUTDOWN_FILE, LEADER_EPO
 from tidelog.common.errors import KafkaStorageError
 from tidelog.common.record.batch import encode_batch, read_header, restamp
 
-from .conftest import FakeClock, OpenLog, read_all, records_of
+from .conftest import OpenLog, read_all, records_of, wall_clock
 
 
 def _values(start: int, count: int) -> list[bytes]:
@@ -174,17 +174,17 @@ def test_recovered_log_is_a_prefix_of_what_was_written(scenario: dict[str, objec
     config = LogConfig.from_configs({"segment.bytes": scenario["segment_bytes"], "index.interval.bytes": 256})
     with tempfile.TemporaryDirectory() as temporary:
         folder = Path(temporary) / "topic-0"
-        clock = FakeClock()
-        partition_log = PartitionLog.open(folder, config, clock=clock)
+        clock = wall_clock()
+        partition_log = PartitionLog.open(folder, config, clock=clock.millis)
         written: list[tuple[int, bytes]] = []
         flushed_size: dict[int, int] = {}  # segment base → bytes fsynced by an explicit flush
         for operation in scenario["operations"]:  # type: ignore[attr-defined]
             if operation[0] == "append":
                 _, count, size = operation
                 values = [rng.randbytes(size) for _ in range(count)]
-                info = partition_log.append_as_leader(encode_batch(values, timestamps=clock()), leader_epoch=0)
+                info = partition_log.append_as_leader(encode_batch(values, timestamps=clock.millis()), leader_epoch=0)
                 written.extend(zip(range(info.first_offset, info.last_offset + 1), values, strict=True))
-                clock.advance(1)
+                clock.advance_ms(1)
             elif operation[0] == "roll":
                 partition_log.roll()
             else:
@@ -216,7 +216,7 @@ def test_recovered_log_is_a_prefix_of_what_was_written(scenario: dict[str, objec
             elif scenario["index_damage"] == "garbage" and segment.offset_index.path.exists():
                 segment.offset_index.path.write_bytes(rng.randbytes(24))
 
-        recovered = PartitionLog.open(folder, config, clock=clock)
+        recovered = PartitionLog.open(folder, config, clock=clock.millis)
         try:
             got = [(offset, value) for offset, _, value in records_of(read_all(recovered))]
             assert got == written[: len(got)], "recovered log is not a prefix of what was written"
@@ -242,7 +242,7 @@ def test_any_damage_anywhere_never_crashes_open_or_serves_bad_data(
     config = LogConfig.from_configs({"segment.bytes": 4096, "index.interval.bytes": 128})
     with tempfile.TemporaryDirectory() as temporary:
         folder = Path(temporary) / "topic-0"
-        partition_log = PartitionLog.open(folder, config, clock=FakeClock())
+        partition_log = PartitionLog.open(folder, config, clock=wall_clock().millis)
         _fill(partition_log, 120)
         partition_log.update_high_watermark(partition_log.log_end_offset)
         if clean:
@@ -256,7 +256,7 @@ def test_any_damage_anywhere_never_crashes_open_or_serves_bad_data(
             position = where % (len(data) + 1)
             data[position : position + len(garbage)] = garbage
             path.write_bytes(data)
-        recovered = PartitionLog.open(folder, config, clock=FakeClock())
+        recovered = PartitionLog.open(folder, config, clock=wall_clock().millis)
         try:
             offset = recovered.log_start_offset
             while offset < recovered.log_end_offset:
@@ -315,7 +315,7 @@ def test_a_recovered_first_segment_does_not_make_open_scan_trusted_later_ones() 
     config = LogConfig.from_configs({"segment.bytes": 4096, "index.interval.bytes": 128})
     with tempfile.TemporaryDirectory() as temporary:
         folder = Path(temporary) / "topic-0"
-        partition_log = PartitionLog.open(folder, config, clock=FakeClock())
+        partition_log = PartitionLog.open(folder, config, clock=wall_clock().millis)
         _fill(partition_log, 120)
         partition_log.update_high_watermark(partition_log.log_end_offset)
         partition_log.close()
@@ -329,7 +329,7 @@ def test_a_recovered_first_segment_does_not_make_open_scan_trusted_later_ones() 
         second[8:12] = (0x7FFFFFFF).to_bytes(4, "big")  # the first batch's length overruns the file
         segments[1].write_bytes(second)
 
-        recovered = PartitionLog.open(folder, config, clock=FakeClock())
+        recovered = PartitionLog.open(folder, config, clock=wall_clock().millis)
         try:
             assert recovered.log_start_offset == 0
             assert recovered.log_end_offset == partition_log.log_end_offset  # later segments kept

@@ -14,7 +14,7 @@ from tidelog.common.errors import OffsetOutOfRangeError
 from tidelog.common.record.batch import encode_batch
 from tidelog.common.record.compression import CompressionType
 
-from .conftest import FakeClock, OpenLog, read_all, records_of
+from .conftest import FakeClock, OpenLog, read_all, records_of, wall_clock
 
 HOUR_MS = 3_600_000
 
@@ -30,7 +30,7 @@ def test_retention_ms_deletes_old_segments_but_never_the_active_one(open_log: Op
     partition_log = open_log(segment_bytes=4096, retention_ms=HOUR_MS)
     for _ in range(100):
         _append(partition_log, [b"k"], [b"v" * 100], clock.now_ms)
-        clock.advance(60_000)  # one record a minute: 100 minutes in all
+        clock.advance_ms(60_000)  # one record a minute: 100 minutes in all
     segments = partition_log.segments()
     assert len(segments) > 3
     deleted = partition_log.apply_retention()
@@ -40,7 +40,7 @@ def test_retention_ms_deletes_old_segments_but_never_the_active_one(open_log: Op
     assert all(segment.max_timestamp >= horizon for segment in remaining[:-1])
     assert remaining[0].base_offset == partition_log.log_start_offset
     assert not segments[0].log_path.exists()
-    clock.advance(10 * HOUR_MS)
+    clock.advance_ms(10 * HOUR_MS)
     partition_log.apply_retention()
     assert partition_log.segments()[-1] is remaining[-1]  # the active segment survives expiry
     assert partition_log.log_end_offset == 100
@@ -116,7 +116,7 @@ def test_tombstones_stay_for_delete_retention_ms_then_go(open_log: OpenLog, cloc
     records = records_of(read_all(partition_log))
     assert (b"key-0", None) in [(key, value) for _, key, value in records]
     assert b"key-0" not in [key for _, key, value in records if value is not None]
-    clock.advance(HOUR_MS + 1)
+    clock.advance_ms(HOUR_MS + 1)
     _append(partition_log, [b"x"], [b"y"], clock.now_ms)
     partition_log.roll()
     compact(partition_log)
@@ -130,7 +130,7 @@ def test_min_compaction_lag_protects_recent_records(open_log: OpenLog, clock: Fa
     for number in range(300):
         _append(partition_log, [b"same"], [b"v%d" % number], clock.now_ms)
     assert compact(partition_log) is None
-    clock.advance(HOUR_MS)
+    clock.advance_ms(HOUR_MS)
     assert compact(partition_log) is not None
 
 
@@ -230,15 +230,15 @@ def test_dirty_ratio_drives_the_cleaner(open_log: OpenLog, clock: FakeClock) -> 
     )
 )
 def test_compaction_property(tmp_path_factory: pytest.TempPathFactory, writes: list[tuple[int, bytes | None]]) -> None:
-    clock = FakeClock()
+    clock = wall_clock()
     folder: Path = tmp_path_factory.mktemp("compaction") / "topic-0"
     config = LogConfig.from_configs({"segment.bytes": 4096, "cleanup.policy": "compact", "delete.retention.ms": 0})
-    partition_log = PartitionLog.open(folder, config, clock=clock)
+    partition_log = PartitionLog.open(folder, config, clock=clock.millis)
     try:
         for key_number, value in writes:
             _append(partition_log, [b"key-%d" % key_number], [value], clock.now_ms)
         partition_log.roll()
-        clock.advance(1)
+        clock.advance_ms(1)
         compact(partition_log)
         records = records_of(read_all(partition_log))
         offsets = [offset for offset, _, _ in records]
