@@ -13,7 +13,7 @@ thousands of partitions.
 from __future__ import annotations
 
 import shutil
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from tidelog.broker.replica_role import ReplicaRole
 from tidelog.common.metrics_http import add_text_source, family_text
@@ -21,11 +21,7 @@ from tidelog.common.metrics_http import add_text_source, family_text
 if TYPE_CHECKING:
     from tidelog.broker.replica_manager import ReplicaManager
 
-__all__ = ["REQUEST_MS_BUCKETS", "BrokerCollector", "register"]
-
-# Request times in milliseconds, as Kafka's RequestMetrics count them: a produce with acks=1 in
-# well under a millisecond, a long-poll fetch up to fetch.max.wait.ms.
-REQUEST_MS_BUCKETS: Final = (0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
+__all__ = ["BrokerCollector", "register"]
 
 
 class BrokerCollector:

@@ -16,14 +16,13 @@ import grpc
 import structlog
 from etcd3aio import Etcd3Client
 
-from tidelog.broker.broker_metrics import REQUEST_MS_BUCKETS
 from tidelog.broker.fetch_session import FetchSession, SessionError
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.producer_id_manager import ProducerIdManager
 from tidelog.broker.quota_manager import QuotaManager
 from tidelog.broker.replica_manager import PartitionRead, ReplicaManager
+from tidelog.broker.request_metrics import REQUESTS, TOTAL_TIME_MS
 from tidelog.broker.topic_metrics import topic_meters
-from tidelog.common import metrics_catalog
 from tidelog.common.errors import ErrorCode, StaleControllerEpochError, TidelogError
 from tidelog.common.metadata import (
     CONSUMER_OFFSETS_TOPIC,
@@ -59,8 +58,6 @@ PRODUCE_TIMEOUT_MS_MAX: Final = 300_000  # bound on a produce request's acks=all
 EARLIEST: Final = -2
 LATEST: Final = -1
 
-REQUESTS = metrics_catalog.counter("kafka_network_requestmetrics_requests_total")  # by request type, error
-TOTAL_TIME_MS = metrics_catalog.histogram("kafka_network_requestmetrics_totaltimems", buckets=REQUEST_MS_BUCKETS)
 NONE: Final = "NONE"  # Kafka's name for "no error"
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 

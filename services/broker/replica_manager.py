@@ -30,15 +30,14 @@ from typing import Any, Final, TypeVar
 import structlog
 
 from tidelog.broker.broker_fencing import BrokerFencing, FencingState
-from tidelog.broker.broker_metrics import REQUEST_MS_BUCKETS
 from tidelog.broker.fetch_session import FetchSession, FetchSessionCache
 from tidelog.broker.replica_fetcher import FollowedPartition, ReplicaFetcherManager
 from tidelog.broker.replica_role import ReplicaRole, role_in, transition
+from tidelog.broker.request_metrics import LOCAL_TIME_MS, QUEUE_TIME_MS, REMOTE_TIME_MS
 from tidelog.broker.server_metrics import BusyMeter
 from tidelog.broker.storage import LogCleaner, LogConfig, PartitionLog
 from tidelog.broker.storage.partition_log import AppendInfo
 from tidelog.broker.topic_metrics import topic_meters
-from tidelog.common import metrics_catalog
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import (
     ErrorCode,
@@ -61,13 +60,6 @@ T = TypeVar("T")
 
 NEW_LOGS_IN_PARALLEL_MIN: Final = 8  # fewer new replicas in a LeaderAndIsr are opened one by one
 LOGS_PER_TASK: Final = 64  # logs one I/O task opens (new ones) or closes in a row
-LOCAL_TIME_MS: Final = metrics_catalog.histogram("kafka_network_requestmetrics_localtimems", buckets=REQUEST_MS_BUCKETS)
-REMOTE_TIME_MS: Final = metrics_catalog.histogram(
-    "kafka_network_requestmetrics_remotetimems", buckets=REQUEST_MS_BUCKETS
-)
-QUEUE_TIME_MS: Final = metrics_catalog.histogram(
-    "kafka_network_requestmetrics_requestqueuetimems", buckets=REQUEST_MS_BUCKETS
-)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
