@@ -18,6 +18,7 @@ import structlog
 
 from tidelog.common.errors import InvalidConfigError
 from tidelog.common.grpc_options import GRPC_OPTIONS
+from tidelog.common.security.protocol import SecurityProtocol
 from tidelog.common.security.sasl_client import SaslLogin
 from tidelog.common.security.tls import channel_credentials, pem_files_of
 from tidelog.common.settings import SecuritySettings
@@ -45,7 +46,7 @@ class ChannelPool:
         self._files = pem_files_of(self.security) if self.security.tls else None
         # Read now: a missing or mismatched file is an error at construction, not at the first call.
         self._credentials = channel_credentials(self._files) if self._files is not None else None
-        if self.security.security_protocol == "SASL_SSL" and not self.security.sasl_username:
+        if self.security.protocol is SecurityProtocol.SASL_SSL and not self.security.sasl_username:
             raise InvalidConfigError("security.protocol=SASL_SSL needs sasl.username and sasl.password")
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._retiring: set[asyncio.Task[None]] = set()
@@ -58,7 +59,7 @@ class ChannelPool:
         if channel is None:
             if self._credentials is None:
                 channel = grpc.aio.insecure_channel(endpoint, options=GRPC_OPTIONS, interceptors=self._interceptors)
-            elif self.security.security_protocol == "SASL_SSL":
+            elif self.security.protocol is SecurityProtocol.SASL_SSL:
                 # A login per channel (per connection, as Kafka's per-connection SASL handshake).
                 login = SaslLogin(self.security.sasl_username, self.security.sasl_password)
                 channel = grpc.aio.secure_channel(

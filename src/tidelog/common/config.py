@@ -16,6 +16,7 @@ from typing import Final
 
 from tidelog.common.errors import InvalidConfigError
 from tidelog.common.fixed_limits import FIXED_LIMITS
+from tidelog.common.security.protocol import SecurityProtocol
 
 __all__ = [
     "ALL_CONFIGS",
@@ -611,7 +612,7 @@ SECURITY_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
         "PLAINTEXT",
         "PLAINTEXT, SSL (TLS; with ssl.client.auth=required the certificate is the identity) or "
         "SASL_SSL (TLS, identity from a SCRAM-SHA-512 login).",
-        choices=("PLAINTEXT", "SSL", "SASL_SSL"),
+        choices=tuple(SecurityProtocol),
     ),
     ConfigDef(
         "ssl.certificate.location",

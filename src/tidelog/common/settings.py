@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Final, TypeVar, dataclass_transform
 
 from tidelog.common.config import ALL_CONFIGS, ConfigDef, ConfigScope, ConfigType, ConfigValue, parse_configs
 from tidelog.common.errors import InvalidConfigError
+from tidelog.common.security.protocol import SecurityProtocol
 
 __all__ = [
     "BrokerSettings",
@@ -303,8 +304,12 @@ class SecuritySettings(Settings):
         return f"SecuritySettings({shown})"
 
     @property
+    def protocol(self) -> SecurityProtocol:
+        return SecurityProtocol(self.security_protocol)
+
+    @property
     def tls(self) -> bool:
-        return self.security_protocol != "PLAINTEXT"
+        return self.protocol is not SecurityProtocol.PLAINTEXT
 
     @staticmethod
     def principals(value: str) -> frozenset[str]:

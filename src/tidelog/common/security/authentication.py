@@ -29,6 +29,7 @@ import structlog
 
 from tidelog.common import metrics_catalog
 from tidelog.common.security.principal import ANONYMOUS, Principal, PrincipalMapper
+from tidelog.common.security.protocol import SecurityProtocol
 from tidelog.common.settings import SecuritySettings
 from tidelog.common.unary_interceptor import UnaryInterceptor
 
@@ -64,8 +65,8 @@ AUTHENTICATION_FAILED = metrics_catalog.counter("kafka_server_socket_server_metr
 
 
 def needs_interceptor(security: SecuritySettings) -> bool:
-    return security.security_protocol == "SASL_SSL" or (
-        security.security_protocol == "SSL" and security.ssl_client_auth == "required"
+    return security.protocol is SecurityProtocol.SASL_SSL or (
+        security.protocol is SecurityProtocol.SSL and security.ssl_client_auth == "required"
     )
 
 
@@ -89,7 +90,7 @@ class AuthenticationInterceptor(UnaryInterceptor):
         super().__init__()
 
     def principal_of(self, context: grpc.aio.ServicerContext) -> Principal:
-        if self.security.security_protocol == "SASL_SSL":
+        if self.security.protocol is SecurityProtocol.SASL_SSL:
             assert self._sessions is not None
             principal = self._sessions(context)
             if principal is None:

@@ -10,6 +10,7 @@ from etcd3aio import Etcd3Client
 
 from tidelog.common.security.access_control import AccessControl
 from tidelog.common.security.authentication import AuthenticationInterceptor, needs_interceptor
+from tidelog.common.security.protocol import SecurityProtocol
 from tidelog.common.security.sasl_server import AuthenticationService, SaslSessions
 from tidelog.common.settings import SecuritySettings
 from tidelog.v1 import security_pb2_grpc
@@ -24,7 +25,7 @@ class ServiceSecurity:
         self.access = AccessControl(settings, etcd)
         self.sessions = (
             SaslSessions(etcd, lifetime_ms=settings.connections_max_reauth_ms)
-            if settings.security_protocol == "SASL_SSL"
+            if settings.protocol is SecurityProtocol.SASL_SSL
             else None
         )
 
