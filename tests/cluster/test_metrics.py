@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -124,7 +125,9 @@ async def test_cluster_topic_and_partition_figures_come_from_one_process_each(
     assert sum(_values(everything, "kafka_server_replicamanager_leadercount")) >= 3
 
 
-async def test_group_offsets_lag_and_members_come_from_the_groups_coordinator(tmp_path: Path) -> None:
+@pytest.fixture
+async def exporting_cluster(tmp_path: Path) -> AsyncIterator[LocalCluster]:
+    """Two coordinators, and the active controller's kafka_exporter view refreshed every 500 ms."""
     async with started_cluster(
         tmp_path / "cluster",
         coordinators=2,
@@ -132,82 +135,83 @@ async def test_group_offsets_lag_and_members_come_from_the_groups_coordinator(tm
         controller_args=EXPORTER_ARGS,
         metrics=True,
     ) as cluster:
-        async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
-            await admin.create_topic("events", 2, 1)
-        async with Producer(cluster.bootstrap) as producer:
-            await (await producer.send_batch("events", [b"%03d" % n for n in range(100)], partition=0))
-        member = GroupConsumer(cluster.bootstrap, "billing", auto_offset_reset="earliest", enable_auto_commit=False)
-        member.subscribe(["events"])
-        try:
-            await poll_until(member, 40, what="some records read")
-            await member.commit({TopicPartition("events", 0): 40})
-
-            async def lag_reported() -> list[Sample] | None:
-                await member.poll(20)  # stays in the group
-                scraped = await _scrape_all(cluster, "controller")
-                everything = [sample for samples in scraped.values() for sample in samples]
-                lag = _values(everything, "kafka_consumergroup_lag", consumergroup="billing", topic="events")
-                return everything if sorted(lag) == [-1, 60] else None
-
-            everything = await wait_until(lag_reported, what="the group's lag in the active controller's metrics")
-            labels = {"consumergroup": "billing", "topic": "events"}
-            # The active controller alone exports them: one series each over both controllers.
-            assert _values(everything, "kafka_consumergroup_current_offset", **labels, partition="0") == [40]
-            # Never committed: -1, as kafka_exporter, and kept out of the sums.
-            assert _values(everything, "kafka_consumergroup_current_offset", **labels, partition="1") == [-1]
-            assert _values(everything, "kafka_consumergroup_lag", **labels, partition="1") == [-1]
-            assert _values(everything, "kafka_consumergroup_lag_sum", **labels) == [60]
-            assert _values(everything, "kafka_consumergroup_current_offset_sum", **labels) == [40]
-            assert _values(everything, "kafka_consumergroup_members", consumergroup="billing") == [1]
-        finally:
-            await member.close()
+        yield cluster
 
 
-async def test_a_dead_consumers_lag_is_end_minus_committed_on_every_partition(tmp_path: Path) -> None:
+async def _written(cluster: LocalCluster, topic: str, partitions: int, records: int) -> None:
+    """A topic of `partitions` partitions (RF 1) with `records` records in partition 0."""
+    async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+        await admin.create_topic(topic, partitions, 1)
+    async with Producer(cluster.bootstrap) as producer:
+        await (await producer.send_batch(topic, [b"%03d" % n for n in range(records)], partition=0))
+
+
+async def test_group_offsets_lag_and_members_come_from_the_active_controller(exporting_cluster: LocalCluster) -> None:
+    cluster = exporting_cluster
+    await _written(cluster, "events", 2, 100)
+    member = GroupConsumer(cluster.bootstrap, "billing", auto_offset_reset="earliest", enable_auto_commit=False)
+    member.subscribe(["events"])
+    try:
+        await poll_until(member, 40, what="some records read")
+        await member.commit({TopicPartition("events", 0): 40})
+
+        async def lag_reported() -> list[Sample] | None:
+            await member.poll(20)  # stays in the group
+            scraped = await _scrape_all(cluster, "controller")
+            everything = [sample for samples in scraped.values() for sample in samples]
+            lag = _values(everything, "kafka_consumergroup_lag", consumergroup="billing", topic="events")
+            return everything if sorted(lag) == [-1, 60] else None
+
+        everything = await wait_until(lag_reported, what="the group's lag in the active controller's metrics")
+        labels = {"consumergroup": "billing", "topic": "events"}
+        # The active controller alone exports them: one series each over both controllers.
+        assert _values(everything, "kafka_consumergroup_current_offset", **labels, partition="0") == [40]
+        # Never committed: -1, as kafka_exporter, and kept out of the sums.
+        assert _values(everything, "kafka_consumergroup_current_offset", **labels, partition="1") == [-1]
+        assert _values(everything, "kafka_consumergroup_lag", **labels, partition="1") == [-1]
+        assert _values(everything, "kafka_consumergroup_lag_sum", **labels) == [60]
+        assert _values(everything, "kafka_consumergroup_current_offset_sum", **labels) == [40]
+        assert _values(everything, "kafka_consumergroup_members", consumergroup="billing") == [1]
+    finally:
+        await member.close()
+
+
+async def test_a_dead_consumers_lag_is_end_minus_committed_on_every_partition(exporting_cluster: LocalCluster) -> None:
     """Issue 32: a group whose consumer died showed about half its backlog — its consumer had
     committed only the partitions it had received records from. Now it commits its position on
     every assigned partition (Kafka's allConsumed), and the exporter has a series for each."""
-    async with started_cluster(
-        tmp_path / "cluster",
-        coordinators=2,
-        coordinator_args=COORDINATOR_ARGS,
-        controller_args=EXPORTER_ARGS,
-        metrics=True,
-    ) as cluster:
-        async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
-            await admin.create_topic("orders", 4, 1)
-        async with Producer(cluster.bootstrap) as producer:
-            await (await producer.send_batch("orders", [b"%03d" % n for n in range(30)], partition=0))
-        member = GroupConsumer(cluster.bootstrap, "shipping", auto_offset_reset="earliest", enable_auto_commit=False)
-        member.subscribe(["orders"])
-        await poll_until(member, 30, what="partition 0 read")
-        assert len(member.assignment()) == 4
-        await member.commit()  # records came from partition 0 only; every position is committed
-        partitions = [TopicPartition("orders", p) for p in range(4)]
-        committed = await member.committed(partitions)
-        assert committed == {partitions[0]: 30, partitions[1]: 0, partitions[2]: 0, partitions[3]: 0}
-        # It dies (no LeaveGroup, no more commits) while the producers go on.
-        assert member._heartbeat_task is not None
-        member._heartbeat_task.cancel()
-        member.membership.close()
-        async with Producer(cluster.bootstrap) as producer:
-            for partition in range(4):
-                await (await producer.send_batch("orders", [b"x"] * (100 + partition), partition=partition))
-        expected = {"0": 100, "1": 101, "2": 102, "3": 103}  # end minus committed, every partition
+    cluster = exporting_cluster
+    await _written(cluster, "orders", 4, 30)
+    member = GroupConsumer(cluster.bootstrap, "shipping", auto_offset_reset="earliest", enable_auto_commit=False)
+    member.subscribe(["orders"])
+    await poll_until(member, 30, what="partition 0 read")
+    assert len(member.assignment()) == 4
+    await member.commit()  # records came from partition 0 only; every position is committed
+    partitions = [TopicPartition("orders", p) for p in range(4)]
+    committed = await member.committed(partitions)
+    assert committed == {partitions[0]: 30, partitions[1]: 0, partitions[2]: 0, partitions[3]: 0}
+    # It dies (no LeaveGroup, no more commits) while the producers go on.
+    assert member._heartbeat_task is not None
+    member._heartbeat_task.cancel()
+    member.membership.close()
+    async with Producer(cluster.bootstrap) as producer:
+        for partition in range(4):
+            await (await producer.send_batch("orders", [b"x"] * (100 + partition), partition=partition))
+    expected = {"0": 100, "1": 101, "2": 102, "3": 103}  # end minus committed, every partition
 
-        async def backlog() -> dict[str, float] | None:
-            scraped = await _scrape_all(cluster, "controller")
-            everything = [sample for samples in scraped.values() for sample in samples]
-            found = {
-                sample.labels["partition"]: sample.value
-                for sample in everything
-                if sample.name == "kafka_consumergroup_lag" and sample.labels.get("consumergroup") == "shipping"
-            }
-            return found if found == expected else None
+    async def backlog() -> dict[str, float] | None:
+        scraped = await _scrape_all(cluster, "controller")
+        everything = [sample for samples in scraped.values() for sample in samples]
+        found = {
+            sample.labels["partition"]: sample.value
+            for sample in everything
+            if sample.name == "kafka_consumergroup_lag" and sample.labels.get("consumergroup") == "shipping"
+        }
+        return found if found == expected else None
 
-        await wait_until(backlog, timeout_s=30, what="the dead group's lag on every partition")
-        await member.consumer.close()
-        await member.connections.close()
+    await wait_until(backlog, timeout_s=30, what="the dead group's lag on every partition")
+    await member.consumer.close()
+    await member.connections.close()
 
 
 async def test_per_partition_series_stop_at_the_configured_limit(tmp_path: Path) -> None:
