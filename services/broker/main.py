@@ -195,7 +195,7 @@ async def serve(args: argparse.Namespace) -> None:
         listen=f"{args.host}:{args.port}",
         metrics_port=args.metrics_port,
         build=build,
-        max_message_bytes=args.settings.socket_request_max_bytes,
+        socket_request_max_bytes=args.settings.socket_request_max_bytes,
         security=args.security,
         broker_id=args.id,
     )

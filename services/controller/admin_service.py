@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeAlias, TypeVar
 
 import grpc
 from etcd3aio import Etcd3Client, prefix_range_end
@@ -55,7 +55,7 @@ class _Refusable(Protocol):
 Refusable = TypeVar("Refusable", bound=_Refusable)
 
 ADMIN_REQUESTS = metrics_catalog.counter("tidelog_controller_admin_requests_total")
-Context = Any  # grpc.aio.ServicerContext
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 USER_NAME: Final = re.compile(r"[A-Za-z0-9._@-]{1,255}")
 SALTED_PASSWORD_BYTES: Final = 64
 
@@ -153,7 +153,7 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
             return response_type(topics=[_result(name, error) for name in names])
 
     async def CreateTopics(  # noqa: N802
-        self, request: controller_pb2.CreateTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
+        self, request: controller_pb2.CreateTopicsRequest, context: Context
     ) -> controller_pb2.CreateTopicsResponse:
         return await self._authorised_topics(
             "CreateTopics",
@@ -168,7 +168,7 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
         )
 
     async def DeleteTopics(  # noqa: N802
-        self, request: controller_pb2.DeleteTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
+        self, request: controller_pb2.DeleteTopicsRequest, context: Context
     ) -> controller_pb2.DeleteTopicsResponse:
         return await self._authorised_topics(
             "DeleteTopics",
@@ -182,7 +182,7 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
         )
 
     async def CreatePartitions(  # noqa: N802
-        self, request: controller_pb2.CreatePartitionsRequest, context: grpc.aio.ServicerContext[Any, Any]
+        self, request: controller_pb2.CreatePartitionsRequest, context: Context
     ) -> controller_pb2.CreatePartitionsResponse:
         return await self._authorised_topics(
             "CreatePartitions",
@@ -196,7 +196,7 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
         )
 
     async def AlterConfigs(  # noqa: N802
-        self, request: controller_pb2.AlterConfigsRequest, context: grpc.aio.ServicerContext[Any, Any]
+        self, request: controller_pb2.AlterConfigsRequest, context: Context
     ) -> controller_pb2.AlterConfigsResponse:
         return await self._authorised_topics(
             "AlterConfigs",
@@ -210,7 +210,7 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
         )
 
     async def AlterPartition(  # noqa: N802
-        self, request: controller_pb2.AlterPartitionRequest, context: grpc.aio.ServicerContext[Any, Any]
+        self, request: controller_pb2.AlterPartitionRequest, context: Context
     ) -> controller_pb2.AlterPartitionResponse:
         if refusal := self._cluster_refusal(context, Role.BROKER):
             ADMIN_REQUESTS.labels("AlterPartition", "unauthorised").inc()
@@ -265,7 +265,7 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
             return response
 
     async def ElectLeaders(  # noqa: N802
-        self, request: controller_pb2.ElectLeadersRequest, context: grpc.aio.ServicerContext[Any, Any]
+        self, request: controller_pb2.ElectLeadersRequest, context: Context
     ) -> controller_pb2.ElectLeadersResponse:
         async def work() -> controller_pb2.ElectLeadersResponse:
             return controller_pb2.ElectLeadersResponse(partitions=await self.controller.elect_leaders(request))
@@ -275,7 +275,7 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
         )
 
     async def AlterPartitionReassignments(  # noqa: N802
-        self, request: controller_pb2.AlterPartitionReassignmentsRequest, context: grpc.aio.ServicerContext[Any, Any]
+        self, request: controller_pb2.AlterPartitionReassignmentsRequest, context: Context
     ) -> controller_pb2.AlterPartitionReassignmentsResponse:
         async def work() -> controller_pb2.AlterPartitionReassignmentsResponse:
             results = await self.controller.alter_reassignments(request)
@@ -289,7 +289,7 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
         )
 
     async def ListPartitionReassignments(  # noqa: N802
-        self, request: controller_pb2.ListPartitionReassignmentsRequest, context: grpc.aio.ServicerContext[Any, Any]
+        self, request: controller_pb2.ListPartitionReassignmentsRequest, context: Context
     ) -> controller_pb2.ListPartitionReassignmentsResponse:
         async def work() -> controller_pb2.ListPartitionReassignmentsResponse:
             return controller_pb2.ListPartitionReassignmentsResponse(
@@ -304,7 +304,7 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
         )
 
     async def ControlledShutdown(  # noqa: N802
-        self, request: controller_pb2.ControlledShutdownRequest, context: grpc.aio.ServicerContext[Any, Any]
+        self, request: controller_pb2.ControlledShutdownRequest, context: Context
     ) -> controller_pb2.ControlledShutdownResponse:
         async def work() -> controller_pb2.ControlledShutdownResponse:
             remaining = await self.controller.controlled_shutdown(request.broker_id, request.broker_incarnation)
@@ -320,7 +320,7 @@ class AdminService(controller_pb2_grpc.ControllerServicer):
         )
 
     async def DescribeCluster(  # noqa: N802
-        self, request: controller_pb2.DescribeClusterRequest, context: grpc.aio.ServicerContext[Any, Any]
+        self, request: controller_pb2.DescribeClusterRequest, context: Context
     ) -> controller_pb2.DescribeClusterResponse:
         controller = self.controller
         if not controller.active.is_set():

@@ -73,15 +73,15 @@ def start_metrics(port: int, host: str = "127.0.0.1", security: SecuritySettings
 
 
 def grpc_server(
-    max_message_bytes: int = GRPC_MESSAGE_BYTES_MAX,
+    socket_request_max_bytes: int = GRPC_MESSAGE_BYTES_MAX,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     authentication: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> tuple[grpc.aio.Server, HealthServicer]:
     """The server with its interceptors: `authentication` outermost (it refuses a call before its
     body is read), then undecodable requests refused (INVALID_ARGUMENT), then `interceptors`."""
     limits = [
-        ("grpc.max_receive_message_length", max_message_bytes),
-        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", socket_request_max_bytes),
+        ("grpc.max_send_message_length", socket_request_max_bytes),
     ]
     # the later of two equal keys wins; undecodable requests are refused first (INVALID_ARGUMENT)
     server = grpc.aio.server(
@@ -156,7 +156,7 @@ async def run_service(
     metrics_port: int,
     build: Callable[[asyncio.Event], Awaitable[ServiceParts]],
     grace_s: float = 2.0,
-    max_message_bytes: int = GRPC_MESSAGE_BYTES_MAX,
+    socket_request_max_bytes: int = GRPC_MESSAGE_BYTES_MAX,
     security: SecuritySettings | None = None,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     metrics_security: SecuritySettings | None = None,
@@ -185,7 +185,7 @@ async def run_service(
     if service_security is not None:
         await service_security.start()  # ACLs and credentials in force before the first call
         authentication = service_security.interceptors()
-    server, health = grpc_server(max_message_bytes, interceptors, authentication)
+    server, health = grpc_server(socket_request_max_bytes, interceptors, authentication)
     names = parts.add_to(server)
     if service_security is not None:
         names += service_security.add_to(server)
