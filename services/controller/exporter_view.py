@@ -137,11 +137,14 @@ class ExporterView:
         label = {tp: f'topic="{tp.topic}",partition="{tp.partition}"' for tp in snapshot.latest}
         current = [(f"{{{label[tp]}}}", offset) for tp, offset in sorted(snapshot.latest.items())]
         oldest = [(f"{{{label[tp]}}}", offset) for tp, offset in sorted(snapshot.oldest.items()) if tp in label]
+        by_topic: dict[str, list[TopicPartition]] = {}  # once per scrape, not once per group
+        for tp in snapshot.latest:
+            by_topic.setdefault(tp.topic, []).append(tp)
         members, offsets, offset_sums, lags, lag_sums = [], [], [], [], []
         for group in sorted(snapshot.groups, key=lambda g: g.group_id):
             members.append((f'{{consumergroup="{group.group_id}"}}', group.members))
             topics = {tp.topic for tp in group.committed}
-            everywhere = set(group.committed) | {tp for tp in snapshot.latest if tp.topic in topics}
+            everywhere = set(group.committed).union(*(by_topic.get(topic, ()) for topic in topics))
             offset_by_topic: dict[str, int] = {}
             lag_by_topic: dict[str, int] = {}
             for tp in sorted(everywhere):

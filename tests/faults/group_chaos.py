@@ -103,8 +103,7 @@ class Report:
     zombie_commits_accepted: list[str] = dataclasses.field(default_factory=list)
     zombie_commits_refused: int = 0
     faults: list[Fault] = dataclasses.field(default_factory=list)
-    kept_gaps: list[float] = dataclasses.field(default_factory=list)  # through a rebalance
-    kept_gap_places: list[tuple[float, str]] = dataclasses.field(default_factory=list)
+    kept_gaps: list[tuple[float, str]] = dataclasses.field(default_factory=list)  # (seconds, where), in a rebalance
     # Outside rebalances and faults, the time between two polls returning a partition's records.
     normal_raw_gaps: list[float] = dataclasses.field(default_factory=list)
     normal_gaps: list[float] = dataclasses.field(default_factory=list)  # no rebalance, no fault
@@ -123,7 +122,7 @@ class Report:
         partition's records, and the p99 and longest wait of readable records."""
         normal = sorted(self.normal_gaps) or [0.0]
         return (
-            max(self.kept_gaps, default=0.0),
+            max((gap for gap, _ in self.kept_gaps), default=0.0),
             statistics.median(self.normal_raw_gaps or [0.0]),
             normal[min(len(normal) - 1, int(len(normal) * 0.99))],
             normal[-1],
@@ -152,8 +151,8 @@ class Report:
                 f"outside one: p99 {p99:.3f} s, max {longest:.3f} s; "
                 f"normal gap between a partition's polls {normal_gap:.3f} s"
             )
-        if self.kept_gap_places:
-            lines.append(f"  longest kept gaps: {sorted(self.kept_gap_places, reverse=True)[:4]}")
+        if self.kept_gaps:
+            lines.append(f"  longest kept gaps: {sorted(self.kept_gaps, reverse=True)[:4]}")
         for kind, examples in self.duplicate_examples.items():
             if kind in self.BAD:
                 lines.append(f"  {kind}: {examples[:5]}")
@@ -161,12 +160,16 @@ class Report:
 
 
 class EventLogs:
-    """The workers' JSON-lines logs, read incrementally."""
+    """The workers' JSON-lines logs, read incrementally, with the running state the run waits on
+    kept as events arrive (a wait asks every 50 ms: it must not rescan the whole history)."""
 
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
         self._read: dict[Path, int] = {}
         self._worker_of: dict[Path, int] = {}
+        self.last_processed: dict[int, float] = {}  # partition → when last processed, by anyone
+        self.owned: dict[int, set[int]] = collections.defaultdict(set)  # worker → partitions
+        self.joining: dict[int, bool] = {}  # worker → a rebalance under way, at its last poll
 
     def add(self, path: Path, worker: int) -> None:
         self._worker_of[path] = worker
@@ -186,8 +189,20 @@ class EventLogs:
                 event = json.loads(line)
                 event["w"] = self._worker_of[path]
                 new.append(event)
+                self._follow(event)
         self.events.extend(new)
         return new
+
+    def _follow(self, event: dict[str, Any]) -> None:
+        worker, kind = event["w"], event["e"]
+        if kind == "proc":
+            self.last_processed[event["p"]] = max(self.last_processed.get(event["p"], 0.0), event["t"])
+        elif kind == "assigned":
+            self.owned[worker] |= set(event["parts"])
+        elif kind in ("revoked", "lost"):
+            self.owned[worker] -= set(event["parts"])
+        elif kind == "poll":
+            self.joining[worker] = event["joining"]
 
 
 class GroupChaos:
@@ -293,7 +308,7 @@ class GroupChaos:
 
     def _processed_after(self, since: float) -> set[int]:
         self.logs.refresh()
-        return {event["p"] for event in self.logs.events if event["e"] == "proc" and event["t"] > since}
+        return {partition for partition, at in self.logs.last_processed.items() if at > since}
 
     async def _all_consumed_since(self, since: float) -> float:
         """Seconds from `since` until every partition was processed after it."""
@@ -326,21 +341,11 @@ class GroupChaos:
 
     def _settled(self) -> bool:
         """Every current member owns some partitions, each partition one owner, nobody joining."""
-        owned: dict[int, set[int]] = collections.defaultdict(set)
-        joining: dict[int, bool] = {}
-        for event in self.logs.events:
-            worker = event["w"]
-            if event["e"] == "assigned":
-                owned[worker] |= set(event["parts"])
-            elif event["e"] in ("revoked", "lost"):
-                owned[worker] -= set(event["parts"])
-            elif event["e"] == "poll":
-                joining[worker] = event["joining"]
         current = [worker.index for worker in self.slots.values()]
-        holdings = [owned[index] for index in current]
+        holdings = [self.logs.owned[index] for index in current]
         return (
             all(holdings)
-            and not any(joining.get(index, True) for index in current)
+            and not any(self.logs.joining.get(index, True) for index in current)
             and sum(map(len, holdings)) == len(set().union(*holdings)) == PARTITIONS
         )
 
@@ -617,8 +622,7 @@ def _gaps(events: list[dict[str, Any]], report: Report, acknowledged: dict[int, 
         ):
             continue  # this member frozen, or its partition's leader down: not the rebalance's doing
         if any(start < gap[1] and gap[0] < end for start, end in joining[worker]):
-            report.kept_gaps.append(gap[1] - gap[0])
-            report.kept_gap_places.append((gap[1] - gap[0], f"worker-{worker} p{event['p']} {gap[0]:.2f}"))
+            report.kept_gaps.append((gap[1] - gap[0], f"worker-{worker} p{event['p']} {gap[0]:.2f}"))
         elif not any(f.at < gap[1] and gap[0] < f.healed_at + 1.0 for f in report.faults):
             report.normal_gaps.append(gap[1] - gap[0])
             report.normal_raw_gaps.append(raw)
