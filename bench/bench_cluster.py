@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_cluster.py [--records 500000] [--partitions 6]
         [--replication-factor 1] [--acks 1]      (issue 4's figure: --replication-factor 3 --acks all)
 
-Starts etcd, 2 controllers and 3 brokers (tidelog.local_cluster), one topic of 6 partitions (RF=1),
+Starts etcd, 2 controllers and 3 brokers (tidelog.dev.local_cluster), one topic of 6 partitions (RF=1),
 then in this one Python process:
 - produce with the per-record `send` API (acks from --acks, default 1);
 - p50/p99 send → acknowledgement latency at a steady 20,000 records/s (latency under saturation
@@ -42,7 +42,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tidelog.broker.storage import LogConfig, PartitionLog
 from tidelog.client import AdminClient, Consumer, Producer, RecordDelivery, TopicPartition
 from tidelog.common.record.batch import encode_batch
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 VALUE_BYTES = 100
 BATCH_RECORDS = 1000

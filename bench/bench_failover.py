@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_failover.py [--kills 5] [--session-timeout-ms 1000]
 
-Starts etcd, 2 controllers and 3 brokers (tidelog.local_cluster) with the given broker session
+Starts etcd, 2 controllers and 3 brokers (tidelog.dev.local_cluster) with the given broker session
 timeout, one topic (RF 3, min.insync.replicas=2) and an idempotent acks=all producer writing one
 record at a time. Then, `--kills` times each: kill -9 the partition leader, and SIGTERM it
 (controlled shutdown). Failover = fault → acknowledgement of the first record sent after it.
@@ -34,8 +34,8 @@ from etcd3aio import Etcd3Client
 from etcd3aio.kv import KVService
 
 from tidelog.client import AdminClient, Producer
-from tidelog.common.etcd.session import Session
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
+from tidelog.server_common.etcd.session import Session
 
 TOPIC = "failover"
 

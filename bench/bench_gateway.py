@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_gateway.py [--seconds 10] [--connections 8]
 
-Starts etcd, 2 controllers, 3 brokers, 2 group coordinators and one gateway (tidelog.local_cluster),
+Starts etcd, 2 controllers, 3 brokers, 2 group coordinators and one gateway (tidelog.dev.local_cluster),
 a topic of 6 partitions (RF 1), then from this process (a minimal HTTP/1.1 keep-alive client on raw
 asyncio streams, so the load generator costs little of the machine's two cores):
 - batched JSON produce: 500 records per POST, 100-byte values, `--connections` requests in flight
@@ -30,7 +30,7 @@ from pathlib import Path
 import orjson
 
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 VALUE = "x" * 100
 RECORDS_PER_POST = 500

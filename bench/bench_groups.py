@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_groups.py [--records 600000] [--rounds 5]
 
-Starts etcd, 2 controllers, 3 brokers and 2 group coordinators (tidelog.local_cluster), then:
+Starts etcd, 2 controllers, 3 brokers and 2 group coordinators (tidelog.dev.local_cluster), then:
 - rebalance: 10 consumers are stable on a 12-partition topic; an 11th joins; the time until all 11
   are stable in one generation with every partition owned exactly once. Issue 5's target: ≤ 1 s
   beyond group.initial.rebalance.delay.ms — which only a group's first rebalance waits (Kafka's
@@ -40,7 +40,7 @@ import structlog
 
 from tidelog.client import AdminClient, Consumer, GroupConsumer, Producer, TopicPartition
 from tidelog.common.errors import TidelogError
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 INITIAL_DELAY_MS = 3000
 WIDE_PARTITIONS = 12

@@ -3,7 +3,7 @@ partitions, and of the active controller describing them all.
 
     .venv/bin/python bench/bench_metrics_scrape.py [--partitions 1000] [--scrapes 50]
 
-Starts etcd, one controller and one broker (tidelog.local_cluster) with metrics on, creates a topic
+Starts etcd, one controller and one broker (tidelog.dev.local_cluster) with metrics on, creates a topic
 of `--partitions` partitions (RF 1) and writes one batch to each, then times `--scrapes` GETs of each
 process's /metrics (the full exposition, as Prometheus reads it) and counts its series. Issue 15's
 target: a broker with 1,000 partitions answers in under 50 ms.
@@ -26,8 +26,8 @@ from pathlib import Path
 from prometheus_client import start_http_server
 
 from tidelog.client import AdminClient, Producer
-from tidelog.common.etcd.server import free_port
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.etcd_server import free_port
+from tidelog.dev.local_cluster import LocalCluster
 
 
 def _scrape(url: str) -> tuple[float, int]:

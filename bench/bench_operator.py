@@ -30,8 +30,8 @@ from typing import Any
 import aiohttp
 
 from tidelog.client import AdminClient
-from tidelog.kube_emulator import write_kubeconfig
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.kube_emulator import write_kubeconfig
+from tidelog.dev.local_cluster import LocalCluster
 
 API = "/apis/tidelog.io/v1beta1/namespaces/default/topics"
 SPEC: dict[str, Any] = {"partitions": 3, "replicas": 3}
@@ -81,7 +81,7 @@ async def run(single: int, burst: int) -> None:
             # The emulator runs in a process of its own, so that the loop polling it measures it rather
             # than competes with it (in one process a poll of 20 GETs took seconds under a burst).
             emulator = subprocess.Popen(
-                [sys.executable, "-m", "tidelog.kube_emulator"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+                [sys.executable, "-m", "tidelog.dev.kube_emulator"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
             )
             assert emulator.stdout is not None and emulator.stdin is not None
             url = emulator.stdout.readline().decode().strip()

@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 TOPIC = "scale"
 TICKS = os.sysconf("SC_CLK_TCK")

@@ -30,9 +30,9 @@ from pathlib import Path
 import trustme
 
 from tidelog.client import AclBinding, AdminClient, Consumer, Producer, TopicPartition
-from tidelog.common.security.quota import QuotaEntity
+from tidelog.common.security.quotas.quota import QuotaEntity
 from tidelog.common.settings import SecuritySettings
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 VALUE_BYTES = 100
 TOPIC = "bench-security"

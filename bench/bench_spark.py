@@ -3,7 +3,7 @@ format, each beside the native client on the same data in the same run.
 
     .venv/bin/python bench/bench_spark.py [--records 1000000] [--partitions 4]
 
-Starts etcd, one controller and one broker (tidelog.local_cluster) and a local Spark (local[2], the
+Starts etcd, one controller and one broker (tidelog.dev.local_cluster) and a local Spark (local[2], the
 machine's two cores). Then:
 - reference, writer: `Producer.send_batch` of `--records` 100-byte values spread over the
   partitions, from this process;
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 VALUE = b"x" * 100
 

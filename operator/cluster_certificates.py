@@ -23,7 +23,7 @@ from typing import Final
 import aiohttp
 from cryptography import x509
 
-from tidelog.common.security.certificates import Pem, issue, new_ca
+from tidelog.common.security.tls.certificates import Pem, issue, new_ca
 from tidelog.operator.kube_api import ConnectionInfo, connection, session
 from tidelog.operator.kube_secrets import KubeSecrets
 

@@ -20,7 +20,7 @@ from typing import Any, Final
 import yaml
 
 from tidelog.common.config import INT_MAX, LOG_CONFIGS, LONG_MAX, ConfigDef, ConfigType
-from tidelog.common.security.acl import Operation
+from tidelog.common.security.authorization.acl import Operation
 from tidelog.operator.structural_schema import violations
 
 __all__ = [

@@ -31,8 +31,6 @@ import structlog
 
 from tidelog.client import AdminClient
 from tidelog.client.group_admin import GroupAdmin
-from tidelog.common import metrics_catalog
-from tidelog.common.runtime import configure_logging, start_metrics
 from tidelog.common.settings import OperatorSettings, SecuritySettings
 from tidelog.operator import kube_api
 from tidelog.operator.client_certificates import ClientCertificateIssuer
@@ -41,6 +39,8 @@ from tidelog.operator.group_reconciler import GroupReconciler, GroupSpec
 from tidelog.operator.kube_secrets import KubeSecrets, owner_reference
 from tidelog.operator.topic_reconciler import Outcome, TopicReconciler, TopicSpec
 from tidelog.operator.user_reconciler import UserReconciler, UserSpec
+from tidelog.server_common import metrics_catalog
+from tidelog.server_common.runtime import configure_logging, start_metrics
 
 __all__ = ["main", "retry_delay"]
 

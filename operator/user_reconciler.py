@@ -26,7 +26,7 @@ from typing import Any, Final, Protocol
 
 from tidelog.client import AclBinding, AclFilter, AdminClient
 from tidelog.common.errors import TidelogError
-from tidelog.common.security.quota import QuotaEntity
+from tidelog.common.security.quotas.quota import QuotaEntity
 from tidelog.operator.client_certificates import ClientCertificateIssuer
 from tidelog.operator.topic_reconciler import Outcome
 

@@ -7,6 +7,8 @@ import os
 import sys
 from typing import Any
 
+from tidelog.common.local_endpoints import local_bootstrap
+
 
 def session(app_name: str) -> Any:
     from pyspark.sql import SparkSession  # noqa: PLC0415 - PySpark is the spark extra
@@ -27,8 +29,6 @@ def bootstrap_of(given: str | None) -> str:
     find them), else localhost:9092 as Kafka's tools default; a guess is said on stderr."""
     if given:
         return given
-    from tidelog.local_cluster import local_bootstrap  # noqa: PLC0415 - only when no --bootstrap
-
     found = local_bootstrap()
     if found is None:
         print("no --bootstrap given and no local cluster found: trying localhost:9092", file=sys.stderr)

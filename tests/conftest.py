@@ -18,7 +18,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-from tidelog.common.etcd.server import EtcdServer  # noqa: E402
+from tidelog.dev.etcd_server import EtcdServer  # noqa: E402
 
 
 @pytest.fixture(scope="session")

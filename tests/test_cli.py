@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.dev_up import TIDELOG, running_dev_up
-from tidelog.local_cluster import user_state_file
+from tidelog.common.local_endpoints import user_state_file
 
 
 def tidelog(

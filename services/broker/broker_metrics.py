@@ -1,5 +1,5 @@
 """Prometheus view of a broker's replicas, read at scrape time (written as text:
-tidelog.common.metrics_http) so the figures cannot drift from what the broker holds: the
+tidelog.server_common.metrics_http) so the figures cannot drift from what the broker holds: the
 ReplicaManager MBeans (partitions, leaders, under-replicated, under min ISR), the Partition MBeans
 (replicas, at and under min ISR) for the partitions this broker leads (only the leader exports
 them, so a scrape of every broker counts each partition once), and each replica's log size.
@@ -16,7 +16,7 @@ import shutil
 from typing import TYPE_CHECKING
 
 from tidelog.broker.replica_role import ReplicaRole
-from tidelog.common.metrics_http import add_text_source, family_text
+from tidelog.server_common.metrics_http import add_text_source, family_text
 
 if TYPE_CHECKING:
     from tidelog.broker.replica_manager import ReplicaManager
@@ -30,7 +30,7 @@ class BrokerCollector:
         self.partition_series_max = partition_series_max
 
     def text(self) -> str:
-        """Every family of this collector as exposition text (tidelog.common.metrics_http): the
+        """Every family of this collector as exposition text (tidelog.server_common.metrics_http): the
         per-partition ones are the large part of a broker's scrape."""
         hosted = list(self.replicas.partitions.values())  # one C call: the loop keeps changing the dict
         leaders = under = under_min_isr = 0

@@ -24,16 +24,16 @@ from tidelog.broker.replica_manager import PartitionRead, ReplicaManager
 from tidelog.broker.request_metrics import REQUESTS, TOTAL_TIME_MS
 from tidelog.broker.topic_metrics import topic_meters
 from tidelog.common.errors import ErrorCode, StaleControllerEpochError, TidelogError
-from tidelog.common.metadata import (
+from tidelog.common.security.authorization.acl import CLUSTER_NAME, Operation, ResourceType
+from tidelog.common.security.quotas.quota import QuotaKind
+from tidelog.common.settings import SecuritySettings
+from tidelog.server_common.metadata import (
     CONSUMER_OFFSETS_TOPIC,
     CoordinatorClaimRecord,
     coordinator_claim_key,
     offsets_partition_for,
 )
-from tidelog.common.security.access_control import AccessControl, Role
-from tidelog.common.security.acl import CLUSTER_NAME, Operation, ResourceType
-from tidelog.common.security.quota import QuotaKind
-from tidelog.common.settings import SecuritySettings
+from tidelog.server_common.security.authorization.access_control import AccessControl, Role
 from tidelog.v1 import broker_pb2, broker_pb2_grpc, common_pb2, coordinator_pb2
 
 __all__ = ["BrokerService"]

@@ -30,9 +30,9 @@ import structlog
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.replica_manager import Partition, ReplicaManager
 from tidelog.broker.replica_role import ReplicaRole
-from tidelog.common import metrics_catalog
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode
+from tidelog.server_common import metrics_catalog
 from tidelog.v1 import controller_pb2, controller_pb2_grpc
 
 __all__ = ["IsrManager"]

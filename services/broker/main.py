@@ -22,12 +22,12 @@ from tidelog.broker.quota_manager import QuotaManager
 from tidelog.broker.registration import Registration
 from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.common.channels import ChannelPool
-from tidelog.common.etcd.active_controller import active_controller_endpoint
-from tidelog.common.etcd.connect import etcd_client
-from tidelog.common.metadata import BrokerRegistration
-from tidelog.common.runtime import run_service
-from tidelog.common.security.service_security import ServiceSecurity
 from tidelog.common.settings import BrokerSettings, SecuritySettings
+from tidelog.server_common.etcd.active_controller import active_controller_endpoint
+from tidelog.server_common.etcd.connect import etcd_client
+from tidelog.server_common.metadata import BrokerRegistration
+from tidelog.server_common.runtime import run_service
+from tidelog.server_common.security.service_security import ServiceSecurity
 from tidelog.v1 import broker_pb2_grpc
 
 log = structlog.get_logger(__name__)
@@ -71,7 +71,7 @@ async def _every(interval_ms: int, replicas: ReplicaManager, work: Callable[[], 
 
 
 class _Broker:
-    """The broker's parts of the shared service sequence (tidelog.common.runtime.run_service)."""
+    """The broker's parts of the shared service sequence (tidelog.server_common.runtime.run_service)."""
 
     def __init__(self, args: argparse.Namespace, stopping: asyncio.Event) -> None:
         self.args = args

@@ -1,7 +1,7 @@
 """Producer ids for idempotent producers (InitProducerId), claimed from etcd in blocks (KIP-730).
 
 Each broker takes `producer.id.block.size` ids at a time by compare-and-swap on one etcd key
-(tidelog.common.metadata.PRODUCER_ID_BLOCK_KEY) and hands them out locally, so an id costs an
+(tidelog.server_common.metadata.PRODUCER_ID_BLOCK_KEY) and hands them out locally, so an id costs an
 etcd round trip only once per block and two brokers never give out the same id. Ids of a block
 a broker had not used up when it stopped are skipped, never reused.
 """
@@ -15,8 +15,8 @@ import structlog
 from etcd3aio import Etcd3Client
 from etcd3aio.kv import KVService
 
-from tidelog.common.etcd.compare import compare_mod_revision
-from tidelog.common.metadata import PRODUCER_ID_BLOCK_KEY, ProducerIdBlockRecord
+from tidelog.server_common.etcd.compare import compare_mod_revision
+from tidelog.server_common.metadata import PRODUCER_ID_BLOCK_KEY, ProducerIdBlockRecord
 
 __all__ = ["ProducerIdManager"]
 

@@ -1,5 +1,5 @@
 """Client quotas on this broker: produce and fetch bytes and request time per user and client id
-(tidelog.common.security.quota), throttled as Kafka does since KIP-219 — the response says how
+(tidelog.common.security.quotas.quota), throttled as Kafka does since KIP-219 — the response says how
 long, and the broker holds that client's next request until then (a client that ignores
 `throttle_time_ms` is slowed down all the same)."""
 
@@ -12,11 +12,11 @@ from typing import Any, Final
 
 from etcd3aio import Etcd3Client
 
-from tidelog.common import metrics_catalog
-from tidelog.common.etcd.watched_prefix import WatchedPrefix
-from tidelog.common.metadata import QUOTAS_PREFIX
-from tidelog.common.security.authentication import current_principal
-from tidelog.common.security.quota import CLIENT_ID_METADATA, QuotaKind, QuotaTable, RateSensor
+from tidelog.common.security.quotas.quota import CLIENT_ID_METADATA, QuotaKind, QuotaTable, RateSensor
+from tidelog.server_common import metrics_catalog
+from tidelog.server_common.etcd.watched_prefix import WatchedPrefix
+from tidelog.server_common.metadata import QUOTAS_PREFIX
+from tidelog.server_common.security.authentication.interceptor import current_principal
 
 __all__ = ["QuotaManager"]
 SENSORS_MAX: Final = 100_000

@@ -23,9 +23,9 @@ import structlog
 from etcd3aio import Etcd3Client
 from etcd3aio.kv import KVService
 
-from tidelog.common.etcd.compare import compare_mod_revision
-from tidelog.common.etcd.session import ETCD_UNREACHABLE, Session, new_session
-from tidelog.common.metadata import BrokerRegistration, broker_key
+from tidelog.server_common.etcd.compare import compare_mod_revision
+from tidelog.server_common.etcd.session import ETCD_UNREACHABLE, Session, new_session
+from tidelog.server_common.metadata import BrokerRegistration, broker_key
 
 __all__ = ["Registration"]
 

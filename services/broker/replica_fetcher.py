@@ -23,9 +23,9 @@ import grpc
 import structlog
 
 from tidelog.broker.storage import PartitionLog
-from tidelog.common import metrics_catalog
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode, TidelogError
+from tidelog.server_common import metrics_catalog
 from tidelog.v1 import broker_pb2, broker_pb2_grpc
 
 __all__ = ["FollowedPartition", "ReplicaFetcherManager"]

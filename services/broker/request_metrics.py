@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from tidelog.common import metrics_catalog
+from tidelog.server_common import metrics_catalog
 
 __all__ = ["LOCAL_TIME_MS", "QUEUE_TIME_MS", "REMOTE_TIME_MS", "REQUESTS", "REQUEST_MS_BUCKETS", "TOTAL_TIME_MS"]
 

@@ -1,6 +1,6 @@
 """A broker's process figures that Kafka's dashboards read, under Kafka's names: how idle its
 network thread and its I/O pool are, how many bytes it read and wrote on disk, how many clients
-are connected. Computed at scrape time (a text source of tidelog.common.metrics_http) from what
+are connected. Computed at scrape time (a text source of tidelog.server_common.metrics_http) from what
 the kernel and the pool record, never estimated:
 
 - network thread idle (Kafka's NetworkProcessorAvgIdlePercent): the asyncio event loop reads,
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from tidelog.common.metrics_http import add_text_source, family_text
+from tidelog.server_common.metrics_http import add_text_source, family_text
 
 __all__ = ["BusyMeter", "ConnectionCount", "IdleWindow", "ServerCollector", "register"]
 

@@ -15,7 +15,7 @@ from typing import Final
 
 from prometheus_client import Counter
 
-from tidelog.common import metrics_catalog
+from tidelog.server_common import metrics_catalog
 
 __all__ = ["TopicMeters", "topic_meters"]
 

@@ -15,18 +15,18 @@ import grpc
 from etcd3aio import Etcd3Client, prefix_range_end
 from etcd3aio.kv import KVService
 
-from tidelog.common import metrics_catalog
 from tidelog.common.errors import ErrorCode, InvalidRequestError, NotControllerError, TidelogError
-from tidelog.common.metadata import QUOTAS_PREFIX, SCRAM_CREDENTIALS_PREFIX, scram_credential_key
-from tidelog.common.security.access_control import AccessControl, Role
-from tidelog.common.security.acl import CLUSTER_NAME, Operation, ResourceType
-from tidelog.common.security.acl_proto import acl_filter_from_proto, acl_from_proto, acl_to_proto
-from tidelog.common.security.acl_store import add_acls, list_acls, remove_acls
-from tidelog.common.security.quota import QuotaEntity, check_values
-from tidelog.common.security.quota_proto import quota_entity_from_parts, quota_entity_to_parts
-from tidelog.common.security.scram import MECHANISM, ScramCredential
+from tidelog.common.security.authentication.scram import MECHANISM, ScramCredential
+from tidelog.common.security.authorization.acl import CLUSTER_NAME, Operation, ResourceType
+from tidelog.common.security.authorization.acl_proto import acl_filter_from_proto, acl_from_proto, acl_to_proto
+from tidelog.common.security.quotas.quota import QuotaEntity, check_values
+from tidelog.common.security.quotas.quota_proto import quota_entity_from_parts, quota_entity_to_parts
 from tidelog.common.settings import SecuritySettings
 from tidelog.controller.controller import Controller
+from tidelog.server_common import metrics_catalog
+from tidelog.server_common.metadata import QUOTAS_PREFIX, SCRAM_CREDENTIALS_PREFIX, scram_credential_key
+from tidelog.server_common.security.authorization.access_control import AccessControl, Role
+from tidelog.server_common.security.authorization.acl_store import add_acls, list_acls, remove_acls
 from tidelog.v1 import controller_pb2, controller_pb2_grpc
 
 __all__ = ["AdminService"]

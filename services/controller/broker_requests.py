@@ -17,8 +17,8 @@ import structlog
 
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode
-from tidelog.common.metadata import BrokerRegistration
 from tidelog.controller.state_delta import StatePush
+from tidelog.server_common.metadata import BrokerRegistration
 from tidelog.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 
 __all__ = ["BrokerRequests"]

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from tidelog.common.metadata import BrokerRegistration, PartitionStateRecord, TopicRecord
+from tidelog.server_common.metadata import BrokerRegistration, PartitionStateRecord, TopicRecord
 from tidelog.v1 import common_pb2
 
 __all__ = ["ClusterState", "Journal", "Versioned"]

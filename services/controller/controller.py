@@ -32,16 +32,6 @@ from etcd3aio import Etcd3Client, prefix_range_end
 
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode, InvalidRequestError, NotControllerError, TidelogError
-from tidelog.common.etcd.active_controller import active_controller_endpoint
-from tidelog.common.etcd.election import Election, NotLeaderError
-from tidelog.common.etcd.session import ETCD_UNREACHABLE, Session, new_session
-from tidelog.common.metadata import (
-    BROKERS_PREFIX,
-    CONTROLLER_ELECTION_PREFIX,
-    BrokerRegistration,
-    ControllerRecord,
-    PartitionStateRecord,
-)
 from tidelog.controller.broker_requests import BrokerRequests
 from tidelog.controller.cluster_state import ClusterState
 from tidelog.controller.controller_config import ControllerConfig
@@ -52,6 +42,16 @@ from tidelog.controller.partition_leadership import PartitionLeadership, affecte
 from tidelog.controller.propagation import Propagation
 from tidelog.controller.reassignments import Reassignments
 from tidelog.controller.topic_admin import TopicAdmin
+from tidelog.server_common.etcd.active_controller import active_controller_endpoint
+from tidelog.server_common.etcd.election import Election, NotLeaderError
+from tidelog.server_common.etcd.session import ETCD_UNREACHABLE, Session, new_session
+from tidelog.server_common.metadata import (
+    BROKERS_PREFIX,
+    CONTROLLER_ELECTION_PREFIX,
+    BrokerRegistration,
+    ControllerRecord,
+    PartitionStateRecord,
+)
 from tidelog.v1 import common_pb2, controller_pb2
 
 __all__ = ["Controller"]

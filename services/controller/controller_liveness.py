@@ -23,7 +23,7 @@ import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tidelog.common.channels import ChannelPool
-from tidelog.common.metadata import ControllerRecord
+from tidelog.server_common.metadata import ControllerRecord
 
 __all__ = ["ControllerLiveness"]
 

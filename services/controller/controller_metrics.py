@@ -1,6 +1,6 @@
 """Prometheus view of the cluster from the controller: kafka_exporter's cluster, topic and
 partition metrics, and the KafkaController MBeans, read at scrape time from the active controller's
-copy of the metadata (written as text per scrape: tidelog.common.metrics_http), so the figures
+copy of the metadata (written as text per scrape: tidelog.server_common.metrics_http), so the figures
 cannot drift from what it holds.
 
 Only the active controller exports cluster state (standbys hold none, and a scrape of every pod
@@ -12,8 +12,8 @@ figures are exported, which bounds the scrape and Prometheus's series count.
 
 from __future__ import annotations
 
-from tidelog.common.metrics_http import add_text_source, family_text
 from tidelog.controller.controller import Controller
+from tidelog.server_common.metrics_http import add_text_source, family_text
 
 __all__ = ["ControllerCollector", "register"]
 
@@ -32,7 +32,7 @@ class ControllerCollector:
         self.partition_series_max = partition_series_max
 
     def text(self) -> str:
-        """Every family of this collector as exposition text (tidelog.common.metrics_http): with
+        """Every family of this collector as exposition text (tidelog.server_common.metrics_http): with
         thousands of partitions the per-partition ones are most of a scrape."""
         active = self.controller.role.is_active
         count = family_text("kafka_controller_kafkacontroller_activecontrollercount", [("", 1 if active else 0)])

@@ -32,8 +32,8 @@ import structlog
 from tidelog.client import TopicPartition
 from tidelog.client.group_admin import GroupAdmin
 from tidelog.common.errors import TidelogError
-from tidelog.common.metrics_http import add_text_source, family_text
 from tidelog.controller.controller import Controller
+from tidelog.server_common.metrics_http import add_text_source, family_text
 
 __all__ = ["ExporterView", "GroupFigures", "register"]
 

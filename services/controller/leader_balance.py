@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from tidelog.common.errors import ErrorCode
-from tidelog.common.metadata import PartitionStateRecord
+from tidelog.server_common.metadata import PartitionStateRecord
 
 __all__ = ["imbalanced_partitions", "preferred_state", "unclean_state"]
 

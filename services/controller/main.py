@@ -11,14 +11,14 @@ import structlog
 
 from tidelog.client.group_admin import GroupAdmin
 from tidelog.common.channels import ChannelPool
-from tidelog.common.etcd.connect import etcd_client
-from tidelog.common.runtime import run_service
-from tidelog.common.security.service_security import ServiceSecurity
 from tidelog.common.settings import ControllerSettings, SecuritySettings
 from tidelog.controller import controller_metrics, exporter_view
 from tidelog.controller.admin_service import AdminService
 from tidelog.controller.controller import Controller
 from tidelog.controller.controller_config import ControllerConfig
+from tidelog.server_common.etcd.connect import etcd_client
+from tidelog.server_common.runtime import run_service
+from tidelog.server_common.security.service_security import ServiceSecurity
 from tidelog.v1 import controller_pb2_grpc
 
 log = structlog.get_logger(__name__)
@@ -42,7 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 class _Controller:
-    """The controller's parts of the shared service sequence (tidelog.common.runtime.run_service)."""
+    """The controller's parts of the shared service sequence (tidelog.server_common.runtime.run_service)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.config = ControllerConfig(

@@ -18,11 +18,13 @@ from etcd3aio import Etcd3Client, prefix_range_end
 from etcd3aio._protobuf import Compare
 from etcd3aio.kv import KVService
 
-from tidelog.common import metrics_catalog
 from tidelog.common.errors import NotControllerError
-from tidelog.common.etcd.compare import compare_mod_revision
-from tidelog.common.etcd.election import Election
-from tidelog.common.metadata import (
+from tidelog.controller.cluster_state import ClusterState, Versioned
+from tidelog.controller.controller_role import ControllerRole, Role
+from tidelog.server_common import metrics_catalog
+from tidelog.server_common.etcd.compare import compare_mod_revision
+from tidelog.server_common.etcd.election import Election
+from tidelog.server_common.metadata import (
     BROKERS_PREFIX,
     CONTROLLER_EPOCH_KEY,
     TOPICS_PREFIX,
@@ -34,8 +36,6 @@ from tidelog.common.metadata import (
     partition_state_key,
     topic_key,
 )
-from tidelog.controller.cluster_state import ClusterState, Versioned
-from tidelog.controller.controller_role import ControllerRole, Role
 
 __all__ = ["ConflictError", "FencedError", "MetadataStore"]
 

@@ -16,10 +16,10 @@ import structlog
 
 from tidelog.common.config import LOG_CONFIGS, parse_configs
 from tidelog.common.errors import ErrorCode, RemoteError
-from tidelog.common.metadata import PartitionStateRecord
 from tidelog.controller.controller_role import ControllerRole
 from tidelog.controller.leader_balance import imbalanced_partitions, preferred_state, unclean_state
 from tidelog.controller.metadata_store import MetadataStore
+from tidelog.server_common.metadata import PartitionStateRecord
 from tidelog.v1 import common_pb2, controller_pb2
 
 __all__ = ["PartitionLeadership", "affected_by", "isr_refusal"]

@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Collection
 
 from tidelog.common.errors import InvalidReplicaAssignmentError
-from tidelog.common.metadata import PartitionStateRecord
+from tidelog.server_common.metadata import PartitionStateRecord
 
 __all__ = ["Reassignment", "cancel", "finish", "plan", "target_in_sync"]
 

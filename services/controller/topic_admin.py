@@ -22,13 +22,13 @@ from tidelog.common.errors import (
     TopicDeletionDisabledError,
     UnknownTopicOrPartitionError,
 )
-from tidelog.common.etcd.compare import compare_mod_revision
-from tidelog.common.metadata import TopicRecord, topic_key, validate_topic_name
 from tidelog.common.settings import ControllerSettings
 from tidelog.controller.assignment import assign_replicas, rack_alternated
 from tidelog.controller.cluster_state import Versioned
 from tidelog.controller.metadata_store import MetadataStore
 from tidelog.controller.partition_leadership import PartitionLeadership
+from tidelog.server_common.etcd.compare import compare_mod_revision
+from tidelog.server_common.metadata import TopicRecord, topic_key, validate_topic_name
 from tidelog.v1 import common_pb2, controller_pb2
 
 __all__ = ["PARTITIONS_PER_TOPIC_MAX", "TopicAdmin"]

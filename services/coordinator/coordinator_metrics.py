@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
-from tidelog.common.metrics_catalog import counter_family, gauge_family, gauge_value
 from tidelog.coordinator.group_coordinator import GroupCoordinator
 from tidelog.coordinator.group_state import GroupState
+from tidelog.server_common.metrics_catalog import counter_family, gauge_family, gauge_value
 
 __all__ = ["CoordinatorCollector", "register"]
 

@@ -13,18 +13,18 @@ from typing import Any, TypeAlias, TypeVar
 import grpc
 
 from tidelog.client.connections import Connections
-from tidelog.common import metrics_catalog
 from tidelog.common.errors import (
     ErrorCode,
     GroupAuthorizationFailedError,
     TidelogError,
     TopicAuthorizationFailedError,
 )
-from tidelog.common.security.access_control import AccessControl
-from tidelog.common.security.acl import CLUSTER_NAME, Operation, ResourceType
+from tidelog.common.security.authorization.acl import CLUSTER_NAME, Operation, ResourceType
 from tidelog.common.settings import SecuritySettings
 from tidelog.coordinator.group_coordinator import GroupCoordinator
 from tidelog.coordinator.partition_ownership import PartitionOwnership
+from tidelog.server_common import metrics_catalog
+from tidelog.server_common.security.authorization.access_control import AccessControl
 from tidelog.v1 import coordinator_pb2, coordinator_pb2_grpc
 
 __all__ = ["CoordinatorService"]

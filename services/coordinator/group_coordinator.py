@@ -30,11 +30,11 @@ import structlog
 
 from tidelog.common.clock import wall_clock_ms
 from tidelog.common.errors import ErrorCode, RemoteError, TidelogError
-from tidelog.common.metadata import offsets_partition_for
 from tidelog.common.settings import CoordinatorSettings
 from tidelog.coordinator.group import Group, Member, OffsetEntry
 from tidelog.coordinator.group_state import GroupState
 from tidelog.coordinator.offsets_records import decode_key, group_key, offset_key
+from tidelog.server_common.metadata import offsets_partition_for
 from tidelog.v1 import coordinator_pb2
 
 __all__ = ["GroupCoordinator", "OffsetsWriter"]

@@ -20,11 +20,6 @@ from tidelog.client import AdminClient, Consumer, TopicPartition
 from tidelog.client.cluster_metadata import ClusterMetadata
 from tidelog.client.connections import Connections
 from tidelog.common.errors import ErrorCode, TidelogError
-from tidelog.common.etcd.connect import etcd_client
-from tidelog.common.etcd.registry import registered_brokers
-from tidelog.common.metadata import CONSUMER_OFFSETS_TOPIC, CoordinatorInstanceRecord
-from tidelog.common.runtime import run_service
-from tidelog.common.security.service_security import ServiceSecurity
 from tidelog.common.settings import CoordinatorSettings, SecuritySettings
 from tidelog.coordinator import coordinator_metrics
 from tidelog.coordinator.coordinator_service import CoordinatorService
@@ -32,6 +27,11 @@ from tidelog.coordinator.group_coordinator import GroupCoordinator
 from tidelog.coordinator.offsets_records import FENCE_KEY
 from tidelog.coordinator.offsets_writer import FencedOffsetsWriter
 from tidelog.coordinator.partition_ownership import PartitionOwnership
+from tidelog.server_common.etcd.connect import etcd_client
+from tidelog.server_common.etcd.registry import registered_brokers
+from tidelog.server_common.metadata import CONSUMER_OFFSETS_TOPIC, CoordinatorInstanceRecord
+from tidelog.server_common.runtime import run_service
+from tidelog.server_common.security.service_security import ServiceSecurity
 from tidelog.v1 import coordinator_pb2_grpc
 
 log = structlog.get_logger(__name__)
@@ -137,7 +137,7 @@ async def _load(
 
 
 class _Coordinator:
-    """The coordinator's parts of the shared service sequence (tidelog.common.runtime.run_service)."""
+    """The coordinator's parts of the shared service sequence (tidelog.server_common.runtime.run_service)."""
 
     def __init__(self, args: argparse.Namespace, etcd: Etcd3Client, bootstrap: list[str]) -> None:
         self.etcd = etcd

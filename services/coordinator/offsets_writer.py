@@ -26,8 +26,8 @@ from tidelog.client.cluster_metadata import ClusterMetadata
 from tidelog.client.connections import Connections
 from tidelog.common.clock import wall_clock_ms
 from tidelog.common.errors import RETRIABLE_CODES, ErrorCode, RemoteError, TidelogError, error_for
-from tidelog.common.metadata import CONSUMER_OFFSETS_TOPIC
 from tidelog.common.record.batch import encode_batch, next_sequence
+from tidelog.server_common.metadata import CONSUMER_OFFSETS_TOPIC
 from tidelog.v1 import broker_pb2
 
 __all__ = ["OFFSETS_PRODUCER_ID_BASE", "FencedOffsetsWriter"]

@@ -24,8 +24,8 @@ import structlog
 from etcd3aio import Etcd3Client, prefix_range_end
 from etcd3aio.kv import KVService
 
-from tidelog.common.etcd.session import ETCD_UNREACHABLE, Session, new_session
-from tidelog.common.metadata import (
+from tidelog.server_common.etcd.session import ETCD_UNREACHABLE, Session, new_session
+from tidelog.server_common.metadata import (
     COORDINATOR_INSTANCES_PREFIX,
     COORDINATOR_PARTITIONS_PREFIX,
     CoordinatorClaimRecord,

@@ -8,7 +8,7 @@ from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tidelog.common import metrics_catalog
+from tidelog.server_common import metrics_catalog
 
 __all__ = ["RECORDS_CONSUMED", "RECORDS_PRODUCED", "RequestMetrics"]
 

@@ -20,8 +20,6 @@ import structlog
 from etcd3aio import Etcd3Client
 from etcd3aio.kv import KVService
 
-from tidelog.common.etcd.session import Session, new_session
-from tidelog.common.metadata import GatewayConsumerRecord, gateway_consumer_key
 from tidelog.gateway.consumer_instances import ConsumerInstance
 from tidelog.gateway.rest_errors import (
     CONSUMER_ALREADY_EXISTS,
@@ -29,6 +27,8 @@ from tidelog.gateway.rest_errors import (
     TOO_MANY_INSTANCES,
     RestError,
 )
+from tidelog.server_common.etcd.session import Session, new_session
+from tidelog.server_common.metadata import GatewayConsumerRecord, gateway_consumer_key
 
 __all__ = ["InstanceRegistry"]
 

@@ -24,11 +24,6 @@ from etcd3aio import Etcd3Client
 
 from tidelog.client import AdminClient, Consumer, Producer
 from tidelog.client.connections import Connections
-from tidelog.common.etcd.connect import etcd_client
-from tidelog.common.etcd.registry import cluster_id, registered_brokers
-from tidelog.common.etcd.session import Session
-from tidelog.common.runtime import run_service
-from tidelog.common.security.credential_store import CredentialCache
 from tidelog.common.settings import GatewaySettings, SecuritySettings
 from tidelog.gateway.access import load_credentials
 from tidelog.gateway.app import create_app
@@ -37,6 +32,11 @@ from tidelog.gateway.instance_registry import InstanceRegistry
 from tidelog.gateway.principal_clients import ClientsByPrincipal
 from tidelog.gateway.rest_tls import RestTls
 from tidelog.gateway.scram_basic import ScramBasic
+from tidelog.server_common.etcd.connect import etcd_client
+from tidelog.server_common.etcd.registry import cluster_id, registered_brokers
+from tidelog.server_common.etcd.session import Session
+from tidelog.server_common.runtime import run_service
+from tidelog.server_common.security.authentication.credential_store import CredentialCache
 
 log = structlog.get_logger(__name__)
 
@@ -68,7 +68,7 @@ class _Server(uvicorn.Server):
 
 
 class _Gateway:
-    """The gateway's parts of the shared service sequence (tidelog.common.runtime.run_service):
+    """The gateway's parts of the shared service sequence (tidelog.server_common.runtime.run_service):
     HTTP through uvicorn on this event loop; gRPC health only (on --health-port)."""
 
     def __init__(self, args: argparse.Namespace, etcd: Etcd3Client, stopping: asyncio.Event) -> None:

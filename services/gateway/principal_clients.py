@@ -19,8 +19,8 @@ import structlog
 
 from tidelog.client import AdminClient, Consumer, Producer
 from tidelog.client.connections import Connections
-from tidelog.common.security.access_control import ON_BEHALF_OF_HOST, ON_BEHALF_OF_PRINCIPAL
 from tidelog.common.settings import GatewaySettings, SecuritySettings
+from tidelog.server_common.security.authorization.access_control import ON_BEHALF_OF_HOST, ON_BEHALF_OF_PRINCIPAL
 
 __all__ = ["ClientsByPrincipal", "PrincipalClients", "kafka_principal"]
 

@@ -13,7 +13,7 @@ from typing import Any, Final
 import structlog
 
 from tidelog.common.errors import InvalidConfigError
-from tidelog.common.security.pem_files import PemFiles
+from tidelog.common.security.tls.pem_files import PemFiles
 from tidelog.common.settings import GatewaySettings
 
 __all__ = ["RestTls"]

@@ -18,8 +18,8 @@ import hmac
 import os
 from typing import Final
 
-from tidelog.common.security.credential_store import CredentialCache
-from tidelog.common.security.scram import salted_password, unknown_user_iterations
+from tidelog.common.security.authentication.scram import salted_password, unknown_user_iterations
+from tidelog.server_common.security.authentication.credential_store import CredentialCache
 
 __all__ = ["ScramBasic"]
 

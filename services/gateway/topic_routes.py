@@ -9,11 +9,11 @@ from starlette.responses import Response
 
 from tidelog.client import TopicPartition
 from tidelog.common.errors import TidelogError
-from tidelog.common.metadata import CONSUMER_OFFSETS_TOPIC
 from tidelog.gateway.gateway_context import GatewayContext, context
 from tidelog.gateway.responses import ERROR_RESPONSES, KafkaV2Response, json_response
 from tidelog.gateway.rest_errors import PARTITION_NOT_FOUND, RestError, from_tidelog
 from tidelog.gateway.rest_models import PartitionInfo, PartitionOffsets, TopicInfo
+from tidelog.server_common.metadata import CONSUMER_OFFSETS_TOPIC
 from tidelog.v1 import common_pb2
 
 __all__ = ["router"]

@@ -9,7 +9,7 @@ from etcd3aio import Etcd3Client
 
 from tests.cluster.conftest import wait_until
 from tidelog.broker.registration import Registration
-from tidelog.common.metadata import BrokerRegistration, broker_key
+from tidelog.server_common.metadata import BrokerRegistration, broker_key
 
 TTL_S = 6  # the old life keeps its lease alive: without a takeover the new one would wait forever
 

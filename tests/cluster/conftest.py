@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import pytest
 
 from tidelog.client import AdminClient, ConsumerRecord
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 T = TypeVar("T")
 

@@ -16,7 +16,7 @@ from tidelog.client.murmur2 import partition_for_key
 from tidelog.client.sync import SyncAdminClient, SyncConsumer, SyncProducer
 from tidelog.common.errors import ErrorCode, TidelogError, UnknownTopicOrPartitionError
 from tidelog.common.record.batch import encode_batch
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 from tidelog.v1 import broker_pb2
 
 RECORDS = 100_000

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.conftest import COORDINATOR_ARGS, started_cluster
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "client"
 

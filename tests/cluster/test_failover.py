@@ -11,7 +11,7 @@ import grpc
 
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
 from tidelog.common.errors import ErrorCode
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 from tidelog.v1 import broker_pb2, common_pb2
 
 from .conftest import started_cluster, wait_until

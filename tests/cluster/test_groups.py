@@ -12,7 +12,7 @@ import pytest
 
 from tidelog.client import AdminClient, GroupConsumer, Producer, TopicPartition
 from tidelog.common.errors import TidelogError
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 from .conftest import COORDINATOR_ARGS, started_cluster, wait_until
 

@@ -24,7 +24,7 @@ from tests.cluster.conftest import COORDINATOR_ARGS, poll_until, started_cluster
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
 from tidelog.common.grpc_options import GRPC_OPTIONS
 from tidelog.common.record.batch import encode_batch
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 from tidelog.v1 import broker_pb2, broker_pb2_grpc, controller_pb2, coordinator_pb2, security_pb2
 
 pytestmark = pytest.mark.timeout(300)

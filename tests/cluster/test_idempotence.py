@@ -10,7 +10,7 @@ import grpc
 from tidelog.client import AdminClient, Producer
 from tidelog.common.errors import ErrorCode
 from tidelog.common.record.batch import encode_batch
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 from tidelog.v1 import broker_pb2, broker_pb2_grpc
 
 from .conftest import wait_until

@@ -15,7 +15,7 @@ from prometheus_client.samples import Sample
 
 from tests.cluster.conftest import COORDINATOR_ARGS, poll_until, started_cluster, wait_until
 from tidelog.client import AdminClient, Consumer, GroupConsumer, Producer, TopicPartition
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 EXPORTER_ARGS = ["--controller-metrics-exporter-refresh-ms", "500"]  # the kafka_exporter view, refreshed often
 RECORDS = 50

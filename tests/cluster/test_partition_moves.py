@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
 from tidelog.common.errors import ErrorCode, NoReassignmentInProgressError
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 from .conftest import started_cluster, wait_until
 

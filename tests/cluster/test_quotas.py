@@ -13,8 +13,8 @@ import pytest
 from tests.cluster.conftest import wait_until
 from tidelog.cli.main import main as cli
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
-from tidelog.common.security.quota import QuotaEntity
-from tidelog.local_cluster import LocalCluster
+from tidelog.common.security.quotas.quota import QuotaEntity
+from tidelog.dev.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(120)
 

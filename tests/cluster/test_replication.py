@@ -9,7 +9,7 @@ import pytest
 
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
 from tidelog.common.errors import ErrorCode, NotEnoughReplicasError
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 from tidelog.v1 import broker_pb2, controller_pb2
 
 from .conftest import started_cluster, wait_until

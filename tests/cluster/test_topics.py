@@ -18,10 +18,10 @@ from tidelog.common.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from tidelog.common.metadata import CONSUMER_OFFSETS_TOPIC, TOPICS_PREFIX
 from tidelog.common.settings import SecuritySettings
 from tidelog.coordinator.main import _ensure_offsets_topic
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
+from tidelog.server_common.metadata import CONSUMER_OFFSETS_TOPIC, TOPICS_PREFIX
 from tidelog.v1 import controller_pb2
 
 from .conftest import wait_until

@@ -7,8 +7,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tidelog.common.channels import ChannelPool
-from tidelog.common.etcd.server import free_port
-from tidelog.common.runtime import grpc_server
+from tidelog.dev.etcd_server import free_port
+from tidelog.server_common.runtime import grpc_server
 
 
 async def _check(pool: ChannelPool, endpoint: str) -> grpc.StatusCode:

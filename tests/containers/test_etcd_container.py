@@ -12,8 +12,8 @@ import yaml
 from etcd3aio import Etcd3Client
 from testcontainers.core.container import DockerContainer
 
-from tidelog.common.etcd.registry import cluster_id
-from tidelog.common.etcd.session import Session
+from tidelog.server_common.etcd.registry import cluster_id
+from tidelog.server_common.etcd.session import Session
 
 CHART_VALUES = Path(__file__).resolve().parents[2] / "helm" / "tidelog" / "values.yaml"
 

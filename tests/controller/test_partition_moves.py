@@ -7,9 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tidelog.common.errors import ErrorCode, InvalidReplicaAssignmentError
-from tidelog.common.metadata import PartitionStateRecord
 from tidelog.controller import reassignment
 from tidelog.controller.leader_balance import imbalanced_partitions, preferred_state, unclean_state
+from tidelog.server_common.metadata import PartitionStateRecord
 
 
 def state(leader: int, isr: list[int], epoch: int = 3) -> PartitionStateRecord:

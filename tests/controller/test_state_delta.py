@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidelog.broker.metadata_cache import MetadataCache
-from tidelog.common.metadata import BrokerRegistration, PartitionStateRecord, TopicRecord
 from tidelog.controller.cluster_state import ClusterState, Versioned
 from tidelog.controller.state_delta import BrokerView, StatePush, build_push
+from tidelog.server_common.metadata import BrokerRegistration, PartitionStateRecord, TopicRecord
 from tidelog.v1 import broker_pb2, common_pb2
 
 ME = 1

@@ -28,7 +28,7 @@ from tests.dev_up import running_dev_up
 from tests.docs.markdown_blocks import RUN, Block, blocks_of
 from tidelog.common.config import parse_configs
 from tidelog.common.settings import read_properties
-from tidelog.kube_admission import Admission
+from tidelog.dev.kube_admission import Admission
 from tidelog.operator.crds import FINALIZED_CRDS
 
 pytestmark = pytest.mark.timeout(1800)

@@ -47,7 +47,7 @@ from typing import Any
 from tests.cluster.conftest import wait_until
 from tidelog.client import AdminClient, GroupConsumer, Producer, TopicPartition
 from tidelog.common.errors import TidelogError
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 TOPIC = "churn"
 GROUP = "chaos"

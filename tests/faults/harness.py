@@ -26,8 +26,8 @@ from etcd3aio import Etcd3Client
 from tests.cluster.conftest import wait_until
 from tests.faults import summary
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
-from tidelog.common.metadata import PartitionStateRecord, partition_state_key
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
+from tidelog.server_common.metadata import PartitionStateRecord, partition_state_key
 
 TOPIC = "faults"
 

@@ -35,8 +35,8 @@ from etcd3aio import Etcd3Client, prefix_range_end
 
 from tests.cluster.conftest import started_cluster, wait_until
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
-from tidelog.common.metadata import BROKERS_PREFIX, BrokerRegistration
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
+from tidelog.server_common.metadata import BROKERS_PREFIX, BrokerRegistration
 
 TOPIC = "nemesis"
 PARTITIONS = 3

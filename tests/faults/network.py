@@ -22,7 +22,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 
-from tidelog.local_cluster import Placement
+from tidelog.dev.local_cluster import Placement
 
 SUBNET = "10.213.{}"  # a /24 per network: rarely in use on a test machine
 

@@ -18,7 +18,7 @@ from tests.cluster.conftest import COORDINATOR_ARGS, started_cluster, wait_until
 from tests.faults import summary
 from tidelog.client import AdminClient, GroupConsumer, Producer, TopicPartition
 from tidelog.common.errors import TidelogError
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -14,7 +14,7 @@ from tests.cluster.conftest import poll_until
 from tests.faults import summary
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
 from tidelog.common.errors import ErrorCode, TidelogError
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -15,7 +15,7 @@ import pytest
 from tests.cluster.conftest import started_cluster, wait_until
 from tests.faults.harness import verify, writing
 from tidelog.client import AdminClient
-from tidelog.common.etcd.server import EtcdCluster
+from tidelog.dev.etcd_server import EtcdCluster
 
 pytestmark = pytest.mark.timeout(240)
 

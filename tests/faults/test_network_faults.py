@@ -31,8 +31,8 @@ from tests.faults.harness import TOPIC, ContinuousProducer, isr_size, leader, ve
 from tests.faults.network import DelayProxy, Network, network, network_unavailable
 from tidelog.client import AdminClient, Producer
 from tidelog.common.errors import NotEnoughReplicasError
-from tidelog.common.etcd.server import free_port
-from tidelog.local_cluster import LocalCluster, Placement
+from tidelog.dev.etcd_server import free_port
+from tidelog.dev.local_cluster import LocalCluster, Placement
 
 pytestmark = pytest.mark.skipif(bool(network_unavailable()), reason=network_unavailable() or "runs")
 

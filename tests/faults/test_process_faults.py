@@ -23,7 +23,7 @@ from tests.cluster.conftest import started_cluster, wait_until
 from tests.faults.harness import TOPIC, isr_size, leader, verify, writing
 from tests.faults.injection import FaultControl, injection_unavailable
 from tidelog.client import AdminClient, Consumer, TopicPartition
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.skipif(bool(injection_unavailable()), reason=injection_unavailable() or "runs")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 from ..cluster.conftest import COORDINATOR_ARGS, running_cluster
 from .conftest import V2

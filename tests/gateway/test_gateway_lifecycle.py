@@ -10,8 +10,8 @@ import httpx
 from etcd3aio import Etcd3Client
 
 from tidelog.client.group_admin import GroupAdmin
-from tidelog.common.metadata import gateway_consumer_key
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
+from tidelog.server_common.metadata import gateway_consumer_key
 
 from ..cluster.conftest import wait_until
 from .conftest import BINARY_V2, V2

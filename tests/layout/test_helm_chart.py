@@ -22,8 +22,8 @@ from tests.layout.pod_security import chart_promises, restricted_violations
 from tidelog.broker import main as broker_main
 from tidelog.controller import main as controller_main
 from tidelog.coordinator import main as coordinator_main
+from tidelog.dev.kube_admission import Admission
 from tidelog.gateway import main as gateway_main
-from tidelog.kube_admission import Admission
 from tidelog.operator import main as operator_main
 from tidelog.operator import node_rack
 

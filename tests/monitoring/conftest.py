@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.conftest import COORDINATOR_ARGS, started_cluster
-from tidelog.common.etcd.server import free_port
-from tidelog.local_cluster import LocalCluster
-from tidelog.local_prometheus import LocalPrometheus, scrape_config
+from tidelog.dev.etcd_server import free_port
+from tidelog.dev.local_cluster import LocalCluster
+from tidelog.dev.local_prometheus import LocalPrometheus, scrape_config
 
 SCRAPE_S = 1.0
 

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from tidelog.local_prometheus import LocalPrometheus
+from tidelog.dev.local_prometheus import LocalPrometheus
 
 __all__ = ["Panel", "Resolved", "panels", "resolve"]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tidelog.common.metrics_catalog import METRICS, Kind
+from tidelog.server_common.metrics_catalog import METRICS, Kind
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "helm" / "tidelog" / "files" / "alerts.yaml"

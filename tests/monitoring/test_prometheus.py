@@ -20,10 +20,10 @@ from tests.cluster.conftest import poll_until, wait_until
 from tests.monitoring.grafana_variables import resolve
 from tidelog.client import AdminClient, GroupConsumer, Producer, TopicPartition
 from tidelog.common.errors import TidelogError
-from tidelog.common.metrics_catalog import METRICS, Exporter, Kind
-from tidelog.dashboards import queries, render_all
-from tidelog.local_cluster import LocalCluster
-from tidelog.local_prometheus import ALERT_RULES, LocalPrometheus, scrape_config
+from tidelog.dev.dashboards import queries, render_all
+from tidelog.dev.local_cluster import LocalCluster
+from tidelog.dev.local_prometheus import ALERT_RULES, LocalPrometheus, scrape_config
+from tidelog.server_common.metrics_catalog import METRICS, Exporter, Kind
 
 pytestmark = pytest.mark.skipif(
     LocalPrometheus.binary() is None, reason="prometheus not found (Debian package; scripts/install-system-deps)"

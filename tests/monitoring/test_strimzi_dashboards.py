@@ -20,9 +20,9 @@ from tests.cluster.conftest import wait_until
 from tests.monitoring.grafana_variables import panels, resolve
 from tidelog.client import AdminClient, GroupConsumer, Producer
 from tidelog.common.errors import TidelogError
-from tidelog.common.metrics_catalog import KAFKA_EXPORTER, METRICS
-from tidelog.local_cluster import LocalCluster
-from tidelog.local_prometheus import LocalPrometheus
+from tidelog.dev.local_cluster import LocalCluster
+from tidelog.dev.local_prometheus import LocalPrometheus
+from tidelog.server_common.metrics_catalog import KAFKA_EXPORTER, METRICS
 
 pytestmark = pytest.mark.skipif(
     LocalPrometheus.binary() is None, reason="prometheus not found (Debian package; scripts/install-system-deps)"

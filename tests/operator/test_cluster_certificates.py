@@ -18,8 +18,8 @@ import kmock
 import pytest
 from cryptography import x509
 
-from tidelog.common.security.certificates import VALIDITY
-from tidelog.kube_emulator import Emulator, serve_crds, write_kubeconfig
+from tidelog.common.security.tls.certificates import VALIDITY
+from tidelog.dev.kube_emulator import Emulator, serve_crds, write_kubeconfig
 from tidelog.operator.cluster_certificates import RENEW_BEFORE, ensure
 from tidelog.operator.kube_api import ConnectionInfo
 

@@ -15,7 +15,7 @@ import aiohttp
 import kmock
 import pytest
 
-from tidelog.kube_emulator import Emulator, serve_crds, write_kubeconfig
+from tidelog.dev.kube_emulator import Emulator, serve_crds, write_kubeconfig
 from tidelog.operator.crds import CONSUMER_GROUP_CRD, TIDELOG_USER_CRD, TOPIC_CRD, USER_CRD
 from tidelog.operator.finalizers import FINALIZER, PLURALS
 

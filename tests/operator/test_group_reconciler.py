@@ -11,7 +11,7 @@ import pytest
 from tests.cluster.conftest import COORDINATOR_ARGS, poll_until, started_cluster
 from tidelog.client import AdminClient, GroupConsumer, Producer, TopicPartition
 from tidelog.client.group_admin import GroupAdmin
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 from tidelog.operator.group_reconciler import GroupReconciler, GroupSpec
 
 TOPIC = "events"

@@ -15,7 +15,7 @@ import aiohttp
 import kmock
 import pytest
 
-from tidelog.kube_emulator import Emulator, write_kubeconfig
+from tidelog.dev.kube_emulator import Emulator, write_kubeconfig
 
 
 @pytest.fixture

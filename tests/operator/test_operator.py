@@ -22,8 +22,8 @@ from tests.cluster.conftest import COORDINATOR_ARGS, poll_until, started_cluster
 from tidelog.client import AdminClient, Consumer, GroupConsumer, Producer, TopicPartition
 from tidelog.client.group_admin import GroupAdmin
 from tidelog.common.settings import OperatorSettings
-from tidelog.kube_emulator import Emulator, serve_crds, write_kubeconfig
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.kube_emulator import Emulator, serve_crds, write_kubeconfig
+from tidelog.dev.local_cluster import LocalCluster
 from tidelog.operator.crds import CONSUMER_GROUP_CRD, KOPF_PEERING_CRD, TIDELOG_USER_CRD, TOPIC_CRD, USER_CRD
 from tidelog.operator.main import retry_delay
 from tidelog.operator.topic_reconciler import Outcome

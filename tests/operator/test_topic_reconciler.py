@@ -8,7 +8,7 @@ from typing import Any
 from tests.cluster.conftest import wait_until
 from tidelog.client import AdminClient
 from tidelog.client.admin import TopicDescription
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 from tidelog.operator.topic_reconciler import Outcome, TopicReconciler, TopicSpec
 
 

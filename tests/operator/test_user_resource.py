@@ -19,8 +19,8 @@ from cryptography import x509
 from tests.cluster.conftest import wait_until
 from tests.operator.test_operator import _start_operator, _stop_operator, kubernetes
 from tidelog.client import AclFilter, AdminClient
-from tidelog.common.security.quota import QuotaEntity
-from tidelog.local_cluster import LocalCluster
+from tidelog.common.security.quotas.quota import QuotaEntity
+from tidelog.dev.local_cluster import LocalCluster
 
 __all__ = ["kubernetes"]  # (the emulator fixture, shared with test_operator)
 

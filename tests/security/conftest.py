@@ -13,7 +13,7 @@ import trustme
 
 from tests.cluster.conftest import COORDINATOR_ARGS, running_cluster
 from tidelog.common.settings import SecuritySettings
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 
 @dataclasses.dataclass

@@ -22,9 +22,9 @@ from tidelog.common.errors import (
     InvalidRequestError,
     TopicAuthorizationFailedError,
 )
-from tidelog.common.security.access_control import ON_BEHALF_OF_PRINCIPAL
-from tidelog.common.security.acl_proto import acl_to_proto
-from tidelog.local_cluster import LocalCluster
+from tidelog.common.security.authorization.acl_proto import acl_to_proto
+from tidelog.dev.local_cluster import LocalCluster
+from tidelog.server_common.security.authorization.access_control import ON_BEHALF_OF_PRINCIPAL
 from tidelog.v1 import broker_pb2, broker_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc
 
 pytestmark = pytest.mark.timeout(180)

@@ -17,11 +17,11 @@ from etcd3aio import prefix_range_end
 from tests.cluster.conftest import poll_until, running_cluster
 from tests.security.conftest import Pki, authorising
 from tidelog.client import AclBinding, AdminClient, Consumer, Producer, TopicPartition
-from tidelog.common.etcd.connect import etcd_client
-from tidelog.common.etcd.server import EtcdTls
-from tidelog.common.metadata import ACLS_PREFIX, ROOT
 from tidelog.common.settings import SecuritySettings
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.etcd_server import EtcdTls
+from tidelog.dev.local_cluster import LocalCluster
+from tidelog.server_common.etcd.connect import etcd_client
+from tidelog.server_common.metadata import ACLS_PREFIX, ROOT
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -15,7 +15,7 @@ import pytest
 from tests.cluster.conftest import running_cluster
 from tests.security.conftest import Pki, authorising
 from tidelog.client import AdminClient
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(180)
 

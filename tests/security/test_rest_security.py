@@ -12,7 +12,7 @@ import pytest
 from tests.cluster.conftest import wait_until
 from tests.security.conftest import Pki, sasl_client
 from tidelog.client import AclBinding, AdminClient
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -23,10 +23,7 @@ from tidelog.common.errors import (
     SaslAuthenticationFailedError,
     TopicAuthorizationFailedError,
 )
-from tidelog.common.etcd.connect import etcd_client
-from tidelog.common.metadata import SCRAM_UNKNOWN_USER_SECRET_KEY
-from tidelog.common.security.authentication import PRE_AUTHENTICATION_BYTES_MAX
-from tidelog.common.security.scram import (
+from tidelog.common.security.authentication.scram import (
     ScramClient,
     ScramCredential,
     ScramError,
@@ -34,7 +31,10 @@ from tidelog.common.security.scram import (
     unknown_user_iterations,
 )
 from tidelog.common.settings import SecuritySettings
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
+from tidelog.server_common.etcd.connect import etcd_client
+from tidelog.server_common.metadata import SCRAM_UNKNOWN_USER_SECRET_KEY
+from tidelog.server_common.security.authentication.interceptor import PRE_AUTHENTICATION_BYTES_MAX
 from tidelog.v1 import broker_pb2, broker_pb2_grpc, security_pb2, security_pb2_grpc
 
 pytestmark = pytest.mark.timeout(180)

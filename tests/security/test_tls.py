@@ -17,11 +17,11 @@ from tests.security.conftest import Pki
 from tidelog.client import AdminClient, Consumer, GroupConsumer, Producer, TopicPartition
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import InvalidConfigError
-from tidelog.common.runtime import grpc_server
-from tidelog.common.security.authentication import AuthenticationInterceptor, current_principal
-from tidelog.common.security.tls import server_credentials
+from tidelog.common.security.tls.credentials import server_credentials
 from tidelog.common.settings import SecuritySettings
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
+from tidelog.server_common.runtime import grpc_server
+from tidelog.server_common.security.authentication.interceptor import AuthenticationInterceptor, current_principal
 from tidelog.v1 import broker_pb2, broker_pb2_grpc
 
 pytestmark = pytest.mark.timeout(180)

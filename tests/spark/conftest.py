@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.conftest import running_cluster
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 pyspark = pytest.importorskip("pyspark", reason="PySpark not installed (the spark extra)")
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):

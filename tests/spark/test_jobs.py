@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 from tidelog.spark_jobs import export_parquet, windowed_totals
 
 START = datetime.datetime(2026, 11, 24, 10, 0, tzinfo=datetime.UTC)

@@ -23,7 +23,7 @@ import pytest
 from tests.spark.test_source import BASE_MS, _fill, _reader, _topic
 from tests.spark.test_stream_offsets import _produce, _recreate
 from tidelog.client import AdminClient, Consumer, TopicPartition
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 
 QUERY_DEADLINE_S = 90
 

@@ -18,7 +18,7 @@ import pytest
 
 from tests.cluster.conftest import wait_until
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 from tidelog.spark.writing import WRITE_ID_HEADER
 
 BASE_MS = 1_700_000_000_000  # record timestamps the tests set: 1 s apart from here

@@ -17,7 +17,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from tests.cluster.conftest import wait_until
 from tests.spark.test_source import _topic, _trimmed
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
-from tidelog.local_cluster import LocalCluster
+from tidelog.dev.local_cluster import LocalCluster
 from tidelog.spark.data_loss import DataLossError
 from tidelog.spark.options import read_options
 from tidelog.spark.reading import OffsetRange

@@ -16,7 +16,14 @@ import sys
 from tidelog.cli.cluster_commands import admin_client, endpoints, run_command
 from tidelog.cli.output import emit, table
 from tidelog.client import AclBinding, AclFilter
-from tidelog.common.security.acl import CLUSTER_NAME, Operation, PatternType, Permission, ResourceType, enum_of
+from tidelog.common.security.authorization.acl import (
+    CLUSTER_NAME,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+    enum_of,
+)
 
 __all__ = ["add_acl_commands"]
 

@@ -28,9 +28,8 @@ from tidelog.common.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from tidelog.common.local_endpoints import CLIENT_PROPERTIES, announced_cluster, saved_endpoints
 from tidelog.common.settings import SecuritySettings, read_properties
-from tidelog.local_cluster import announced_cluster, saved_endpoints
-from tidelog.local_security import CLIENT_PROPERTIES
 
 __all__ = [
     "add_cluster_commands",

@@ -12,7 +12,7 @@ import argparse
 
 from tidelog.cli.cluster_commands import admin_client, endpoints, run_command
 from tidelog.cli.output import emit, table
-from tidelog.common.security.quota import DEFAULT, QuotaEntity
+from tidelog.common.security.quotas.quota import DEFAULT, QuotaEntity
 
 __all__ = ["add_quota_commands"]
 

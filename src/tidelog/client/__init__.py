@@ -5,7 +5,14 @@ from tidelog.client.cluster_metadata import TopicPartition
 from tidelog.client.consumer import EARLIEST, LATEST, Consumer, ConsumerRecord, FetchedPartition, StoredPartition
 from tidelog.client.group_consumer import GroupConsumer, RebalanceListener
 from tidelog.client.producer import BulkDelivery, Producer, RecordDelivery, RecordMetadata
-from tidelog.common.security.acl import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
+from tidelog.common.security.authorization.acl import (
+    AclBinding,
+    AclFilter,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
 
 __all__ = [
     "EARLIEST",

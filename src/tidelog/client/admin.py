@@ -19,11 +19,11 @@ import grpc
 from tidelog.client.cluster_metadata import ClusterMetadata
 from tidelog.client.connections import Connections
 from tidelog.common.errors import ErrorCode, RequestTimedOutError, TidelogError, error_for
-from tidelog.common.security.acl import AclBinding, AclFilter
-from tidelog.common.security.acl_proto import acl_filter_to_proto, acl_from_proto, acl_to_proto
-from tidelog.common.security.quota import QuotaEntity
-from tidelog.common.security.quota_proto import quota_entity_from_parts, quota_entity_to_parts
-from tidelog.common.security.scram import ITERATIONS_DEFAULT, MECHANISM, salted_password
+from tidelog.common.security.authentication.scram import ITERATIONS_DEFAULT, MECHANISM, salted_password
+from tidelog.common.security.authorization.acl import AclBinding, AclFilter
+from tidelog.common.security.authorization.acl_proto import acl_filter_to_proto, acl_from_proto, acl_to_proto
+from tidelog.common.security.quotas.quota import QuotaEntity
+from tidelog.common.security.quotas.quota_proto import quota_entity_from_parts, quota_entity_to_parts
 from tidelog.common.settings import SecuritySettings
 from tidelog.v1 import common_pb2, controller_pb2
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 import grpc
 
 from tidelog.common.channels import ChannelPool
-from tidelog.common.security.quota import CLIENT_ID_METADATA
+from tidelog.common.security.quotas.quota import CLIENT_ID_METADATA
 from tidelog.common.settings import SecuritySettings
 from tidelog.v1 import broker_pb2_grpc, controller_pb2_grpc
 

@@ -18,9 +18,9 @@ import structlog
 
 from tidelog.common.errors import InvalidConfigError
 from tidelog.common.grpc_options import GRPC_OPTIONS
+from tidelog.common.security.authentication.sasl_client import SaslLogin
 from tidelog.common.security.protocol import SecurityProtocol
-from tidelog.common.security.sasl_client import SaslLogin
-from tidelog.common.security.tls import channel_credentials, pem_files_of
+from tidelog.common.security.tls.credentials import channel_credentials, pem_files_of
 from tidelog.common.settings import SecuritySettings
 
 __all__ = ["ChannelPool"]

@@ -31,14 +31,14 @@ FIXED_LIMITS: Final[tuple[FixedLimit, ...]] = (
         "Largest gRPC message sent or received, either way (fetch.max.bytes and max.request.size stay below it).",
     ),
     FixedLimit(
-        "tidelog.common.security.authentication",
+        "tidelog.server_common.security.authentication.interceptor",
         "PRE_AUTHENTICATION_BYTES_MAX",
         64 * 1024 * 1024,
         "What unauthenticated calls' bodies may make a service hold: a call is refused before its body is "
         "read, which waits in HTTP/2 flow control (grpc.http2.lookahead_bytes per stream; 16.5 MiB measured "
         "for three concurrent 80 MiB calls, 623 MiB before).",
     ),
-    FixedLimit("tidelog.common.metadata", "TOPIC_NAME_LENGTH_MAX", 249, "Longest topic name (Kafka's)."),
+    FixedLimit("tidelog.server_common.metadata", "TOPIC_NAME_LENGTH_MAX", 249, "Longest topic name (Kafka's)."),
     FixedLimit(
         "tidelog.common.record.batch",
         "RECORDS_PER_BATCH_MAX",
@@ -52,34 +52,40 @@ FIXED_LIMITS: Final[tuple[FixedLimit, ...]] = (
         "Bytes a compressed batch may inflate to; more is refused before decompressing.",
     ),
     FixedLimit(
-        "tidelog.common.security.sasl_server",
+        "tidelog.server_common.security.authentication.sasl_server",
         "EXCHANGES_MAX",
         10_000,
         "SCRAM logins half done at once on a listener; the oldest are dropped beyond.",
     ),
     FixedLimit(
-        "tidelog.common.security.sasl_server",
+        "tidelog.server_common.security.authentication.sasl_server",
         "SESSIONS_MAX",
         100_000,
         "SCRAM sessions a listener holds; the oldest are dropped beyond (their clients log in again).",
     ),
     FixedLimit(
-        "tidelog.common.security.authentication",
+        "tidelog.server_common.security.authentication.interceptor",
         "SUBJECTS_CACHED_MAX",
         10_000,
         "Certificate subjects whose principal is remembered; the cache is emptied when full.",
     ),
     FixedLimit(
-        "tidelog.common.security.acl",
+        "tidelog.common.security.authorization.acl",
         "Authorizer.CACHE_MAX",
         100_000,
         "Authorization decisions remembered between ACL changes; the cache is emptied when full.",
     ),
     FixedLimit(
-        "tidelog.common.security.scram", "ITERATIONS_MAX", 16384, "Most SCRAM iterations a credential may ask for."
+        "tidelog.common.security.authentication.scram",
+        "ITERATIONS_MAX",
+        16384,
+        "Most SCRAM iterations a credential may ask for.",
     ),
     FixedLimit(
-        "tidelog.common.security.scram", "MESSAGE_BYTES_MAX", 4096, "Longest SCRAM message; longer is refused unread."
+        "tidelog.common.security.authentication.scram",
+        "MESSAGE_BYTES_MAX",
+        4096,
+        "Longest SCRAM message; longer is refused unread.",
     ),
     # ---- broker --------------------------------------------------------------------------------
     FixedLimit(
