@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import datetime
 import logging
 from collections.abc import Mapping
@@ -31,7 +32,7 @@ import structlog
 
 from tidelog.client import AdminClient
 from tidelog.client.group_admin import GroupAdmin
-from tidelog.common.settings import OperatorSettings, SecuritySettings
+from tidelog.common.settings import OperatorSettings, parse_process_args
 from tidelog.operator import kube_api
 from tidelog.operator.client_certificates import ClientCertificateIssuer
 from tidelog.operator.crds import GROUP, VERSION
@@ -42,7 +43,7 @@ from tidelog.operator.user_reconciler import UserReconciler, UserSpec
 from tidelog.server_common import metrics_catalog
 from tidelog.server_common.runtime import configure_logging, start_metrics
 
-__all__ = ["main", "retry_delay"]
+__all__ = ["OperatorMemo", "handlers", "main", "retry_delay"]
 
 log = structlog.get_logger(__name__)
 
@@ -56,41 +57,18 @@ RECONCILE_SECONDS = metrics_catalog.histogram(
 )
 ERRORS = metrics_catalog.counter("tidelog_operator_errors_total")
 
-# Set by main() before kopf starts: the cluster the operator manages, and how.
-_state: dict[str, Any] = {}
+DELETE_RETRY_S: Final = 5.0  # a deletion not done yet, whose outcome names no pace of its own
 
 
-def _reconciler() -> TopicReconciler:
-    reconciler: TopicReconciler = _state["reconciler"]
-    return reconciler
+@dataclasses.dataclass(frozen=True)
+class OperatorMemo:
+    """What every handler gets as kopf's `memo`: the settings and the reconcilers, made once by
+    serve() before kopf starts (kopf copies the memo per resource; these are shared)."""
 
-
-def _group_reconciler() -> GroupReconciler:
-    reconciler: GroupReconciler = _state["group_reconciler"]
-    return reconciler
-
-
-def _user_reconciler() -> UserReconciler:
-    reconciler: UserReconciler = _state["user_reconciler"]
-    return reconciler
-
-
-@kopf.on.startup()
-async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
-    settings.posting.level = logging.INFO  # Events for what the operator did, not only for failures
-    settings.persistence.finalizer = f"{GROUP}/finalizer"
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
-    settings.watching.server_timeout = 60
-    settings.peering.lifetime = max(1, _state["settings"].operator_peering_lifetime_ms // 1000)
-
-
-@kopf.index(*TOPICS)
-def topics_by_name(
-    *, name: str, namespace: str | None, spec: Mapping[str, Any], meta: Mapping[str, Any], **_: Any
-) -> dict[str, Any]:
-    """Which resources name each topic, for the conflict check."""
-    return {spec.get("topicName") or name: (meta.get("creationTimestamp") or "", namespace, name)}
+    settings: OperatorSettings
+    topics: TopicReconciler
+    groups: GroupReconciler
+    users: UserReconciler
 
 
 def _conflict(name: str, namespace: str | None, spec: Mapping[str, Any], index: kopf.Index[str, Any]) -> str | None:
@@ -116,9 +94,14 @@ def retry_delay(outcome: Outcome, retry: int, settings: OperatorSettings) -> flo
     return delay_ms / 1000
 
 
-def _settings() -> OperatorSettings:
-    settings: OperatorSettings = _state["settings"]
-    return settings
+def _retry_unless_done(outcome: Outcome, retry: int, memo: OperatorMemo, *, deleting: bool = False) -> None:
+    """The one way a handler asks kopf to run it again: an outcome not ready that names a pace
+    (a topic being created, replicas moving, the cluster unreachable) — or, when deleting, any
+    outcome not done — raises kopf.TemporaryError with `retry_delay`'s delay."""
+    if outcome.ready or (outcome.retry_after_s is None and not deleting):
+        return
+    delay = retry_delay(outcome, retry, memo.settings)
+    raise kopf.TemporaryError(outcome.message, delay=delay or (DELETE_RETRY_S if deleting else 0.0))
 
 
 def _condition(outcome: Outcome, generation: int | None) -> dict[str, Any]:
@@ -157,6 +140,7 @@ async def _reconcile_topic(
     patch: kopf.Patch,
     topics_by_name: kopf.Index[str, Any],
     retry: int,
+    memo: OperatorMemo,
     drift: bool,
 ) -> None:
     owner = _conflict(name, namespace, spec, topics_by_name)
@@ -166,39 +150,33 @@ async def _reconcile_topic(
         return
     with RECONCILE_SECONDS.labels("Topic").time():
         try:
-            outcome = await _reconciler().reconcile(TopicSpec.from_resource(name, spec), drift=drift)
+            outcome = await memo.topics.reconcile(TopicSpec.from_resource(name, spec), drift=drift)
         except Exception:
             ERRORS.labels("Topic").inc()
             raise
     _record(outcome, body, patch, meta)
     log.info("topic_reconciled", resource=f"{namespace}/{name}", ready=outcome.ready, reason=outcome.reason)
-    if not outcome.ready and outcome.retry_after_s is not None:
-        raise kopf.TemporaryError(outcome.message, delay=retry_delay(outcome, retry, _settings()))
+    _retry_unless_done(outcome, retry, memo)
 
 
-@kopf.on.create(*TOPICS)
-@kopf.on.update(*TOPICS, field="spec")
-@kopf.on.resume(*TOPICS)
 async def topic_changed(**kwargs: Any) -> None:
     await _reconcile_topic(**_topic_arguments(kwargs), drift=False)
 
 
 async def topic_drift(**kwargs: Any) -> None:
-    """Registered by serve() as a timer every operator.reconcile.interval.ms."""
+    """Every operator.reconcile.interval.ms: what was changed outside Kubernetes is put back."""
     await _reconcile_topic(**_topic_arguments(kwargs), drift=True)
 
 
-@kopf.on.delete(*TOPICS)
 async def topic_deleted(
-    *, spec: Mapping[str, Any], name: str, namespace: str | None, retry: int, **kwargs: Any
+    *, spec: Mapping[str, Any], name: str, namespace: str | None, retry: int, memo: OperatorMemo, **kwargs: Any
 ) -> None:
     index: kopf.Index[str, Any] = kwargs["topics_by_name"]  # kopf passes each index by its name
     if _conflict(name, namespace, spec, index) is not None:
         return  # never owned the topic: nothing to delete
-    outcome = await _reconciler().delete(TopicSpec.from_resource(name, spec))
+    outcome = await memo.topics.delete(TopicSpec.from_resource(name, spec))
     RECONCILES.labels("Topic", outcome.reason).inc()
-    if not outcome.ready:
-        raise kopf.TemporaryError(outcome.message, delay=retry_delay(outcome, retry, _settings()))
+    _retry_unless_done(outcome, retry, memo, deleting=True)
     log.info("topic_released", resource=f"{namespace}/{name}", reason=outcome.reason)
 
 
@@ -209,16 +187,22 @@ async def group_changed(
     meta: Mapping[str, Any],
     name: str,
     patch: kopf.Patch,
+    memo: OperatorMemo,
     retry: int = 0,  # kopf's count of failures in a row
     **_: Any,
 ) -> None:
     """ConsumerGroup: status from the coordinators; a reset applied once per id, when empty."""
     last_reset = (body.get("status") or {}).get("lastReset")
     with RECONCILE_SECONDS.labels("ConsumerGroup").time():
-        outcome = await _group_reconciler().reconcile(GroupSpec.from_resource(name, spec), last_reset=last_reset)
+        outcome = await memo.groups.reconcile(GroupSpec.from_resource(name, spec), last_reset=last_reset)
     _record(outcome, body, patch, meta, kind="ConsumerGroup")
-    if not outcome.ready and outcome.retry_after_s is not None:
-        raise kopf.TemporaryError(outcome.message, delay=retry_delay(outcome, retry, _settings()))
+    _retry_unless_done(outcome, retry, memo)
+
+
+async def group_deleted(*, spec: Mapping[str, Any], name: str, retry: int, memo: OperatorMemo, **_: Any) -> None:
+    outcome = await memo.groups.delete(GroupSpec.from_resource(name, spec))
+    RECONCILES.labels("ConsumerGroup", outcome.reason).inc()
+    _retry_unless_done(outcome, retry, memo, deleting=True)
 
 
 async def user_changed(
@@ -229,41 +213,74 @@ async def user_changed(
     name: str,
     namespace: str | None,
     patch: kopf.Patch,
+    memo: OperatorMemo,
     retry: int = 0,
     **_: Any,
 ) -> None:
     """User: credentials (a Secret), ACLs and quotas of `User:<name>`, as the spec says."""
     with RECONCILE_SECONDS.labels("User").time():
         try:
-            outcome = await _user_reconciler().reconcile(
+            outcome = await memo.users.reconcile(
                 UserSpec.from_resource(name, spec), namespace=namespace or "default", owner=owner_reference(body)
             )
         except Exception:
             ERRORS.labels("User").inc()
             raise
     _record(outcome, body, patch, meta, kind="User")
-    if not outcome.ready and outcome.retry_after_s is not None:
-        raise kopf.TemporaryError(outcome.message, delay=retry_delay(outcome, retry, _settings()))
+    _retry_unless_done(outcome, retry, memo)
 
 
-async def user_deleted(*, spec: Mapping[str, Any], name: str, retry: int, **_: Any) -> None:
-    outcome = await _user_reconciler().delete(UserSpec.from_resource(name, spec))
+async def user_deleted(*, spec: Mapping[str, Any], name: str, retry: int, memo: OperatorMemo, **_: Any) -> None:
+    outcome = await memo.users.delete(UserSpec.from_resource(name, spec))
     RECONCILES.labels("User", outcome.reason).inc()
-    if not outcome.ready:
-        raise kopf.TemporaryError(outcome.message, delay=retry_delay(outcome, retry, _settings()) or 5.0)
-
-
-@kopf.on.delete(*GROUPS)
-async def group_deleted(*, spec: Mapping[str, Any], name: str, retry: int, **_: Any) -> None:
-    outcome = await _group_reconciler().delete(GroupSpec.from_resource(name, spec))
-    RECONCILES.labels("ConsumerGroup", outcome.reason).inc()
-    if not outcome.ready:
-        raise kopf.TemporaryError(outcome.message, delay=retry_delay(outcome, retry, _settings()) or 5.0)
+    _retry_unless_done(outcome, retry, memo, deleting=True)
 
 
 def _topic_arguments(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    keys = ("body", "spec", "meta", "name", "namespace", "patch", "topics_by_name", "retry")
+    keys = ("body", "spec", "meta", "name", "namespace", "patch", "topics_by_name", "retry", "memo")
     return {key: kwargs[key] for key in keys}
+
+
+def handlers(settings: OperatorSettings) -> kopf.OperatorRegistry:
+    """Every handler of the operator, registered in one place and one way (kopf's decorators on a
+    registry of its own, given to kopf.operator): the timers' interval is a setting, known only
+    once the arguments are parsed."""
+    registry = kopf.OperatorRegistry()
+    interval = settings.operator_reconcile_interval_ms / 1000
+    peering_lifetime = max(1, settings.operator_peering_lifetime_ms // 1000)
+
+    @kopf.on.startup(registry=registry)
+    async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.posting.level = logging.INFO  # Events for what the operator did, not only for failures
+        settings.persistence.finalizer = f"{GROUP}/finalizer"
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
+        settings.watching.server_timeout = 60
+        settings.peering.lifetime = peering_lifetime
+
+    @kopf.index(*TOPICS, registry=registry)
+    def topics_by_name(
+        *, name: str, namespace: str | None, spec: Mapping[str, Any], meta: Mapping[str, Any], **_: Any
+    ) -> dict[str, Any]:
+        """Which resources name each topic, for the conflict check."""
+        return {spec.get("topicName") or name: (meta.get("creationTimestamp") or "", namespace, name)}
+
+    for changed in (kopf.on.create, kopf.on.resume):
+        changed(*TOPICS, registry=registry)(topic_changed)
+        changed(*GROUPS, registry=registry)(group_changed)
+    kopf.on.update(*TOPICS, field="spec", registry=registry)(topic_changed)
+    kopf.on.update(*GROUPS, field="spec", registry=registry)(group_changed)
+    kopf.timer(*TOPICS, interval=interval, initial_delay=interval, idle=None, registry=registry)(topic_drift)
+    kopf.timer(*GROUPS, interval=interval, idle=None, registry=registry)(group_changed)
+    kopf.on.delete(*TOPICS, registry=registry)(topic_deleted)
+    kopf.on.delete(*GROUPS, registry=registry)(group_deleted)
+    for users in (USERS, LEGACY_USERS):
+        kopf.on.create(*users, registry=registry)(user_changed)
+        kopf.on.resume(*users, registry=registry)(user_changed)
+        kopf.on.update(*users, field="spec", registry=registry)(user_changed)
+        kopf.timer(*users, interval=interval, initial_delay=interval, idle=None, registry=registry)(user_changed)
+        kopf.on.delete(*users, registry=registry)(user_deleted)
+    return registry
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -278,12 +295,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--priority", type=int, default=0, help="among replicas the highest acts; equal ones freeze")
     parser.add_argument("--clients-ca-cert", type=Path, help="the clients CA's certificate (User tls authentication)")
     parser.add_argument("--clients-ca-key", type=Path, help="that CA's private key")
-    OperatorSettings.add_arguments(parser)
-    SecuritySettings.add_arguments(parser)
-    args = parser.parse_args(argv)
-    args.settings = OperatorSettings.parse_into(parser, args)
-    args.security = SecuritySettings.parse_into(parser, args)
-    return args
+    return parse_process_args(parser, OperatorSettings, argv)
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -304,23 +316,15 @@ async def serve(args: argparse.Namespace) -> None:
             else None
         )
         kube = kube_api.session(kube_api.connection())
-        _state.update(
+        memo = OperatorMemo(
             settings=settings,
-            reconciler=TopicReconciler(admin),
-            group_reconciler=GroupReconciler(groups, admin),
-            user_reconciler=UserReconciler(admin, KubeSecrets(kube), issuer),
+            topics=TopicReconciler(admin),
+            groups=GroupReconciler(groups, admin),
+            users=UserReconciler(admin, KubeSecrets(kube), issuer),
         )
-        interval = settings.operator_reconcile_interval_ms / 1000
-        kopf.timer(*TOPICS, interval=interval, initial_delay=interval, idle=None)(topic_drift)
-        for register in (kopf.on.create(*GROUPS), kopf.on.update(*GROUPS, field="spec"), kopf.on.resume(*GROUPS)):
-            register(group_changed)
-        kopf.timer(*GROUPS, interval=interval, idle=None)(group_changed)
-        for users in (USERS, LEGACY_USERS):
-            for register in (kopf.on.create(*users), kopf.on.update(*users, field="spec"), kopf.on.resume(*users)):
-                register(user_changed)
-            kopf.timer(*users, interval=interval, initial_delay=interval, idle=None)(user_changed)  # drift
-            kopf.on.delete(*users)(user_deleted)
         await kopf.operator(
+            registry=handlers(settings),
+            memo=memo,
             standalone=args.standalone,
             peering_name=None if args.standalone else args.peering,
             priority=None if args.standalone else args.priority,

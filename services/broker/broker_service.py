@@ -18,15 +18,16 @@ from etcd3aio import Etcd3Client
 
 from tidelog.broker.fetch_session import FetchSession, SessionError
 from tidelog.broker.metadata_cache import MetadataCache
+from tidelog.broker.partition import PartitionRead
 from tidelog.broker.producer_id_manager import ProducerIdManager
 from tidelog.broker.quota_manager import QuotaManager
-from tidelog.broker.replica_manager import PartitionRead, ReplicaManager
+from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.broker.request_metrics import REQUESTS, TOTAL_TIME_MS
 from tidelog.broker.topic_metrics import topic_meters
 from tidelog.common.errors import ErrorCode, StaleControllerEpochError, TidelogError
 from tidelog.common.security.authorization.acl import CLUSTER_NAME, Operation, ResourceType
 from tidelog.common.security.quotas.quota import QuotaKind
-from tidelog.common.settings import SecuritySettings
+from tidelog.common.settings import BrokerSettings, SecuritySettings
 from tidelog.server_common.metadata import (
     CONSUMER_OFFSETS_TOPIC,
     CoordinatorClaimRecord,
@@ -70,19 +71,17 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         producer_ids: ProducerIdManager,
         etcd: Etcd3Client | None = None,
         *,
-        fetch_max_bytes: int,
-        fetch_wait_max_ms: int,
+        settings: BrokerSettings,
         access: AccessControl | None = None,
         quotas: QuotaManager | None = None,
     ) -> None:
-        self.fetch_max_bytes = fetch_max_bytes  # fetch.max.bytes: the most one response carries
-        self.fetch_wait_max_ms = fetch_wait_max_ms  # fetch.max.wait.ms.max: the longest long poll
+        self.settings = settings
         self.replicas = replicas
         self.metadata = metadata
         self.producer_ids = producer_ids
         self.etcd = etcd
         self.access = access or AccessControl(SecuritySettings.from_configs())
-        self.quotas = quotas or QuotaManager(None)
+        self.quotas = quotas or QuotaManager(None, settings)
 
     def _leader_hint(self, topic: str, partition: int) -> tuple[int, int]:
         hosted = self.replicas.partitions.get((topic, partition))
@@ -212,9 +211,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     async def Fetch(self, request: broker_pb2.FetchRequest, context: Context) -> broker_pb2.FetchResponse:  # noqa: N802
         started = time.perf_counter()
-        limit = self.fetch_max_bytes
+        limit = self.settings.fetch_max_bytes  # the most one response carries
         max_bytes = min(request.max_bytes if request.max_bytes > 0 else limit, limit)
-        deadline = time.monotonic() + min(max(request.max_wait_ms, 0), self.fetch_wait_max_ms) / 1000
+        deadline = time.monotonic() + min(max(request.max_wait_ms, 0), self.settings.fetch_max_wait_ms_max) / 1000
         follower = request.replica_id >= 0
         kind = "FetchFollower" if follower else "Fetch"  # as Kafka's RequestMetrics tell them apart
         # Once per request: a long poll that wakes up is the same fetch, not a new sign of life.
@@ -273,7 +272,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         keys = [(entry.topic, entry.partition) for entry in request.partitions]
         follower = request.replica_id >= 0
         refused = (
-            self.replicas.record_follower_fetch(
+            self.replicas.followers.record_fetch(
                 request.replica_id, request.replica_incarnation, list(request.partitions)
             )
             if follower
@@ -284,7 +283,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         while True:
             events = self.replicas.append_events(keys)  # before the read: no lost wake-up
             read_started = time.perf_counter()
-            reads = await self.replicas.run_io(self._read_all, wanted, max_bytes, follower, request=kind)
+            reads = await self.replicas.io.run(self._read_all, wanted, max_bytes, follower, request=kind)
             read_s += time.perf_counter() - read_started  # request time, without the long-poll wait
             reads += _refused_reads(refused)
             remaining = deadline - time.monotonic()
@@ -306,15 +305,14 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         partition."""
         forgotten = [(entry.topic, entry.partition) for entry in request.forgotten]
         answer = set(session.update(request.partitions, forgotten))
-        session.last_fetch_s = time.monotonic()
-        session.quiet = False
-        refused = self.replicas.record_follower_fetch(
+        session.fetched()
+        refused = self.replicas.followers.record_fetch(
             request.replica_id, request.replica_incarnation, list(request.partitions), session
         )
         while True:
             answer |= session.take_dirty()  # before the read: no lost wake-up
             wanted = [session.partitions[key] for key in answer if key in session.partitions and key not in refused]
-            reads = await self.replicas.run_io(self._read_all, wanted, max_bytes, True, request=kind) if wanted else []
+            reads = await self.replicas.io.run(self._read_all, wanted, max_bytes, True, request=kind) if wanted else []
             reads += _refused_reads(refused)
             remaining = deadline - time.monotonic()
             if _fetch_done(reads, request.min_bytes, remaining) or session.closed:
@@ -354,7 +352,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 elif entry.timestamp == LATEST:
                     result.offset = partition_log.high_watermark
                 else:
-                    found = await self.replicas.run_io(
+                    found = await self.replicas.io.run(
                         partition_log.offset_for_timestamp, entry.timestamp, request="ListOffsets"
                     )
                     if found is not None and found[0] < partition_log.high_watermark:
@@ -487,7 +485,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             REQUESTS.labels("LeaderAndIsr", ErrorCode.CLUSTER_AUTHORIZATION_FAILED.name).inc()
             return broker_pb2.LeaderAndIsrResponse(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
         try:
-            errors = await self.replicas.leader_and_isr(request)
+            errors = await self.replicas.states.leader_and_isr(request)
         except TidelogError as error:  # a stale controller epoch, or a request for another broker life
             REQUESTS.labels("LeaderAndIsr", error.code.name).inc()
             return broker_pb2.LeaderAndIsrResponse(error_code=int(error.code))
@@ -501,7 +499,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             REQUESTS.labels("StopReplica", ErrorCode.CLUSTER_AUTHORIZATION_FAILED.name).inc()
             return broker_pb2.StopReplicaResponse(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
         try:
-            await self.replicas.stop_replicas(request)
+            await self.replicas.states.stop_replicas(request)
         except TidelogError as error:
             return broker_pb2.StopReplicaResponse(error_code=int(error.code))
         return broker_pb2.StopReplicaResponse()
@@ -513,7 +511,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             REQUESTS.labels("UpdateMetadata", ErrorCode.CLUSTER_AUTHORIZATION_FAILED.name).inc()
             return broker_pb2.UpdateMetadataResponse(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
         try:
-            self.replicas.check_controller_epoch(request.controller_epoch)
+            self.replicas.states.check_controller_epoch(request.controller_epoch)
         except StaleControllerEpochError:
             return broker_pb2.UpdateMetadataResponse(error_code=int(ErrorCode.STALE_CONTROLLER_EPOCH))
         self.metadata.update(request)

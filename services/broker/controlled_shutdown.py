@@ -23,6 +23,7 @@ import structlog
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode
+from tidelog.common.settings import BrokerSettings
 from tidelog.v1 import controller_pb2, controller_pb2_grpc
 
 __all__ = ["controlled_shutdown"]
@@ -37,19 +38,19 @@ async def controlled_shutdown(
     metadata: MetadataCache,
     broker_id: int,
     incarnation: str,
+    settings: BrokerSettings,
     *,
-    max_retries: int,
-    backoff_ms: int,
     channels: ChannelPool,
     find_controller: Callable[[], Awaitable[str]] | None = None,
 ) -> bool:
     """True when the controller moved what it could; False when it could not be reached within
-    `max_retries` x `backoff_ms`. `find_controller` reads the elected controller's endpoint from
-    etcd ("" if none): when the controller asked is gone, the one elected after it is asked as soon
-    as etcd names it, rather than a whole backoff later."""
+    controlled.shutdown.max.retries x controlled.shutdown.retry.backoff.ms. `find_controller` reads
+    the elected controller's endpoint from etcd ("" if none): when the controller asked is gone,
+    the one elected after it is asked as soon as etcd names it, rather than a whole backoff later."""
     request = controller_pb2.ControlledShutdownRequest(broker_id=broker_id, broker_incarnation=incarnation)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + max_retries * backoff_ms / 1000
+    backoff_ms = settings.controlled_shutdown_retry_backoff_ms
+    deadline = loop.time() + settings.controlled_shutdown_max_retries * backoff_ms / 1000
     endpoint = metadata.controller_endpoint
     failed, failed_at = "", -math.inf  # the endpoint the last attempt could not reach, and when
     while True:

@@ -20,10 +20,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import time
 from collections.abc import Callable, Iterable
 from typing import Final
 
+from tidelog.common.clock import Monotonic, monotonic
 from tidelog.common.errors import ErrorCode
 from tidelog.v1 import broker_pb2
 
@@ -41,17 +41,25 @@ class SessionError(Exception):
 
 
 class FetchSession:
-    def __init__(self, session_id: int, replica_id: int, watchers: dict[Key, set[FetchSession]]) -> None:
+    def __init__(
+        self, session_id: int, replica_id: int, watchers: dict[Key, set[FetchSession]], clock: Monotonic = monotonic
+    ) -> None:
         self.id = session_id
         self.replica_id = replica_id
         self.epoch = 1  # the epoch the next incremental request must carry
         self.partitions: dict[Key, broker_pb2.FetchPartition] = {}
         self.dirty: set[Key] = set()
         self.woken = asyncio.Event()
-        self.last_fetch_s = time.monotonic()
+        self.clock = clock
+        self.last_fetch_s = clock()
         self.quiet = False  # flagged by the ISR check for no fetch in a while; cleared by the next fetch
         self.closed = False
         self._watchers = watchers  # the replica manager's: key → sessions holding it
+
+    def fetched(self) -> None:
+        """A fetch through this session: the followers it holds are alive as of now."""
+        self.last_fetch_s = self.clock()
+        self.quiet = False
 
     def holds(self, key: Key) -> bool:
         return not self.closed and key in self.partitions
@@ -110,11 +118,13 @@ class FetchSessionCache:
         *,
         slots: int = 1000,
         on_close: Callable[[FetchSession], None] = lambda session: None,
+        clock: Monotonic = monotonic,
     ) -> None:
         assert slots >= 1
         self.slots = slots  # max.incremental.fetch.session.cache.slots
         self.watchers = watchers
         self.on_close = on_close  # the ISR check looks at its partitions again
+        self.clock = clock
         self.sessions: dict[int, FetchSession] = {}  # in least recently used order
         self._ids = itertools.count(1)
 
@@ -141,7 +151,7 @@ class FetchSessionCache:
         while self.sessions and len(self.sessions) >= self.slots:
             self._close(next(iter(self.sessions.values())))  # the least recently used
         session_id = next(self._ids) % SESSION_ID_MAX or next(self._ids)
-        session = FetchSession(session_id, replica_id, self.watchers)
+        session = FetchSession(session_id, replica_id, self.watchers, self.clock)
         self.sessions[session_id] = session
         return session
 

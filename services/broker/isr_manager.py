@@ -21,14 +21,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import time
 from typing import Final
 
 import grpc
 import structlog
 
 from tidelog.broker.metadata_cache import MetadataCache
-from tidelog.broker.replica_manager import Partition, ReplicaManager
+from tidelog.broker.partition import Partition
+from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.broker.replica_role import ReplicaRole
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode
@@ -53,13 +53,13 @@ class IsrManager:
         replicas: ReplicaManager,
         metadata: MetadataCache,
         *,
-        lag_time_max_ms: int,
         channels: ChannelPool | None = None,
     ) -> None:
-        assert lag_time_max_ms > 0
         self.replicas = replicas
         self.metadata = metadata
-        self.lag_s = lag_time_max_ms / 1000
+        self.clock = replicas.clock  # the replicas' own: their fetch times are on it
+        self.lag_s = replicas.settings.replica_lag_time_max_ms / 1000
+        assert self.lag_s > 0
         self.interval_s = min(self.lag_s / 2, 0.5)
         self._pending: set[tuple[str, int]] = set()
         self._channels = channels or ChannelPool()
@@ -96,13 +96,13 @@ class IsrManager:
     async def check_once(self) -> None:
         """Look at the partitions in the replica manager's ISR watch (not every partition: a
         settled one is left alone until something could unsettle it)."""
-        now = time.monotonic()
+        now = self.clock()
         changes: list[tuple[Partition, list[int]]] = []
-        watch = self.replicas.isr_watch
+        watch = self.replicas.followers.isr_watch
         # A session quiet for half the lag time: its followers may be gone, look at theirs again
         # (they leave the ISR once quiet for the whole lag time, judged by the session's last fetch).
         quiet_s = self.lag_s / 2
-        self.replicas.watch_quiet_sessions(quiet_s)
+        self.replicas.followers.watch_quiet_sessions(quiet_s)
         for key in list(watch):
             partition = self.replicas.partitions.get(key)
             if partition is None or partition.role is not ReplicaRole.LEADER:
@@ -110,7 +110,7 @@ class IsrManager:
                 continue
             if key in self._pending:
                 continue
-            if self.replicas.settled(partition, now, quiet_s):
+            if self.replicas.followers.settled(partition, now, quiet_s):
                 watch.discard(key)
                 continue
             pending = partition.pending_isr
@@ -194,7 +194,7 @@ class IsrManager:
         if result.error_code == ErrorCode.INELIGIBLE_REPLICA:
             # A joiner the controller will not take (shutting down, or not registered): the same
             # is not asked again until something differs (`_refused_before`).
-            partition.refused_isr = (self._isr_request_key(partition, wanted), time.monotonic())
+            partition.refused_isr = (self._isr_request_key(partition, wanted), self.clock())
 
     def _refused_before(self, partition: Partition, wanted: list[int], now: float) -> bool:
         """Whether this very change was refused as ineligible, and nothing since can make it
@@ -219,7 +219,7 @@ class IsrManager:
         """Apply the controller's acceptance of one change."""
         if result.HasField("state"):
             before = set(partition.state.isr)
-            self.replicas.apply_committed_state(result.state)
+            self.replicas.states.apply_committed_state(result.state)
             after = set(result.state.isr)
             if after < before:
                 ISR_SHRINKS.inc()

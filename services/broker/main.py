@@ -21,8 +21,10 @@ from tidelog.broker.producer_id_manager import ProducerIdManager
 from tidelog.broker.quota_manager import QuotaManager
 from tidelog.broker.registration import Registration
 from tidelog.broker.replica_manager import ReplicaManager
+from tidelog.broker.storage import LogConfig
 from tidelog.common.channels import ChannelPool
-from tidelog.common.settings import BrokerSettings, SecuritySettings
+from tidelog.common.errors import InvalidConfigError
+from tidelog.common.settings import BrokerSettings, parse_process_args
 from tidelog.server_common.etcd.active_controller import active_controller_endpoint
 from tidelog.server_common.etcd.connect import etcd_client
 from tidelog.server_common.metadata import BrokerRegistration
@@ -53,11 +55,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="NAME=VALUE",
         help="default topic config for this broker's logs (repeatable)",
     )
-    BrokerSettings.add_arguments(parser)
-    SecuritySettings.add_arguments(parser)
-    args = parser.parse_args(argv)
-    args.settings = BrokerSettings.parse_into(parser, args)
-    args.security = SecuritySettings.parse_into(parser, args)
+    args = parse_process_args(parser, BrokerSettings, argv)
+    args.log_defaults = {
+        name.strip(): value.strip() for name, _, value in (item.partition("=") for item in args.log_config)
+    }
+    try:  # checked now, not when the first log opens
+        LogConfig.from_configs(args.log_defaults)
+    except InvalidConfigError as error:
+        parser.error(f"--log-config: {error}")
     return args
 
 
@@ -65,7 +70,7 @@ async def _every(interval_ms: int, replicas: ReplicaManager, work: Callable[[], 
     while True:
         await asyncio.sleep(interval_ms / 1000)
         try:
-            await replicas.run_io(work)
+            await replicas.io.run(work)
         except Exception:
             log.exception("background_task_failed")
 
@@ -77,36 +82,18 @@ class _Broker:
         self.args = args
         self.settings: BrokerSettings = args.settings
         settings = self.settings
-        defaults = dict(item.split("=", 1) for item in args.log_config)
         # One pool for every channel this broker opens: to leaders (fetch) and to the controller.
         self.channels = ChannelPool(args.security)
         self.replicas = ReplicaManager(
-            args.id,
-            Path(args.data_dir),
-            io_threads=settings.num_io_threads,
-            log_defaults=defaults,
-            fetcher_options={
-                "wait_max_ms": settings.replica_fetch_wait_max_ms,
-                "fetch_max_bytes": settings.replica_fetch_max_bytes,
-                "response_max_bytes": settings.replica_fetch_response_max_bytes,
-                "backoff_ms": settings.replica_fetch_backoff_ms,
-            },
-            channels=self.channels,
-            lag_time_max_ms=settings.replica_lag_time_max_ms,
-            fetch_session_slots=settings.max_incremental_fetch_session_cache_slots,
+            args.id, Path(args.data_dir), settings, log_defaults=args.log_defaults, channels=self.channels
         )
         broker_metrics.register(self.replicas, settings.metrics_partition_series_max)
-        server_metrics.register(self.replicas.io_busy, settings.num_io_threads, args.port)
+        server_metrics.register(self.replicas.io.busy, settings.num_io_threads, args.port)
         self.metadata = MetadataCache()
         self.etcd = etcd_client(args.etcd, args.security)
         self.service_security = ServiceSecurity(args.security, self.etcd)
         self.access = self.service_security.access
-        self.quotas = QuotaManager(
-            self.etcd,
-            window_num=settings.quota_window_num,
-            window_size_s=settings.quota_window_size_seconds,
-            throttle_max_ms=settings.quota_throttle_max_ms,
-        )
+        self.quotas = QuotaManager(self.etcd, settings)
         self.registration = Registration(
             self.etcd,
             BrokerRegistration(
@@ -118,12 +105,10 @@ class _Broker:
             ),
             ttl_s=max(1, settings.broker_session_timeout_ms // 1000),
             on_replaced=stopping.set,  # another process registered this broker id: stop, fenced anyway
-            on_lost=self.replicas.fence,
-            on_restored=self.replicas.registered_again,
+            on_lost=self.replicas.fencing.session_lost,
+            on_restored=self.replicas.fencing.registered_again,
         )
-        self.isr_manager = IsrManager(
-            self.replicas, self.metadata, lag_time_max_ms=settings.replica_lag_time_max_ms, channels=self.channels
-        )
+        self.isr_manager = IsrManager(self.replicas, self.metadata, channels=self.channels)
         self.background: list[asyncio.Task[None]] = []
 
     def add_to(self, server: grpc.aio.Server) -> list[str]:
@@ -132,8 +117,7 @@ class _Broker:
             self.metadata,
             ProducerIdManager(self.etcd, self.args.id),
             self.etcd,
-            fetch_max_bytes=self.settings.fetch_max_bytes,
-            fetch_wait_max_ms=self.settings.fetch_max_wait_ms_max,
+            settings=self.settings,
             access=self.access,
             quotas=self.quotas,
         )
@@ -166,8 +150,7 @@ class _Broker:
                 self.metadata,
                 self.args.id,
                 self.replicas.incarnation,
-                max_retries=self.settings.controlled_shutdown_max_retries,
-                backoff_ms=self.settings.controlled_shutdown_retry_backoff_ms,
+                self.settings,
                 channels=self.channels,
                 find_controller=lambda: active_controller_endpoint(self.etcd),
             )

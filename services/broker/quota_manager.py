@@ -6,13 +6,13 @@ long, and the broker holds that client's next request until then (a client that 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from typing import Any, Final
 
 from etcd3aio import Etcd3Client
 
+from tidelog.common.clock import Monotonic, monotonic
 from tidelog.common.security.quotas.quota import CLIENT_ID_METADATA, QuotaKind, QuotaTable, RateSensor
+from tidelog.common.settings import BrokerSettings
 from tidelog.server_common import metrics_catalog
 from tidelog.server_common.etcd.watched_prefix import WatchedPrefix
 from tidelog.server_common.metadata import QUOTAS_PREFIX
@@ -30,16 +30,14 @@ class QuotaManager:
     def __init__(
         self,
         etcd: Etcd3Client | None,
+        settings: BrokerSettings,
         *,
-        window_num: int = 11,
-        window_size_s: float = 1.0,
-        throttle_max_ms: int = 300_000,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Monotonic = monotonic,
     ) -> None:
         self.table = QuotaTable()
-        self.window_num = window_num
-        self.window_size_s = window_size_s
-        self.throttle_max_ms = throttle_max_ms
+        self.window_num = settings.quota_window_num
+        self.window_size_s = float(settings.quota_window_size_seconds)
+        self.throttle_max_ms = settings.quota_throttle_max_ms
         self._clock = clock
         self._sensors: dict[tuple[str, str, QuotaKind], RateSensor] = {}
         self._muted_until: dict[tuple[str, str], float] = {}

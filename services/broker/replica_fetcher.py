@@ -24,7 +24,9 @@ import structlog
 
 from tidelog.broker.storage import PartitionLog
 from tidelog.common.channels import ChannelPool
+from tidelog.common.clock import Monotonic, monotonic
 from tidelog.common.errors import ErrorCode, TidelogError
+from tidelog.common.settings import BrokerSettings
 from tidelog.server_common import metrics_catalog
 from tidelog.v1 import broker_pb2, broker_pb2_grpc
 
@@ -73,21 +75,18 @@ class ReplicaFetcherManager:
         self,
         broker_id: int,
         run_io: Callable[..., Any],
+        settings: BrokerSettings,
         *,
         incarnation: str = "",
-        wait_max_ms: int = 500,
-        fetch_max_bytes: int = 1024 * 1024,
-        response_max_bytes: int = 10 * 1024 * 1024,
-        backoff_ms: int = 200,
         channels: ChannelPool | None = None,
+        clock: Monotonic = monotonic,
     ) -> None:
         self.broker_id = broker_id
         self.incarnation = incarnation
         self.run_io = run_io
-        self.wait_max_ms = wait_max_ms
-        self.fetch_max_bytes = fetch_max_bytes  # replica.fetch.max.bytes, per partition
-        self.response_max_bytes = response_max_bytes  # replica.fetch.response.max.bytes, per request
-        self.backoff_s = backoff_ms / 1000
+        self.settings = settings  # replica.fetch.{wait.max.ms,max.bytes,response.max.bytes,backoff.ms}
+        self.clock = clock
+        self.backoff_s = settings.replica_fetch_backoff_ms / 1000
         self.endpoints: dict[int, str] = {}
         self.followed: dict[tuple[str, int], FollowedPartition] = {}
         self._by_leader: dict[int, dict[tuple[str, int], FollowedPartition]] = {}  # the same, by leader
@@ -173,7 +172,7 @@ class ReplicaFetcherManager:
             try:
                 if stub is None:
                     raise ConnectionError(f"no endpoint known for leader {leader}")
-                now = time.monotonic()
+                now = self.clock()
                 due = [
                     partitions[key]
                     for key in self._untruncated.get(leader, ())
@@ -221,7 +220,7 @@ class ReplicaFetcherManager:
                 previous = self._query_delay.get(key)
                 delay = EPOCH_QUERY_RETRY_FIRST_S if previous is None else previous * 2
                 delay = self._query_delay[key] = min(delay, max(self.backoff_s, EPOCH_QUERY_RETRY_FIRST_S))
-                self._query_after[key] = time.monotonic() + delay
+                self._query_after[key] = self.clock() + delay
                 refused[ErrorCode(answer.error_code).name] += 1
                 if len(refused_sample) < 5:
                     refused_sample.append(f"{answer.topic}-{answer.partition}")
@@ -285,12 +284,13 @@ class ReplicaFetcherManager:
         # The long poll ends by the time a refused epoch query is due again: that partition is
         # fetched only after its query, so not after a whole replica.fetch.wait.max.ms.
         query_in_s = self._next_query_in_s(leader)
+        wait_max_ms = self.settings.replica_fetch_wait_max_ms
         request = broker_pb2.FetchRequest(
             replica_id=self.broker_id,
             replica_incarnation=self.incarnation,
-            max_wait_ms=self.wait_max_ms if query_in_s is None else min(self.wait_max_ms, int(query_in_s * 1000) + 1),
+            max_wait_ms=wait_max_ms if query_in_s is None else min(wait_max_ms, int(query_in_s * 1000) + 1),
             min_bytes=1,
-            max_bytes=self.response_max_bytes,
+            max_bytes=self.settings.replica_fetch_response_max_bytes,
             incremental=True,
             session_id=session.session_id,
             session_epoch=session.epoch,
@@ -308,7 +308,7 @@ class ReplicaFetcherManager:
                     topic=followed.topic,
                     partition=followed.partition,
                     fetch_offset=position[0],
-                    partition_max_bytes=self.fetch_max_bytes,
+                    partition_max_bytes=self.settings.replica_fetch_max_bytes,
                     current_leader_epoch=followed.leader_epoch,
                 )
         if not changes and not forgotten and (full or not session.sent):
@@ -355,7 +355,7 @@ class ReplicaFetcherManager:
     ) -> broker_pb2.FetchResponse | None:
         """The leader's answer to `request`; None if follow() interrupted the long poll."""
         polling: asyncio.Future[broker_pb2.FetchResponse] = asyncio.ensure_future(
-            stub.Fetch(request, timeout=self.wait_max_ms / 1000 + 30)
+            stub.Fetch(request, timeout=self.settings.replica_fetch_wait_max_ms / 1000 + 30)
         )
         self._polling[leader] = polling
         try:
@@ -374,7 +374,7 @@ class ReplicaFetcherManager:
         untruncated = self._untruncated.get(leader)
         if not untruncated:
             return None
-        now = time.monotonic()
+        now = self.clock()
         return max(0.0, min(self._query_after.get(key, now) for key in untruncated) - now)
 
     async def _idle_wait(self, leader: int) -> None:

@@ -32,6 +32,7 @@ import structlog
 from tidelog.client import TopicPartition
 from tidelog.client.group_admin import GroupAdmin
 from tidelog.common.errors import TidelogError
+from tidelog.common.settings import ControllerSettings
 from tidelog.controller.controller import Controller
 from tidelog.server_common.metrics_http import add_text_source, family_text
 
@@ -64,14 +65,12 @@ class ExporterView:
         self,
         controller: Controller,
         client: Callable[[list[str]], GroupAdmin],
-        *,
-        refresh_ms: int,
-        partition_series_max: int,
+        settings: ControllerSettings,
     ) -> None:
         self.controller = controller
         self.client = client  # a group admin (and its consumer) for a bootstrap list: made once brokers exist
-        self.refresh_s = refresh_ms / 1000
-        self.partition_series_max = partition_series_max
+        self.refresh_s = settings.controller_metrics_exporter_refresh_ms / 1000
+        self.partition_series_max = settings.controller_metrics_partition_series_max
         self.snapshot = Snapshot()
         self._admin: GroupAdmin | None = None
 
@@ -181,10 +180,8 @@ class ExporterView:
 def register(
     controller: Controller,
     client: Callable[[list[str]], GroupAdmin],
-    *,
-    refresh_ms: int,
-    partition_series_max: int,
+    settings: ControllerSettings,
 ) -> ExporterView:
-    view = ExporterView(controller, client, refresh_ms=refresh_ms, partition_series_max=partition_series_max)
+    view = ExporterView(controller, client, settings)
     add_text_source(view.text)
     return view

@@ -11,7 +11,7 @@ import structlog
 
 from tidelog.client.group_admin import GroupAdmin
 from tidelog.common.channels import ChannelPool
-from tidelog.common.settings import ControllerSettings, SecuritySettings
+from tidelog.common.settings import ControllerSettings, parse_process_args
 from tidelog.controller import controller_metrics, exporter_view
 from tidelog.controller.admin_service import AdminService
 from tidelog.controller.controller import Controller
@@ -33,12 +33,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, required=True, help="admin gRPC port")
     parser.add_argument("--metrics-port", type=int, default=0)
     parser.add_argument("--etcd", required=True, help="etcd endpoints host:port,... (every member)")
-    ControllerSettings.add_arguments(parser)
-    SecuritySettings.add_arguments(parser)
-    args = parser.parse_args(argv)
-    args.settings = ControllerSettings.parse_into(parser, args)
-    args.security = SecuritySettings.parse_into(parser, args)
-    return args
+    return parse_process_args(parser, ControllerSettings, argv)
 
 
 class _Controller:
@@ -59,8 +54,7 @@ class _Controller:
         self.exporter = exporter_view.register(
             self.controller,
             lambda bootstrap: GroupAdmin(bootstrap, request_timeout_ms=EXPORTER_REQUEST_TIMEOUT_MS, security=security),
-            refresh_ms=args.settings.controller_metrics_exporter_refresh_ms,
-            partition_series_max=args.settings.controller_metrics_partition_series_max,
+            args.settings,
         )
         self.running: asyncio.Task[None] | None = None
         self.exporting: asyncio.Task[None] | None = None

@@ -20,7 +20,7 @@ from tidelog.client import AdminClient, Consumer, TopicPartition
 from tidelog.client.cluster_metadata import ClusterMetadata
 from tidelog.client.connections import Connections
 from tidelog.common.errors import ErrorCode, TidelogError
-from tidelog.common.settings import CoordinatorSettings, SecuritySettings
+from tidelog.common.settings import CoordinatorSettings, SecuritySettings, parse_process_args
 from tidelog.coordinator import coordinator_metrics
 from tidelog.coordinator.coordinator_service import CoordinatorService
 from tidelog.coordinator.group_coordinator import GroupCoordinator
@@ -52,12 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--metrics-port", type=int, default=0)
     parser.add_argument("--etcd", required=True, help="etcd endpoints host:port,... (every member)")
-    CoordinatorSettings.add_arguments(parser)
-    SecuritySettings.add_arguments(parser)
-    args = parser.parse_args(argv)
-    args.settings = CoordinatorSettings.parse_into(parser, args)
-    args.security = SecuritySettings.parse_into(parser, args)
-    return args
+    return parse_process_args(parser, CoordinatorSettings, argv)
 
 
 async def _ensure_offsets_topic(

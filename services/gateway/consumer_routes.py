@@ -47,7 +47,7 @@ INSTANCE_PATH = "/consumers/{group}/instances/{instance}"
 
 
 async def _body(request: Request, ctx: GatewayContext, model: type[Any], *, optional: bool = False) -> Any:
-    data = await read_bytes(request, ctx.limits.rest_request_max_bytes)
+    data = await read_bytes(request, ctx.settings.rest_request_max_bytes)
     if optional and not data.strip():
         return None
     check_metadata_content_type(request.headers.get("content-type"))
@@ -74,7 +74,7 @@ async def create_consumer(group: Group, request: Request, ctx: Context, who: Pri
     embedded = EmbeddedFormat(body.format)
     request_timeout_ms = body.consumer_request_timeout_ms
     if request_timeout_ms is None:
-        request_timeout_ms = ctx.limits.consumer_request_timeout_ms
+        request_timeout_ms = ctx.settings.consumer_request_timeout_ms
     name = body.name or f"rest-consumer-{uuid.uuid4()}"
 
     def make() -> ConsumerInstance:
@@ -89,7 +89,7 @@ async def create_consumer(group: Group, request: Request, ctx: Context, who: Pri
             auto_commit=body.auto_commit_enable,
             fetch_min_bytes=body.fetch_min_bytes,
             request_timeout_ms=request_timeout_ms,
-            instance_timeout_ms=ctx.limits.consumer_instance_timeout_ms,
+            instance_timeout_ms=ctx.settings.consumer_instance_timeout_ms,
         )
 
     await ctx.registry.add(group, name, who, make)
@@ -193,7 +193,7 @@ async def records(
 ) -> Response:
     consumer = ctx.registry.get(group, instance, who)
     accepted_format(request.headers.get("accept"), consumer.format)
-    limit = min(max_bytes or ctx.limits.consumer_request_max_bytes, ctx.limits.consumer_request_max_bytes)
+    limit = min(max_bytes or ctx.settings.consumer_request_max_bytes, ctx.settings.consumer_request_max_bytes)
     async with consumer.lock:
         got = await consumer.records(consumer.request_timeout_ms if timeout is None else timeout, limit)
         body = consumer.render_json(got)
@@ -220,7 +220,7 @@ async def stream_records(group: Group, instance: Instance, request: Request, ctx
             try:
                 # Short polls: between them other requests to the instance (a commit) get the lock.
                 async with consumer.lock:
-                    got = await consumer.records(SSE_POLL_MS, ctx.limits.consumer_request_max_bytes)
+                    got = await consumer.records(SSE_POLL_MS, ctx.settings.consumer_request_max_bytes)
                     rendered = consumer.render(got)
                     consumer.touch()
             except RestError as error:  # the stream ends with the error, as an event

@@ -19,7 +19,7 @@ __all__ = ["GatewayContext", "context", "principal"]
 
 @dataclasses.dataclass(slots=True)
 class GatewayContext:
-    limits: GatewaySettings
+    settings: GatewaySettings
     bootstrap: list[str]
     connections: Connections
     producer: Producer

@@ -20,6 +20,7 @@ import structlog
 from etcd3aio import Etcd3Client
 from etcd3aio.kv import KVService
 
+from tidelog.common.settings import GatewaySettings
 from tidelog.gateway.consumer_instances import ConsumerInstance
 from tidelog.gateway.rest_errors import (
     CONSUMER_ALREADY_EXISTS,
@@ -45,15 +46,14 @@ class InstanceRegistry:
         *,
         gateway_id: str,
         url: str,
-        instance_timeout_ms: int,
-        instances_max: int,
+        settings: GatewaySettings,
     ) -> None:
         self.etcd = etcd
         self.session = session
         self.gateway_id = gateway_id
         self.url = url
-        self.instance_timeout_s = instance_timeout_ms / 1000
-        self.instances_max = instances_max
+        self.instance_timeout_s = settings.consumer_instance_timeout_ms / 1000
+        self.instances_max = settings.consumer_instances_max
         self.local: dict[tuple[str, str], ConsumerInstance] = {}
         self._creating: set[tuple[str, str]] = set()
 

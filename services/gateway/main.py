@@ -24,7 +24,7 @@ from etcd3aio import Etcd3Client
 
 from tidelog.client import AdminClient, Consumer, Producer
 from tidelog.client.connections import Connections
-from tidelog.common.settings import GatewaySettings, SecuritySettings
+from tidelog.common.settings import GatewaySettings, parse_process_args
 from tidelog.gateway.access import load_credentials
 from tidelog.gateway.app import create_app
 from tidelog.gateway.gateway_context import GatewayContext
@@ -53,12 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--metrics-port", type=int, default=0)
     parser.add_argument("--etcd", required=True, help="etcd endpoints host:port,... (every member)")
     parser.add_argument("--credentials-file", type=Path, help="'credential principal' per line: turns auth on")
-    GatewaySettings.add_arguments(parser)
-    SecuritySettings.add_arguments(parser)
-    args = parser.parse_args(argv)
-    args.settings = GatewaySettings.parse_into(parser, args)
-    args.security = SecuritySettings.parse_into(parser, args)
-    return args
+    return parse_process_args(parser, GatewaySettings, argv)
 
 
 class _Server(uvicorn.Server):
@@ -99,8 +94,7 @@ class _Gateway:
             self.session,
             gateway_id=str(self.args.id),
             url=self.url,
-            instance_timeout_ms=settings.consumer_instance_timeout_ms,
-            instances_max=settings.consumer_instances_max,
+            settings=settings,
         )
         self.producer = Producer(bootstrap, linger_ms=settings.producer_linger_ms, connections=self.connections)
         authenticating = bool(self.credentials) or self.scram_credentials is not None
@@ -112,7 +106,7 @@ class _Gateway:
         if self.scram_credentials is not None:
             await self.scram_credentials.start()
         self.context = GatewayContext(
-            limits=settings,
+            settings=settings,
             bootstrap=bootstrap,
             connections=self.connections,
             producer=self.producer,

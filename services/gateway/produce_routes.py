@@ -37,15 +37,15 @@ _BODY = body_schema(
 
 async def produce_request(request: Request, ctx: GatewayContext, topic: str, partition: int | None) -> Response:
     embedded = produce_format(request.headers.get("content-type"))
-    data = await read_bytes(request, ctx.limits.rest_request_max_bytes)
-    records = decode_plain_records(data, embedded, ctx.limits.produce_records_max)
+    data = await read_bytes(request, ctx.settings.rest_request_max_bytes)
+    records = decode_plain_records(data, embedded, ctx.settings.produce_records_max)
     if records is None:  # headers, timestamps, or something to refuse: the models say what
         model = BinaryProduceBody if embedded is EmbeddedFormat.BINARY else ProduceBody
         body = parse_model(data, model)
-        if len(body.records) > ctx.limits.produce_records_max:
+        if len(body.records) > ctx.settings.produce_records_max:
             raise RestError(
                 UNPROCESSABLE,
-                f"{len(body.records)} records exceed produce.records.max={ctx.limits.produce_records_max}",
+                f"{len(body.records)} records exceed produce.records.max={ctx.settings.produce_records_max}",
             )
         records = decode_records(body.records, embedded)
     if partition is not None:

@@ -156,7 +156,7 @@ async def produce_records(cluster_id: ClusterId, topic: TopicName, request: Requ
 
     async def send_all() -> None:
         try:
-            async for document in _documents(request, ctx.limits.rest_request_max_bytes):
+            async for document in _documents(request, ctx.settings.rest_request_max_bytes):
                 try:
                     await reports.put(await _send(ctx, topic, count, document))
                 except ValueError as error:

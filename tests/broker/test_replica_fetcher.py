@@ -4,20 +4,30 @@ is cut, and many partitions' truncations at once."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.fake_clock import FakeClock
 from tests.waiting import until
 from tidelog.broker.replica_fetcher import EPOCH_QUERY_RETRY_FIRST_S, FollowedPartition, ReplicaFetcherManager
 from tidelog.broker.storage import LogConfig, PartitionLog
 from tidelog.common.errors import ErrorCode
 from tidelog.common.record.batch import encode_batch
+from tidelog.common.settings import BrokerSettings
 from tidelog.v1 import broker_pb2
 
 
 async def _run_io(function: Callable[..., object], *args: object) -> object:
     return await asyncio.to_thread(function, *args)
+
+
+def _settings(**overrides: object) -> BrokerSettings:
+    return BrokerSettings.from_configs(overrides)
+
+
+def _patient() -> BrokerSettings:
+    """A minute's backoff and long poll: nothing the test does not cause happens by itself."""
+    return _settings(**{"replica.fetch.backoff.ms": 60_000, "replica.fetch.wait.max.ms": 60_000})
 
 
 def _log(tmp_path: Path, name: str) -> PartitionLog:
@@ -98,7 +108,8 @@ class _EpochAnswers:
 async def test_many_partitions_truncate_together_and_a_refused_one_is_asked_again_ever_later(tmp_path: Path) -> None:
     # A broker back from a restart follows thousands of partitions: their truncations run side by
     # side on the I/O threads; a leader that refuses is asked again, ever later up to the backoff.
-    manager = ReplicaFetcherManager(2, _run_io, backoff_ms=60_000)
+    clock = FakeClock()
+    manager = ReplicaFetcherManager(2, _run_io, _settings(**{"replica.fetch.backoff.ms": 60_000}), clock=clock)
     followed = []
     for partition in range(150):
         partition_log = PartitionLog.open(tmp_path / f"t-{partition}", LogConfig.from_configs({}))
@@ -124,13 +135,13 @@ async def test_many_partitions_truncate_together_and_a_refused_one_is_asked_agai
     # late each time, up to the backoff: not at every round.
     key = ("t", 7)
     assert manager._query_delay[key] == EPOCH_QUERY_RETRY_FIRST_S
-    assert manager._query_after[key] <= time.monotonic() + EPOCH_QUERY_RETRY_FIRST_S
+    assert manager._query_after[key] == clock() + EPOCH_QUERY_RETRY_FIRST_S
     delays = [manager._query_delay[key]]
     for _ in range(25):
         await manager._truncate(stub, 1, [followed[7]])  # type: ignore[arg-type]
         delays.append(manager._query_delay[key])
     assert delays[:3] == [EPOCH_QUERY_RETRY_FIRST_S, 2 * EPOCH_QUERY_RETRY_FIRST_S, 4 * EPOCH_QUERY_RETRY_FIRST_S]
-    assert delays[-1] == 60.0 and manager._query_after[key] > time.monotonic() + 30
+    assert delays[-1] == 60.0 and manager._query_after[key] == clock() + 60.0
     answers[7] = (1, 1)  # it leads now
     await manager._truncate(stub, 1, [followed[7]])  # type: ignore[arg-type]
     assert followed[7].truncated and followed[7].log.log_end_offset == 1
@@ -167,7 +178,9 @@ async def test_a_follower_refused_by_a_leader_not_leading_yet_asks_again_soon_an
     # A controlled shutdown: the follower's LeaderAndIsr came first, its epoch query reached the new
     # leader before that one's own. Asked again only after replica.fetch.backoff.ms, with an empty
     # fetch long-polling meanwhile, every acks=all produce of the partition waited as long.
-    manager = ReplicaFetcherManager(2, _run_io, backoff_ms=60_000, wait_max_ms=60_000)
+    manager = ReplicaFetcherManager(
+        2, _run_io, _settings(**{"replica.fetch.backoff.ms": 60_000, "replica.fetch.wait.max.ms": 60_000})
+    )
     leader = _LeaderSoon(refusals=3)
     manager._stub = lambda leader_id: leader  # type: ignore[method-assign,assignment,return-value]
     partition_log = PartitionLog.open(tmp_path / "t-0", LogConfig.from_configs({}))
@@ -203,7 +216,9 @@ async def test_a_partition_followed_from_a_leader_we_long_poll_is_fetched_withou
     # A controlled shutdown moves a leadership to a broker we already fetch idle partitions from:
     # the long poll in flight does not list the new partition, and waiting it out (up to
     # replica.fetch.wait.max.ms) held back every acks=all produce of that partition.
-    manager = ReplicaFetcherManager(2, _run_io, backoff_ms=60_000, wait_max_ms=60_000)
+    manager = ReplicaFetcherManager(
+        2, _run_io, _settings(**{"replica.fetch.backoff.ms": 60_000, "replica.fetch.wait.max.ms": 60_000})
+    )
     leader = _IdleLeader({0: (1, 0), 1: (1, 0)})
     manager._stub = lambda leader_id: leader  # type: ignore[method-assign,assignment,return-value]
     logs = [PartitionLog.open(tmp_path / f"t-{partition}", LogConfig.from_configs({})) for partition in (0, 1)]
@@ -223,7 +238,9 @@ async def test_a_partition_followed_from_a_leader_we_long_poll_is_fetched_withou
 
 
 async def test_a_long_poll_ends_when_a_refused_epoch_query_is_due_again(tmp_path: Path) -> None:
-    manager = ReplicaFetcherManager(2, _run_io, backoff_ms=60_000, wait_max_ms=60_000)
+    manager = ReplicaFetcherManager(
+        2, _run_io, _settings(**{"replica.fetch.backoff.ms": 60_000, "replica.fetch.wait.max.ms": 60_000})
+    )
     leader = _IdleLeader({0: (1, 0), 1: None})  # it does not lead partition 1 yet
     manager._stub = lambda leader_id: leader  # type: ignore[method-assign,assignment,return-value]
     logs = [PartitionLog.open(tmp_path / f"t-{partition}", LogConfig.from_configs({})) for partition in (0, 1)]

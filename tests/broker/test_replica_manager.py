@@ -14,11 +14,14 @@ import grpc
 import pytest
 
 from tests.cluster.conftest import wait_until
+from tests.fake_clock import FakeClock
 from tidelog.broker.isr_manager import INELIGIBLE_RETRY_S, IsrManager
 from tidelog.broker.metadata_cache import MetadataCache
-from tidelog.broker.replica_manager import Partition, ReplicaManager
+from tidelog.broker.partition import Partition
+from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.common.errors import ErrorCode, NotLeaderOrFollowerError
 from tidelog.common.record.batch import encode_batch, restamp
+from tidelog.common.settings import BrokerSettings
 from tidelog.v1 import broker_pb2, common_pb2, controller_pb2, controller_pb2_grpc
 
 TOPIC = "t"
@@ -27,9 +30,13 @@ OTHER = 2
 THIRD = 3
 
 
+def _settings(**overrides: object) -> BrokerSettings:
+    return BrokerSettings.from_configs({"num.io.threads": 2, **overrides})
+
+
 @pytest.fixture
 async def replicas(tmp_path: Path) -> AsyncIterator[ReplicaManager]:
-    manager = ReplicaManager(ME, tmp_path, io_threads=2)
+    manager = ReplicaManager(ME, tmp_path, _settings())
     try:
         yield manager
     finally:
@@ -57,7 +64,7 @@ async def _apply(
         controller_epoch=1,
         topic_id="id-1",
     )
-    errors = await manager.leader_and_isr(
+    errors = await manager.states.leader_and_isr(
         broker_pb2.LeaderAndIsrRequest(
             controller_id=1,
             controller_epoch=1,
@@ -116,10 +123,10 @@ async def test_acks_all_completes_when_the_follower_has_the_batch(replicas: Repl
     await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER])
     waiting = asyncio.create_task(replicas.append(TOPIC, 0, encode_batch([b"a", b"b"]), acks=-1, timeout_s=10))
     await wait_until(lambda: _end_is(replicas, 2), timeout_s=10, what="the leader's append")
-    assert replicas.record_follower_fetch(OTHER, "life-1", [_fetch(1, 1)]) == {}
+    assert replicas.followers.record_fetch(OTHER, "life-1", [_fetch(1, 1)]) == {}
     await asyncio.sleep(0)
     assert not waiting.done(), "the follower has offset 0 only"
-    replicas.record_follower_fetch(OTHER, "life-1", [_fetch(2, 1)])
+    replicas.followers.record_fetch(OTHER, "life-1", [_fetch(2, 1)])
     info = await asyncio.wait_for(waiting, 5)
     assert (info.first_offset, info.last_offset) == (0, 1)
 
@@ -142,10 +149,10 @@ async def test_a_restarted_follower_is_judged_on_its_new_life_only(replicas: Rep
     await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME])
     partition = replicas.partitions[(TOPIC, 0)]
     await replicas.append(TOPIC, 0, encode_batch([b"x"] * 10), acks=1)
-    replicas.record_follower_fetch(OTHER, "life-1", [_fetch(10, 1)])
+    replicas.followers.record_fetch(OTHER, "life-1", [_fetch(10, 1)])
     assert partition.follower_end[OTHER] == 10
     assert OTHER in partition.follower_caught_up_s
-    replicas.record_follower_fetch(OTHER, "life-2", [_fetch(4, 1)])  # restarted, truncated to 4
+    replicas.followers.record_fetch(OTHER, "life-2", [_fetch(4, 1)])  # restarted, truncated to 4
     assert partition.follower_end[OTHER] == 4
     assert OTHER not in partition.follower_caught_up_s, "the new life has not caught up yet"
     assert partition.follower_incarnation[OTHER] == "life-2"
@@ -167,12 +174,12 @@ async def _leading_with_third_caught_up(
     await server.start()
     metadata = MetadataCache()
     metadata.controller_endpoint = f"127.0.0.1:{port}"
-    isr = IsrManager(replicas, metadata, lag_time_max_ms=10_000)
+    isr = IsrManager(replicas, metadata)
     try:
         await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER], extra=[THIRD])
         await replicas.append(TOPIC, 0, encode_batch([b"x"] * 5), acks=1)
-        replicas.record_follower_fetch(OTHER, "life-2", [_fetch(5, 1)])
-        replicas.record_follower_fetch(THIRD, "life-3", [_fetch(5, 1)])
+        replicas.followers.record_fetch(OTHER, "life-2", [_fetch(5, 1)])
+        replicas.followers.record_fetch(THIRD, "life-3", [_fetch(5, 1)])
         yield isr, replicas.partitions[(TOPIC, 0)]
     finally:
         await isr.close()
@@ -226,9 +233,9 @@ async def test_the_high_watermark_waits_for_a_replica_joining_the_isr(replicas: 
         assert dict(asked.new_isr_incarnations) == {OTHER: "life-2", THIRD: "life-3"}
 
         await replicas.append(TOPIC, 0, encode_batch([b"y"] * 5), acks=1)
-        replicas.record_follower_fetch(OTHER, "life-2", [_fetch(10, 1)])
+        replicas.followers.record_fetch(OTHER, "life-2", [_fetch(10, 1)])
         assert partition.log.high_watermark == 5, "broker 3, maybe in the ISR already, has only 5"
-        replicas.record_follower_fetch(THIRD, "life-3", [_fetch(10, 1)])
+        replicas.followers.record_fetch(THIRD, "life-3", [_fetch(10, 1)])
         assert partition.log.high_watermark == 10
         controller.release.set()
         await asyncio.wait_for(checking, 5)
@@ -271,13 +278,13 @@ async def test_an_unanswered_isr_change_is_asked_again_until_settled(replicas: R
         await isr.check_once()  # asks for {1, 2, 3}: no answer
         assert partition.pending_isr == (1, (ME, OTHER, THIRD))
         await replicas.append(TOPIC, 0, encode_batch([b"y"] * 5), acks=1)
-        replicas.record_follower_fetch(OTHER, "life-2", [_fetch(10, 1)])
+        replicas.followers.record_fetch(OTHER, "life-2", [_fetch(10, 1)])
         assert partition.log.high_watermark == 5, "broker 3 may be in the ISR: the HW waits for it"
         partition.follower_fetched_s[THIRD] = -1e9  # broker 3 is gone: no longer wanted in the ISR
         await isr.check_once()  # the same change again, now refused: the HW needs only {1, 2}
         assert [set(request.partitions[0].new_isr) for request in controller.requests] == [{ME, OTHER, THIRD}] * 2
         assert partition.pending_isr is None
-        replicas.record_follower_fetch(OTHER, "life-2", [_fetch(10, 1)])
+        replicas.followers.record_fetch(OTHER, "life-2", [_fetch(10, 1)])
         assert partition.log.high_watermark == 10
 
 
@@ -291,7 +298,7 @@ async def test_a_joiner_refused_as_ineligible_is_asked_for_again_only_in_a_new_l
         await isr.check_once()
         await isr.check_once()
         assert len(controller.requests) == 1 and partition.pending_isr is None
-        replicas.record_follower_fetch(THIRD, "life-4", [_fetch(5, 1)])  # broker 3 restarted
+        replicas.followers.record_fetch(THIRD, "life-4", [_fetch(5, 1)])  # broker 3 restarted
         await isr.check_once()
         assert len(controller.requests) == 2
         assert dict(controller.requests[1].partitions[0].new_isr_incarnations)[THIRD] == "life-4"
@@ -317,11 +324,11 @@ async def test_a_joiner_refused_as_ineligible_is_asked_for_again_only_in_a_new_l
 async def test_a_leader_cut_off_from_etcd_leads_on_while_its_followers_fetch(tmp_path: Path) -> None:
     # ADR 0013: etcd down for everyone — the followers still fetch, so nobody was told of another
     # leader: the partition keeps serving with its session lost.
-    manager = ReplicaManager(ME, tmp_path, io_threads=2, lag_time_max_ms=60_000)
+    manager = ReplicaManager(ME, tmp_path, _settings())
     try:
         await _apply(manager, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER])
-        manager.record_follower_fetch(OTHER, "life-1", [_fetch(0, 1)])
-        manager.fence()
+        manager.followers.record_fetch(OTHER, "life-1", [_fetch(0, 1)])
+        manager.fencing.session_lost()
         assert not manager.isolated()
         info = await manager.append(TOPIC, 0, encode_batch([b"a"]), acks=1)
         assert info.first_offset == 0
@@ -334,21 +341,25 @@ async def test_a_leader_cut_off_whose_follower_went_quiet_leads_no_more(tmp_path
     # ... but a follower that stopped fetching was re-pointed by a controller (or died): the broker
     # leads that partition no more, its acks=all waiter ends, Metadata would be refused; the first
     # whole-state push after it registered again lifts the fence.
-    manager = ReplicaManager(ME, tmp_path, io_threads=2, lag_time_max_ms=200)
+    clock = FakeClock()
+    manager = ReplicaManager(ME, tmp_path, _settings(**{"replica.lag.time.max.ms": 200}), clock=clock)
     try:
         await _apply(manager, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER])
-        manager.record_follower_fetch(OTHER, "life-1", [_fetch(0, 1)])
+        manager.followers.record_fetch(OTHER, "life-1", [_fetch(0, 1)])
         waiting = asyncio.create_task(manager.append(TOPIC, 0, encode_batch([b"a"]), acks=-1, timeout_s=30))
         await wait_until(lambda: _end_is(manager, 1), timeout_s=10, what="the leader's append")
-        manager.fence()
+        manager.fencing.session_lost()
+        clock.advance(0.1)
+        assert not manager.isolated(), "the follower fetched 100 ms ago: still ours"
+        clock.advance(0.2)  # its last fetch is now 300 ms old, past replica.lag.time.max.ms
         with pytest.raises(NotLeaderOrFollowerError, match="lost its etcd session"):
-            await asyncio.wait_for(waiting, 10)  # ended once the follower's last fetch is 200 ms old
+            await asyncio.wait_for(waiting, 10)  # the waiter looks again at least every 0.5 s
         assert manager.isolated()
         with pytest.raises(NotLeaderOrFollowerError):
             manager.leader_partition(TOPIC, 0)
         await _apply(manager, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER], full=True)
         assert manager.isolated(), "a push before registering again does not lift it"
-        manager.registered_again()
+        manager.fencing.registered_again()
         await _apply(manager, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER], full=True)
         assert not manager.isolated()
         assert manager.leader_partition(TOPIC, 0) is manager.partitions[(TOPIC, 0)]
@@ -357,7 +368,7 @@ async def test_a_leader_cut_off_whose_follower_went_quiet_leads_no_more(tmp_path
 
 
 async def test_the_flush_scheduler_looks_only_at_logs_appended_to(tmp_path: Path) -> None:
-    manager = ReplicaManager(ME, tmp_path, io_threads=2, log_defaults={"flush.ms": "300"})
+    manager = ReplicaManager(ME, tmp_path, _settings(), log_defaults={"flush.ms": "300"})
     try:
         await _apply(manager, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME])
         assert not manager._unflushed, "nothing appended: nothing to look at"
@@ -381,10 +392,10 @@ async def test_a_delta_stops_only_the_replicas_it_names_of_the_same_topic_id(rep
     request = broker_pb2.LeaderAndIsrRequest(
         controller_id=1, controller_epoch=1, broker_incarnation=replicas.incarnation, unassigned=[elsewhere]
     )
-    assert not await replicas.leader_and_isr(request)
+    assert not await replicas.states.leader_and_isr(request)
     assert replicas.partitions[(TOPIC, 0)] is hosted  # another topic of that name: not ours to stop
     request.unassigned[0].topic_id = "id-1"
-    assert not await replicas.leader_and_isr(request)
+    assert not await replicas.states.leader_and_isr(request)
     assert (TOPIC, 0) not in replicas.partitions
     assert (replicas.data_dir / f"{TOPIC}-0").exists()  # stopped, its log kept (as a full push does)
 
@@ -393,10 +404,10 @@ async def test_a_state_told_again_changes_nothing(replicas: ReplicaManager) -> N
     await _apply(replicas, leader=ME, leader_epoch=0, partition_epoch=0, isr=[ME, OTHER])
     hosted = replicas.partitions[(TOPIC, 0)]
     hosted.follower_end[OTHER] = 0  # what the leader learnt of its follower survives a repeat
-    replicas.isr_watch.clear()
+    replicas.followers.isr_watch.clear()
     await _apply(replicas, leader=ME, leader_epoch=0, partition_epoch=0, isr=[ME, OTHER], full=True)
     assert replicas.partitions[(TOPIC, 0)] is hosted and hosted.follower_end == {OTHER: 0}
-    assert not replicas.isr_watch  # not even looked at again
+    assert not replicas.followers.isr_watch  # not even looked at again
 
 
 async def test_leaderships_taken_over_in_one_request_each_start_their_epoch_at_the_log_end(
@@ -427,7 +438,7 @@ async def test_leaderships_taken_over_in_one_request_each_start_their_epoch_at_t
             partitions=states(leader, leader_epoch),
             broker_incarnation=replicas.incarnation,
         )
-        assert not await replicas.leader_and_isr(request)
+        assert not await replicas.states.leader_and_isr(request)
 
     await push(ME, 1)
     for partition in range(1, 20):  # log ends 0, 1, ..., 19

@@ -12,17 +12,14 @@ from tidelog.client.producer_batch import BatchState
 from tidelog.client.record_accumulator import RecordAccumulator
 from tidelog.common.errors import RequestTimedOutError
 from tidelog.common.record.batch import BATCH_OVERHEAD
+from tidelog.common.settings import ProducerSettings
 
 
-def _accumulator(clock: FakeClock, **options: int | float) -> RecordAccumulator:
-    settings: dict[str, int | float] = {"batch_size": 1000, "linger_s": 0.005, "buffer_memory": 10_000}
-    settings.update(options)
-    return RecordAccumulator(
-        batch_size=int(settings["batch_size"]),
-        linger_s=float(settings["linger_s"]),
-        buffer_memory=int(settings["buffer_memory"]),
-        clock=clock,
-    )
+def _accumulator(clock: FakeClock, **overrides: int) -> RecordAccumulator:
+    """Settings by their attribute names (`batch_size=...`), over small test defaults."""
+    configs = {"batch.size": 1000, "linger.ms": 5, "buffer.memory": 10_000}
+    configs.update({name.replace("_", "."): value for name, value in overrides.items()})
+    return RecordAccumulator(ProducerSettings.from_configs(configs), clock=clock)
 
 
 async def test_a_batch_closes_when_full_and_the_next_record_opens_another() -> None:
@@ -40,7 +37,7 @@ async def test_a_batch_closes_when_full_and_the_next_record_opens_another() -> N
 
 async def test_linger_closes_a_batch_only_once_its_time_has_come() -> None:
     clock = FakeClock(1000.0)
-    accumulator = _accumulator(clock, linger_s=0.005)
+    accumulator = _accumulator(clock, linger_ms=5)
     batch, _, _ = accumulator.append("t", 0, b"x", key=None, headers=None, timestamp=None, size=10)
     assert accumulator.close_expired(everything=False) == pytest.approx(clock.now + 0.005)
     assert batch.state is BatchState.OPEN
@@ -50,7 +47,7 @@ async def test_linger_closes_a_batch_only_once_its_time_has_come() -> None:
 
 
 async def test_flushing_closes_every_open_batch_at_once() -> None:
-    accumulator = _accumulator(FakeClock(1000.0), linger_s=60)
+    accumulator = _accumulator(FakeClock(1000.0), linger_ms=60_000)
     for partition in range(3):
         accumulator.append("t", partition, b"x", key=None, headers=None, timestamp=None, size=10)
     accumulator.close_expired(everything=True)

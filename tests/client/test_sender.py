@@ -12,25 +12,30 @@ from tidelog.client.cluster_metadata import ClusterMetadata
 from tidelog.client.producer_batch import BatchState, ProducerBatch
 from tidelog.client.producer_sequences import ProducerSequences
 from tidelog.client.record_accumulator import RecordAccumulator
-from tidelog.client.sender import Sender, SenderOptions
+from tidelog.client.sender import Sender
 from tidelog.common.errors import ErrorCode, RequestTimedOutError
-from tidelog.common.record.compression import CompressionType
+from tidelog.common.settings import ProducerSettings
 from tidelog.v1 import broker_pb2, common_pb2
 
 DELIVERY_TIMEOUT_S = 30.0
 
 
-def _options(*, idempotent: bool, max_in_flight: int) -> SenderOptions:
-    return SenderOptions(
-        acks=-1,
-        idempotent=idempotent,
-        compression=CompressionType.NONE,
-        max_request_size=1 << 20,
-        retries=10,
-        retry_backoff_s=0.1,
-        delivery_timeout_s=DELIVERY_TIMEOUT_S,
-        request_timeout_s=5,
-        max_in_flight=max_in_flight,
+def _settings(*, idempotent: bool, max_in_flight: int, buffer_memory: int = 10_000) -> ProducerSettings:
+    return ProducerSettings.from_configs(
+        {
+            "acks": "all",
+            "enable.idempotence": idempotent,
+            "compression.type": "none",
+            "max.request.size": 1 << 20,
+            "retries": 10,
+            "retry.backoff.ms": 100,
+            "delivery.timeout.ms": int(DELIVERY_TIMEOUT_S * 1000),
+            "request.timeout.ms": 5000,
+            "max.in.flight.requests.per.connection": max_in_flight,
+            "batch.size": 1000,
+            "linger.ms": 0,
+            "buffer.memory": buffer_memory,
+        }
     )
 
 
@@ -43,12 +48,12 @@ class OneLeader:
 
 async def test_while_its_leader_is_busy_only_a_batch_never_sent_expires() -> None:
     clock = FakeClock(50.0)
-    accumulator = RecordAccumulator(batch_size=1000, linger_s=0, buffer_memory=10_000, clock=clock)
+    settings = _settings(idempotent=True, max_in_flight=1)
+    accumulator = RecordAccumulator(settings, clock=clock)
     sequences = ProducerSequences()
     sequences.set_id(7, 0)
-    options = _options(idempotent=True, max_in_flight=1)
     sender = Sender(
-        options,
+        settings,
         accumulator,
         sequences,
         metadata=OneLeader(),  # type: ignore[arg-type]
@@ -99,11 +104,11 @@ async def test_several_requests_to_one_broker_but_never_two_with_one_partition()
     # max.in.flight.requests.per.connection: a batch of partition 1 need not wait behind a request
     # holding partition 0; a second batch of partition 0 must (order and sequences per partition).
     clock = FakeClock(50.0)
-    accumulator = RecordAccumulator(batch_size=1000, linger_s=0, buffer_memory=100_000, clock=clock)
+    settings = _settings(idempotent=False, max_in_flight=5, buffer_memory=100_000)
+    accumulator = RecordAccumulator(settings, clock=clock)
     broker = HeldBroker()
-    options = _options(idempotent=False, max_in_flight=5)
     sender = Sender(
-        options,
+        settings,
         accumulator,
         ProducerSequences(),
         metadata=OneLeader(),  # type: ignore[arg-type]
@@ -187,9 +192,9 @@ async def test_a_not_leader_answer_naming_a_newer_leader_sends_the_batch_there_a
     cluster = _MovedLeader(hint_epoch)
     metadata = ClusterMetadata(["broker:1"], cluster)  # type: ignore[arg-type]
     await metadata.refresh(["t"])
-    accumulator = RecordAccumulator(batch_size=1000, linger_s=0, buffer_memory=10_000, clock=clock)
+    accumulator = RecordAccumulator(_settings(idempotent=False, max_in_flight=1), clock=clock)
     sender = Sender(
-        _options(idempotent=False, max_in_flight=1),
+        _settings(idempotent=False, max_in_flight=1),
         accumulator,
         ProducerSequences(),
         metadata=metadata,

@@ -9,12 +9,19 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from tidelog.client import TopicPartition
+from tidelog.common.settings import ControllerSettings
 from tidelog.controller.exporter_view import ExporterView, GroupFigures, Snapshot
+
+_SETTINGS = ControllerSettings.from_configs({"controller.metrics.partition.series.max": 100})
 
 
 def _view(active: bool) -> ExporterView:
     controller: Any = SimpleNamespace(role=SimpleNamespace(is_active=active))
-    return ExporterView(controller, lambda bootstrap: None, refresh_ms=1000, partition_series_max=100)  # type: ignore[arg-type,return-value]
+    return ExporterView(
+        controller,
+        lambda bootstrap: None,
+        ControllerSettings.from_configs({"controller.metrics.partition.series.max": 100}),
+    )  # type: ignore[arg-type,return-value]
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

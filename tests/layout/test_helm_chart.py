@@ -7,6 +7,7 @@ exists.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import tomllib
 from pathlib import Path
@@ -20,8 +21,11 @@ from helm_python.errors import HelmRenderError
 
 from tests.layout.pod_security import chart_promises, restricted_violations
 from tidelog.broker import main as broker_main
+from tidelog.common.config import ALL_CONFIGS, ConfigDef, ConfigType
+from tidelog.common.settings import attribute_of
 from tidelog.controller import main as controller_main
 from tidelog.coordinator import main as coordinator_main
+from tidelog.dev import chart_schema
 from tidelog.dev.kube_admission import Admission
 from tidelog.gateway import main as gateway_main
 from tidelog.operator import main as operator_main
@@ -351,7 +355,8 @@ def test_three_etcd_members_form_one_cluster_with_a_budget() -> None:
 
 
 def _with(values: dict[str, Any], dotted: str, value: Any) -> None:
-    *path, last = dotted.split(".")
+    """`helm --set`'s path syntax: dots separate keys, `\\.` is a dot inside one (a Kafka name)."""
+    *path, last = [part.replace("\\.", ".") for part in re.split(r"(?<!\\)\.", dotted)]
     for part in path:
         values = values.setdefault(part, {})
     values[last] = value
@@ -704,6 +709,9 @@ def test_the_values_schema_holds_every_value_and_closes_every_object_of_ours() -
     def walk(node: dict[str, Any], value: Any, path: str) -> None:
         if not isinstance(value, dict) or node.get("additionalProperties") is not False:
             return  # a leaf, or a Kubernetes object / label map Kubernetes itself checks
+        if path.endswith(".config"):  # a component's settings: values.yaml shows some, the registry has all
+            assert set(value) <= set(node["properties"]), path
+            return
         assert set(value) == set(node["properties"]), path
         for key, child in value.items():
             walk(node["properties"][key], child, f"{path}.{key}")
@@ -781,7 +789,88 @@ def test_a_render_holds_no_randomness() -> None:
 def test_an_offsets_topic_replication_factor_above_the_broker_count_is_refused_at_render() -> None:
     """Issue 32: Kafka creates __consumer_offsets with exactly offsets.topic.replication.factor
     replicas or not at all; a chart whose brokers cannot hold it says so before anything starts."""
-    with pytest.raises(HelmRenderError, match=r"offsetsTopicReplicationFactor \(3\) exceeds broker.replicas \(1\)"):
+    with pytest.raises(HelmRenderError, match=r"replication.factor \(3\) exceeds broker.replicas \(1\)"):
         render({"broker": {"replicas": 1}})
-    rendered = render({"broker": {"replicas": 1}, "coordinator": {"offsetsTopicReplicationFactor": 1}})
-    assert "--offsets-topic-replication-factor 1" in rendered["tidelog/templates/coordinator.yaml"]
+    rendered = render({"broker": {"replicas": 1}, "coordinator": {"config": {"offsets.topic.replication.factor": 1}}})
+    assert '--config "offsets.topic.replication.factor=1"' in rendered["tidelog/templates/coordinator.yaml"]
+
+
+COMPONENT_MAINS = {
+    "controller": controller_main,
+    "broker": broker_main,
+    "coordinator": coordinator_main,
+    "gateway": gateway_main,
+    "operator": operator_main,
+}
+
+
+@pytest.mark.parametrize("component", sorted(COMPONENT_MAINS))
+def test_any_setting_of_a_component_passes_from_its_config_map_to_its_process(component: str) -> None:
+    """As Strimzi's spec.kafka.config: every setting of the component's scope, by its Kafka name,
+    reaches the process's settings object; values.yaml's own choices too."""
+    definitions = chart_schema.configurable(component)
+    given = {definition.name: _another_value(definition) for definition in definitions}
+    # (brokers enough for any offsets.topic.replication.factor the coordinator is given)
+    values: dict[str, Any] = {"broker": {"replicas": 5}}
+    values.setdefault(component, {})["config"] = given
+    documents = _documents(render(values))
+    workload = next(
+        document
+        for document in documents.values()
+        if document["kind"] in ("StatefulSet", "Deployment")
+        and document["metadata"]["name"] == f"{RELEASE}-{component}"
+    )
+    if component in ("gateway", "operator"):
+        pod = workload["spec"]["template"]["spec"]
+        arguments = shlex.split(_mounted(pod["containers"][0]["args"][0].removeprefix("exec ")))[1:]
+    else:
+        arguments = _command_line(workload)[1:]
+    settings = COMPONENT_MAINS[component].parse_args(arguments).settings
+    for definition in definitions:
+        wanted = definition.parse(given[definition.name])
+        assert getattr(settings, attribute_of(definition.name)) == wanted, definition.name
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())[component]["config"]
+    assert defaults, f"{component}: values.yaml shows its config map"
+    assert set(defaults) <= {definition.name for definition in definitions}
+    every = {definition.name for definition in ALL_CONFIGS if definition.scope is chart_schema.COMPONENTS[component]}
+    assert every - {definition.name for definition in definitions} == chart_schema.CHART_MANAGED.get(component, set())
+
+
+def _another_value(definition: ConfigDef) -> object:
+    """A valid value other than the default, of the type a values file holds."""
+    if definition.choices is not None:
+        others = [choice for choice in definition.choices if choice != definition.default]
+        choice = others[0] if others else definition.choices[0]
+        return [choice] if definition.type is ConfigType.LIST else choice
+    match definition.type:
+        case ConfigType.BOOLEAN:
+            return not definition.default
+        case ConfigType.INT | ConfigType.LONG:
+            value = int(definition.default) + 1  # type: ignore[arg-type]
+            return value if definition.maximum is None or value <= definition.maximum else value - 2
+        case ConfigType.DOUBLE:
+            return float(definition.default) + 0.5  # type: ignore[arg-type]
+        case ConfigType.LIST:
+            return ["x", "y"]
+    return f"{definition.default}-x" if definition.default else "x"
+
+
+@pytest.mark.parametrize(
+    ("config", "refused"),
+    [
+        ({"num.io.thread": 8}, "additional properties 'num.io.thread' not allowed"),  # misspelt
+        ({"num.io.threads": 0}, "minimum"),  # out of the registry's bounds
+        ({"num.io.threads": "eight"}, "integer"),
+        ({"offsets.topic.num.partitions": 5}, "additional properties"),  # the coordinator's, not the broker's
+        ({"security.protocol": "SSL"}, "additional properties"),  # security has its own block
+    ],
+)
+def test_a_config_the_registry_does_not_have_is_refused_by_helm(config: dict[str, object], refused: str) -> None:
+    with pytest.raises(Exception, match=refused):
+        render({"broker": {"config": config}})
+
+
+def test_the_config_schemas_are_generated_from_the_registry() -> None:
+    committed = (CHART / "values.schema.json").read_text()
+    fresh = chart_schema.rendered(chart_schema.with_config_schemas(json.loads(committed)))
+    assert committed == fresh, "stale: run python -m tidelog.dev.chart_schema"

@@ -16,6 +16,7 @@ from typing import Any
 
 import aiohttp
 import kmock
+import kopf
 import pytest
 
 from tests.cluster.conftest import COORDINATOR_ARGS, poll_until, started_cluster, wait_until
@@ -25,7 +26,7 @@ from tidelog.common.settings import OperatorSettings
 from tidelog.dev.kube_emulator import Emulator, serve_crds, write_kubeconfig
 from tidelog.dev.local_cluster import LocalCluster
 from tidelog.operator.crds import CONSUMER_GROUP_CRD, KOPF_PEERING_CRD, TIDELOG_USER_CRD, TOPIC_CRD, USER_CRD
-from tidelog.operator.main import retry_delay
+from tidelog.operator.main import DELETE_RETRY_S, OperatorMemo, _retry_unless_done, retry_delay
 from tidelog.operator.topic_reconciler import Outcome
 
 API: str = "/apis/tidelog.io/v1beta1/namespaces/default/topics"
@@ -284,6 +285,18 @@ def test_retries_back_off_only_while_the_cluster_does_not_answer() -> None:
     assert retry_delay(unreachable, 10_000, settings) == 5.0  # no overflow after a long outage
     creating = Outcome(False, "Creating", "leaders not elected yet", retry_after_s=2.0)
     assert retry_delay(creating, 7, settings) == 2.0  # progress is looked at on its own pace
+
+
+def test_every_handler_asks_kopf_again_one_way() -> None:
+    memo = OperatorMemo(OperatorSettings.from_configs(), None, None, None)  # type: ignore[arg-type]
+    _retry_unless_done(Outcome(True, "Ready", "done"), 3, memo)  # ready: nothing to run again
+    _retry_unless_done(Outcome(False, "InvalidSpec", "bad spec"), 3, memo)  # no pace: wait for a spec change
+    with pytest.raises(kopf.TemporaryError) as creating:
+        _retry_unless_done(Outcome(False, "Creating", "not yet", retry_after_s=2.0), 3, memo)
+    assert creating.value.delay == 2.0
+    with pytest.raises(kopf.TemporaryError) as deleting:
+        _retry_unless_done(Outcome(False, "InUse", "members left"), 0, memo, deleting=True)
+    assert deleting.value.delay == DELETE_RETRY_S  # a deletion not done is always tried again
 
 
 async def test_a_cluster_that_stops_answering_is_a_condition_and_the_topic_follows_once_it_is_back(

@@ -152,3 +152,17 @@ spec:
   volumes:
     {{- include "tidelog.tmpVolume" .root | nindent 4 }}
 {{- end }}
+
+{{/* A component's `config` map (Kafka-named settings; values.schema.json, generated from the
+settings registry, checks names and values) as --config flags, which win over --config-file. */}}
+{{- define "tidelog.configFlags" -}}
+{{- range $name, $value := . }} --config {{ printf "%s=%s" $name (include "tidelog.configValue" $value) | quote }}{{ end }}
+{{- end }}
+
+{{/* One setting's value as the registry parses it: whole numbers without an exponent (YAML's
+numbers reach templates as floats), lists comma-separated. */}}
+{{- define "tidelog.configValue" -}}
+{{- if kindIs "float64" . }}{{ if eq . (floor .) }}{{ int64 . }}{{ else }}{{ . }}{{ end }}
+{{- else if kindIs "slice" . }}{{ join "," . }}
+{{- else }}{{ . }}{{ end }}
+{{- end }}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Final
+from typing import ClassVar, Final
 
 import grpc
 
@@ -51,6 +51,21 @@ DEFAULTS: Final = ConsumerSettings.from_configs()  # the registry's (docs/config
 
 
 class Consumer:
+    # The consumer settings it takes, each as the keyword argument of the config's attribute name
+    # (`fetch.max.bytes` → fetch_max_bytes); the group's own are GroupConsumer's.
+    CONFIGS: ClassVar[frozenset[str]] = frozenset(
+        {
+            "auto.offset.reset",
+            "fetch.min.bytes",
+            "fetch.max.wait.ms",
+            "fetch.max.bytes",
+            "max.partition.fetch.bytes",
+            "request.timeout.ms",
+            "retry.backoff.ms",
+            "client.id",
+        }
+    )
+
     def __init__(
         self,
         bootstrap: Sequence[str],
@@ -66,7 +81,8 @@ class Consumer:
         security: SecuritySettings | Mapping[str, object] | None = None,
         client_id: str = "",
     ) -> None:
-        ConsumerSettings.from_configs(  # the registry's bounds: an InvalidConfigError names a bad value
+        # Built once from the registry (an InvalidConfigError names a bad value) and read from here.
+        self.settings = ConsumerSettings.from_configs(
             {
                 "auto.offset.reset": auto_offset_reset,
                 "fetch.min.bytes": fetch_min_bytes,
@@ -75,18 +91,16 @@ class Consumer:
                 "max.partition.fetch.bytes": max_partition_fetch_bytes,
                 "request.timeout.ms": request_timeout_ms,
                 "retry.backoff.ms": retry_backoff_ms,
+                "client.id": client_id,
             }
         )
-        self.auto_offset_reset = auto_offset_reset
-        self.fetch_min_bytes = fetch_min_bytes
-        self.fetch_max_wait_ms = fetch_max_wait_ms
-        self.fetch_max_bytes = fetch_max_bytes
-        self.max_partition_fetch_bytes = max_partition_fetch_bytes
-        self.request_timeout_s = request_timeout_ms / 1000
-        self.retry_backoff_s = retry_backoff_ms / 1000
+        self.request_timeout_s = self.settings.request_timeout_ms / 1000
+        self.retry_backoff_s = self.settings.retry_backoff_ms / 1000
         self._backoff_until: dict[str, float] = {}  # endpoints whose last fetch failed
         # The client id travels with every request (client quotas may name it).
-        self.connections = connections or Connections(security, call_metadata=client_id_metadata(client_id))
+        self.connections = connections or Connections(
+            security, call_metadata=client_id_metadata(self.settings.client_id)
+        )
         self._owns_connections = connections is None
         self.metadata = ClusterMetadata(bootstrap, self.connections, request_timeout_s=self.request_timeout_s)
         self._positions: dict[TopicPartition, int | None] = {}
@@ -221,9 +235,9 @@ class Consumer:
         missing = [tp for tp, position in self._positions.items() if position is None]
         if not missing:
             return
-        if self.auto_offset_reset == "none":
+        if self.settings.auto_offset_reset == "none":
             raise OffsetOutOfRangeError(f"no position for {', '.join(map(str, missing))} and auto.offset.reset=none")
-        await self._reset(missing, EARLIEST if self.auto_offset_reset == "earliest" else LATEST)
+        await self._reset(missing, EARLIEST if self.settings.auto_offset_reset == "earliest" else LATEST)
 
     # ---- fetching --------------------------------------------------------------------------
 
@@ -241,7 +255,7 @@ class Consumer:
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             result = await self._fetch_once(
-                max(0, min(self.fetch_max_wait_ms, int((deadline - time.monotonic()) * 1000)))
+                max(0, min(self.settings.fetch_max_wait_ms, int((deadline - time.monotonic()) * 1000)))
             )
             if result or time.monotonic() >= deadline:
                 return result
@@ -284,7 +298,7 @@ class Consumer:
             # other partitions that came with it were returned by the poll before).
             error, self._authorization_error = self._authorization_error, None
             raise error
-        await self._start_fetches(self.fetch_max_wait_ms)
+        await self._start_fetches(self.settings.fetch_max_wait_ms)
         if not self._in_flight:
             await asyncio.sleep(min(max_wait_ms, 100) / 1000)
             await self._refresh_quietly()
@@ -306,7 +320,7 @@ class Consumer:
                     refresh |= self._handle_result(tp, result, batches_by_partition)
         if refresh:
             await self._refresh_quietly()
-        await self._start_fetches(self.fetch_max_wait_ms)  # the brokers work while the caller processes
+        await self._start_fetches(self.settings.fetch_max_wait_ms)  # the brokers work while the caller processes
         return batches_by_partition
 
     def _handle_result(
@@ -345,14 +359,14 @@ class Consumer:
         request = broker_pb2.FetchRequest(
             replica_id=-1,
             max_wait_ms=max_wait_ms,
-            min_bytes=self.fetch_min_bytes,
-            max_bytes=self.fetch_max_bytes,
+            min_bytes=self.settings.fetch_min_bytes,
+            max_bytes=self.settings.fetch_max_bytes,
             partitions=[
                 broker_pb2.FetchPartition(
                     topic=tp.topic,
                     partition=tp.partition,
                     fetch_offset=self._positions[tp] or 0,
-                    partition_max_bytes=self.max_partition_fetch_bytes,
+                    partition_max_bytes=self.settings.max_partition_fetch_bytes,
                 )
                 for tp in partitions
                 if self._positions.get(tp) is not None

@@ -81,7 +81,10 @@ class GroupConsumer:
         clock: Callable[[], float] = time.monotonic,
         **fetch_options: int,
     ) -> None:
-        ConsumerSettings.from_configs(  # the registry's bounds: an InvalidConfigError names a bad value
+        if not group_id:
+            raise ValueError("group.id is required")
+        # Built once from the registry (an InvalidConfigError names a bad value) and read from here.
+        self.settings = settings = ConsumerSettings.from_configs(
             {
                 "client.id": client_id,
                 "group.instance.id": group_instance_id,
@@ -92,22 +95,24 @@ class GroupConsumer:
                 "enable.auto.commit": enable_auto_commit,
                 "auto.commit.interval.ms": auto_commit_interval_ms,
                 "partition.assignment.strategy": tuple(partition_assignment_strategy),
+                "auto.offset.reset": auto_offset_reset,
+                "request.timeout.ms": request_timeout_ms,
+                "retry.backoff.ms": retry_backoff_ms,
+                **{name.replace("_", "."): value for name, value in fetch_options.items()},
             }
         )
-        if not group_id:
-            raise ValueError("group.id is required")
         self.group_id = group_id
-        self.client_id = client_id
-        self.group_instance_id = group_instance_id
-        self.session_timeout_ms = session_timeout_ms
-        self.heartbeat_interval_s = heartbeat_interval_ms / 1000
-        self.max_poll_interval_s = max_poll_interval_ms / 1000
-        self.max_poll_records = max_poll_records
-        self.enable_auto_commit = enable_auto_commit
-        self.auto_commit_interval_s = auto_commit_interval_ms / 1000
-        self.strategies = list(partition_assignment_strategy)
-        self.request_timeout_s = request_timeout_ms / 1000
-        self.retry_backoff_s = retry_backoff_ms / 1000
+        self.client_id = settings.client_id
+        self.group_instance_id = settings.group_instance_id
+        self.session_timeout_ms = settings.session_timeout_ms
+        self.heartbeat_interval_s = settings.heartbeat_interval_ms / 1000
+        self.max_poll_interval_s = settings.max_poll_interval_ms / 1000
+        self.max_poll_records = settings.max_poll_records
+        self.enable_auto_commit = settings.enable_auto_commit
+        self.auto_commit_interval_s = settings.auto_commit_interval_ms / 1000
+        self.strategies = list(settings.partition_assignment_strategy)
+        self.request_timeout_s = settings.request_timeout_ms / 1000
+        self.retry_backoff_s = settings.retry_backoff_ms / 1000
         self.connections = connections or Connections(security, call_metadata=client_id_metadata(client_id))
         self._owns_connections = connections is None
         self.consumer = Consumer(

@@ -24,7 +24,7 @@ import dataclasses
 import random
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from tidelog.client.client_logging import get_logger
 from tidelog.client.cluster_metadata import ClusterMetadata
@@ -33,7 +33,7 @@ from tidelog.client.murmur2 import partition_for_key
 from tidelog.client.producer_batch import BatchState, ProducerBatch
 from tidelog.client.producer_sequences import ProducerSequences
 from tidelog.client.record_accumulator import RecordAccumulator
-from tidelog.client.sender import Sender, SenderOptions
+from tidelog.client.sender import Sender
 from tidelog.common.errors import (
     ErrorCode,
     InvalidConfigError,
@@ -43,14 +43,12 @@ from tidelog.common.errors import (
     error_for,
 )
 from tidelog.common.record.batch import BATCH_OVERHEAD, RECORD_COLUMNS_BYTES, Header, Headers
-from tidelog.common.record.compression import CompressionType
 from tidelog.common.settings import ProducerSettings, SecuritySettings
 
 __all__ = ["BulkDelivery", "Producer", "RecordDelivery", "RecordMetadata"]
 
 log = get_logger(__name__)
 
-ACKS: Final = {"0": 0, "1": 1, "all": -1, "-1": -1}
 DEFAULTS: Final = ProducerSettings.from_configs()  # the registry's (docs/configuration.md)
 
 
@@ -132,6 +130,10 @@ class BulkDelivery:
 
 
 class Producer:
+    # The producer settings it takes, each as the keyword argument of the config's attribute name
+    # (`linger.ms` → linger_ms): all of them (tests/client check the signature against it).
+    CONFIGS: ClassVar[frozenset[str]] = frozenset(definition.name for definition in ProducerSettings.DEFINITIONS)
+
     def __init__(
         self,
         bootstrap: Sequence[str],
@@ -154,8 +156,9 @@ class Producer:
         client_id: str = "",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        # Checked against the registry's bounds: a bad value is an InvalidConfigError naming it.
-        self.settings = ProducerSettings.from_configs(
+        # Built once from the registry (bounds checked: an InvalidConfigError names a bad value)
+        # and handed down whole; every part reads its settings from it.
+        self.settings = settings = ProducerSettings.from_configs(
             {
                 "acks": str(acks),
                 "enable.idempotence": enable_idempotence,
@@ -172,36 +175,21 @@ class Producer:
                 "max.block.ms": max_block_ms,
             }
         )
-        if batch_size > max_request_size:
-            raise InvalidConfigError(f"batch.size={batch_size} exceeds max.request.size={max_request_size}")
-        self.acks = ACKS[str(acks)]
-        # Idempotence needs acks=all; with other acks it is off (as Kafka >= 3.0 does when unset).
-        self.idempotent = enable_idempotence and self.acks == -1
-        self.batch_size = batch_size
-        self.max_request_size = max_request_size
-        self.retry_backoff_s = retry_backoff_ms / 1000
-        self.max_block_s = max_block_ms / 1000
+        if settings.batch_size > settings.max_request_size:
+            raise InvalidConfigError(
+                f"batch.size={settings.batch_size} exceeds max.request.size={settings.max_request_size}"
+            )
         # The client id travels with every request (client quotas may name it).
         self.connections = connections or Connections(security, call_metadata=client_id_metadata(client_id))
         self._owns_connections = connections is None
-        self.metadata = ClusterMetadata(bootstrap, self.connections, request_timeout_s=request_timeout_ms / 1000)
-        self.accumulator = RecordAccumulator(
-            batch_size=batch_size, linger_s=linger_ms / 1000, buffer_memory=buffer_memory, clock=clock
+        self.metadata = ClusterMetadata(
+            bootstrap, self.connections, request_timeout_s=settings.request_timeout_ms / 1000
         )
+        self.accumulator = RecordAccumulator(settings, clock=clock)
         self.sequences = ProducerSequences()
         self._topics: set[str] = set()  # the topics produced to: what metadata refreshes ask for
         self.sender = Sender(
-            SenderOptions(
-                acks=self.acks,
-                idempotent=self.idempotent,
-                compression=CompressionType.from_name(compression_type),
-                max_request_size=max_request_size,
-                retries=retries,
-                retry_backoff_s=self.retry_backoff_s,
-                delivery_timeout_s=delivery_timeout_ms / 1000,
-                request_timeout_s=request_timeout_ms / 1000,
-                max_in_flight=max_in_flight_requests_per_connection,
-            ),
+            settings,
             self.accumulator,
             self.sequences,
             metadata=self.metadata,
@@ -233,7 +221,7 @@ class Producer:
         or one a restarted broker has not yet been told about, appears within a refresh or two.
         """
         self._topics.add(topic)
-        deadline = time.monotonic() + self.max_block_s
+        deadline = time.monotonic() + self.settings.max_block_ms / 1000
         while not self._in_metadata(topic, partition):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -247,7 +235,7 @@ class Producer:
                 self._topics.discard(topic)
                 raise TopicAuthorizationFailedError(f"not authorised to describe topic {topic!r} (Describe or Write)")
             if not self._in_metadata(topic, partition):
-                await asyncio.sleep(max(min(self.retry_backoff_s, deadline - time.monotonic()), 0))
+                await asyncio.sleep(max(min(self.settings.retry_backoff_ms / 1000, deadline - time.monotonic()), 0))
         return len(self.metadata.partitions[topic])
 
     def _in_metadata(self, topic: str, partition: int | None) -> bool:
@@ -255,7 +243,7 @@ class Producer:
         return partitions is not None and (partition is None or partition < len(partitions))
 
     def _not_in_metadata(self, topic: str, partition: int | None) -> TidelogError:
-        waited = f"after max.block.ms={self.max_block_s * 1000:.0f}"
+        waited = f"after max.block.ms={self.settings.max_block_ms}"
         known = self.metadata.partitions.get(topic)
         if known is None:
             code = self.metadata.topic_errors.get(topic, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
@@ -271,8 +259,9 @@ class Producer:
         size = RECORD_COLUMNS_BYTES + (len(value) if value else 0) + (len(key) if key else 0)
         if headers:
             size += sum(len(name) + len(header_value or b"") + 6 for name, header_value in headers)
-        if size + BATCH_OVERHEAD > self.max_request_size:
-            raise RecordTooLargeError(f"a record of {size} bytes exceeds max.request.size={self.max_request_size}")
+        if size + BATCH_OVERHEAD > self.settings.max_request_size:
+            limit = self.settings.max_request_size
+            raise RecordTooLargeError(f"a record of {size} bytes exceeds max.request.size={limit}")
         return size
 
     async def send(
@@ -300,7 +289,7 @@ class Producer:
             partition = partition_for_key(key, count) if key is not None else self._sticky_partition(topic, count)
         size = self.record_size(value, key, headers)
         if not self.accumulator.try_reserve(size):
-            await self.accumulator.reserve(size, self.max_block_s, self._wake_sender)
+            await self.accumulator.reserve(size, self.settings.max_block_ms / 1000, self._wake_sender)
         batch, index, created = self.accumulator.append(
             topic, partition, value, key=key, headers=headers, timestamp=timestamp, size=size
         )
@@ -343,7 +332,7 @@ class Producer:
         per_record = RECORD_COLUMNS_BYTES + (len(values[0] or b"") if values else 0)
         if headers:
             per_record += sum(len(k) + len(v or b"") + 2 for k, v in headers[0])
-        chunk = max(1, (self.batch_size - BATCH_OVERHEAD) // max(per_record, 1))
+        chunk = max(1, (self.settings.batch_size - BATCH_OVERHEAD) // max(per_record, 1))
         batches: list[ProducerBatch] = []
         if keys is not None and partition is None:
             groups: dict[int, list[int]] = {}
@@ -381,7 +370,7 @@ class Producer:
                         batch.headers = [()] * len(picked)
                     batch.headers[0] = (*batch.headers[0], marker)
                     batch.size += len(name) + len(value or b"") + 2
-                await self.accumulator.reserve(batch.size, self.max_block_s, self._wake_sender)
+                await self.accumulator.reserve(batch.size, self.settings.max_block_ms / 1000, self._wake_sender)
                 batch.reserved = batch.size
                 batches.append(batch)
                 self.accumulator.add_ready(batch)

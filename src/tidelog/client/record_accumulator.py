@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from tidelog.client.producer_batch import BatchState, ProducerBatch
 from tidelog.common.errors import RequestTimedOutError
 from tidelog.common.record.batch import Headers
+from tidelog.common.settings import ProducerSettings
 
 __all__ = ["RecordAccumulator"]
 
@@ -24,15 +25,13 @@ __all__ = ["RecordAccumulator"]
 class RecordAccumulator:
     def __init__(
         self,
+        settings: ProducerSettings,
         *,
-        batch_size: int,
-        linger_s: float,
-        buffer_memory: int,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.batch_size = batch_size
-        self.linger_s = linger_s
-        self.buffer_memory = buffer_memory
+        self.batch_size = settings.batch_size
+        self.linger_s = settings.linger_ms / 1000
+        self.buffer_memory = settings.buffer_memory
         self.clock = clock
         self.buffered = 0  # bytes of buffer.memory held by batches not yet answered
         self._open: dict[tuple[str, int], ProducerBatch] = {}

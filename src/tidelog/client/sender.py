@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import time
 from collections.abc import Callable, Sequence
@@ -29,30 +28,18 @@ from tidelog.client.producer_sequences import ProducerSequences
 from tidelog.client.record_accumulator import RecordAccumulator
 from tidelog.common.errors import RETRIABLE_CODES, ErrorCode, RequestTimedOutError, TidelogError, error_for
 from tidelog.common.record.compression import CompressionType
+from tidelog.common.settings import ProducerSettings
 from tidelog.v1 import broker_pb2
 
-__all__ = ["Sender", "SenderOptions"]
+__all__ = ["Sender"]
 
 log = get_logger(__name__)
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class SenderOptions:
-    acks: int  # -1, 0 or 1
-    idempotent: bool
-    compression: CompressionType
-    max_request_size: int
-    retries: int
-    retry_backoff_s: float
-    delivery_timeout_s: float
-    request_timeout_s: float
-    max_in_flight: int = 5  # max.in.flight.requests.per.connection
 
 
 class Sender:
     def __init__(
         self,
-        options: SenderOptions,
+        settings: ProducerSettings,
         accumulator: RecordAccumulator,
         sequences: ProducerSequences,
         *,
@@ -61,7 +48,10 @@ class Sender:
         topics: Callable[[], Sequence[str]],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.options = options
+        self.settings = settings
+        self.compression = CompressionType.from_name(settings.compression_type)
+        self.retry_backoff_s = settings.retry_backoff_ms / 1000
+        self.request_timeout_s = settings.request_timeout_ms / 1000
         self.accumulator = accumulator
         self.sequences = sequences
         self.metadata = metadata
@@ -84,7 +74,7 @@ class Sender:
         while True:
             self.wakeup.clear()
             next_expiry = self.accumulator.close_expired(everything=bool(self.flushing) or self.closed)
-            if self.options.idempotent and not self.sequences.has_id and self.accumulator.has_ready:
+            if self.settings.idempotent and not self.sequences.has_id and self.accumulator.has_ready:
                 retry_at: float | None = await self._init_producer_id()
             else:
                 retry_at = await self._drain()
@@ -101,7 +91,7 @@ class Sender:
         for endpoint in [*self.metadata.bootstrap, *self.metadata.brokers.values()]:
             try:
                 response = await self.connections.broker(endpoint).InitProducerId(
-                    request, timeout=self.options.request_timeout_s
+                    request, timeout=self.request_timeout_s
                 )
             except grpc.aio.AioRpcError as error:
                 log.info("init_producer_id_failed", endpoint=endpoint, error=error.code().name)
@@ -119,10 +109,10 @@ class Sender:
             else:
                 kept.append(batch)
         self.accumulator.put_back(kept)
-        return self.clock() + self.options.retry_backoff_s
+        return self.clock() + self.retry_backoff_s
 
     def _expired(self, batch: ProducerBatch) -> bool:
-        return self.clock() - batch.created > self.options.delivery_timeout_s
+        return self.clock() - batch.created > self.settings.delivery_timeout_ms / 1000
 
     async def _drain(self) -> float | None:
         """Start one request per idle leader with its ready batches; the next retry time, if any."""
@@ -165,10 +155,10 @@ class Sender:
                 continue
             by_leader.setdefault(endpoint, []).append(batch)
         for endpoint, batches in by_leader.items():
-            request_batches, rest = _fit(batches, self.options.max_request_size)
+            request_batches, rest = _fit(batches, self.settings.max_request_size)
             waiting.extend(rest)
             for batch in request_batches:
-                if self.options.idempotent and batch.base_sequence < 0:
+                if self.settings.idempotent and batch.base_sequence < 0:
                     self.sequences.assign(batch)
                 batch.move_to(BatchState.IN_FLIGHT)
             self.sending.update(batch.key for batch in request_batches)
@@ -189,7 +179,7 @@ class Sender:
         throttle it asked for still running (KIP-219's client side)."""
         if self.muted_until.get(endpoint, 0.0) > now:
             return True
-        return len(self.in_flight.get(endpoint, ())) >= self.options.max_in_flight
+        return len(self.in_flight.get(endpoint, ())) >= self.settings.max_in_flight_requests_per_connection
 
     def _request_done(self, endpoint: str, task: asyncio.Task[None]) -> None:
         tasks = self.in_flight.get(endpoint)
@@ -201,19 +191,17 @@ class Sender:
 
     async def _send(self, endpoint: str, batches: list[ProducerBatch]) -> None:
         try:
-            encoded = [batch.encode(self.options.compression) for batch in batches]
+            encoded = [batch.encode(self.compression) for batch in batches]
             request = broker_pb2.ProduceRequest(
-                acks=self.options.acks,
-                timeout_ms=int(self.options.request_timeout_s * 1000),
+                acks=self.settings.required_acks,
+                timeout_ms=self.settings.request_timeout_ms,
                 partitions=[
                     broker_pb2.ProducePartition(topic=batch.topic, partition=batch.partition, record_batches=data)
                     for batch, data in zip(batches, encoded, strict=True)
                 ],
             )
             try:
-                response = await self.connections.broker(endpoint).Produce(
-                    request, timeout=self.options.request_timeout_s
-                )
+                response = await self.connections.broker(endpoint).Produce(request, timeout=self.request_timeout_s)
             except grpc.aio.AioRpcError as error:
                 failure = error_for(ErrorCode.REQUEST_TIMED_OUT, f"{endpoint}: {error.code().name}")
                 for batch in batches:
@@ -231,7 +219,7 @@ class Sender:
                     # go there at once, without the backoff or a metadata refresh (KIP-951).
                     self._retry_or_fail(batch, error_for(result.error_code, result.error_message), backoff=False)
                 elif result.error_code in RETRIABLE_CODES or (
-                    self.options.idempotent and self.sequences.behind_a_retry(batch, result.error_code)
+                    self.settings.idempotent and self.sequences.behind_a_retry(batch, result.error_code)
                 ):
                     self._retry_or_fail(batch, error_for(result.error_code, result.error_message))
                     retried = True
@@ -263,11 +251,11 @@ class Sender:
         known); False (and the batch failed) when retries or time ran out."""
         batch.attempts += 1
         batch.last_error = error
-        if batch.attempts > self.options.retries or self._expired(batch):
+        if batch.attempts > self.settings.retries or self._expired(batch):
             self.fail(batch, error)
             return False
         self.retries += 1
-        batch.next_attempt_at = self.clock() + (self.options.retry_backoff_s if backoff else 0.0)
+        batch.next_attempt_at = self.clock() + (self.retry_backoff_s if backoff else 0.0)
         return True
 
     async def refresh_quietly(self) -> None:

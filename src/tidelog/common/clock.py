@@ -1,13 +1,23 @@
-"""Wall-clock time in milliseconds, the unit of every timestamp and `*.ms` config.
+"""The two clocks components take, so tests drive time (tests/fake_clock.py is the one fake).
 
-Components take a `clock: Callable[[], int]` defaulting to this, so tests can drive time.
+- A wall clock in milliseconds (`WallClockMs`, default `wall_clock_ms`): the unit of every record
+  timestamp and `*.ms` config, for what is stored or compared across processes.
+- A monotonic clock in seconds (`Monotonic`, default `time.monotonic`): for deadlines and "how long
+  since" within one process (lags, sessions, back-offs), which must not jump with the wall clock.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import TypeAlias
 
-__all__ = ["wall_clock_ms"]
+__all__ = ["Monotonic", "WallClockMs", "monotonic", "wall_clock_ms"]
+
+Monotonic: TypeAlias = Callable[[], float]
+WallClockMs: TypeAlias = Callable[[], int]
+
+monotonic: Monotonic = time.monotonic
 
 
 def wall_clock_ms() -> int:

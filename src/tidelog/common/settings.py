@@ -28,6 +28,7 @@ from tidelog.common.errors import InvalidConfigError
 from tidelog.common.security.protocol import SecurityProtocol
 
 __all__ = [
+    "ACKS",
     "BrokerSettings",
     "ConsumerSettings",
     "ControllerSettings",
@@ -39,6 +40,7 @@ __all__ = [
     "Settings",
     "attribute_of",
     "flag_of",
+    "parse_process_args",
     "read_properties",
     "settings_of",
 ]
@@ -153,6 +155,19 @@ class Settings:
             return cls.from_arguments(arguments)
         except (InvalidConfigError, OSError) as error:
             parser.error(str(error))
+
+
+def parse_process_args(
+    parser: argparse.ArgumentParser, scope: type[Settings], argv: list[str] | None = None
+) -> argparse.Namespace:
+    """The end of every service process's `parse_args`: the flags of its scope and of security,
+    parsed and checked into `args.settings` and `args.security` (a bad value: argparse's exit 2)."""
+    scope.add_arguments(parser)
+    SecuritySettings.add_arguments(parser)
+    args = parser.parse_args(argv)
+    args.settings = scope.parse_into(parser, args)
+    args.security = SecuritySettings.parse_into(parser, args)
+    return args
 
 
 @dataclass_transform(kw_only_default=True, frozen_default=True)
@@ -317,6 +332,9 @@ class SecuritySettings(Settings):
         return frozenset(item.strip() for item in value.split(";") if item.strip())
 
 
+ACKS: Final = {"0": 0, "1": 1, "all": -1, "-1": -1}  # `acks` as a produce request carries it
+
+
 @settings_of(ConfigScope.PRODUCER)
 class ProducerSettings(Settings):
     """The producer's settings (docs/configuration.md)."""
@@ -334,6 +352,16 @@ class ProducerSettings(Settings):
     request_timeout_ms: int
     max_in_flight_requests_per_connection: int
     max_block_ms: int
+
+    @property
+    def required_acks(self) -> int:
+        """`acks` as a produce request carries it: -1 (all), 0 or 1."""
+        return ACKS[self.acks]
+
+    @property
+    def idempotent(self) -> bool:
+        """Idempotence needs acks=all; with other acks it is off (as Kafka >= 3.0 does when unset)."""
+        return self.enable_idempotence and self.required_acks == -1
 
 
 @settings_of(ConfigScope.CONSUMER)

@@ -9,10 +9,9 @@ them in Spark's documentation (`startingOffsets`, not `startingoffsets`).
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 from tidelog.client.consumer import Consumer
@@ -156,15 +155,15 @@ def _split(
     return ours, client, servers
 
 
-def _client(settings: dict[str, str], accepting: Callable[..., Any], definitions: Any, scope: str) -> dict[str, Any]:
-    """Client settings by their config names → keyword arguments of the client class, checked by
-    the config registry (names, types, bounds)."""
-    accepted = set(inspect.signature(accepting).parameters)
+def _client(settings: dict[str, str], accepted: frozenset[str], definitions: Any, scope: str) -> dict[str, Any]:
+    """Client settings by their config names → keyword arguments of the client class (each config's
+    attribute name, as the registry spells it), checked by the registry (names, types, bounds).
+    `accepted`: the config names the client takes (its CONFIGS)."""
     security_names = {definition.name for definition in SECURITY_CONFIGS}
     security = {name: value for name, value in settings.items() if name in security_names}
     settings = {name: value for name, value in settings.items() if name not in security_names}
     for name in settings:
-        if attribute_of(name) not in accepted:
+        if name not in accepted:
             raise InvalidOptionError(f"tidelog.{name}", f"not a {scope} setting the data source passes on")
     try:
         parsed = parse_configs(settings, definitions)
@@ -372,13 +371,13 @@ def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         ),
         fail_on_data_loss=_bool("failOnDataLoss", ours.get("failOnDataLoss", "true")),
         include_headers=_bool("includeHeaders", ours.get("includeHeaders", "false")),
-        client=_client(client_settings, Consumer.__init__, ConsumerSettings.DEFINITIONS, "consumer"),
+        client=_client(client_settings, Consumer.CONFIGS, ConsumerSettings.DEFINITIONS, "consumer"),
     )
 
 
 def write_options(options: Mapping[str, str]) -> WriteOptions:
     ours, client_settings, bootstrap = _split(options, WRITE_OPTIONS)
-    client = _client(client_settings, Producer.__init__, ProducerSettings.DEFINITIONS, "producer")
+    client = _client(client_settings, Producer.CONFIGS, ProducerSettings.DEFINITIONS, "producer")
     if client.get("acks", "all") not in ("all", "-1"):
         raise InvalidOptionError(
             "tidelog.acks", "the sink writes with acks=all (a record is acknowledged once in sync)"

@@ -1,0 +1,53 @@
+"""A partition's log folder (`<log.dirs>/<topic>-<partition>`) and its `partition.metadata` marker:
+which topic, by id, the log belongs to, so the log of a deleted topic is never taken for a new
+topic's of the same name."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Final
+
+import structlog
+
+from tidelog.broker.storage import LogConfig, PartitionLog
+
+__all__ = ["PARTITION_METADATA_FILE", "log_folder", "open_partition_log"]
+
+log = structlog.get_logger(__name__)
+
+PARTITION_METADATA_FILE: Final = "partition.metadata"
+
+
+def log_folder(data_dir: Path, topic: str, partition: int) -> Path:
+    return data_dir / f"{topic}-{partition}"
+
+
+def open_partition_log(data_dir: Path, topic: str, partition: int, topic_id: str, config: LogConfig) -> PartitionLog:
+    """The partition's log, created when new (the common case: nothing to recover), opened and
+    recovered when it exists for this topic id, replaced when it is a former topic's."""
+    directory = log_folder(data_dir, topic, partition)
+    marker = directory / PARTITION_METADATA_FILE
+    try:
+        partition_log = PartitionLog.create(directory, config)
+    except FileExistsError:
+        pass
+    else:
+        _write_marker(marker, topic_id)
+        return partition_log
+    if not marker.exists() or marker.read_text().strip() != f"topic_id: {topic_id}":
+        log.warning("stale_log_replaced", topic=topic, partition=partition)
+        shutil.rmtree(directory)
+    partition_log = PartitionLog.open(directory, config)
+    if not marker.exists():
+        _write_marker(marker, topic_id)
+    return partition_log
+
+
+def _write_marker(marker: Path, topic_id: str) -> None:
+    descriptor = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(descriptor, f"topic_id: {topic_id}\n".encode())
+    finally:
+        os.close(descriptor)

@@ -1,0 +1,294 @@
+"""What the controller's requests do to the replicas a broker hosts (Kafka's becomeLeaderOrFollower
+and stopReplicas): LeaderAndIsr, StopReplica and the ISR the controller committed.
+
+A request is applied only when it is not older than what the broker has (controller epoch, then
+partition epoch per partition), so a deposed controller cannot move leadership back, and only when
+it is meant for this life of the broker id (KIP-380). Requests are applied one at a time (Kafka's
+replicaStateChangeLock): a StopReplica deleting a folder must not race a LeaderAndIsr closing the
+same log. Each replica's role moves by replica_role.py's transition table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+import structlog
+
+from tidelog.broker.broker_fencing import BrokerFencing, FencingState
+from tidelog.broker.fetch_session import FetchSession
+from tidelog.broker.follower_tracking import FollowerTracking
+from tidelog.broker.log_folders import log_folder, open_partition_log
+from tidelog.broker.partition import Partition, PartitionKey
+from tidelog.broker.replica_fetcher import FollowedPartition, ReplicaFetcherManager
+from tidelog.broker.replica_role import ReplicaRole, role_in
+from tidelog.broker.storage import LogConfig, PartitionLog
+from tidelog.broker.storage_io import StorageIo
+from tidelog.common.clock import Monotonic
+from tidelog.common.errors import ErrorCode, RemoteError, StaleControllerEpochError, TidelogError
+from tidelog.v1 import broker_pb2, common_pb2
+
+__all__ = ["PartitionStates"]
+
+log = structlog.get_logger(__name__)
+
+NEW_LOGS_IN_PARALLEL_MIN: Final = 8  # fewer new replicas in a LeaderAndIsr are opened one by one
+
+
+class PartitionStates:
+    def __init__(
+        self,
+        broker_id: int,
+        incarnation: str,
+        data_dir: Path,
+        log_defaults: dict[str, str],
+        *,
+        partitions: dict[PartitionKey, Partition],
+        watchers: dict[PartitionKey, set[FetchSession]],
+        io: StorageIo,
+        fetchers: ReplicaFetcherManager,
+        followers: FollowerTracking,
+        fencing: BrokerFencing,
+        clock: Monotonic,
+    ) -> None:
+        self.broker_id = broker_id
+        self.incarnation = incarnation
+        self.data_dir = data_dir
+        self.log_defaults = log_defaults  # topic configs' broker-wide defaults (--log-config)
+        self.partitions = partitions  # the replica manager's map, changed only here
+        self.watchers = watchers
+        self.io = io
+        self.fetchers = fetchers
+        self.followers = followers
+        self.fencing = fencing
+        self.clock = clock
+        self.controller_epoch = -1
+        self._state_change = asyncio.Lock()
+
+    def check_incarnation(self, incarnation: str) -> None:
+        """Refuse controller requests meant for another life of this broker id (KIP-380)."""
+        if incarnation != self.incarnation:
+            raise RemoteError(
+                ErrorCode.STALE_BROKER_EPOCH,
+                f"request for broker incarnation {incarnation!r}; this process is {self.incarnation!r}",
+            )
+
+    def check_controller_epoch(self, epoch: int) -> None:
+        if epoch < self.controller_epoch:
+            raise StaleControllerEpochError(
+                f"request from controller epoch {epoch}; this broker has seen epoch {self.controller_epoch}"
+            )
+        self.controller_epoch = epoch
+
+    async def leader_and_isr(self, request: broker_pb2.LeaderAndIsrRequest) -> list[broker_pb2.PartitionError]:
+        async with self._state_change:
+            return await self._leader_and_isr(request)
+
+    async def _leader_and_isr(self, request: broker_pb2.LeaderAndIsrRequest) -> list[broker_pb2.PartitionError]:
+        self.check_controller_epoch(request.controller_epoch)
+        self.check_incarnation(request.broker_incarnation)
+        if request.full and self.fencing.state is FencingState.REGISTERED_AGAIN:
+            try:
+                return await self._apply_leader_and_isr(request)
+            finally:
+                self.fencing.lifted_by_whole_state()
+        return await self._apply_leader_and_isr(request)
+
+    async def _apply_leader_and_isr(self, request: broker_pb2.LeaderAndIsrRequest) -> list[broker_pb2.PartitionError]:
+        errors = []
+        wanted = set()
+        for endpoint in request.live_leaders:
+            self.fetchers.endpoints[endpoint.broker_id] = f"{endpoint.host}:{endpoint.port}"
+        topic_configs = {  # parsed once per topic, not per partition
+            topic: json.loads(request.topic_configs_json.get(topic, "{}"))
+            for topic in {state.topic for state in request.partitions}
+        }
+        opened = await self._open_new_logs(request.partitions, topic_configs)
+        new_leaders: dict[PartitionKey, tuple[Partition, int]] = {}
+        for state in request.partitions:
+            key = (state.topic, state.partition)
+            wanted.add(key)
+            try:
+                await self._apply_state(state, topic_configs[state.topic], opened.pop(key, None), new_leaders)
+            except TidelogError as error:
+                errors.append(
+                    broker_pb2.PartitionError(
+                        topic=state.topic,
+                        partition=state.partition,
+                        error_code=int(error.code),
+                        error_message=error.message,
+                    )
+                )
+        await self._start_leader_epochs(list(new_leaders.values()))
+        for unused in opened.values():  # named twice in one request: opened once, used once
+            await self.io.run(unused.close)
+        if request.full:
+            unassigned = [key for key in self.partitions if key not in wanted]
+        else:  # a delta names them; only the very topic (a topic created again is another)
+            unassigned = [
+                (state.topic, state.partition)
+                for state in request.unassigned
+                if (hosted := self.partitions.get((state.topic, state.partition))) is not None
+                and hosted.topic_id == state.topic_id
+            ]
+        for key in unassigned:
+            log.warning("replica_not_assigned_any_more", topic=key[0], partition=key[1])
+            await self._stop(key, delete=False)
+        return errors
+
+    async def _open_new_logs(
+        self, states: Sequence[common_pb2.PartitionState], topic_configs: dict[str, dict[str, str]]
+    ) -> dict[PartitionKey, PartitionLog]:
+        """The logs of replicas new to this broker, opened side by side on the I/O pool (a topic of
+        thousands of partitions is mostly file creation, which the threads overlap), a chunk per
+        task so the event loop handles a few hundred completions rather than thousands."""
+        new = [state for state in states if (state.topic, state.partition) not in self.partitions]
+        if len(new) < NEW_LOGS_IN_PARALLEL_MIN:
+            return {}
+        configs = {topic: self._log_config(topic_configs[topic]) for topic in {state.topic for state in new}}
+
+        def open_chunk(chunk: list[common_pb2.PartitionState]) -> list[tuple[PartitionKey, PartitionLog]]:
+            opened = []
+            for state in chunk:
+                partition_log = open_partition_log(
+                    self.data_dir, state.topic, state.partition, state.topic_id, configs[state.topic]
+                )
+                if state.leader == self.broker_id:
+                    # Here, side by side on the I/O threads, rather than one I/O task after
+                    # another in _apply_state (a new topic makes thousands of leaders at once).
+                    partition_log.assign_leader_epoch(state.leader_epoch)
+                opened.append(((state.topic, state.partition), partition_log))
+            return opened
+
+        chunks = await self.io.each_chunk(open_chunk, new)
+        return {key: opened for chunk in chunks for key, opened in chunk}
+
+    async def _start_leader_epochs(self, new_leaders: list[tuple[Partition, int]]) -> None:
+        """Start the epochs of the partitions a LeaderAndIsr made leaders of, side by side on the
+        I/O threads: a broker taking over thousands of leaderships at once (another broker's
+        controlled shutdown) took seconds one by one, while that broker and its producers waited.
+        An append meanwhile starts the epoch itself (append_as_leader); again here, it is kept."""
+
+        def start_chunk(chunk: list[tuple[Partition, int]]) -> None:
+            for partition, leader_epoch in chunk:
+                partition.log.assign_leader_epoch(leader_epoch)
+
+        hosted = [
+            (partition, epoch)
+            for partition, epoch in new_leaders
+            if self.partitions.get((partition.topic, partition.partition)) is partition
+        ]
+        await self.io.each_chunk(start_chunk, hosted)
+
+    async def _apply_state(
+        self,
+        state: common_pb2.PartitionState,
+        configs: dict[str, str],
+        opened: PartitionLog | None,
+        new_leaders: dict[PartitionKey, tuple[Partition, int]],
+    ) -> None:
+        """Take one partition's state. A leadership in a new epoch goes into `new_leaders`, whose
+        epochs the caller starts for all of them at once (`_start_leader_epochs`)."""
+        key = (state.topic, state.partition)
+        existing = self.partitions.get(key)
+        if existing is not None and existing.topic_id == state.topic_id:
+            if state == existing.state and configs == existing.configs:
+                return  # told again what we hold (a new controller's first, whole push): nothing to do
+            if state.partition_epoch < existing.state.partition_epoch:
+                raise RemoteError(
+                    ErrorCode.FENCED_LEADER_EPOCH,
+                    f"partition epoch {state.partition_epoch} is older than {existing.state.partition_epoch}",
+                )
+            existing.move_to(state, self.broker_id)
+            if configs != existing.configs:  # whole state arrives at every change: act on real changes only
+                await self.io.run(existing.log.update_config, self._log_config(configs))  # waits for the log's lock
+                existing.configs = configs
+        else:
+            if existing is not None:  # the topic was deleted and created again under the same name
+                await self._stop(key, delete=True)
+            partition_log: PartitionLog = (
+                opened
+                if opened is not None
+                else await self.io.run(
+                    open_partition_log,
+                    self.data_dir,
+                    state.topic,
+                    state.partition,
+                    state.topic_id,
+                    self._log_config(configs),
+                )
+            )
+            existing = Partition(
+                state.topic,
+                state.partition,
+                state.topic_id,
+                partition_log,
+                state,
+                role_in(state, self.broker_id),
+                configs=configs,
+                watchers=self.watchers,
+                leader_since_s=self.clock(),
+            )
+            self.partitions[key] = existing
+        if existing.role is ReplicaRole.LEADER:
+            self.fetchers.unfollow(key)
+            if existing.log.leader_epochs.latest_epoch < state.leader_epoch:
+                existing.forget_followers(self.clock())
+                new_leaders[key] = (existing, state.leader_epoch)
+            existing.advance_high_watermark(self.broker_id)
+        else:
+            # Before anything can truncate this log as a follower: an append admitted while we led
+            # must not land after the truncation (it would leave a record the leader never had).
+            existing.log.fence_leader_epoch(state.leader_epoch)
+            if existing.role is ReplicaRole.FOLLOWER:
+                self.fetchers.follow(
+                    FollowedPartition(state.topic, state.partition, existing.log, existing.leader, state.leader_epoch)
+                )
+            else:
+                self.fetchers.unfollow(key)
+        existing.wake_produce_waiters()  # each checks whether it still leads in its own epoch
+        existing.notify_appended()
+        if existing.role is ReplicaRole.LEADER:
+            self.followers.isr_watch.add(key)
+
+    def _log_config(self, configs: dict[str, str]) -> LogConfig:
+        return LogConfig.from_configs({**self.log_defaults, **configs})
+
+    def apply_committed_state(self, state: common_pb2.PartitionState) -> None:
+        """The controller committed this ISR for a partition we lead (AlterPartition's answer).
+
+        Only an ISR change within our leadership is applied here; a state that moved the leadership
+        waits for its LeaderAndIsr, which also fences and re-points the replica (`_apply_state`).
+        """
+        hosted = self.partitions.get((state.topic, state.partition))
+        if hosted is None or state.partition_epoch <= hosted.state.partition_epoch:
+            return
+        if hosted.role is not ReplicaRole.LEADER or state.leader_epoch != hosted.state.leader_epoch:
+            return
+        hosted.move_to(state, self.broker_id)
+        hosted.advance_high_watermark(self.broker_id)
+        hosted.wake_produce_waiters()
+        self.followers.isr_watch.add((state.topic, state.partition))
+
+    async def stop_replicas(self, request: broker_pb2.StopReplicaRequest) -> None:
+        async with self._state_change:
+            self.check_controller_epoch(request.controller_epoch)
+            self.check_incarnation(request.broker_incarnation)
+            for state in request.partitions:
+                await self._stop((state.topic, state.partition), delete=request.delete_partitions)
+
+    async def _stop(self, key: PartitionKey, *, delete: bool) -> None:
+        self.fetchers.unfollow(key)
+        partition = self.partitions.pop(key, None)
+        if partition is None:
+            if delete:
+                await self.io.run(shutil.rmtree, log_folder(self.data_dir, *key), True)
+            return
+        partition.delete()
+        partition.notify_appended()
+        partition.wake_produce_waiters()
+        await self.io.run(partition.log.delete if delete else partition.log.close)
