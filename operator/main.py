@@ -247,6 +247,10 @@ def handlers(settings: OperatorSettings) -> kopf.OperatorRegistry:
     once the arguments are parsed."""
     registry = kopf.OperatorRegistry()
     interval = settings.operator_reconcile_interval_ms / 1000
+    # The logins kopf's default registry would bring: in a pod, its service account; elsewhere
+    # (tests, a laptop), $KUBECONFIG. Each gives nothing where it does not apply.
+    kopf.on.login(registry=registry)(kopf.login_with_service_account)
+    kopf.on.login(registry=registry)(kopf.login_with_kubeconfig)
     peering_lifetime = max(1, settings.operator_peering_lifetime_ms // 1000)
 
     @kopf.on.startup(registry=registry)
@@ -258,7 +262,7 @@ def handlers(settings: OperatorSettings) -> kopf.OperatorRegistry:
         settings.watching.server_timeout = 60
         settings.peering.lifetime = peering_lifetime
 
-    @kopf.index(*TOPICS, registry=registry)
+    @kopf.index(*TOPICS, id="topics_by_name", registry=registry)  # passed to handlers by this name
     def topics_by_name(
         *, name: str, namespace: str | None, spec: Mapping[str, Any], meta: Mapping[str, Any], **_: Any
     ) -> dict[str, Any]:

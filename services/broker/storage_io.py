@@ -19,12 +19,11 @@ __all__ = ["LOGS_PER_TASK", "StorageIo"]
 T = TypeVar("T")
 
 LOGS_PER_TASK: Final = 64  # logs one I/O task opens (new ones), truncates or closes in a row
-IO_THREADS_MAX: Final = 256
 
 
 class StorageIo:
     def __init__(self, threads: int) -> None:
-        assert 1 <= threads <= IO_THREADS_MAX, threads
+        assert threads >= 1, threads  # num.io.threads (the registry bounds it)
         self.threads = threads
         self.busy = BusyMeter()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="storage-io")

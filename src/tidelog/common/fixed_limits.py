@@ -107,7 +107,7 @@ FIXED_LIMITS: Final[tuple[FixedLimit, ...]] = (
         "ISR changes one AlterPartition request carries; an ISR check with more sends several.",
     ),
     FixedLimit(
-        "tidelog.broker.replica_manager",
+        "tidelog.broker.storage_io",
         "LOGS_PER_TASK",
         64,
         "Partition logs one I/O task creates (a LeaderAndIsr bringing many) or closes (at stop) in a row.",
