@@ -1,15 +1,13 @@
 """Consumer group membership and offsets for the `__consumer_offsets` partitions this instance owns.
 
-As Kafka's GroupCoordinator: each request is handled against the group's state (group_state.py),
-produces the records that make the change durable, appends them to the group's partition of
-`__consumer_offsets` (OffsetsWriter), and only then answers; `replay(record)` rebuilds the same
-state from the partition when an instance takes it over (the seeds' loadGroupsAndOffsets).
-
-Offsets and deletions take the shape "handle request → (response, records)": the handler changes
-nothing, the records are written, then applied by `replay` — the path loading takes, so what a
-commit does and what a reload rebuilds cannot differ. Membership is the exception: a group record
-is a snapshot written from the in-memory group, whose waiting joins and heartbeat times are not
-in any record, so it is applied in memory first and replayed only when loading.
+As Kafka's GroupCoordinator, every write takes the shape "handle request → (response, records)"
+against the group's state (group_state.py): the handler changes nothing, the records are appended
+to the group's partition of `__consumer_offsets` (OffsetsWriter), then applied, then answered.
+Offsets and deletions are applied by `replay` (group_replay.py), the path loading takes, so what
+a commit does and what a reload rebuilds cannot differ. A leader's SyncGroup writes the group's
+record with the new assignment, then applies it (`_apply_assignment`: the fields replay would
+set, keeping the waiting syncs and heartbeat times, which no record holds); group records are
+replayed only when loading. A group a rebalance left empty is written in the background.
 
 JoinGroup and SyncGroup wait: a join is answered when every known member has rejoined (or the
 rebalance timeout dropped the rest, or `group.initial.rebalance.delay.ms` has passed for a group
@@ -23,30 +21,25 @@ import asyncio
 import dataclasses
 import time
 import uuid
-from collections.abc import Callable, Iterable
-from typing import Final, Protocol
+from collections.abc import Callable, Mapping
+from typing import Final
 
 import structlog
 
 from tidelog.common.clock import wall_clock_ms
 from tidelog.common.errors import ErrorCode, RemoteError, TidelogError
 from tidelog.common.settings import CoordinatorSettings
-from tidelog.coordinator.group import Group, Member, OffsetEntry
+from tidelog.coordinator.group import Group, Member
+from tidelog.coordinator.group_replay import OffsetsWriter, Record, group_record, offset_commit_records, replay
 from tidelog.coordinator.group_state import GroupState
-from tidelog.coordinator.offsets_records import decode_key, group_key, offset_key
+from tidelog.coordinator.group_views import described_group, fetched_offsets, join_response, listed_group
+from tidelog.coordinator.offsets_records import group_key, offset_key
 from tidelog.server_common.metadata import offsets_partition_for
 from tidelog.v1 import coordinator_pb2
 
-__all__ = ["GroupCoordinator", "OffsetsWriter"]
+__all__ = ["GroupCoordinator"]
 
 log = structlog.get_logger(__name__)
-
-Record = tuple[bytes, bytes | None]
-
-
-class OffsetsWriter(Protocol):
-    async def append(self, partition: int, records: list[Record]) -> None:
-        """Durably append (acks=all) to one __consumer_offsets partition, or raise."""
 
 
 GROUP_ID_BYTES_MAX: Final = 1024  # a group id longer than this is INVALID_GROUP_ID
@@ -117,74 +110,8 @@ class GroupCoordinator:
     # ---- replay ----------------------------------------------------------------------------
 
     def replay(self, partition: int, key_bytes: bytes, value: bytes | None) -> None:
-        """Apply one record of the partition, in log order (loading)."""
-        groups = self.groups.setdefault(partition, {})
-        key = decode_key(key_bytes)
-        if key.HasField("offset"):
-            group = groups.get(key.offset.group_id)
-            if value is None:
-                if group is not None:
-                    group.offsets.pop((key.offset.topic, key.offset.partition), None)
-                return
-            if group is None:
-                group = groups[key.offset.group_id] = Group(key.offset.group_id)
-            stored = coordinator_pb2.OffsetValue.FromString(value)
-            group.offsets[(key.offset.topic, key.offset.partition)] = OffsetEntry(
-                stored.offset, stored.metadata, stored.commit_timestamp_ms
-            )
-        elif key.HasField("group") and key.group.group_id:
-            group_id = key.group.group_id
-            if value is None:
-                groups.pop(group_id, None)
-                return
-            stored_group = coordinator_pb2.GroupValue.FromString(value)
-            group = groups.get(group_id) or Group(group_id)
-            groups[group_id] = group
-            group.protocol_type = stored_group.protocol_type
-            group.protocol_name = stored_group.protocol_name
-            group.generation_id = stored_group.generation_id
-            group.members.clear()
-            group.static_members.clear()
-            group.leader = ""
-            for stored_member in stored_group.members:
-                group.add(
-                    Member(
-                        stored_member.member_id,
-                        stored_member.group_instance_id,
-                        stored_member.client_id,
-                        stored_member.session_timeout_ms,
-                        stored_member.rebalance_timeout_ms,
-                        [(stored_group.protocol_name, stored_member.subscription)],
-                        assignment=stored_member.assignment,
-                        last_heartbeat=self.monotonic(),
-                    )
-                )
-            group.leader = stored_group.leader if stored_group.leader in group.members else group.leader
-            # Loading sets the state as written, not through a transition: it is not a change.
-            group.state = GroupState.STABLE if group.members else GroupState.EMPTY
-            group.empty_since_ms = stored_group.state_timestamp_ms
-
-    def _group_record(self, group: Group) -> Record:
-        value = coordinator_pb2.GroupValue(
-            protocol_type=group.protocol_type,
-            generation_id=group.generation_id,
-            protocol_name=group.protocol_name,
-            leader=group.leader,
-            state_timestamp_ms=group.empty_since_ms,
-            members=[
-                coordinator_pb2.GroupMemberValue(
-                    member_id=member.member_id,
-                    group_instance_id=member.group_instance_id,
-                    client_id=member.client_id,
-                    session_timeout_ms=member.session_timeout_ms,
-                    rebalance_timeout_ms=member.rebalance_timeout_ms,
-                    subscription=member.metadata_for(group.protocol_name),
-                    assignment=member.assignment,
-                )
-                for member in group.members.values()
-            ],
-        )
-        return group_key(group.group_id), value.SerializeToString()
+        """Apply one record of the partition, in log order (group_replay.py)."""
+        replay(self.groups.setdefault(partition, {}), key_bytes, value, self.monotonic())
 
     # ---- JoinGroup -------------------------------------------------------------------------
 
@@ -239,7 +166,7 @@ class GroupCoordinator:
         member.last_heartbeat = self.monotonic()
         if group.state == GroupState.STABLE and not changed:
             # A follower rejoining with what it had: nothing to rebalance (Kafka does the same).
-            return self._join_response(group, member, with_members=False)
+            return join_response(group, member, with_members=False)
         member.join = future
         if group.state != GroupState.PREPARING_REBALANCE:
             self._prepare_rebalance(group, reason=f"member {member.member_id} joined")
@@ -275,28 +202,10 @@ class GroupCoordinator:
         # its assignment, leader or not, and nobody rebalances (KIP-345's point).
         if group.state == GroupState.STABLE and [name for name, _ in old.protocols] == [name for name, _ in protocols]:
             member.protocols = [(name, old.metadata_for(name)) for name, _ in protocols]
-            return self._join_response(group, member, with_members=False)
+            return join_response(group, member, with_members=False)
         self._prepare_rebalance(group, reason=f"static member {old.group_instance_id} rejoined")
         # Answered now with the current generation; the member learns of the rebalance by heartbeat.
-        return self._join_response(group, member, with_members=False)
-
-    def _join_response(self, group: Group, member: Member, *, with_members: bool) -> coordinator_pb2.JoinGroupResponse:
-        response = coordinator_pb2.JoinGroupResponse(
-            generation_id=group.generation_id,
-            protocol_name=group.protocol_name,
-            leader=group.leader,
-            member_id=member.member_id,
-        )
-        if with_members:
-            response.members.extend(
-                coordinator_pb2.JoinGroupMember(
-                    member_id=other.member_id,
-                    group_instance_id=other.group_instance_id,
-                    metadata=other.metadata_for(group.protocol_name),
-                )
-                for other in group.members.values()
-            )
-        return response
+        return join_response(group, member, with_members=False)
 
     def _prepare_rebalance(self, group: Group, *, reason: str) -> None:
         if group.state == GroupState.COMPLETING_REBALANCE:
@@ -353,9 +262,7 @@ class GroupCoordinator:
             member.assignment = b""
             member.last_heartbeat = now
             if member.join is not None and not member.join.done():
-                member.join.set_result(
-                    self._join_response(group, member, with_members=member.member_id == group.leader)
-                )
+                member.join.set_result(join_response(group, member, with_members=member.member_id == group.leader))
             member.join = None
         log.info(
             "rebalance_joined",
@@ -392,12 +299,11 @@ class GroupCoordinator:
         future: asyncio.Future[coordinator_pb2.SyncGroupResponse] = asyncio.get_running_loop().create_future()
         member.sync = future
         if member.member_id == group.leader:
-            assignments = {entry.member_id: bytes(entry.assignment) for entry in request.assignments}
             generation = group.generation_id
-            for other in group.members.values():
-                other.assignment = assignments.get(other.member_id, b"")
+            assignments = {entry.member_id: bytes(entry.assignment) for entry in request.assignments}
+            records = [group_record(group, assignments)]  # nothing changes before it is written
             try:
-                await self.writer.append(self.partition_of(group.group_id), [self._group_record(group)])
+                await self.writer.append(self.partition_of(group.group_id), records)
             except Exception as error:
                 log.warning("group_write_failed", group=group.group_id, error=str(error))
                 if group.state == GroupState.COMPLETING_REBALANCE and group.generation_id == generation:
@@ -405,14 +311,23 @@ class GroupCoordinator:
                 raise _error(
                     ErrorCode.COORDINATOR_NOT_AVAILABLE, f"the assignment could not be written: {error}"
                 ) from error
-            if group.state == GroupState.COMPLETING_REBALANCE and group.generation_id == generation:
-                group.transition(GroupState.STABLE)
-                for other in group.members.values():
-                    if other.sync is not None and not other.sync.done():
-                        other.sync.set_result(coordinator_pb2.SyncGroupResponse(assignment=other.assignment))
-                    other.sync = None
-                log.info("group_stable", group=group.group_id, generation=generation, members=len(group.members))
+            self._apply_assignment(group, generation, assignments)
         return await future
+
+    def _apply_assignment(self, group: Group, generation: int, assignments: Mapping[str, bytes]) -> None:
+        """The leader's assignment, written: the group is Stable with it and every waiting sync is
+        answered — unless the generation moved on while it was written (a member left, a new one
+        joined), whose own rebalance hands out the next assignment."""
+        if group.state != GroupState.COMPLETING_REBALANCE or group.generation_id != generation:
+            return
+        for other in group.members.values():
+            other.assignment = assignments.get(other.member_id, b"")
+        group.transition(GroupState.STABLE)
+        for other in group.members.values():
+            if other.sync is not None and not other.sync.done():
+                other.sync.set_result(coordinator_pb2.SyncGroupResponse(assignment=other.assignment))
+            other.sync = None
+        log.info("group_stable", group=group.group_id, generation=generation, members=len(group.members))
 
     # ---- Heartbeat, LeaveGroup -------------------------------------------------------------
 
@@ -483,17 +398,7 @@ class GroupCoordinator:
             raise _error(ErrorCode.UNKNOWN_MEMBER_ID, "the group has members: commit as one of them")
         else:
             self._member(group, request.member_id, request.group_instance_id, request.generation_id)
-        now = self.clock_ms()
-        records: list[Record] = []
-        response = coordinator_pb2.OffsetCommitResponse()
-        for entry in request.partitions:
-            result = response.partitions.add(topic=entry.topic, partition=entry.partition, offset=entry.offset)
-            if entry.offset < 0 or len(entry.metadata) > 4096:
-                result.error_code = int(ErrorCode.INVALID_REQUEST)
-                continue
-            value = coordinator_pb2.OffsetValue(offset=entry.offset, metadata=entry.metadata, commit_timestamp_ms=now)
-            records.append((offset_key(group.group_id, entry.topic, entry.partition), value.SerializeToString()))
-        return response, records
+        return offset_commit_records(group.group_id, request.partitions, self.clock_ms())
 
     async def _append_and_replay(self, partition: int, records: list[Record]) -> None:
         """Write a handler's records (acks=all), then apply them through `replay`: handling and
@@ -516,29 +421,13 @@ class GroupCoordinator:
             if error.code != ErrorCode.GROUP_ID_NOT_FOUND:
                 raise
             group = Group(request.group_id)  # no group: nothing committed
-        response = coordinator_pb2.OffsetFetchResponse()
-        wanted: Iterable[tuple[str, int]] = (
-            [(entry.topic, entry.partition) for entry in request.partitions]
-            if request.partitions
-            else sorted(group.offsets)
-        )
-        for topic, partition in wanted:
-            stored = group.offsets.get((topic, partition))
-            response.partitions.add(
-                topic=topic,
-                partition=partition,
-                offset=-1 if stored is None else stored.offset,
-                metadata="" if stored is None else stored.metadata,
-            )
-        return response
+        return fetched_offsets(group, request)
 
     # ---- listing, describing, deleting -----------------------------------------------------
 
     def list_groups(self) -> list[coordinator_pb2.ListedGroup]:
         return [
-            coordinator_pb2.ListedGroup(
-                group_id=group.group_id, state=group.state.value, protocol_type=group.protocol_type
-            )
+            listed_group(group)
             for partition, groups in sorted(self.groups.items())
             if partition not in self.loading
             for group in groups.values()
@@ -553,20 +442,7 @@ class GroupCoordinator:
                 described.error_code = int(error.code)
             described.state = GroupState.DEAD.value
             return described
-        described.state = group.state.value
-        described.protocol_type = group.protocol_type
-        described.protocol_name = group.protocol_name
-        described.generation_id = group.generation_id
-        described.members.extend(
-            coordinator_pb2.DescribedMember(
-                member_id=member.member_id,
-                group_instance_id=member.group_instance_id,
-                client_id=member.client_id,
-                assignment=member.assignment,
-            )
-            for member in group.members.values()
-        )
-        return described
+        return described_group(group)
 
     async def delete_group(self, group_id: str) -> None:
         group = self._group(group_id)
@@ -608,7 +484,7 @@ class GroupCoordinator:
     def _persist_soon(self, group: Group) -> None:
         """Write the group's record without holding up the caller (it is rewritten at every change)."""
         partition = self.partition_of(group.group_id)
-        record = self._group_record(group)
+        record = group_record(group)
 
         async def write() -> None:
             try:

@@ -264,3 +264,60 @@ async def test_commit_rules_by_state_as_kafkas_group_coordinator() -> None:
     await _refused(ErrorCode.REBALANCE_IN_PROGRESS, group_coordinator.commit_offsets(_member_commit("", -1, 12)))
     assert first_again.generation_id == second.generation_id == 2
     assert group_coordinator.fetch_offsets(coordinator_pb2.OffsetFetchRequest(group_id="g")).partitions[0].offset == 11
+
+
+class HeldWriter(RecordingWriter):
+    """Holds each append until the test releases it, or fails it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+        self.failure: Exception | None = None
+
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        await self.release.wait()
+        if self.failure is not None:
+            raise self.failure
+        await super().append(partition, records)
+
+
+async def test_a_leaders_assignment_applies_only_once_its_record_is_written() -> None:
+    writer = HeldWriter()
+    group_coordinator = coordinator(writer)  # type: ignore[arg-type]
+    leader = await group_coordinator.join_group(join())
+    sync = coordinator_pb2.SyncGroupRequest(
+        group_id="g",
+        member_id=leader.member_id,
+        generation_id=leader.generation_id,
+        assignments=[coordinator_pb2.Assignment(member_id=leader.member_id, assignment=b"a0")],
+    )
+    answered = asyncio.create_task(group_coordinator.sync_group(sync))
+    await asyncio.sleep(0)  # the handler runs up to the write
+    described = group_coordinator.describe_group("g")
+    assert described.state == GroupState.COMPLETING_REBALANCE.value
+    assert [member.assignment for member in described.members] == [b""], "nothing applied before the write"
+    writer.release.set()
+    assert (await answered).assignment == b"a0"
+    assert group_coordinator.describe_group("g").state == GroupState.STABLE.value
+    assert len(writer.records) == 1  # the group's record, with the assignment
+
+
+async def test_a_leaders_assignment_that_cannot_be_written_changes_nothing_and_the_group_rebalances() -> None:
+    writer = HeldWriter()
+    writer.failure = RuntimeError("no leader for __consumer_offsets-0")
+    writer.release.set()
+    group_coordinator = coordinator(writer)  # type: ignore[arg-type]
+    leader = await group_coordinator.join_group(join())
+    sync = coordinator_pb2.SyncGroupRequest(
+        group_id="g",
+        member_id=leader.member_id,
+        generation_id=leader.generation_id,
+        assignments=[coordinator_pb2.Assignment(member_id=leader.member_id, assignment=b"a0")],
+    )
+    with pytest.raises(TidelogError) as refused:
+        await group_coordinator.sync_group(sync)
+    assert refused.value.code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    described = group_coordinator.describe_group("g")
+    assert described.state == GroupState.PREPARING_REBALANCE.value
+    assert [member.assignment for member in described.members] == [b""]
+    assert writer.records == []
