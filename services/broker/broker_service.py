@@ -16,9 +16,9 @@ import grpc
 import structlog
 from etcd3aio import Etcd3Client
 
-from tidelog.broker.fetch_session import FetchSession, SessionError
+from tidelog.broker.delayed_fetch import full_reads, session_reads
+from tidelog.broker.fetch_session import SessionError
 from tidelog.broker.metadata_cache import MetadataCache
-from tidelog.broker.partition import PartitionRead
 from tidelog.broker.producer_id_manager import ProducerIdManager
 from tidelog.broker.quota_manager import QuotaManager
 from tidelog.broker.replica_manager import ReplicaManager
@@ -231,11 +231,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             except SessionError as error:
                 REQUESTS.labels(kind, error.code.name).inc()
                 return broker_pb2.FetchResponse(error_code=int(error.code), error_message=error.message)
-            reads = await self._session_reads(request, session, max_bytes, deadline, kind)
+            reads = await session_reads(self.replicas, request, session, max_bytes, deadline=deadline, kind=kind)
             response = broker_pb2.FetchResponse(session_id=session.id)
             read_s = 0.0
         else:
-            reads, read_s = await self._full_reads(request, max_bytes, deadline, kind)
+            reads, read_s = await full_reads(self.replicas, request, max_bytes, deadline=deadline, kind=kind)
             response = broker_pb2.FetchResponse()
         for read in reads:  # each byte string is copied once, into the response
             hint, hint_epoch = self._leader_hint(read.topic, read.partition) if read.error_code else (0, 0)
@@ -260,80 +260,6 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 self.quotas.record(quota_client, QuotaKind.REQUEST_PERCENTAGE, read_s * 100),
             )
         return response
-
-    async def _full_reads(
-        self,
-        request: broker_pb2.FetchRequest,
-        max_bytes: int,
-        deadline: float,
-        kind: str,
-    ) -> tuple[list[PartitionRead], float]:
-        """A sessionless fetch: every listed partition read, long-polling until there is data."""
-        keys = [(entry.topic, entry.partition) for entry in request.partitions]
-        follower = request.replica_id >= 0
-        refused = (
-            self.replicas.followers.record_fetch(
-                request.replica_id, request.replica_incarnation, list(request.partitions)
-            )
-            if follower
-            else {}
-        )
-        wanted = [entry for entry in request.partitions if (entry.topic, entry.partition) not in refused]
-        read_s = 0.0
-        while True:
-            events = self.replicas.append_events(keys)  # before the read: no lost wake-up
-            read_started = time.perf_counter()
-            reads = await self.replicas.io.run(self._read_all, wanted, max_bytes, follower, request=kind)
-            read_s += time.perf_counter() - read_started  # request time, without the long-poll wait
-            reads += _refused_reads(refused)
-            remaining = deadline - time.monotonic()
-            if _fetch_done(reads, request.min_bytes, remaining):
-                return reads, read_s
-            await self.replicas.wait_for_append(events, remaining)
-
-    async def _session_reads(
-        self,
-        request: broker_pb2.FetchRequest,
-        session: FetchSession,
-        max_bytes: int,
-        deadline: float,
-        kind: str,
-    ) -> list[PartitionRead]:
-        """A follower's incremental fetch (KIP-227): the session takes the changed partitions and
-        drops the forgotten ones; the answer holds the changed ones and those with news since the
-        last answer. With none, it waits on the session's one event: idle costs nothing per
-        partition."""
-        forgotten = [(entry.topic, entry.partition) for entry in request.forgotten]
-        answer = set(session.update(request.partitions, forgotten))
-        session.fetched()
-        refused = self.replicas.followers.record_fetch(
-            request.replica_id, request.replica_incarnation, list(request.partitions), session
-        )
-        while True:
-            answer |= session.take_dirty()  # before the read: no lost wake-up
-            wanted = [session.partitions[key] for key in answer if key in session.partitions and key not in refused]
-            reads = await self.replicas.io.run(self._read_all, wanted, max_bytes, True, request=kind) if wanted else []
-            reads += _refused_reads(refused)
-            remaining = deadline - time.monotonic()
-            if _fetch_done(reads, request.min_bytes, remaining) or session.closed:
-                for read in reads:  # left out for the response's size: still news for the next fetch
-                    key = (read.topic, read.partition)
-                    held = session.partitions.get(key)
-                    if not read.data and held is not None and read.log_end_offset > held.fetch_offset:
-                        session.dirty.add(key)
-                return reads
-            await session.wait(remaining)
-
-    def _read_all(self, partitions: list[Any], max_bytes: int, follower: bool) -> list[PartitionRead]:
-        reads: list[PartitionRead] = []
-        remaining = max_bytes
-        for entry in partitions:
-            read = self.replicas.read(
-                entry, max(remaining, 0), min_one_batch=not reads or remaining > 0, follower=follower
-            )
-            remaining -= len(read.data)
-            reads.append(read)
-        return reads
 
     async def ListOffsets(  # noqa: N802
         self, request: broker_pb2.ListOffsetsRequest, context: Context
@@ -516,20 +442,6 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             return broker_pb2.UpdateMetadataResponse(error_code=int(ErrorCode.STALE_CONTROLLER_EPOCH))
         self.metadata.update(request)
         return broker_pb2.UpdateMetadataResponse()
-
-
-def _refused_reads(refused: dict[tuple[str, int], int]) -> list[PartitionRead]:
-    """A fetch's partitions refused before reading (fenced epochs), as error results."""
-    return [PartitionRead(topic, partition, b"", -1, -1, -1, code) for (topic, partition), code in refused.items()]
-
-
-def _fetch_done(reads: list[PartitionRead], min_bytes: int, remaining_s: float) -> bool:
-    """Answer now: fetch.min.bytes reached, an error to report, or the long poll's time is up."""
-    return (
-        sum(len(read.data) for read in reads) >= max(min_bytes, 1)
-        or any(read.error_code for read in reads)
-        or remaining_s <= 0
-    )
 
 
 def newest_leader(

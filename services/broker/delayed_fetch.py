@@ -1,0 +1,107 @@
+"""A fetch's reads and its long poll (Kafka's DelayedFetch): read every partition asked for on the
+I/O pool, and when there is less than fetch.min.bytes and no error, wait for an append to one of
+them (or, in a follower's incremental session, for the session's news) until max.wait.ms.
+
+The wake-up is taken before each read, so an append while the read runs still wakes the waiter.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tidelog.broker.fetch_session import FetchSession
+from tidelog.broker.partition import PartitionRead
+from tidelog.broker.replica_manager import ReplicaManager
+from tidelog.v1 import broker_pb2
+
+__all__ = ["full_reads", "session_reads"]
+
+
+async def full_reads(
+    replicas: ReplicaManager,
+    request: broker_pb2.FetchRequest,
+    max_bytes: int,
+    *,
+    deadline: float,
+    kind: str,
+) -> tuple[list[PartitionRead], float]:
+    """A sessionless fetch: every listed partition read, long-polling until there is data."""
+    keys = [(entry.topic, entry.partition) for entry in request.partitions]
+    follower = request.replica_id >= 0
+    refused = (
+        replicas.followers.record_fetch(request.replica_id, request.replica_incarnation, list(request.partitions))
+        if follower
+        else {}
+    )
+    wanted = [entry for entry in request.partitions if (entry.topic, entry.partition) not in refused]
+    read_s = 0.0
+    while True:
+        events = replicas.append_events(keys)  # before the read: no lost wake-up
+        read_started = time.perf_counter()
+        reads = await replicas.io.run(_read_all, replicas, wanted, max_bytes, follower, request=kind)
+        read_s += time.perf_counter() - read_started  # request time, without the long-poll wait
+        reads += _refused_reads(refused)
+        remaining = deadline - time.monotonic()
+        if _fetch_done(reads, request.min_bytes, remaining):
+            return reads, read_s
+        await replicas.wait_for_append(events, remaining)
+
+
+async def session_reads(
+    replicas: ReplicaManager,
+    request: broker_pb2.FetchRequest,
+    session: FetchSession,
+    max_bytes: int,
+    *,
+    deadline: float,
+    kind: str,
+) -> list[PartitionRead]:
+    """A follower's incremental fetch (KIP-227): the session takes the changed partitions and
+    drops the forgotten ones; the answer holds the changed ones and those with news since the
+    last answer. With none, it waits on the session's one event: idle costs nothing per
+    partition."""
+    forgotten = [(entry.topic, entry.partition) for entry in request.forgotten]
+    answer = set(session.update(request.partitions, forgotten))
+    session.fetched()
+    refused = replicas.followers.record_fetch(
+        request.replica_id, request.replica_incarnation, list(request.partitions), session
+    )
+    while True:
+        answer |= session.take_dirty()  # before the read: no lost wake-up
+        wanted = [session.partitions[key] for key in answer if key in session.partitions and key not in refused]
+        reads = await replicas.io.run(_read_all, replicas, wanted, max_bytes, True, request=kind) if wanted else []
+        reads += _refused_reads(refused)
+        remaining = deadline - time.monotonic()
+        if _fetch_done(reads, request.min_bytes, remaining) or session.closed:
+            for read in reads:  # left out for the response's size: still news for the next fetch
+                key = (read.topic, read.partition)
+                held = session.partitions.get(key)
+                if not read.data and held is not None and read.log_end_offset > held.fetch_offset:
+                    session.dirty.add(key)
+            return reads
+        await session.wait(remaining)
+
+
+def _read_all(replicas: ReplicaManager, partitions: list[Any], max_bytes: int, follower: bool) -> list[PartitionRead]:
+    reads: list[PartitionRead] = []
+    remaining = max_bytes
+    for entry in partitions:
+        read = replicas.read(entry, max(remaining, 0), min_one_batch=not reads or remaining > 0, follower=follower)
+        remaining -= len(read.data)
+        reads.append(read)
+    return reads
+
+
+def _refused_reads(refused: dict[tuple[str, int], int]) -> list[PartitionRead]:
+    """A fetch's partitions refused before reading (fenced epochs), as error results."""
+    return [PartitionRead(topic, partition, b"", -1, -1, -1, code) for (topic, partition), code in refused.items()]
+
+
+def _fetch_done(reads: list[PartitionRead], min_bytes: int, remaining_s: float) -> bool:
+    """Answer now: fetch.min.bytes reached, an error to report, or the long poll's time is up."""
+    return (
+        sum(len(read.data) for read in reads) >= max(min_bytes, 1)
+        or any(read.error_code for read in reads)
+        or remaining_s <= 0
+    )
