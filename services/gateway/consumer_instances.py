@@ -153,7 +153,10 @@ class ConsumerInstance:
         if self.mode is Mode.ASSIGNED:
             self._fetched.update(next_offsets(kept))
             consumer = self.consumer
-            if consumer.enable_auto_commit and time.monotonic() - self._last_commit >= consumer.auto_commit_interval_s:
+            if (
+                consumer.settings.enable_auto_commit
+                and time.monotonic() - self._last_commit >= consumer.settings.auto_commit_interval_ms / 1000
+            ):
                 self._last_commit = time.monotonic()
                 consumer.commit_async(dict(self._fetched))
         return kept
@@ -230,7 +233,7 @@ class ConsumerInstance:
             raise from_tidelog(error) from None
 
     async def close(self) -> None:
-        if self.mode is Mode.ASSIGNED and self.consumer.enable_auto_commit and self._fetched:
+        if self.mode is Mode.ASSIGNED and self.consumer.settings.enable_auto_commit and self._fetched:
             with contextlib.suppress(TidelogError):
                 await self.consumer.commit(dict(self._fetched))
         await self.consumer.close()

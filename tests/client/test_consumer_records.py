@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidelog.client import GroupConsumer, TopicPartition
+from tidelog.client import TopicPartition
 from tidelog.client.consumer_records import (
     ConsumerRecord,
     FetchedPartition,
@@ -15,6 +15,7 @@ from tidelog.client.consumer_records import (
     next_offsets,
     records_of,
     runs_of,
+    take,
 )
 from tidelog.common.record.batch import decode_batches, encode_batch
 
@@ -51,13 +52,11 @@ def test_runs_start_at_the_position_inside_the_first_batch() -> None:
 
 @given(st.lists(st.integers(1, 5), min_size=1, max_size=6), st.integers(1, 20))
 def test_max_poll_records_takes_records_in_order_and_keeps_the_rest(sizes: list[int], limit: int) -> None:
-    consumer = GroupConsumer(["127.0.0.1:9"], "g")
     runs, offset = [], 0
     for size in sizes:
         runs.append(_run(A, offset, size))
         offset += size
-    consumer._buffer = list(runs)
-    taken = consumer._take(limit)
+    taken, rest = take(list(runs), limit)
     assert sum(map(len, taken)) == min(limit, offset)
-    assert records_of(taken) + records_of(consumer._buffer) == records_of(runs)
-    assert all(len(run) > 0 for run in consumer._buffer)
+    assert records_of(taken) + records_of(rest) == records_of(runs)
+    assert all(len(run) > 0 for run in rest)

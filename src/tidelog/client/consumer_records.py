@@ -25,6 +25,7 @@ __all__ = [
     "next_offsets",
     "records_of",
     "runs_of",
+    "take",
 ]
 
 
@@ -151,3 +152,16 @@ def first_offsets(runs: Iterable[RecordRun]) -> dict[TopicPartition, int]:
     for run in runs:
         found.setdefault(run.partition, run.offsets[0])
     return found
+
+
+def take(runs: list[RecordRun], limit: int) -> tuple[list[RecordRun], list[RecordRun]]:
+    """(the first `limit` records of `runs`, a run split at the limit; the rest)."""
+    count = 0
+    for index, run in enumerate(runs):
+        if count + len(run) > limit:
+            if count == limit:
+                return runs[:index], runs[index:]
+            head, rest = run.split(limit - count)
+            return [*runs[:index], head], [rest, *runs[index + 1 :]]
+        count += len(run)
+    return runs, []

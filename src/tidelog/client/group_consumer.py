@@ -24,18 +24,18 @@ from tidelog.client.assignors import (
     ASSIGNORS,
     Subscription,
     decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
 )
 from tidelog.client.client_logging import get_logger
 from tidelog.client.cluster_metadata import TopicPartition
 from tidelog.client.connections import Connections, client_id_metadata
 from tidelog.client.consumer import Consumer
-from tidelog.client.consumer_records import ConsumerRecord, RecordRun, first_offsets, next_offsets, records_of
+from tidelog.client.consumer_records import ConsumerRecord, RecordRun, first_offsets, next_offsets, records_of, take
 from tidelog.client.coordinator_link import CoordinatorLink
+from tidelog.client.group_protocol import GroupProtocol
 from tidelog.client.membership import Membership, MemberState
-from tidelog.common.errors import ErrorCode, RemoteError, TidelogError, UnknownTopicOrPartitionError, error_for
+from tidelog.client.missing_topics import MissingTopics
+from tidelog.client.stall_watch import StallWatch
+from tidelog.common.errors import ErrorCode, RemoteError, TidelogError, error_for
 from tidelog.common.settings import ConsumerSettings, SecuritySettings
 from tidelog.v1 import coordinator_pb2
 
@@ -45,10 +45,6 @@ DEFAULTS: Final = ConsumerSettings.from_configs()  # the registry's (docs/config
 log = get_logger(__name__)
 
 REJOIN_CODES = {ErrorCode.REBALANCE_IN_PROGRESS}
-# How often a subscribed topic that does not exist is looked for: Kafka's consumer refreshes its
-# metadata for unknown topics with retry.backoff.ms growing to retry.backoff.max.ms (KIP-580), 1 s.
-MISSING_TOPIC_RECHECK_S: Final = 1.0
-STALL_CHECK_S: Final = 0.1  # how often the stall watch takes its turn
 LOST_CODES = {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.FENCED_INSTANCE_ID}
 
 
@@ -102,17 +98,6 @@ class GroupConsumer:
             }
         )
         self.group_id = group_id
-        self.client_id = settings.client_id
-        self.group_instance_id = settings.group_instance_id
-        self.session_timeout_ms = settings.session_timeout_ms
-        self.heartbeat_interval_s = settings.heartbeat_interval_ms / 1000
-        self.max_poll_interval_s = settings.max_poll_interval_ms / 1000
-        self.max_poll_records = settings.max_poll_records
-        self.enable_auto_commit = settings.enable_auto_commit
-        self.auto_commit_interval_s = settings.auto_commit_interval_ms / 1000
-        self.strategies = list(settings.partition_assignment_strategy)
-        self.request_timeout_s = settings.request_timeout_ms / 1000
-        self.retry_backoff_s = settings.retry_backoff_ms / 1000
         self.connections = connections or Connections(security, call_metadata=client_id_metadata(client_id))
         self._owns_connections = connections is None
         self.consumer = Consumer(
@@ -128,9 +113,10 @@ class GroupConsumer:
             group_id,
             self.metadata,
             self.connections,
-            request_timeout_s=self.request_timeout_s,
-            retry_backoff_s=self.retry_backoff_s,
+            request_timeout_s=settings.request_timeout_ms / 1000,
+            retry_backoff_s=settings.retry_backoff_ms / 1000,
         )
+        self.protocol_client = GroupProtocol(group_id, self.link, self.metadata, settings)
         self._topics: list[str] = []
         self._pattern: re.Pattern[str] | None = None
         self._listener: RebalanceListener | None = None
@@ -142,16 +128,13 @@ class GroupConsumer:
         self._last_poll = clock()
         self._last_auto_commit = clock()
         self._heartbeat_task: asyncio.Task[None] | None = None
-        self._stall_task: asyncio.Task[None] | None = None
-        self._tick = clock()  # the stall watch's last turn
-        self._stalled = False  # this process did not run for a whole session (SIGSTOP, a pause)
+        self.stalls = StallWatch(settings.session_timeout_ms / 1000, clock)
         self._join_task: asyncio.Task[None] | None = None
         self._pending_commits: set[asyncio.Task[None]] = set()
-        self._missing_topics: set[str] = set()  # subscribed but not in the cluster at the last join
+        self.missing_topics = MissingTopics(group_id, self.metadata, clock)
         # Held by a poll's fetch and by the join task's assignment change: a cooperative member
         # fetches while it joins, and partitions must not move under a fetch.
         self._assignment_lock = asyncio.Lock()
-        self._missing_checked = clock()
 
     @property
     def member_id(self) -> str:
@@ -212,11 +195,6 @@ class GroupConsumer:
         await self.metadata.refresh()
         return sorted(topic for topic in self.metadata.partitions if self._pattern.fullmatch(topic))
 
-    # ---- the coordinator -------------------------------------------------------------------
-
-    async def _call(self, method: str, request: object, *, timeout_s: float | None = None) -> object:
-        return await self.link.call(method, request, timeout_s=timeout_s)
-
     # ---- membership ------------------------------------------------------------------------
 
     async def _ensure_member(self, timeout_s: float) -> bool:
@@ -224,8 +202,7 @@ class GroupConsumer:
         bounds a rebalance by its timeout). True once this is a member with an assignment."""
         if self._heartbeat_task is None:
             self._heartbeat_task = asyncio.create_task(self._heartbeats(), name=f"heartbeat-{self.group_id}")
-            self._tick = self.clock()
-            self._stall_task = asyncio.create_task(self._watch_stalls(), name=f"stalls-{self.group_id}")
+            self.stalls.start(name=f"stalls-{self.group_id}")
         if self._join_task is None and self.membership.must_join:
             self._join_task = asyncio.create_task(self._join_until_member(), name=f"join-{self.group_id}")
         if self._join_task is not None:
@@ -245,36 +222,14 @@ class GroupConsumer:
                 raise
 
     async def _rejoin(self) -> None:
-        assignor = ASSIGNORS[self.strategies[0]]
+        assignor = ASSIGNORS[self.settings.partition_assignment_strategy[0]]
         if not assignor.cooperative and self._owned:
             await self._revoke(set(self._owned))
         topics = await self._subscribed_topics()
-        missing = set()
-        for topic in topics:
-            try:
-                await self.metadata.partitions_of(topic)
-            except UnknownTopicOrPartitionError:
-                missing.add(topic)  # as Kafka: still subscribed, and assigned once it exists
-        if missing and missing != self._missing_topics:
-            log.warning("subscribed_topics_missing", group=self.group_id, topics=sorted(missing))
-        self._missing_topics = missing
+        await self.missing_topics.note(topics)  # as Kafka: still subscribed, assigned once they exist
         subscription = Subscription(topics, sorted(self._owned))
-        request = coordinator_pb2.JoinGroupRequest(
-            group_id=self.group_id,
-            session_timeout_ms=self.session_timeout_ms,
-            rebalance_timeout_ms=int(self.max_poll_interval_s * 1000),
-            member_id=self.member_id,
-            group_instance_id=self.group_instance_id,
-            protocol_type="consumer",
-            protocols=[
-                coordinator_pb2.Protocol(name=name, metadata=encode_subscription(subscription))
-                for name in self.strategies
-            ],
-            client_id=self.client_id,
-        )
         self.membership.begin_join()
-        joined = await self._call("JoinGroup", request, timeout_s=self.max_poll_interval_s + 5)
-        assert isinstance(joined, coordinator_pb2.JoinGroupResponse)
+        joined = await self.protocol_client.join(self.member_id, subscription)
         if not self.membership.at(MemberState.JOINING):
             return  # left the group meanwhile (max.poll.interval.ms): the next poll joins again
         if joined.error_code:
@@ -284,19 +239,8 @@ class GroupConsumer:
         self.membership.joined(joined.member_id, joined.generation_id, joined.protocol_name)
         assignments: list[coordinator_pb2.Assignment] = []
         if joined.leader == joined.member_id and joined.members:
-            assignments = await self._lead(joined)
-        synced = await self._call(
-            "SyncGroup",
-            coordinator_pb2.SyncGroupRequest(
-                group_id=self.group_id,
-                generation_id=self.generation_id,
-                member_id=self.member_id,
-                group_instance_id=self.group_instance_id,
-                assignments=assignments,
-            ),
-            timeout_s=self.max_poll_interval_s + 5,
-        )
-        assert isinstance(synced, coordinator_pb2.SyncGroupResponse)
+            assignments = await self.protocol_client.assign(joined)
+        synced = await self.protocol_client.sync(self.generation_id, self.member_id, assignments)
         if not self.membership.at(MemberState.SYNCING):
             return  # left the group meanwhile
         if synced.error_code:
@@ -305,23 +249,6 @@ class GroupConsumer:
             return
         self.membership.synced()
         await self._apply_assignment(set(decode_assignment(synced.assignment)))
-
-    async def _lead(self, joined: coordinator_pb2.JoinGroupResponse) -> list[coordinator_pb2.Assignment]:
-        members = {member.member_id: decode_subscription(member.metadata) for member in joined.members}
-        counts: dict[str, int] = {}
-        for topic in sorted({topic for subscription in members.values() for topic in subscription.topics}):
-            try:
-                counts[topic] = len(await self.metadata.partitions_of(topic))
-            except TidelogError:
-                continue  # a topic nobody can read yet: assigned once it exists
-        result = ASSIGNORS[joined.protocol_name].assign(members, counts)
-        log.info(
-            "group_assignment", group=self.group_id, generation=joined.generation_id, assignor=joined.protocol_name
-        )
-        return [
-            coordinator_pb2.Assignment(member_id=member, assignment=encode_assignment(partitions))
-            for member, partitions in result.items()
-        ]
 
     async def _apply_assignment(self, assigned: set[TopicPartition]) -> None:
         async with self._assignment_lock:  # not under a fetch of the partitions it moves
@@ -354,7 +281,7 @@ class GroupConsumer:
             await self._listener.on_partitions_assigned(added)
 
     async def _revoke(self, partitions: set[TopicPartition]) -> None:
-        if self.enable_auto_commit and self.membership.has_generation:
+        if self.settings.enable_auto_commit and self.membership.has_generation:
             with contextlib.suppress(TidelogError):
                 await self.commit({tp: pos for tp, pos in self._positions().items() if tp in partitions})
         if self._listener is not None:
@@ -386,28 +313,19 @@ class GroupConsumer:
 
     async def _heartbeats(self) -> None:
         while not self._closed:
-            await asyncio.sleep(self.heartbeat_interval_s)
+            await asyncio.sleep(self.settings.heartbeat_interval_ms / 1000)
             if not self.membership.has_generation or not self.member_id:
                 continue
-            if self.clock() - self._last_poll > self.max_poll_interval_s:
+            if self.clock() - self._last_poll > self.settings.max_poll_interval_ms / 1000:
                 log.warning("max_poll_interval_exceeded", group=self.group_id, member=self.member_id)
                 await self._leave()
                 continue
             generation = self.generation_id
             try:
-                response = await self._call(
-                    "Heartbeat",
-                    coordinator_pb2.HeartbeatRequest(
-                        group_id=self.group_id,
-                        generation_id=generation,
-                        member_id=self.member_id,
-                        group_instance_id=self.group_instance_id,
-                    ),
-                )
+                response = await self.protocol_client.heartbeat(generation, self.member_id)
             except TidelogError as error:
                 log.info("heartbeat_failed", group=self.group_id, error=str(error))
                 continue
-            assert isinstance(response, coordinator_pb2.HeartbeatResponse)
             joining = self._join_task is not None and not self._join_task.done()
             if generation != self.generation_id or (joining and response.error_code in REJOIN_CODES):
                 continue  # about a rebalance that the join under way (or already done) takes part in
@@ -416,30 +334,8 @@ class GroupConsumer:
             elif response.error_code in LOST_CODES:
                 self.membership.lose(response.error_code)  # poll() reports the loss and rejoins
 
-    async def _watch_stalls(self) -> None:
-        """Notes when this process did not run for a whole session (frozen, suspended, its event
-        loop blocked): no heartbeat went out, so the coordinator has expired the member and given
-        its partitions to others. `poll` then treats them as lost at once, before returning what a
-        fetch begun before the stall brought back — a woken zombie processes nothing new."""
-        session_s = self.session_timeout_ms / 1000
-        while not self._closed:
-            self._tick = self.clock()
-            await asyncio.sleep(STALL_CHECK_S)
-            if self.clock() - self._tick > session_s:
-                self._stalled = True
-
-    def _stalled_past_session(self) -> bool:
-        stalled = self._stalled or self.clock() - self._tick > self.session_timeout_ms / 1000
-        self._stalled = False
-        self._tick = self.clock()
-        return stalled
-
     async def _leave(self) -> None:
-        if self.member_id and not self.group_instance_id:  # static members keep their place
-            with contextlib.suppress(TidelogError):
-                await self._call(
-                    "LeaveGroup", coordinator_pb2.LeaveGroupRequest(group_id=self.group_id, member_id=self.member_id)
-                )
+        await self.protocol_client.leave(self.member_id)
         self.membership.leave()
 
     # ---- polling ---------------------------------------------------------------------------
@@ -460,22 +356,26 @@ class GroupConsumer:
         keeps_reading = self._keeps_reading_while_joining()
         if not await self._ensure_member(0 if keeps_reading else timeout_ms / 1000) and not keeps_reading:
             return []
-        await self._check_missing_topics()
+        if await self.missing_topics.appeared():
+            self.membership.rejoin_needed = True  # so the group assigns its partitions
         if not self._buffer:
             remaining_ms = max(int(timeout_ms - (self.clock() - started) * 1000), 0)
             # The join task changes the assignment only between fetches (_assignment_lock).
             async with self._assignment_lock:
                 self._buffer = await self.consumer.poll_runs(remaining_ms) if self._owned else []
-            if self._stalled_past_session() and self.membership.has_generation:
+            if self.stalls.stalled_past_session() and self.membership.has_generation:
                 log.warning("member_stalled_past_session", group=self.group_id, member=self.member_id)
                 self.membership.lose(ErrorCode.UNKNOWN_MEMBER_ID)
             if not self.membership.has_generation:
                 self._buffer = []  # the membership was lost during the fetch: so were its partitions
             if not self._owned:
                 await asyncio.sleep(min(remaining_ms, 100) / 1000)
-        runs = self._take(self.max_poll_records)
+        runs, self._buffer = take(self._buffer, self.settings.max_poll_records)
         self._consumed.update(next_offsets(runs))  # what to commit: after each partition's last record
-        if self.enable_auto_commit and self.clock() - self._last_auto_commit >= self.auto_commit_interval_s:
+        if (
+            self.settings.enable_auto_commit
+            and self.clock() - self._last_auto_commit >= self.settings.auto_commit_interval_ms / 1000
+        ):
             self._last_auto_commit = self.clock()
             self.commit_async()
         return runs
@@ -486,33 +386,7 @@ class GroupConsumer:
         new assignment moves stop, when revoked. An eager member revoked everything before joining."""
         if not self._owned or not self.membership.has_generation:
             return False
-        return ASSIGNORS[self.membership.protocol or self.strategies[0]].cooperative
-
-    async def _check_missing_topics(self) -> None:
-        """A subscribed topic that did not exist at the last join: once it does, join again so the
-        group assigns its partitions (Kafka's consumer notices through its metadata refreshes)."""
-        if not self._missing_topics or self.clock() - self._missing_checked < MISSING_TOPIC_RECHECK_S:
-            return
-        self._missing_checked = self.clock()
-        with contextlib.suppress(TidelogError):
-            await self.metadata.refresh(sorted(self._missing_topics))
-        if any(topic in self.metadata.partitions for topic in self._missing_topics):
-            self.membership.rejoin_needed = True
-
-    def _take(self, limit: int) -> list[RecordRun]:
-        """The buffer's first `limit` records (a run split at the limit); the rest stays buffered."""
-        count = 0
-        for index, run in enumerate(self._buffer):
-            if count + len(run) > limit:
-                if count == limit:
-                    taken, self._buffer = self._buffer[:index], self._buffer[index:]
-                else:
-                    head, rest = run.split(limit - count)
-                    taken, self._buffer = [*self._buffer[:index], head], [rest, *self._buffer[index + 1 :]]
-                return taken
-            count += len(run)
-        taken, self._buffer = self._buffer, []
-        return taken
+        return ASSIGNORS[self.membership.protocol or self.settings.partition_assignment_strategy[0]].cooperative
 
     def _positions(self) -> dict[TopicPartition, int]:
         """The position of every assigned partition whose position is known — the offset of the
@@ -557,20 +431,7 @@ class GroupConsumer:
         if not wanted:
             return
         generation = self.generation_id if self.member_id else -1
-        response = await self._call(
-            "OffsetCommit",
-            coordinator_pb2.OffsetCommitRequest(
-                group_id=self.group_id,
-                generation_id=generation,
-                member_id=self.member_id,
-                group_instance_id=self.group_instance_id,
-                partitions=[
-                    coordinator_pb2.OffsetCommitPartition(topic=tp.topic, partition=tp.partition, offset=offset)
-                    for tp, offset in sorted(wanted.items())
-                ],
-            ),
-        )
-        assert isinstance(response, coordinator_pb2.OffsetCommitResponse)
+        response = await self.protocol_client.commit_offsets(generation, self.member_id, wanted)
         if response.error_code:
             if response.error_code in LOST_CODES and generation != self.generation_id:
                 # About a generation a join has moved on from meanwhile (its answer crossed this
@@ -603,16 +464,7 @@ class GroupConsumer:
 
     async def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         wanted = sorted(set(partitions))
-        response = await self._call(
-            "OffsetFetch",
-            coordinator_pb2.OffsetFetchRequest(
-                group_id=self.group_id,
-                partitions=[
-                    coordinator_pb2.OffsetCommitPartition(topic=tp.topic, partition=tp.partition) for tp in wanted
-                ],
-            ),
-        )
-        assert isinstance(response, coordinator_pb2.OffsetFetchResponse)
+        response = await self.protocol_client.fetch_offsets(wanted)
         if response.error_code:
             raise error_for(response.error_code, response.error_message)
         found = {TopicPartition(entry.topic, entry.partition): entry.offset for entry in response.partitions}
@@ -624,7 +476,7 @@ class GroupConsumer:
         if self._closed:
             return
         try:
-            if self.enable_auto_commit and self._owned and self.membership.has_generation:
+            if self.settings.enable_auto_commit and self._owned and self.membership.has_generation:
                 with contextlib.suppress(TidelogError):
                     await self.commit()
             if self._pending_commits:
@@ -638,11 +490,11 @@ class GroupConsumer:
                 self._join_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, TidelogError):
                     await self._join_task
-            for task in (self._heartbeat_task, self._stall_task):
-                if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+            if self._heartbeat_task is not None:
+                self._heartbeat_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._heartbeat_task
+            await self.stalls.stop()
             await self.consumer.close()
             if self._owns_connections:
                 await self.connections.close()
