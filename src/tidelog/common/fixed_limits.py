@@ -40,13 +40,13 @@ FIXED_LIMITS: Final[tuple[FixedLimit, ...]] = (
     ),
     FixedLimit("tidelog.server_common.metadata", "TOPIC_NAME_LENGTH_MAX", 249, "Longest topic name (Kafka's)."),
     FixedLimit(
-        "tidelog.common.record.batch",
+        "tidelog.common.record.batch_layout",
         "RECORDS_PER_BATCH_MAX",
         1 << 22,
         "Records one batch may hold; a batch declaring more is corrupt.",
     ),
     FixedLimit(
-        "tidelog.common.record.batch",
+        "tidelog.common.record.batch_layout",
         "UNCOMPRESSED_BYTES_MAX",
         1 << 28,
         "Bytes a compressed batch may inflate to; more is refused before decompressing.",

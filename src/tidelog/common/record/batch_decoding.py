@@ -1,0 +1,311 @@
+"""Decoding and checking record batches (layout in batch_layout.py). Every length and count a
+batch declares is checked against its size and the decoder's bounds before it is used, so a
+corrupt or hostile batch is refused with CorruptRecordError (or InvalidRecordError) and never
+read past its end, whatever its header says (tests/common/record: properties and a fuzzer)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from tidelog.common.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from tidelog.common.record.batch_layout import (
+    BATCH_OVERHEAD,
+    COMPRESSION_MASK,
+    HEADER_KEY,
+    HEADER_VALUE,
+    INT32,
+    INT64,
+    KNOWN_ATTRIBUTE_BITS,
+    LOG_OVERHEAD,
+    MAGIC,
+    NO_HEADERS,
+    RECORD_COLUMNS_BYTES,
+    RECORDS_PER_BATCH_MAX,
+    TIMESTAMP_TYPE_BIT,
+    UNCOMPRESSED_BYTES_MAX,
+    UNCOMPRESSED_LENGTH,
+    BatchHeader,
+    Buffer,
+    Header,
+    Headers,
+    RecordBatch,
+    batch_crc,
+    iter_headers,
+    read_header,
+)
+from tidelog.common.record.compression import CompressionType, decompress
+
+
+def validate_batch(
+    buffer: Buffer, position: int = 0, *, max_bytes: int | None = None, verify_crc: bool = True
+) -> BatchHeader:
+    """Check the framing, magic and CRC of the batch at `position`, cheaply (no decoding).
+
+    Raises CorruptRecordError for a torn or corrupt batch and InvalidRecordError for a well-formed
+    one that breaks a rule. This is what the log runs on every append and every recovered batch.
+    Without `verify_crc` (bytes the log already checked) every other check still runs.
+    """
+    available = len(buffer) - position
+    if available < BATCH_OVERHEAD:
+        raise CorruptRecordError(f"{available} bytes cannot hold a {BATCH_OVERHEAD}-byte batch header")
+    header = read_header(buffer, position)
+    if header.batch_length < BATCH_OVERHEAD - LOG_OVERHEAD:
+        raise CorruptRecordError(f"batch_length {header.batch_length} is shorter than a header")
+    if header.size > available:
+        raise CorruptRecordError(f"batch of {header.size} bytes but only {available} bytes follow")
+    if max_bytes is not None and header.size > max_bytes:
+        raise RecordTooLargeError(f"batch of {header.size} bytes exceeds the limit of {max_bytes}")
+    if header.magic != MAGIC:
+        raise InvalidRecordError(f"magic {header.magic} is not the supported magic {MAGIC}")
+    if verify_crc:
+        actual = batch_crc(buffer, position, header.size)
+        if actual != header.crc:
+            raise CorruptRecordError(f"CRC32C mismatch: stored {header.crc:#010x}, computed {actual:#010x}")
+    if header.attributes & ~KNOWN_ATTRIBUTE_BITS or header.attributes & COMPRESSION_MASK > 4:
+        raise InvalidRecordError(f"unknown attribute bits {header.attributes:#06x}")
+    if not 0 < header.record_count <= RECORDS_PER_BATCH_MAX:
+        raise InvalidRecordError(f"record_count {header.record_count} is out of range")
+    if header.last_offset_delta < header.record_count - 1:
+        raise InvalidRecordError(
+            f"last_offset_delta {header.last_offset_delta} too small for {header.record_count} records"
+        )
+    return header
+
+
+def _records_section(buffer: Buffer, position: int, header: BatchHeader) -> bytes:
+    start = position + BATCH_OVERHEAD
+    end = position + header.size
+    codec = header.attributes & COMPRESSION_MASK  # an int compare: the enum costs µs a batch
+    if codec == CompressionType.NONE:
+        return bytes(buffer[start:end])
+    if end - start < UNCOMPRESSED_LENGTH.size:
+        raise CorruptRecordError("compressed section too short for its length prefix")
+    (uncompressed_length,) = UNCOMPRESSED_LENGTH.unpack_from(buffer, start)
+    if not 0 <= uncompressed_length <= UNCOMPRESSED_BYTES_MAX:
+        raise CorruptRecordError(f"declared uncompressed length {uncompressed_length} out of range")
+    return decompress(
+        CompressionType(codec), memoryview(buffer)[start + UNCOMPRESSED_LENGTH.size : end], uncompressed_length
+    )
+
+
+def _slice_column(blob: bytes, lengths: npt.NDArray[np.int32], base: int) -> tuple[list[bytes | None], int]:
+    """Cut `blob[base:]` into items by `lengths` (-1 = None); returns items and bytes used."""
+    count = len(lengths)
+    if count and int(lengths.max()) < 0:  # the common keyless batch: no bytes at all
+        return [None] * count, 0
+    sizes = np.maximum(lengths, 0, dtype=np.int64)
+    ends = np.cumsum(sizes)
+    total = int(ends[-1]) if count else 0
+    ends += base
+    end_list = ends.tolist()
+    start_list = (ends - sizes).tolist()
+    if int(lengths.min()) >= 0:
+        return list(map(blob.__getitem__, map(slice, start_list, end_list))), total
+    return [
+        None if length < 0 else blob[start:end]
+        for start, end, length in zip(start_list, end_list, lengths.tolist(), strict=True)
+    ], total
+
+
+def _decode_headers(blob: bytes, lengths: list[int], base: int) -> list[Headers]:
+    result: list[Headers] = []
+    position = base
+    for length in lengths:
+        if length == 0:
+            result.append(NO_HEADERS)
+            continue
+        end = position + length
+        if end > len(blob):
+            raise CorruptRecordError("record headers overrun the records section")
+        record_headers: list[Header] = []
+        # Every length is checked against this record's end before it is used: a hostile batch
+        # (its CRC is easy to compute) gets a CorruptRecordError, never a struct or Unicode error.
+        while position < end:
+            if position + HEADER_KEY.size + HEADER_VALUE.size > end:
+                raise CorruptRecordError("record headers overrun their declared length")
+            (name_length,) = HEADER_KEY.unpack_from(blob, position)
+            position += HEADER_KEY.size
+            if position + name_length + HEADER_VALUE.size > end:
+                raise CorruptRecordError("a header name overruns its record's headers")
+            try:
+                name = blob[position : position + name_length].decode()
+            except UnicodeDecodeError as error:
+                raise CorruptRecordError(f"a header name is not UTF-8: {error}") from None
+            position += name_length
+            (value_length,) = HEADER_VALUE.unpack_from(blob, position)
+            position += HEADER_VALUE.size
+            if value_length < 0:
+                record_headers.append((name, None))
+            else:
+                if position + value_length > end:
+                    raise CorruptRecordError("a header value overruns its record's headers")
+                record_headers.append((name, blob[position : position + value_length]))
+                position += value_length
+        if position != end:
+            raise CorruptRecordError("record headers overrun their declared length")
+        result.append(tuple(record_headers))
+    return result
+
+
+class _Columns(NamedTuple):
+    section: bytes
+    offset_deltas: npt.NDArray[np.int32]
+    timestamp_deltas: npt.NDArray[np.int64]
+    key_lengths: npt.NDArray[np.int32]
+    value_lengths: npt.NDArray[np.int32]
+    header_lengths: npt.NDArray[np.int32]
+    columns_end: int
+    key_bytes: int
+    value_bytes: int
+    header_bytes: int
+
+    @property
+    def payload(self) -> int:
+        return self.key_bytes + self.value_bytes + self.header_bytes
+
+
+def _columns(buffer: Buffer, position: int, header: BatchHeader) -> _Columns:
+    """Inflate the records section and check that its columns agree with each other."""
+    section = _records_section(buffer, position, header)
+    count = header.record_count
+    columns_end = count * RECORD_COLUMNS_BYTES
+    if len(section) < columns_end:
+        raise CorruptRecordError(f"records section of {len(section)} bytes cannot hold {count} records")
+    offset_deltas = np.frombuffer(section, dtype=INT32, count=count, offset=0)
+    timestamp_deltas = np.frombuffer(section, dtype=INT64, count=count, offset=4 * count)
+    key_lengths = np.frombuffer(section, dtype=INT32, count=count, offset=12 * count)
+    value_lengths = np.frombuffer(section, dtype=INT32, count=count, offset=16 * count)
+    header_lengths = np.frombuffer(section, dtype=INT32, count=count, offset=20 * count)
+    if int(key_lengths.min()) < -1 or int(value_lengths.min()) < -1 or int(header_lengths.min()) < 0:
+        raise CorruptRecordError("negative key, value or headers length")
+    key_bytes = int(np.maximum(key_lengths, 0).sum(dtype=np.int64))
+    value_bytes = int(np.maximum(value_lengths, 0).sum(dtype=np.int64))
+    header_bytes = int(header_lengths.sum(dtype=np.int64))
+    payload = key_bytes + value_bytes + header_bytes
+    if columns_end + payload != len(section):
+        raise CorruptRecordError(
+            f"records section is {len(section)} bytes, its columns account for {columns_end + payload}"
+        )
+    if count > 1 and int(np.diff(offset_deltas).min()) <= 0:
+        raise CorruptRecordError("offset deltas are not strictly increasing")
+    if int(offset_deltas[0]) < 0 or int(offset_deltas[-1]) > header.last_offset_delta:
+        raise CorruptRecordError("offset deltas fall outside the batch's offset range")
+    return _Columns(
+        section,
+        offset_deltas,
+        timestamp_deltas,
+        key_lengths,
+        value_lengths,
+        header_lengths,
+        columns_end,
+        key_bytes,
+        value_bytes,
+        header_bytes,
+    )
+
+
+def check_records(
+    buffer: Buffer,
+    position: int,
+    header: BatchHeader,
+    *,
+    contiguous_offsets: bool = False,
+    require_keys: bool = False,
+) -> None:
+    """Check a validated batch's records section without building Python objects per record.
+
+    `contiguous_offsets`: offset deltas must be exactly 0..N-1 (what a producer sends).
+    `require_keys`: no record may have a null key (compacted topics).
+    """
+    columns = _columns(buffer, position, header)
+    count = header.record_count
+    if contiguous_offsets and (header.last_offset_delta != count - 1 or int(columns.offset_deltas[-1]) != count - 1):
+        # strictly increasing deltas from 0 that end at N-1 can only be 0..N-1
+        raise InvalidRecordError("a producer batch must number its records 0..N-1")
+    if contiguous_offsets and int(columns.offset_deltas[0]) != 0:
+        raise InvalidRecordError("a producer batch must number its records 0..N-1")
+    if require_keys and int(columns.key_lengths.min()) < 0:
+        raise InvalidRecordError("compacted topics require a key on every record")
+
+
+def decode_batch(buffer: Buffer, position: int = 0, *, verify_crc: bool = True) -> RecordBatch:
+    """Decode the batch at `position` into columns of Python objects."""
+    header = validate_batch(buffer, position, verify_crc=verify_crc)
+    columns = _columns(buffer, position, header)
+    count = header.record_count
+    section = columns.section
+    keys, keys_size = _slice_column(section, columns.key_lengths, columns.columns_end)
+    values, values_size = _slice_column(section, columns.value_lengths, columns.columns_end + keys_size)
+    if header.attributes & TIMESTAMP_TYPE_BIT:
+        timestamps = [header.max_timestamp] * count
+    else:
+        timestamps = (columns.timestamp_deltas + header.first_timestamp).tolist()
+    if columns.payload == keys_size + values_size:
+        record_headers = [NO_HEADERS] * count
+    else:
+        record_headers = _decode_headers(
+            section, columns.header_lengths.tolist(), columns.columns_end + keys_size + values_size
+        )
+    return RecordBatch(
+        header=header,
+        offsets=(columns.offset_deltas.astype(np.int64) + header.base_offset).tolist(),
+        timestamps=timestamps,
+        keys=keys,
+        values=values,
+        headers=record_headers,
+    )
+
+
+class BatchColumns(NamedTuple):
+    """A batch's records as numpy columns over its records section, with no object per record:
+    for bulk consumers that hand columns on (Arrow). A null key or value has length -1; each
+    blob holds the non-null items back to back, in record order."""
+
+    header: BatchHeader
+    offsets: npt.NDArray[np.int64]
+    timestamps: npt.NDArray[np.int64]
+    key_lengths: npt.NDArray[np.int32]
+    value_lengths: npt.NDArray[np.int32]
+    header_lengths: npt.NDArray[np.int32]
+    keys: memoryview
+    values: memoryview
+    headers: memoryview
+
+
+def decode_columns(buffer: Buffer, position: int = 0, *, verify_crc: bool = True) -> BatchColumns:
+    """The batch at `position` as columns (checked as `decode_batch` checks it)."""
+    header = validate_batch(buffer, position, verify_crc=verify_crc)
+    columns = _columns(buffer, position, header)
+    section = memoryview(columns.section)
+    keys_end = columns.columns_end + columns.key_bytes
+    values_end = keys_end + columns.value_bytes
+    if header.attributes & TIMESTAMP_TYPE_BIT:
+        timestamps = np.full(header.record_count, header.max_timestamp, dtype=INT64)
+    else:
+        timestamps = columns.timestamp_deltas + header.first_timestamp
+    return BatchColumns(
+        header,
+        columns.offset_deltas.astype(INT64) + header.base_offset,
+        timestamps,
+        columns.key_lengths,
+        columns.value_lengths,
+        columns.header_lengths,
+        section[columns.columns_end : keys_end],
+        section[keys_end:values_end],
+        section[values_end:],
+    )
+
+
+def decode_headers(columns: BatchColumns, low: int, high: int) -> list[Headers]:
+    """Records low..high-1's headers, from a batch's columns (a loop per header: the slow field)."""
+    base = int(columns.header_lengths[:low].sum(dtype=np.int64))
+    blob = bytes(columns.headers)
+    return _decode_headers(blob, columns.header_lengths[low:high].tolist(), base)
+
+
+def decode_batches(buffer: Buffer, *, verify_crc: bool = True) -> list[RecordBatch]:
+    """Decode every batch in a buffer of batches back to back (CRC-checked unless checked before)."""
+    return [decode_batch(buffer, position, verify_crc=verify_crc) for position, _ in iter_headers(buffer)]
