@@ -29,8 +29,7 @@ from tidelog.broker.partition_states import PartitionStates
 from tidelog.broker.replica_fetcher import ReplicaFetcherManager
 from tidelog.broker.replica_role import ReplicaRole
 from tidelog.broker.request_metrics import LOCAL_TIME_MS, REMOTE_TIME_MS
-from tidelog.broker.storage import LogCleaner, PartitionLog
-from tidelog.broker.storage.partition_log import AppendInfo
+from tidelog.broker.storage import AppendInfo, LogCleaner, PartitionLog
 from tidelog.broker.storage_io import StorageIo
 from tidelog.broker.topic_metrics import topic_meters
 from tidelog.common.channels import ChannelPool

@@ -103,6 +103,19 @@ class LeaderEpochCache:
             self._start_offsets.clear()
             self._dirty = True
 
+    def assign_before_writing(self, epoch: int, start_offset: int) -> None:
+        """Record a new epoch before any batch of it is written or served, and write the history.
+
+        A history that lacks an epoch its log holds makes truncation after a restart wrong in both
+        directions (an uncommitted tail kept, or committed records cut), so it is written on every
+        new epoch, as Kafka's LeaderEpochFileCache does. Written, not synced (KAFKA-15046: a synced
+        write per new leadership stalled topic creation for tens of seconds at 10,000 partitions):
+        a killed process leaves it in the page cache; a crashed machine may lose it, but only along
+        with batches not yet flushed, whose epochs recovery reads back from the segments it
+        recovers. The log's flush syncs it before it moves the recovery point."""
+        self.assign(epoch, start_offset)
+        self.flush(sync=False)
+
     def flush(self, *, sync: bool = True) -> None:
         """Write the history if it changed; with `sync`, make it survive a machine crash too (also
         when an earlier flush wrote it without)."""

@@ -29,7 +29,8 @@ import numpy as np
 import structlog
 
 from tidelog.broker.storage.checkpoint import CorruptCheckpointError, read_checkpoint, write_checkpoint
-from tidelog.broker.storage.partition_log import CLEANED_SUFFIX, CLEANER_OFFSET_FILE, PartitionLog
+from tidelog.broker.storage.log_files import CLEANED_SUFFIX, CLEANER_OFFSET_FILE
+from tidelog.broker.storage.partition_log import PartitionLog
 from tidelog.broker.storage.segment import LogSegment
 from tidelog.common.record.batch import (
     BATCH_OVERHEAD,

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from tidelog.broker.storage import LogConfig, PartitionLog
-from tidelog.broker.storage.partition_log import (
+from tidelog.broker.storage.log_files import (
     HIGH_WATERMARK_FILE,
     LOG_START_OFFSET_FILE,
     RECOVERY_POINT_FILE,

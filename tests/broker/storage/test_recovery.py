@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidelog.broker.storage import LogConfig, PartitionLog, checkpoint, leader_epoch_cache, partition_log
+from tidelog.broker.storage import LogConfig, PartitionLog, checkpoint, leader_epoch_cache, offset_checkpoints
 from tidelog.broker.storage.checkpoint import write_checkpoint
-from tidelog.broker.storage.partition_log import CLEAN_SHUTDOWN_FILE, LEADER_EPOCH_FILE
+from tidelog.broker.storage.log_files import CLEAN_SHUTDOWN_FILE, LEADER_EPOCH_FILE
 from tidelog.common.errors import KafkaStorageError
 from tidelog.common.record.batch import encode_batch, read_header, restamp
 
@@ -357,7 +357,7 @@ def test_a_flush_syncs_the_epoch_history_before_the_recovery_point(
 
     monkeypatch.setattr(leader_epoch_cache, "sync_file", sync_file)
     monkeypatch.setattr(leader_epoch_cache, "write_checkpoint", write_checkpoint)
-    monkeypatch.setattr(partition_log, "write_checkpoint", write_checkpoint)
+    monkeypatch.setattr(offset_checkpoints, "write_checkpoint", write_checkpoint)
     log_ = open_log()
     log_.append_as_follower(_stamped(_values(0, 4), 0, 1))
     log_.flush()

@@ -1,0 +1,45 @@
+"""The three offsets a partition log keeps in files of their own (Kafka's OffsetCheckpointFile):
+recovery point, high watermark and log start offset. Each is rewritten (fsync'd) only when its
+value changed since written: a new, empty log writes none (a missing file reads as 0), and a
+flush that moved nothing writes nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tidelog.broker.storage.checkpoint import write_checkpoint
+from tidelog.broker.storage.log_files import (
+    HIGH_WATERMARK_FILE,
+    LOG_START_OFFSET_FILE,
+    RECOVERY_POINT_FILE,
+    read_offset,
+)
+
+__all__ = ["OffsetCheckpoints"]
+
+
+class OffsetCheckpoints:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._written: dict[str, int] = {}  # file → the value it holds (absent: 0; -1: unreadable)
+
+    def load(self) -> None:
+        """Note what is on disk now, so unchanged values are not written again."""
+        for name in (RECOVERY_POINT_FILE, HIGH_WATERMARK_FILE, LOG_START_OFFSET_FILE):
+            path = self.directory / name
+            if path.exists():
+                value = read_offset(path)
+                self._written[name] = -1 if value is None else value  # -1: unreadable, rewrite it
+
+    def read(self, name: str) -> int | None:
+        return read_offset(self.directory / name)
+
+    def write(self, *, recovery_point: int, high_watermark: int, log_start_offset: int) -> None:
+        for name, value in (
+            (RECOVERY_POINT_FILE, recovery_point),
+            (HIGH_WATERMARK_FILE, high_watermark),
+            (LOG_START_OFFSET_FILE, log_start_offset),
+        ):
+            if self._written.get(name, 0) != value:
+                write_checkpoint(self.directory / name, [(value,)])
+                self._written[name] = value
