@@ -200,7 +200,7 @@ def test_version_human_numbers_and_a_closed_pipe() -> None:
     (`| head`) is not reported as a cluster that did not answer."""
     import argparse  # noqa: PLC0415
 
-    from tidelog.cli.cluster_commands import run_command  # noqa: PLC0415
+    from tidelog.cli.connection import run_command  # noqa: PLC0415
     from tidelog.cli.quota_commands import _human  # noqa: PLC0415
 
     assert tidelog("--version").stdout.startswith("tidelog ")

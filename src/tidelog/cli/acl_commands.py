@@ -13,7 +13,7 @@ import argparse
 import itertools
 import sys
 
-from tidelog.cli.cluster_commands import admin_client, endpoints, run_command
+from tidelog.cli.connection import admin_client, endpoints, run_command
 from tidelog.cli.output import emit, table
 from tidelog.client import AclBinding, AclFilter
 from tidelog.common.security.authorization.acl import (

@@ -6,7 +6,7 @@ import argparse
 import datetime
 import sys
 
-from tidelog.cli.cluster_commands import bootstrap_endpoints, command_security, endpoints, run_command
+from tidelog.cli.connection import bootstrap_endpoints, command_security, endpoints, run_command
 from tidelog.cli.output import emit, table
 from tidelog.client import TopicPartition
 from tidelog.client.group_admin import GroupAdmin

@@ -8,7 +8,8 @@ import os
 import sys
 
 from tidelog.cli.acl_commands import add_acl_commands
-from tidelog.cli.cluster_commands import add_cluster_commands, endpoints
+from tidelog.cli.cluster_commands import add_cluster_commands
+from tidelog.cli.connection import endpoints
 from tidelog.cli.dev import add_dev_commands
 from tidelog.cli.group_commands import add_group_commands
 from tidelog.cli.log_tools import add_log_commands

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from tidelog.cli.cluster_commands import admin_client, endpoints, run_command
+from tidelog.cli.connection import admin_client, endpoints, run_command
 from tidelog.cli.output import emit, table
 from tidelog.common.security.quotas.quota import DEFAULT, QuotaEntity
 

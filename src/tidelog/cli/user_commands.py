@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from tidelog.cli.cluster_commands import admin_client, endpoints, run_command
+from tidelog.cli.connection import admin_client, endpoints, run_command
 from tidelog.cli.output import emit, table
 
 __all__ = ["add_user_commands"]
