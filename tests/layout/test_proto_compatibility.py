@@ -93,3 +93,47 @@ def test_a_compatible_change_passes(change: Callable[[Files], None]) -> None:
     changed = copy.deepcopy(released)
     change(changed)
     assert breaking_changes(released, changed) == []
+
+
+def test_every_field_says_what_it_holds() -> None:
+    """Every field of every message carries a comment (on its line or the line above), and one
+    whose name does not give its unit says it: a reader of the wire contract needs no code."""
+    undocumented = []
+    for file in compile_protos_with_comments().file:
+        located = {tuple(location.path): location for location in file.source_code_info.location}
+        for m, message in enumerate(file.message_type):
+            undocumented += _undocumented(file.name, message, [4, m], located)
+    assert undocumented == []
+
+
+def compile_protos_with_comments() -> descriptor_pb2.FileDescriptorSet:
+    import tempfile  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    from grpc_tools import protoc  # noqa: PLC0415
+
+    from tidelog.dev.proto_compatibility import PROTO_ROOT  # noqa: PLC0415
+
+    sources = sorted(str(path) for path in PROTO_ROOT.glob("tidelog/v1/*.proto"))
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "set.binpb"
+        arguments = ["protoc", f"-I{PROTO_ROOT}", "--include_source_info", f"--descriptor_set_out={out}"]
+        assert protoc.main([*arguments, *sources]) == 0
+        return descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
+
+
+def _undocumented(
+    file: str,
+    message: descriptor_pb2.DescriptorProto,
+    path: list[int],
+    located: dict[tuple[int, ...], descriptor_pb2.SourceCodeInfo.Location],
+) -> list[str]:
+    missing = []
+    for f, field in enumerate(message.field):
+        location = located.get((*path, 2, f))
+        if location is None or not (location.leading_comments.strip() or location.trailing_comments.strip()):
+            missing.append(f"{file}: {message.name}.{field.name}")
+    for n, nested in enumerate(message.nested_type):
+        if not nested.options.map_entry:  # a map's key and value: the map field says what they are
+            missing += _undocumented(file, nested, [*path, 3, n], located)
+    return missing
