@@ -73,6 +73,13 @@ def test_dev_up_topic_produce_consume_and_restart(dev_cluster: Path) -> None:
     assert "produced 3 records" in produced.stderr
     consumed = tidelog("consume", "orders", "--from-beginning", "--max-messages", "3", "--timeout-ms", "20000", *data)
     assert sorted(consumed.stdout.split()) == ["one", "three", "two"]
+    # Any client setting by its Kafka name, as the console tools' --producer-property / --consumer-property
+    tidelog("produce", "orders", "--producer-property", "compression.type=zstd", *data, stdin="four\n")
+    fetched = ["--consumer-property", "max.partition.fetch.bytes=65536", "--max-messages", "4"]
+    consumed = tidelog("consume", "orders", "--from-beginning", *fetched, "--timeout-ms", "20000", *data)
+    assert sorted(consumed.stdout.split()) == ["four", "one", "three", "two"]
+    misspelt = tidelog("produce", "orders", "--producer-property", "linger.msec=5", *data, stdin="x\n", check=False)
+    assert misspelt.returncode != 0 and "--producer-property: " in misspelt.stderr and "linger.msec" in misspelt.stderr
     described = tidelog("topic", "describe", "orders", *data).stdout
     assert "3 partitions" in described and "LEADER EPOCH" in described
     assert "orders" in tidelog("topic", "list", *data).stdout

@@ -266,6 +266,16 @@ async def test_commit_rules_by_state_as_kafkas_group_coordinator() -> None:
     assert group_coordinator.fetch_offsets(coordinator_pb2.OffsetFetchRequest(group_id="g")).partitions[0].offset == 11
 
 
+def _leader_sync(leader: coordinator_pb2.JoinGroupResponse, assignment: bytes) -> coordinator_pb2.SyncGroupRequest:
+    """The leader's SyncGroup, assigning `assignment` to itself (the only member)."""
+    return coordinator_pb2.SyncGroupRequest(
+        group_id="g",
+        member_id=leader.member_id,
+        generation_id=leader.generation_id,
+        assignments=[coordinator_pb2.Assignment(member_id=leader.member_id, assignment=assignment)],
+    )
+
+
 class HeldWriter(RecordingWriter):
     """Holds each append until the test releases it, or fails it."""
 
@@ -285,12 +295,7 @@ async def test_a_leaders_assignment_applies_only_once_its_record_is_written() ->
     writer = HeldWriter()
     group_coordinator = coordinator(writer)  # type: ignore[arg-type]
     leader = await group_coordinator.join_group(join())
-    sync = coordinator_pb2.SyncGroupRequest(
-        group_id="g",
-        member_id=leader.member_id,
-        generation_id=leader.generation_id,
-        assignments=[coordinator_pb2.Assignment(member_id=leader.member_id, assignment=b"a0")],
-    )
+    sync = _leader_sync(leader, b"a0")
     answered = asyncio.create_task(group_coordinator.sync_group(sync))
     await asyncio.sleep(0)  # the handler runs up to the write
     described = group_coordinator.describe_group("g")
@@ -308,12 +313,7 @@ async def test_a_leaders_assignment_that_cannot_be_written_changes_nothing_and_t
     writer.release.set()
     group_coordinator = coordinator(writer)  # type: ignore[arg-type]
     leader = await group_coordinator.join_group(join())
-    sync = coordinator_pb2.SyncGroupRequest(
-        group_id="g",
-        member_id=leader.member_id,
-        generation_id=leader.generation_id,
-        assignments=[coordinator_pb2.Assignment(member_id=leader.member_id, assignment=b"a0")],
-    )
+    sync = _leader_sync(leader, b"a0")
     with pytest.raises(TidelogError) as refused:
         await group_coordinator.sync_group(sync)
     assert refused.value.code == ErrorCode.COORDINATOR_NOT_AVAILABLE

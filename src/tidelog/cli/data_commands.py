@@ -17,14 +17,26 @@ from tidelog.client import Consumer, GroupConsumer, Producer, TopicPartition
 from tidelog.client.cluster_metadata import ClusterMetadata
 from tidelog.common.errors import (
     ErrorCode,
+    InvalidConfigError,
     TidelogError,
     UnknownTopicOrPartitionError,
 )
+from tidelog.common.settings import ConsumerSettings, ProducerSettings, Settings, client_keywords
 
 __all__ = ["add_data_commands"]
 
 PRODUCE_CHUNK = 10_000
 _REBALANCING: Final = {ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID}
+
+
+def _properties(items: list[str], option: str, accepted: frozenset[str], scope: type[Settings]) -> dict[str, Any]:
+    """NAME=VALUE items → the client's keyword arguments, by the settings registry."""
+    configs = {name.strip(): value.strip() for name, _, value in (item.partition("=") for item in items)}
+    defaults = {"acks": "all", "linger.ms": 5} if scope is ProducerSettings else {}  # the console tools'
+    try:
+        return client_keywords({**defaults, **configs}, accepted, scope.DEFINITIONS, scope.SCOPE.value)
+    except InvalidConfigError as error:
+        raise SystemExit(f"error: {option}: {error}") from None
 
 
 def _headers(items: list[str]) -> tuple[tuple[str, bytes], ...]:
@@ -44,9 +56,10 @@ async def _produce(args: argparse.Namespace) -> int:
     separator = args.key_separator.encode() if args.key_separator else None
     sent = 0
     started = time.monotonic()
-    async with Producer(
-        bootstrap, acks=args.acks, linger_ms=args.linger_ms, security=command_security(args)
-    ) as producer:
+    configs = _properties(args.producer_property, "--producer-property", Producer.CONFIGS, ProducerSettings)
+    configs.update({"acks": args.acks} if args.acks else {})
+    configs.update({"linger_ms": args.linger_ms} if args.linger_ms is not None else {})
+    async with Producer(bootstrap, **configs, security=command_security(args)) as producer:
         deliveries: list[Any] = []
         # At once, as rpk: a missing topic is not auto-created, and a send would wait max.block.ms.
         partitions = await _partitions_of(producer.metadata, args.topic)
@@ -85,14 +98,16 @@ async def _consume(args: argparse.Namespace) -> int:
     if args.group is not None:
         if args.partition is not None or args.offset is not None:
             raise SystemExit("error: --group takes the group's partitions and offsets; leave out --partition/--offset")
-        async with GroupConsumer(
-            bootstrap, args.group, auto_offset_reset=reset, enable_auto_commit=False, security=security
-        ) as group:
+        configs = _properties(args.consumer_property, "--consumer-property", GroupConsumer.CONFIGS, ConsumerSettings)
+        configs.update(auto_offset_reset=reset, enable_auto_commit=False)
+        async with GroupConsumer(bootstrap, args.group, **configs, security=security) as group:
             await _partitions_of(group.metadata, args.topic)
             group.subscribe([args.topic])
             await _print_records(args, group.poll, chosen_format, group.commit)
         return 0
-    async with Consumer(bootstrap, auto_offset_reset=reset, security=security) as consumer:
+    configs = _properties(args.consumer_property, "--consumer-property", Consumer.CONFIGS, ConsumerSettings)
+    configs.update(auto_offset_reset=reset)
+    async with Consumer(bootstrap, **configs, security=security) as consumer:
         count = len(await _partitions_of(consumer.metadata, args.topic))
         chosen = [args.partition] if args.partition is not None else list(range(count))
         consumer.assign([TopicPartition(args.topic, partition) for partition in chosen])
@@ -166,8 +181,15 @@ def add_data_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
         help="a header on every record (repeatable)",
     )
     produce.add_argument("-p", "--partition", type=int, help="write to this partition (default: by key, as Kafka)")
-    produce.add_argument("--acks", default="all", choices=["0", "1", "all"], help="acknowledgements (default all)")
-    produce.add_argument("--linger-ms", type=int, default=5, help="wait this long to fill a batch (default 5)")
+    produce.add_argument("--acks", choices=["0", "1", "all"], help="acknowledgements (default all)")
+    produce.add_argument("--linger-ms", type=int, help="wait this long to fill a batch (default 5)")
+    produce.add_argument(
+        "--producer-property",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="any producer setting by its Kafka name (repeatable; docs/configuration.md), as kafka-console-producer",
+    )
     produce.set_defaults(handler=run_command(_produce))
     endpoints(produce)
 
@@ -191,5 +213,12 @@ def add_data_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     consume.add_argument("-n", "--max-messages", type=int, help="stop after this many records")
     consume.add_argument("--timeout-ms", type=int, default=0, help="stop after this long (0: never)")
     consume.add_argument("--print-key", action="store_true", help="text format: print KEY<tab>VALUE")
+    consume.add_argument(
+        "--consumer-property",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="any consumer setting by its Kafka name (repeatable; docs/configuration.md), as kafka-console-consumer",
+    )
     consume.set_defaults(handler=run_command(_consume))
     endpoints(consume)

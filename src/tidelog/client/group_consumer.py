@@ -18,7 +18,7 @@ import contextlib
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Final, Protocol
+from typing import ClassVar, Final, Protocol
 
 from tidelog.client.assignors import (
     ASSIGNORS,
@@ -55,6 +55,10 @@ class RebalanceListener(Protocol):
 
 
 class GroupConsumer:
+    # Every consumer setting, each as the keyword argument of its attribute name (the fetch ones
+    # are passed on to its Consumer).
+    CONFIGS: ClassVar[frozenset[str]] = frozenset(definition.name for definition in ConsumerSettings.DEFINITIONS)
+
     def __init__(
         self,
         bootstrap: Sequence[str],

@@ -39,6 +39,7 @@ __all__ = [
     "SecuritySettings",
     "Settings",
     "attribute_of",
+    "client_keywords",
     "flag_of",
     "parse_process_args",
     "read_properties",
@@ -63,6 +64,20 @@ S = TypeVar("S", bound="Settings")
 def attribute_of(name: str) -> str:
     """The Python name of a config: `replica.lag.time.max.ms` → `replica_lag_time_max_ms`."""
     return name.replace(".", "_")
+
+
+def client_keywords(
+    configs: Mapping[str, object], accepted: frozenset[str], definitions: tuple[ConfigDef, ...], scope: str
+) -> dict[str, ConfigValue]:
+    """Kafka-named client settings (`{"linger.ms": "5"}`) → a client's keyword arguments (each
+    config's attribute name: `linger_ms=5`), checked by the registry. `accepted`: the configs the
+    client takes (its CONFIGS); any other name, or a bad value, is an InvalidConfigError naming it.
+    How the Spark source and the CLI's --producer-property / --consumer-property pass settings on."""
+    for name in configs:
+        if name not in accepted:
+            raise InvalidConfigError(f"{name}: not a {scope} setting (docs/configuration.md)")
+    parsed = parse_configs(configs, definitions)
+    return {attribute_of(name): parsed[name] for name in configs}
 
 
 def flag_of(name: str) -> str:

@@ -90,12 +90,7 @@ def _reserved(message: descriptor_pb2.DescriptorProto, number: int) -> bool:
 def breaking_changes(old: descriptor_pb2.FileDescriptorSet, new: descriptor_pb2.FileDescriptorSet) -> list[str]:
     """What in `new` breaks a peer built from `old`; empty when it is compatible."""
     problems: list[str] = []
-    old_messages = {
-        name: message for file in old.file for name, message in _messages(file.package, list(file.message_type))
-    }
-    new_messages = {
-        name: message for file in new.file for name, message in _messages(file.package, list(file.message_type))
-    }
+    old_messages, new_messages = _all_messages(old), _all_messages(new)
     for name, message in old_messages.items():
         now = new_messages.get(name)
         if now is None:

@@ -16,9 +16,9 @@ from typing import Any, Final
 
 from tidelog.client.consumer import Consumer
 from tidelog.client.producer import Producer
-from tidelog.common.config import SECURITY_CONFIGS, parse_configs
+from tidelog.common.config import SECURITY_CONFIGS
 from tidelog.common.errors import InvalidConfigError
-from tidelog.common.settings import ConsumerSettings, ProducerSettings, SecuritySettings, attribute_of
+from tidelog.common.settings import ConsumerSettings, ProducerSettings, SecuritySettings, client_keywords
 
 __all__ = [
     "EARLIEST",
@@ -166,11 +166,10 @@ def _client(settings: dict[str, str], accepted: frozenset[str], definitions: Any
         if name not in accepted:
             raise InvalidOptionError(f"tidelog.{name}", f"not a {scope} setting the data source passes on")
     try:
-        parsed = parse_configs(settings, definitions)
+        client: dict[str, Any] = client_keywords(settings, accepted, definitions, scope)
         checked_security = SecuritySettings.from_configs(security) if security else None
     except InvalidConfigError as error:
         raise InvalidOptionError(f"tidelog.{next(iter(settings or security))}", str(error)) from error
-    client: dict[str, Any] = {attribute_of(name): parsed[name] for name in settings}
     if checked_security is not None:
         client["security"] = checked_security
     return client
