@@ -120,9 +120,9 @@ async def test_the_client_turns_idempotence_on_with_acks_all(cluster: LocalClust
     async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
         await admin.create_topic(topic_name, 2, 3)
     async with Producer(cluster.bootstrap) as producer:
-        assert producer.idempotent and producer.acks == -1
+        assert producer.settings.idempotent and producer.settings.required_acks == -1
         deliveries = [await producer.send(topic_name, b"%d" % number, partition=number % 2) for number in range(100)]
         offsets = [(await delivery).offset for delivery in deliveries]
         assert sorted(offsets[0::2]) == list(range(50)) and sorted(offsets[1::2]) == list(range(50))
     async with Producer(cluster.bootstrap, acks=1) as producer:
-        assert not producer.idempotent
+        assert not producer.settings.idempotent

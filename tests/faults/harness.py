@@ -48,7 +48,7 @@ class ContinuousProducer:
     async def run(self) -> None:
         number = 0
         async with Producer(self.cluster.bootstrap, acks="all", linger_ms=2, retry_backoff_ms=50) as producer:
-            assert producer.idempotent
+            assert producer.settings.idempotent
             while not self._stop.is_set():
                 value = b"%07d" % number
                 number += 1

@@ -149,7 +149,7 @@ class Writers:
         async with Producer(
             self.cluster.bootstrap, acks="all", linger_ms=2, retry_backoff_ms=50, delivery_timeout_ms=30_000
         ) as producer:
-            assert producer.idempotent
+            assert producer.settings.idempotent
             self.producers.append(producer)
             numbers = itertools.count()  # shared by the partitions' loops: increasing per producer
             await asyncio.gather(

@@ -18,7 +18,7 @@ import contextlib
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import ClassVar, Final, Protocol
+from typing import ClassVar, Final
 
 from tidelog.client.assignors import (
     ASSIGNORS,
@@ -32,7 +32,7 @@ from tidelog.client.consumer import Consumer
 from tidelog.client.consumer_records import ConsumerRecord, RecordRun, first_offsets, next_offsets, records_of, take
 from tidelog.client.coordinator_link import CoordinatorLink
 from tidelog.client.group_protocol import GroupProtocol
-from tidelog.client.membership import Membership, MemberState
+from tidelog.client.membership import Membership, MemberState, RebalanceListener
 from tidelog.client.missing_topics import MissingTopics
 from tidelog.client.stall_watch import StallWatch
 from tidelog.common.errors import ErrorCode, RemoteError, TidelogError, error_for
@@ -48,15 +48,8 @@ REJOIN_CODES = {ErrorCode.REBALANCE_IN_PROGRESS}
 LOST_CODES = {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.FENCED_INSTANCE_ID}
 
 
-class RebalanceListener(Protocol):
-    async def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None: ...
-    async def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None: ...
-    async def on_partitions_lost(self, partitions: set[TopicPartition]) -> None: ...
-
-
 class GroupConsumer:
-    # Every consumer setting, each as the keyword argument of its attribute name (the fetch ones
-    # are passed on to its Consumer).
+    # Every consumer setting, as the keyword of its attribute name (fetch ones go to its Consumer).
     CONFIGS: ClassVar[frozenset[str]] = frozenset(definition.name for definition in ConsumerSettings.DEFINITIONS)
 
     def __init__(

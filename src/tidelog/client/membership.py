@@ -17,12 +17,13 @@ Every phase change goes through `move`, which refuses one the table does not lis
 from __future__ import annotations
 
 import enum
-from typing import Final
+from typing import Final, Protocol
 
+from tidelog.client.cluster_metadata import TopicPartition
 from tidelog.common.errors import ErrorCode
 from tidelog.common.state_machine import Transitions
 
-__all__ = ["TRANSITIONS", "MemberState", "Membership"]
+__all__ = ["TRANSITIONS", "MemberState", "Membership", "RebalanceListener"]
 
 
 class MemberState(enum.Enum):
@@ -113,3 +114,11 @@ class Membership:
     def close(self) -> None:
         if self.state is not MemberState.CLOSED:
             self.move(MemberState.CLOSED)
+
+
+class RebalanceListener(Protocol):
+    """What a group consumer calls as its assignment changes (Kafka's ConsumerRebalanceListener)."""
+
+    async def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None: ...
+    async def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None: ...
+    async def on_partitions_lost(self, partitions: set[TopicPartition]) -> None: ...
