@@ -53,6 +53,10 @@ class FetchSession:
         self.clock = clock
         self.last_fetch_s = clock()
         self.quiet = False  # flagged by the ISR check for no fetch in a while; cleared by the next fetch
+        # Partitions fetched before this leader knew the replica as one of theirs (a reassignment's
+        # LeaderAndIsr reaching the follower first): their position is recorded at the next fetch
+        # from what the session holds, as an unchanged position is never sent again.
+        self.unrecorded: set[Key] = set()
         self.closed = False
         self._watchers = watchers  # the replica manager's: key → sessions holding it
 
@@ -82,6 +86,7 @@ class FetchSession:
             if self.partitions.pop(key, None) is not None:
                 self._unwatch(key)
             self.dirty.discard(key)
+            self.unrecorded.discard(key)
         return changed
 
     def take_dirty(self) -> set[Key]:

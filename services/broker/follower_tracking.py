@@ -51,6 +51,10 @@ class FollowerTracking:
         fetches it must refuse (an older or newer leader epoch than ours)."""
         errors: dict[PartitionKey, int] = {}
         now = self.clock()
+        if session is not None and session.unrecorded:
+            listed = {(fetch.topic, fetch.partition) for fetch in fetches}
+            held = [session.partitions[key] for key in session.unrecorded - listed if key in session.partitions]
+            fetches = [*fetches, *held]
         for fetch in fetches:
             key = (fetch.topic, fetch.partition)
             hosted = self.partitions.get(key)
@@ -64,7 +68,13 @@ class FollowerTracking:
                 )
                 continue
             if replica_id not in hosted.state.replicas:
+                # Not (yet) a replica here: a reassignment's state may reach the follower before
+                # this leader. Recorded once it is one, from the session, at a later fetch.
+                if session is not None:
+                    session.unrecorded.add(key)
                 continue
+            if session is not None:
+                session.unrecorded.discard(key)
             if hosted.follower_incarnation.get(replica_id) != incarnation:
                 self.isr_watch.add(key)  # a new life: judged afresh
             hosted.note_follower_fetch(replica_id, incarnation, fetch.fetch_offset, now, session)

@@ -450,3 +450,30 @@ async def test_leaderships_taken_over_in_one_request_each_start_their_epoch_at_t
         assert hosted.log.leader_epochs.entries()[-1] == (3, partition)  # from its own log end
         info = await replicas.append(TOPIC, partition, encode_batch([b"y"]), acks=1)
         assert info.first_offset == partition
+
+
+async def test_a_replica_a_reassignment_adds_is_recorded_from_its_session_when_the_leader_learns_of_it(
+    replicas: ReplicaManager,
+) -> None:
+    # Issue 37's flaky reassignment: raising an empty topic's replicas, the new follower got its
+    # LeaderAndIsr before the leader did. Its first fetch (in the fetch session it already had with
+    # this leader) named a partition the leader did not yet list it for, so its position went
+    # unrecorded; its position never changed (nothing to fetch), so no later incremental fetch
+    # named the partition again, and it never joined the ISR: the reassignment sat at 0 of 2.
+    only_me = common_pb2.PartitionState(
+        topic=TOPIC, partition=0, leader=ME, isr=[ME], replicas=[ME], leader_epoch=1, partition_epoch=1, topic_id="id-1"
+    )
+    request = broker_pb2.LeaderAndIsrRequest(
+        controller_id=1, controller_epoch=1, partitions=[only_me], broker_incarnation=replicas.incarnation
+    )
+    assert not await replicas.states.leader_and_isr(request)
+    opened = broker_pb2.FetchRequest(replica_id=OTHER, incremental=True, replica_incarnation="life-2")
+    session = replicas.fetch_sessions.resolve(opened)
+    session.update([_fetch(0, 1)], [])
+    replicas.followers.record_fetch(OTHER, "life-2", [_fetch(0, 1)], session)
+    hosted = replicas.partitions[(TOPIC, 0)]
+    assert OTHER not in hosted.follower_end  # not one of its replicas yet: nothing recorded
+    await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=2, isr=[ME])  # replicas [ME, OTHER]
+    replicas.followers.record_fetch(OTHER, "life-2", [], session)  # an incremental fetch naming nothing
+    assert hosted.follower_end[OTHER] == 0  # at the log end: caught up, so the ISR check adds it
+    assert OTHER in hosted.follower_caught_up_s and not session.unrecorded
