@@ -39,6 +39,17 @@ def _properties(items: list[str], option: str, accepted: frozenset[str], scope: 
         raise SystemExit(f"error: {option}: {error}") from None
 
 
+def _property_option(parser: argparse.ArgumentParser, client: str) -> None:
+    """--producer-property / --consumer-property NAME=VALUE, as Kafka's console tools take them."""
+    parser.add_argument(
+        f"--{client}-property",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help=f"any {client} setting by its Kafka name (repeatable; docs/configuration.md), as kafka-console-{client}",
+    )
+
+
 def _headers(items: list[str]) -> tuple[tuple[str, bytes], ...]:
     pairs = []
     for item in items:
@@ -183,13 +194,7 @@ def add_data_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     produce.add_argument("-p", "--partition", type=int, help="write to this partition (default: by key, as Kafka)")
     produce.add_argument("--acks", choices=["0", "1", "all"], help="acknowledgements (default all)")
     produce.add_argument("--linger-ms", type=int, help="wait this long to fill a batch (default 5)")
-    produce.add_argument(
-        "--producer-property",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="any producer setting by its Kafka name (repeatable; docs/configuration.md), as kafka-console-producer",
-    )
+    _property_option(produce, "producer")
     produce.set_defaults(handler=run_command(_produce))
     endpoints(produce)
 
@@ -213,12 +218,6 @@ def add_data_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     consume.add_argument("-n", "--max-messages", type=int, help="stop after this many records")
     consume.add_argument("--timeout-ms", type=int, default=0, help="stop after this long (0: never)")
     consume.add_argument("--print-key", action="store_true", help="text format: print KEY<tab>VALUE")
-    consume.add_argument(
-        "--consumer-property",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="any consumer setting by its Kafka name (repeatable; docs/configuration.md), as kafka-console-consumer",
-    )
+    _property_option(consume, "consumer")
     consume.set_defaults(handler=run_command(_consume))
     endpoints(consume)
