@@ -23,6 +23,7 @@ import grpc
 import structlog
 
 from tidelog.broker.storage import PartitionLog
+from tidelog.broker.storage_io import StorageIo
 from tidelog.common.channels import ChannelPool
 from tidelog.common.clock import Monotonic, monotonic
 from tidelog.common.errors import ErrorCode, TidelogError
@@ -35,7 +36,6 @@ __all__ = ["FollowedPartition", "ReplicaFetcherManager"]
 log = structlog.get_logger(__name__)
 
 UNDEFINED: Final = -1
-TRUNCATIONS_PER_TASK: Final = 64  # follower truncations one I/O task makes in a row
 # A refused epoch query is asked again this soon, then twice as late each time up to
 # replica.fetch.backoff.ms. The usual refusal is a race: the controller tells leader and followers
 # at once, and a follower's query can reach the new leader before its own LeaderAndIsr does; it
@@ -74,7 +74,7 @@ class ReplicaFetcherManager:
     def __init__(
         self,
         broker_id: int,
-        run_io: Callable[..., Any],
+        io: StorageIo,
         settings: BrokerSettings,
         *,
         incarnation: str = "",
@@ -83,7 +83,7 @@ class ReplicaFetcherManager:
     ) -> None:
         self.broker_id = broker_id
         self.incarnation = incarnation
-        self.run_io = run_io
+        self.io = io  # the broker's I/O pool: appends, truncations
         self.settings = settings  # replica.fetch.{wait.max.ms,max.bytes,response.max.bytes,backoff.ms}
         self.clock = clock
         self.backoff_s = settings.replica_fetch_backoff_ms / 1000
@@ -240,8 +240,7 @@ class ReplicaFetcherManager:
 
         # Side by side on the I/O threads, a chunk a task: a broker back from a restart follows
         # thousands of partitions, and one awaited I/O task each took seconds.
-        chunks = [answered[i : i + TRUNCATIONS_PER_TASK] for i in range(0, len(answered), TRUNCATIONS_PER_TASK)]
-        await asyncio.gather(*(self.run_io(truncate_chunk, chunk) for chunk in chunks))
+        await self.io.each_chunk(truncate_chunk, answered)
         for asked, _, _ in answered:
             key = (asked.topic, asked.partition)
             if self.followed.get(key) is not asked:
@@ -395,14 +394,14 @@ class ReplicaFetcherManager:
                 partition=followed.partition,
                 leader_log_start=result.log_start_offset,
             )
-            await self.run_io(followed.log.truncate_fully_and_start_at, max(result.log_start_offset, 0))
+            await self.io.run(followed.log.truncate_fully_and_start_at, max(result.log_start_offset, 0))
             self._changed(followed.leader, (followed.topic, followed.partition))
             return
         if result.error_code:
             raise TidelogError(f"{followed.topic}-{followed.partition}: {ErrorCode(result.error_code).name}")
         if result.record_batches:
             started = time.perf_counter()
-            await self.run_io(followed.log.append_as_follower, result.record_batches)
+            await self.io.run(followed.log.append_as_follower, result.record_batches)
             APPEND_MS.observe((time.perf_counter() - started) * 1000)
         followed.log.update_high_watermark(min(result.high_watermark, followed.log.log_end_offset))
         self.on_appended((followed.topic, followed.partition))

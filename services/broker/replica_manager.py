@@ -78,7 +78,7 @@ class ReplicaManager:
         self.followers = FollowerTracking(broker_id, self.partitions, self.fetch_sessions, clock)
         self.fencing = BrokerFencing(broker_id, settings.replica_lag_time_max_ms / 1000, clock=clock)
         self.fetchers = ReplicaFetcherManager(
-            broker_id, self.io.run, settings, incarnation=self.incarnation, channels=channels, clock=clock
+            broker_id, self.io, settings, incarnation=self.incarnation, channels=channels, clock=clock
         )
         self.fetchers.on_appended = self._follower_appended
         self.states = PartitionStates(

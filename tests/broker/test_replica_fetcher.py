@@ -4,21 +4,27 @@ is cut, and many partitions' truncations at once."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from tests.fake_clock import FakeClock
 from tests.waiting import until
 from tidelog.broker.replica_fetcher import EPOCH_QUERY_RETRY_FIRST_S, FollowedPartition, ReplicaFetcherManager
 from tidelog.broker.storage import LogConfig, PartitionLog
+from tidelog.broker.storage_io import StorageIo
 from tidelog.common.errors import ErrorCode
 from tidelog.common.record.batch import encode_batch
 from tidelog.common.settings import BrokerSettings
 from tidelog.v1 import broker_pb2
 
 
-async def _run_io(function: Callable[..., object], *args: object) -> object:
-    return await asyncio.to_thread(function, *args)
+@pytest.fixture
+def io() -> Iterator[StorageIo]:
+    pool = StorageIo(4)
+    yield pool
+    pool.shutdown()
 
 
 def _settings(**overrides: object) -> BrokerSettings:
@@ -105,11 +111,13 @@ class _EpochAnswers:
         return response
 
 
-async def test_many_partitions_truncate_together_and_a_refused_one_is_asked_again_ever_later(tmp_path: Path) -> None:
+async def test_many_partitions_truncate_together_and_a_refused_one_is_asked_again_ever_later(
+    tmp_path: Path, io: StorageIo
+) -> None:
     # A broker back from a restart follows thousands of partitions: their truncations run side by
     # side on the I/O threads; a leader that refuses is asked again, ever later up to the backoff.
     clock = FakeClock()
-    manager = ReplicaFetcherManager(2, _run_io, _settings(**{"replica.fetch.backoff.ms": 60_000}), clock=clock)
+    manager = ReplicaFetcherManager(2, io, _settings(**{"replica.fetch.backoff.ms": 60_000}), clock=clock)
     followed = []
     for partition in range(150):
         partition_log = PartitionLog.open(tmp_path / f"t-{partition}", LogConfig.from_configs({}))
@@ -174,13 +182,12 @@ class _LeaderSoon(_EpochAnswers):
 
 async def test_a_follower_refused_by_a_leader_not_leading_yet_asks_again_soon_and_fetches_nothing_meanwhile(
     tmp_path: Path,
+    io: StorageIo,
 ) -> None:
     # A controlled shutdown: the follower's LeaderAndIsr came first, its epoch query reached the new
     # leader before that one's own. Asked again only after replica.fetch.backoff.ms, with an empty
     # fetch long-polling meanwhile, every acks=all produce of the partition waited as long.
-    manager = ReplicaFetcherManager(
-        2, _run_io, _settings(**{"replica.fetch.backoff.ms": 60_000, "replica.fetch.wait.max.ms": 60_000})
-    )
+    manager = ReplicaFetcherManager(2, io, _patient())
     leader = _LeaderSoon(refusals=3)
     manager._stub = lambda leader_id: leader  # type: ignore[method-assign,assignment,return-value]
     partition_log = PartitionLog.open(tmp_path / "t-0", LogConfig.from_configs({}))
@@ -212,13 +219,12 @@ class _IdleLeader(_EpochAnswers):
 
 async def test_a_partition_followed_from_a_leader_we_long_poll_is_fetched_without_waiting_the_poll_out(
     tmp_path: Path,
+    io: StorageIo,
 ) -> None:
     # A controlled shutdown moves a leadership to a broker we already fetch idle partitions from:
     # the long poll in flight does not list the new partition, and waiting it out (up to
     # replica.fetch.wait.max.ms) held back every acks=all produce of that partition.
-    manager = ReplicaFetcherManager(
-        2, _run_io, _settings(**{"replica.fetch.backoff.ms": 60_000, "replica.fetch.wait.max.ms": 60_000})
-    )
+    manager = ReplicaFetcherManager(2, io, _patient())
     leader = _IdleLeader({0: (1, 0), 1: (1, 0)})
     manager._stub = lambda leader_id: leader  # type: ignore[method-assign,assignment,return-value]
     logs = [PartitionLog.open(tmp_path / f"t-{partition}", LogConfig.from_configs({})) for partition in (0, 1)]
@@ -237,10 +243,8 @@ async def test_a_partition_followed_from_a_leader_we_long_poll_is_fetched_withou
             partition_log.close()
 
 
-async def test_a_long_poll_ends_when_a_refused_epoch_query_is_due_again(tmp_path: Path) -> None:
-    manager = ReplicaFetcherManager(
-        2, _run_io, _settings(**{"replica.fetch.backoff.ms": 60_000, "replica.fetch.wait.max.ms": 60_000})
-    )
+async def test_a_long_poll_ends_when_a_refused_epoch_query_is_due_again(tmp_path: Path, io: StorageIo) -> None:
+    manager = ReplicaFetcherManager(2, io, _patient())
     leader = _IdleLeader({0: (1, 0), 1: None})  # it does not lead partition 1 yet
     manager._stub = lambda leader_id: leader  # type: ignore[method-assign,assignment,return-value]
     logs = [PartitionLog.open(tmp_path / f"t-{partition}", LogConfig.from_configs({})) for partition in (0, 1)]

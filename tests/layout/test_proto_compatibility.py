@@ -99,27 +99,11 @@ def test_every_field_says_what_it_holds() -> None:
     """Every field of every message carries a comment (on its line or the line above), and one
     whose name does not give its unit says it: a reader of the wire contract needs no code."""
     undocumented = []
-    for file in compile_protos_with_comments().file:
+    for file in compile_protos(source_info=True).file:
         located = {tuple(location.path): location for location in file.source_code_info.location}
         for m, message in enumerate(file.message_type):
             undocumented += _undocumented(file.name, message, [4, m], located)
     assert undocumented == []
-
-
-def compile_protos_with_comments() -> descriptor_pb2.FileDescriptorSet:
-    import tempfile  # noqa: PLC0415
-    from pathlib import Path  # noqa: PLC0415
-
-    from grpc_tools import protoc  # noqa: PLC0415
-
-    from tidelog.dev.proto_compatibility import PROTO_ROOT  # noqa: PLC0415
-
-    sources = sorted(str(path) for path in PROTO_ROOT.glob("tidelog/v1/*.proto"))
-    with tempfile.TemporaryDirectory() as scratch:
-        out = Path(scratch) / "set.binpb"
-        arguments = ["protoc", f"-I{PROTO_ROOT}", "--include_source_info", f"--descriptor_set_out={out}"]
-        assert protoc.main([*arguments, *sources]) == 0
-        return descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
 
 
 def _undocumented(

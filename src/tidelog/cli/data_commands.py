@@ -32,9 +32,8 @@ _REBALANCING: Final = {ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERA
 def _properties(items: list[str], option: str, accepted: frozenset[str], scope: type[Settings]) -> dict[str, Any]:
     """NAME=VALUE items → the client's keyword arguments, by the settings registry."""
     configs = {name.strip(): value.strip() for name, _, value in (item.partition("=") for item in items)}
-    defaults = {"acks": "all", "linger.ms": 5} if scope is ProducerSettings else {}  # the console tools'
     try:
-        return client_keywords({**defaults, **configs}, accepted, scope.DEFINITIONS, scope.SCOPE.value)
+        return client_keywords(configs, accepted, scope.DEFINITIONS, scope.SCOPE.value)
     except InvalidConfigError as error:
         raise SystemExit(f"error: {option}: {error}") from None
 
@@ -67,9 +66,11 @@ async def _produce(args: argparse.Namespace) -> int:
     separator = args.key_separator.encode() if args.key_separator else None
     sent = 0
     started = time.monotonic()
-    configs = _properties(args.producer_property, "--producer-property", Producer.CONFIGS, ProducerSettings)
-    configs.update({"acks": args.acks} if args.acks else {})
-    configs.update({"linger_ms": args.linger_ms} if args.linger_ms is not None else {})
+    # The console tool's defaults, then --producer-property, then the shortcut flags.
+    items = ["acks=all", "linger.ms=5", *args.producer_property]
+    items += [f"acks={args.acks}"] if args.acks else []
+    items += [f"linger.ms={args.linger_ms}"] if args.linger_ms is not None else []
+    configs = _properties(items, "--producer-property", Producer.CONFIGS, ProducerSettings)
     async with Producer(bootstrap, **configs, security=command_security(args)) as producer:
         deliveries: list[Any] = []
         # At once, as rpk: a missing topic is not auto-created, and a send would wait max.block.ms.

@@ -110,13 +110,8 @@ FIXED_LIMITS: Final[tuple[FixedLimit, ...]] = (
         "tidelog.broker.storage_io",
         "LOGS_PER_TASK",
         64,
-        "Partition logs one I/O task creates (a LeaderAndIsr bringing many) or closes (at stop) in a row.",
-    ),
-    FixedLimit(
-        "tidelog.broker.replica_fetcher",
-        "TRUNCATIONS_PER_TASK",
-        64,
-        "Follower truncations one I/O task makes in a row when a leader's epoch answers call for many.",
+        "Partition logs one I/O task creates (a LeaderAndIsr bringing many), truncates (a follower back "
+        "from a restart) or closes (at stop) in a row.",
     ),
     FixedLimit(
         "tidelog.broker.replica_fetcher",

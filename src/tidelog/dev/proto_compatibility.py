@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Final, TypeAlias
 
@@ -31,14 +31,16 @@ Field: TypeAlias = descriptor_pb2.FieldDescriptorProto
 Messages: TypeAlias = dict[str, descriptor_pb2.DescriptorProto]
 
 
-def compile_protos(proto_root: Path = PROTO_ROOT) -> descriptor_pb2.FileDescriptorSet:
-    """The descriptors of every `tidelog/v1/*.proto` under `proto_root`, as protoc builds them."""
+def compile_protos(proto_root: Path = PROTO_ROOT, *, source_info: bool = False) -> descriptor_pb2.FileDescriptorSet:
+    """The descriptors of every `tidelog/v1/*.proto` under `proto_root`, as protoc builds them
+    (with `source_info`, the comments and where each element is)."""
     from grpc_tools import protoc  # noqa: PLC0415 - a build tool (the test extra), not a runtime dependency
 
     sources = sorted(str(path) for path in proto_root.glob("tidelog/v1/*.proto"))
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "descriptors.binpb"
-        status = protoc.main(["protoc", f"-I{proto_root}", f"--descriptor_set_out={out}", *sources])
+        options = ["--include_source_info"] if source_info else []
+        status = protoc.main(["protoc", f"-I{proto_root}", *options, f"--descriptor_set_out={out}", *sources])
         if status != 0:
             raise RuntimeError(f"protoc failed with status {status}")
         return descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
@@ -49,16 +51,16 @@ def load_released(path: Path = RELEASED) -> descriptor_pb2.FileDescriptorSet:
 
 
 def _messages(
-    prefix: str, messages: Iterator[descriptor_pb2.DescriptorProto] | list[descriptor_pb2.DescriptorProto]
+    prefix: str, messages: Iterable[descriptor_pb2.DescriptorProto]
 ) -> Iterator[tuple[str, descriptor_pb2.DescriptorProto]]:
     for message in messages:
         name = f"{prefix}.{message.name}"
         yield name, message
-        yield from _messages(name, list(message.nested_type))
+        yield from _messages(name, message.nested_type)
 
 
 def _all_messages(files: descriptor_pb2.FileDescriptorSet) -> Messages:
-    return {name: message for file in files.file for name, message in _messages(file.package, list(file.message_type))}
+    return {name: message for file in files.file for name, message in _messages(file.package, file.message_type)}
 
 
 def _enums(files: descriptor_pb2.FileDescriptorSet) -> dict[str, descriptor_pb2.EnumDescriptorProto]:
@@ -66,7 +68,7 @@ def _enums(files: descriptor_pb2.FileDescriptorSet) -> dict[str, descriptor_pb2.
     for file in files.file:
         for enum in file.enum_type:
             found[f"{file.package}.{enum.name}"] = enum
-        for name, message in _messages(file.package, list(file.message_type)):
+        for name, message in _messages(file.package, file.message_type):
             for enum in message.enum_type:
                 found[f"{name}.{enum.name}"] = enum
     return found
