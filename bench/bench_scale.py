@@ -12,7 +12,7 @@ partitions with RF 3, then:
 - produce/consume spread over every partition: send_batch of 100-byte records (one batch per
   partition), then poll_batches until everything is read;
 - controller failover: kill -9 of the active controller → another one active (the standby sees
-  the dead process's port refuse connections and revokes its lease: controller_liveness.py), and
+  the dead process's port refuse connections and revokes its lease: process_watch.py), and
   → every partition answered by its leader again (a produce to each partition acknowledged; the
   same with no fault is printed as its reference: the data path never needed the controller);
 - broker restart: kill -9 + start of one broker → its new life left every ISR and is back in all

@@ -19,6 +19,7 @@ from tidelog.broker.isr_manager import IsrManager
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.producer_id_manager import ProducerIdManager
 from tidelog.broker.quota_manager import QuotaManager
+from tidelog.broker.readiness import Readiness
 from tidelog.broker.registration import Registration
 from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.broker.storage import LogConfig
@@ -109,7 +110,10 @@ class _Broker:
             on_restored=self.replicas.fencing.registered_again,
         )
         self.isr_manager = IsrManager(self.replicas, self.metadata, channels=self.channels)
+        readiness_file = settings.broker_readiness_file
+        self.readiness = Readiness(args.id, self.metadata, Path(readiness_file) if readiness_file else None)
         self.background: list[asyncio.Task[None]] = []
+        self.readiness_task: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def add_to(self, server: grpc.aio.Server) -> list[str]:
         service = BrokerService(
@@ -131,6 +135,7 @@ class _Broker:
         await self.quotas.start()
         await self.registration.register()
         replicas.cleaner.start()
+        self.readiness_task = asyncio.create_task(self.readiness.run())
         self.background = [
             asyncio.create_task(self.isr_manager.run()),
             asyncio.create_task(_every(settings.log_flush_scheduler_interval_ms, replicas, replicas.flush_due)),
@@ -145,6 +150,10 @@ class _Broker:
         ]
 
     async def drain(self) -> None:
+        self.readiness_task.cancel()  # stopping: not ready for anyone to restart after us
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.readiness_task
+        self.readiness.close()
         if self.settings.controlled_shutdown_enable:
             await controlled_shutdown(
                 self.metadata,

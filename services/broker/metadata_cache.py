@@ -19,10 +19,12 @@ class MetadataCache:
         self.brokers_version = 0  # counts changes of `brokers` (a broker registered, or gone)
         self.topics: dict[str, list[common_pb2.PartitionState]] = {}
         self.configs: dict[str, dict[str, str]] = {}
+        self.version = 0  # counts updates: what was computed from this cache is stale when it moved
 
     def update(self, request: broker_pb2.UpdateMetadataRequest) -> None:
         if request.controller_epoch < self.controller_epoch:
             return
+        self.version += 1
         self.controller_id = request.controller_id
         self.controller_epoch = request.controller_epoch
         self.controller_endpoint = request.controller_endpoint

@@ -32,13 +32,14 @@ from etcd3aio import Etcd3Client, prefix_range_end
 
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode, InvalidRequestError, NotControllerError, TidelogError
+from tidelog.controller.broker_liveness import BrokerLiveness
 from tidelog.controller.broker_requests import BrokerRequests
 from tidelog.controller.cluster_state import ClusterState
 from tidelog.controller.controller_config import ControllerConfig
-from tidelog.controller.controller_liveness import ControllerLiveness
 from tidelog.controller.controller_role import ControllerRole, Role
 from tidelog.controller.metadata_store import ConflictError, FencedError, MetadataStore
 from tidelog.controller.partition_leadership import PartitionLeadership, affected_by, isr_refusal
+from tidelog.controller.process_watch import ControllerLiveness
 from tidelog.controller.propagation import Propagation
 from tidelog.controller.reassignments import Reassignments
 from tidelog.controller.topic_admin import TopicAdmin
@@ -79,7 +80,10 @@ class Controller:
         self.broker_requests = broker_requests or BrokerRequests(
             timeout_s=config.settings.controller_socket_timeout_ms / 1000, channels=channels
         )
-        self.liveness = ControllerLiveness(channels or ChannelPool())
+        probes = channels or ChannelPool()
+        self.liveness = ControllerLiveness(probes)
+        # While active: every registered broker's process watched, a dead one's lease revoked.
+        self.broker_liveness = BrokerLiveness(etcd, probes)
         self.role = ControllerRole(config.controller_id)
         self.active = self.role.active  # set exactly while the role is ACTIVE
         self.store = MetadataStore(etcd, self.role)
@@ -173,6 +177,7 @@ class Controller:
             if not self.role.move(Role.ACTIVE, reason=f"epoch {self.epoch}"):
                 return  # stopping meanwhile
         await self.propagate(self.state.brokers)
+        self._follow_broker_processes()
         watcher = asyncio.create_task(self._watch_brokers(revision + 1))
         resync = asyncio.create_task(self.propagation.resync())
         rebalance = asyncio.create_task(self._rebalance_leaders())
@@ -184,6 +189,7 @@ class Controller:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             await self.propagation.cancel_background()
+            await self.broker_liveness.close()
 
     @staticmethod
     async def _first_of(*waits: Any) -> None:
@@ -233,6 +239,11 @@ class Controller:
                 await self.leadership.elect(lambda state: state.leader == -1)
                 await self.reassignments.advance()
             self.propagation.propagate_soon(self.state.brokers)  # the next change is handled without waiting
+            self._follow_broker_processes()
+
+    def _follow_broker_processes(self) -> None:
+        if self.config.settings.controller_broker_liveness_probe_enable:
+            self.broker_liveness.follow(self.state.brokers)
 
     # ---- admin requests (called by the admin service) --------------------------------------
 

@@ -262,3 +262,55 @@ async def test_a_long_poll_ends_when_a_refused_epoch_query_is_due_again(tmp_path
             await manager.close()
         for partition_log in logs:
             partition_log.close()
+
+
+class _MovedOn(_EpochAnswers):
+    """A leader that hears of a preferred election before the follower does: its first fetch
+    answer refuses partition 0 (NOT_LEADER_OR_FOLLOWER) and carries partition 1's records; later
+    fetches long-poll. Epoch queries about partition 0 are refused from then on."""
+
+    def __init__(self, records: bytes) -> None:
+        super().__init__({0: (1, 0), 1: (1, 0)})
+        self.records = records
+        self.fetches: list[tuple[list[int], list[int]]] = []  # (partitions listed, forgotten)
+
+    async def Fetch(self, request: broker_pb2.FetchRequest, timeout: float) -> broker_pb2.FetchResponse:  # noqa: N802
+        self.fetches.append(
+            ([entry.partition for entry in request.partitions], [entry.partition for entry in request.forgotten])
+        )
+        if len(self.fetches) > 1:
+            await asyncio.sleep(request.max_wait_ms / 1000)
+            return broker_pb2.FetchResponse(session_id=7)
+        self.answers[0] = None
+        response = broker_pb2.FetchResponse(session_id=7)
+        response.partitions.add(topic="t", partition=0, error_code=int(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+        response.partitions.add(topic="t", partition=1, high_watermark=1, log_end_offset=1, record_batches=self.records)
+        return response
+
+
+async def test_a_partition_whose_leadership_moved_waits_alone_and_the_others_are_fetched_on(
+    tmp_path: Path, io: StorageIo
+) -> None:
+    # A preferred election: the old leader hears first, refuses the partition it gave up, and the
+    # follower backed off its whole fetcher (replica.fetch.backoff.ms: a minute here), holding back
+    # every acks=all produce of the leader's other partitions (a 0.2 s gap in a rolling restart).
+    source = _log(tmp_path, "source")
+    _write(source, 1, [b"x"])
+    manager = ReplicaFetcherManager(2, io, _patient())
+    leader = _MovedOn(bytes(source.read(0, 1 << 20)))
+    manager._stub = lambda leader_id: leader  # type: ignore[method-assign,assignment,return-value]
+    logs = [PartitionLog.open(tmp_path / f"t-{partition}", LogConfig.from_configs({})) for partition in (0, 1)]
+    try:
+        for partition in (0, 1):
+            manager.follow(FollowedPartition("t", partition, logs[partition], 1, 1))
+        await until(lambda: len(leader.fetches) >= 2)  # the old code backed off for the minute here
+        assert sorted(leader.fetches[0][0]) == [0, 1]
+        assert leader.fetches[1] == ([1], [0])  # partition 1 from its new end, partition 0 left out
+        assert logs[1].log_end_offset == 1
+        await until(lambda: sum(0 in asked for asked in leader.asked) >= 3)  # partition 0's epoch asked again, soon
+        assert not manager.followed[("t", 0)].truncated
+    finally:
+        async with asyncio.timeout(10):
+            await manager.close()
+        for partition_log in (*logs, source):
+            partition_log.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import signal
 import uuid
@@ -217,3 +218,43 @@ async def test_a_killed_controller_is_replaced_long_before_its_lease_would_expir
             await admin.create_topic("after-failover", 3, 3)  # the new controller serves requests
         log_text = (cluster.data_dir / "logs" / f"controller-{standby}.log").read_text()
         assert '"election_predecessor_dead_lease_revoked"' in log_text
+
+
+async def test_a_killed_leader_is_replaced_before_its_lease_expires_and_a_frozen_one_is_not(tmp_path: Path) -> None:
+    # A 60 s broker session: only the active controller's crash detection (the dead process's port
+    # refuses connections) can move the leadership within the deadline, by revoking the lease.
+    async with started_cluster(tmp_path / "cluster", session_timeout_ms=60_000) as cluster:
+        async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+            await admin.create_topic("crash", 1, 3, {"min.insync.replicas": "2"})
+
+            async def partition() -> common_pb2.PartitionState | None:
+                described = (await admin.describe_topics(["crash"]))["crash"]
+                if isinstance(described, Exception) or described.partitions[0].leader < 0:
+                    return None
+                return described.partitions[0]
+
+            first = await wait_until(partition, what="a leader")
+            victim = first.leader
+            # Frozen, it still holds its port (the kernel accepts connections): only its lease may
+            # fence it, so for these seconds it keeps its leadership and its ISR place.
+            cluster.signal(f"broker-{victim}", signal.SIGSTOP)
+            try:
+                await asyncio.sleep(2.0)  # a dozen times what confirming a death takes (0.15 s)
+                frozen = await partition()
+                assert frozen is not None and frozen.leader == victim and victim in frozen.isr
+            finally:
+                cluster.signal(f"broker-{victim}", signal.SIGCONT)
+
+            cluster.signal(f"broker-{victim}", signal.SIGKILL)
+
+            async def moved() -> bool:
+                state = await partition()
+                return state is not None and state.leader != victim and victim not in state.isr
+
+            await wait_until(moved, timeout_s=20, what="a new leader before the 60 s lease expires")
+            async with Producer(cluster.bootstrap, acks="all") as producer:
+                await (await producer.send("crash", b"after the crash", partition=0))
+        controller_logs = "".join(
+            (cluster.data_dir / "logs" / f"controller-{number}.log").read_text() for number in cluster.controller_ids
+        )
+        assert '"broker_lease_revoked"' in controller_logs

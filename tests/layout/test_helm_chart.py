@@ -115,6 +115,9 @@ def test_services_start_with_flags_they_accept(
     args = parse(arguments)
     assert args.etcd == f"{RELEASE}-etcd:2379"
     assert args.advertised_host == f"pod-0.{RELEASE}-{name}"
+    if name == "broker":  # the file the broker keeps while ready is the one its readiness probe tests
+        probe = statefulset["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["exec"]["command"]
+        assert probe == ["test", "-f", args.settings.broker_readiness_file]
     service_ports = {
         port["name"]: port["port"] for port in manifests[("Service", f"{RELEASE}-{name}")]["spec"]["ports"]
     }
@@ -521,9 +524,11 @@ def test_security_is_on_by_default_with_a_ca_and_a_certificate_per_component(
     renewal = cronjob["jobTemplate"]["spec"]["template"]["spec"]
     assert renewal["containers"][0]["command"] == command and renewal["serviceAccountName"] == f"{RELEASE}-certificates"
     assert cronjob["concurrencyPolicy"] == "Forbid" and cronjob["schedule"]
-    # TLS listeners: kubelet's gRPC probe speaks no TLS, a TCP probe stands in.
+    # TLS listeners: kubelet's gRPC probe speaks no TLS, a TCP probe stands in for liveness; the
+    # broker's readiness is the file it keeps (no partition it hosts under-replicated), either way.
     broker = manifests[("StatefulSet", f"{RELEASE}-broker")]["spec"]["template"]["spec"]["containers"][0]
-    assert "tcpSocket" in broker["readinessProbe"]
+    assert "tcpSocket" in broker["livenessProbe"]
+    assert broker["readinessProbe"]["exec"]["command"] == ["test", "-f", "/tmp/tidelog-ready"]
 
 
 def test_with_cert_manager_it_issues_the_certificates() -> None:
@@ -539,7 +544,7 @@ def test_security_can_be_turned_off() -> None:
     documents = _documents(render({"security": {"enabled": False}}))
     assert not [key for key in documents if key[0] == "Secret" or key == ("ConfigMap", f"{RELEASE}-security")]
     broker = documents[("StatefulSet", f"{RELEASE}-broker")]["spec"]["template"]["spec"]["containers"][0]
-    assert "grpc" in broker["readinessProbe"] and "--config-file" not in broker["args"][0]
+    assert "grpc" in broker["livenessProbe"] and "--config-file" not in broker["args"][0]
 
 
 # Documented values profiles (values.yaml's comments, docs/operator.md): each renders pods that Pod

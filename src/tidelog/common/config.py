@@ -220,6 +220,13 @@ BROKER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
         minimum=1000,
         maximum=3_600_000,
     ),
+    ConfigDef(
+        "broker.readiness.file",
+        ConfigType.STRING,
+        "",
+        "A file the broker keeps while it is ready for the next broker to restart: no partition it hosts "
+        "under-replicated among registered brokers (Kubernetes' readiness probe checks it; empty: none).",
+    ),
     _int(
         "num.io.threads",
         8,
@@ -301,6 +308,14 @@ CONTROLLER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     _int("default.replication.factor", 1, "Replicas of a topic created without a factor.", minimum=1, maximum=100),
     ConfigDef("delete.topic.enable", ConfigType.BOOLEAN, True, "Whether topics can be deleted."),
     _int("controller.socket.timeout.ms", 5000, "Deadline of each controller → broker request.", minimum=100),
+    ConfigDef(
+        "controller.broker.liveness.probe.enable",
+        ConfigType.BOOLEAN,
+        True,
+        "Whether the active controller watches each broker's process and, once its port refuses "
+        "connections, revokes its registration lease instead of waiting for broker.session.timeout.ms "
+        "(a frozen or unreachable broker still waits for the lease; ADR 0016).",
+    ),
     ConfigDef(
         "auto.leader.rebalance.enable",
         ConfigType.BOOLEAN,

@@ -149,13 +149,14 @@ FIXED_LIMITS: Final[tuple[FixedLimit, ...]] = (
         "Partition states written per etcd transaction (etcd's --max-txn-ops defaults to 128).",
     ),
     FixedLimit(
-        "tidelog.controller.controller_liveness",
+        "tidelog.controller.process_watch",
         "CONFIRMATIONS",
         3,
-        "Refused connections to the active controller's port that prove it dead to a standby (ADR 0016).",
+        "Refused connections to a process's port that prove it dead: the active controller's to a standby, "
+        "a broker's to the active controller (ADR 0016).",
     ),
     FixedLimit(
-        "tidelog.controller.controller_liveness",
+        "tidelog.controller.process_watch",
         "CONFIRM_S",
         0.15,
         "Seconds those refused connections are spread over.",

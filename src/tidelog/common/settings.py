@@ -215,6 +215,7 @@ class BrokerSettings(Settings):
 
     metrics_partition_series_max: int
     broker_session_timeout_ms: int
+    broker_readiness_file: str
     num_io_threads: int
     log_flush_scheduler_interval_ms: int
     log_retention_check_interval_ms: int
@@ -247,6 +248,7 @@ class ControllerSettings(Settings):
     default_replication_factor: int
     delete_topic_enable: bool
     controller_socket_timeout_ms: int
+    controller_broker_liveness_probe_enable: bool
     auto_leader_rebalance_enable: bool
     leader_imbalance_check_interval_seconds: float
     leader_imbalance_per_broker_percentage: int

@@ -28,8 +28,10 @@ COMPONENTS: Final = {
     "operator": ConfigScope.OPERATOR,
 }
 # Settings the chart itself sets from other values (the gateway's TLS and logins follow
-# `security.*`): left out of `config`, so a value there is refused rather than silently overridden.
+# `security.*`; the broker's readiness file is what its readiness probe reads): left out of
+# `config`, so a value there is refused rather than silently overridden.
 CHART_MANAGED: Final = {
+    "broker": frozenset({"broker.readiness.file"}),
     "gateway": frozenset(
         {"authentication.method", "rest.ssl.certificate.location", "rest.ssl.key.location", "rest.ssl.ca.location"}
     ),

@@ -276,9 +276,18 @@ class LocalCluster:
 
     def start_broker(self, broker_id: int) -> None:
         extra = ["--data-dir", str(self.data_dir / f"broker-{broker_id}")]
+        extra += ["--broker-readiness-file", str(self.readiness_file(broker_id))]
         for name, value in self.broker_log_configs.items():
             extra += ["--log-config", f"{name}={value}"]
         self._start_service("broker", broker_id, self.ports.brokers[broker_id], extra + self.broker_args)
+
+    def readiness_file(self, broker_id: int) -> Path:
+        """The file the broker keeps while it is ready (as its pod's readiness probe reads it)."""
+        return self.data_dir / f"broker-{broker_id}.ready"
+
+    def broker_ready(self, broker_id: int) -> bool:
+        """Ready for the next broker to restart: no partition it hosts under-replicated."""
+        return self.readiness_file(broker_id).exists()
 
     def start_controller(self, controller_id: int) -> None:
         self._start_service("controller", controller_id, self.ports.controllers[controller_id], self.controller_args)

@@ -496,6 +496,13 @@ METRICS: Final[tuple[MetricDef, ...]] = (
         BROKER,
         "Bytes free for the broker on its log directory's filesystem (statvfs, as df shows)",
     ),
+    _m(
+        "tidelog_broker_ready",
+        GAUGE,
+        (),
+        BROKER,
+        "1 while no partition this broker hosts is under-replicated among registered brokers (its readiness)",
+    ),
     _m("tidelog_broker_log_dir_capacity_bytes", GAUGE, (), BROKER, "Size of the broker's log directory's filesystem"),
     _m(
         "tidelog_broker_quota_throttle_ms",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from tidelog.controller.controller_liveness import refuses_connections
+from tidelog.controller.process_watch import refuses_connections
 
 
 async def test_a_listening_port_is_alive_and_a_closed_one_dead() -> None:

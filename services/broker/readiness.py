@@ -1,0 +1,94 @@
+"""A broker is ready for the next one to restart when no partition it hosts is under-replicated.
+
+A rolling restart (a StatefulSet update, `kubectl rollout restart`) restarts one broker, waits for
+its pod to be Ready, then restarts the next. If Ready meant only "listening", the next broker
+could stop while the first is still catching up, and every partition the two share would drop to
+one in-sync replica: below min.insync.replicas 2, acks=all produce fails. Strimzi's rolling updater
+checks the same before it rolls a pod.
+
+Ready here: the controller has sent this broker the cluster's state, and every partition it hosts
+has each replica on a registered broker in its ISR. Replicas on brokers that are not registered
+(a broker lost for good, a node down) are not waited for: otherwise one dead broker would make
+every broker unready at once, and nothing could roll. The state is the metadata the controller
+pushed (UpdateMetadata), recomputed only when that changed.
+
+Kubernetes' readiness probe reads it through a file, as Strimzi's does (`broker.readiness.file`:
+present while ready): the probe then works whatever the listener's security, which a kubelet's
+gRPC or HTTP probe could not pass. `tidelog_broker_ready` exports the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+from typing import Final
+
+import structlog
+
+from tidelog.broker.metadata_cache import MetadataCache
+from tidelog.server_common import metrics_catalog
+
+__all__ = ["Readiness", "under_replicated_hosted"]
+
+log = structlog.get_logger(__name__)
+
+CHECK_INTERVAL_S: Final = 0.5
+
+READY: Final = metrics_catalog.gauge("tidelog_broker_ready")
+
+
+def under_replicated_hosted(broker_id: int, metadata: MetadataCache) -> int:
+    """Partitions with a replica on this broker whose ISR lacks a replica on a registered broker."""
+    live = {broker.broker_id for broker in metadata.brokers}
+    count = 0
+    for states in metadata.topics.values():
+        for state in states:
+            replicas = state.replicas
+            if broker_id in replicas and len(state.isr) < len(replicas):
+                isr = set(state.isr)
+                if any(replica in live and replica not in isr for replica in replicas):
+                    count += 1
+    return count
+
+
+class Readiness:
+    def __init__(self, broker_id: int, metadata: MetadataCache, file: Path | None) -> None:
+        self.broker_id = broker_id
+        self.metadata = metadata
+        self.file = file
+        self.ready = False
+        self._seen_version = -1
+        READY.set(0)
+
+    def check(self) -> bool:
+        """Recompute when the metadata changed; write or remove the file on a change of state."""
+        if self.metadata.version != self._seen_version:
+            self._seen_version = self.metadata.version
+            ready = self.metadata.initialised and under_replicated_hosted(self.broker_id, self.metadata) == 0
+            if ready != self.ready:
+                self.ready = ready
+                log.info("broker_readiness", ready=ready)
+                READY.set(int(ready))
+                self._write(ready)
+        return self.ready
+
+    async def run(self) -> None:
+        self._write(False)  # a file a previous life left says nothing about this one
+        while True:
+            self.check()
+            await asyncio.sleep(CHECK_INTERVAL_S)
+
+    def close(self) -> None:
+        self._write(False)
+        READY.set(0)
+
+    def _write(self, ready: bool) -> None:
+        if self.file is None:
+            return
+        if ready:
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            self.file.write_text(f"broker {self.broker_id} ready\n")
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                self.file.unlink()
