@@ -73,7 +73,7 @@ async def session_reads(
         reads = await replicas.io.run(_read_all, replicas, wanted, max_bytes, True, request=kind) if wanted else []
         reads += _refused_reads(refused)
         remaining = deadline - time.monotonic()
-        if _fetch_done(reads, request.min_bytes, remaining) or session.closed:
+        if _fetch_done(reads, request.min_bytes, remaining) or session.closed or replicas.long_polls_ended.is_set():
             for read in reads:  # left out for the response's size: still news for the next fetch
                 key = (read.topic, read.partition)
                 held = session.partitions.get(key)

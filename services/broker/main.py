@@ -166,6 +166,7 @@ class _Broker:
 
     async def leave(self) -> None:
         await self.registration.deregister()  # the controller moves leadership away now, not after a timeout
+        self.replicas.end_long_polls()  # the server's stop waits for no fetch's long poll
 
     async def close(self) -> None:
         for task in self.background:

@@ -434,13 +434,16 @@ class Controller:
 
         Returns the partitions it still leads (no other replica in sync); the broker may ask again.
         """
+        self._require_active()
+        self.leadership.announce_shutdown(broker_id, incarnation)  # seen by the requests ahead of it
         async with self._mutex:
             self._require_active()
             changes, remaining = self.leadership.shutdown_changes(broker_id, incarnation)
             if changes:
                 await self.store.write_states(changes)
             log.info("controlled_shutdown", broker=broker_id, moved=len(changes), remaining=len(remaining))
-        await self.propagate(self.state.brokers)  # the new leaders serve before the broker goes
+        if changes:  # (nothing moved, nothing to wait for: the brokers of a stopping cluster go at once)
+            await self.propagate(self.state.brokers)  # the new leaders serve before the broker goes
         return remaining
 
     async def controllers(self) -> list[str]:

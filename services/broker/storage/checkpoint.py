@@ -12,11 +12,20 @@ parse raises CorruptCheckpointError so the caller can fall back to recovering fr
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-__all__ = ["CorruptCheckpointError", "read_checkpoint", "sync_file", "write_atomically", "write_checkpoint"]
+__all__ = [
+    "CorruptCheckpointError",
+    "read_checkpoint",
+    "sync_file",
+    "sync_filesystems",
+    "write_atomically",
+    "write_checkpoint",
+]
 
 VERSION = 0
 
@@ -45,6 +54,32 @@ def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
     os.replace(temporary, path)
     if sync:
         fsync_directory(path.parent)
+
+
+def sync_filesystems(folders: Iterable[Path]) -> None:
+    """Make everything written to the file systems holding `folders` durable, one syncfs(2) each:
+    a broker closing 10,000 logs syncs once instead of 10,000 times (os.sync() where the C
+    library has no syncfs)."""
+    devices: dict[int, Path] = {}
+    for folder in folders:
+        devices.setdefault(os.stat(folder).st_dev, folder)
+    syncfs = getattr(_libc(), "syncfs", None)
+    for folder in devices.values():
+        if syncfs is None:
+            os.sync()
+            return
+        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            if syncfs(descriptor) != 0:
+                error = ctypes.get_errno()
+                raise OSError(error, f"syncfs {folder}: {os.strerror(error)}")
+        finally:
+            os.close(descriptor)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def sync_file(path: Path) -> None:

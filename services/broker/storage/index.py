@@ -96,8 +96,9 @@ class _IndexFile:
         self._persisted = count
         self._rewrite = False
 
-    def flush(self) -> None:
-        """Make the file hold exactly the in-memory entries, durably."""
+    def flush(self, *, sync: bool = True) -> None:
+        """Make the file hold exactly the in-memory entries, durably (without `sync`: written, for
+        a caller that syncs the whole file system after)."""
         if not self._rewrite and self._persisted == len(self.keys):
             return
         start = 0 if self._rewrite else self._persisted
@@ -108,7 +109,7 @@ class _IndexFile:
         descriptor = os.open(self.path, flags, 0o644)
         try:
             os.write(descriptor, rows.tobytes())
-            if len(rows) or self._persisted:
+            if sync and (len(rows) or self._persisted):
                 os.fsync(descriptor)
             # (else an index that never held an entry: no bytes to make durable, and one missing
             # after a crash is rebuilt from its segment; closing 10,000 idle logs synced 20,000)

@@ -34,12 +34,12 @@ class OffsetCheckpoints:
     def read(self, name: str) -> int | None:
         return read_offset(self.directory / name)
 
-    def write(self, *, recovery_point: int, high_watermark: int, log_start_offset: int) -> None:
+    def write(self, *, recovery_point: int, high_watermark: int, log_start_offset: int, sync: bool = True) -> None:
         for name, value in (
             (RECOVERY_POINT_FILE, recovery_point),
             (HIGH_WATERMARK_FILE, high_watermark),
             (LOG_START_OFFSET_FILE, log_start_offset),
         ):
             if self._written.get(name, 0) != value:
-                write_checkpoint(self.directory / name, [(value,)])
+                write_checkpoint(self.directory / name, [(value,)], sync=sync)
                 self._written[name] = value

@@ -70,6 +70,7 @@ class PartitionLog:
         self._unflushed_records = 0
         self._last_flush_ms = clock()
         self._closed = False
+        self._closing_end: int | None = None  # the log end when close(sync=False) left finishing to the caller
         # Appends as leader in an epoch below this are refused (fence_leader_epoch). The broker
         # raises it before the replica starts following; an append checks it under the lock, so one
         # admitted in an older epoch cannot land after a follower's truncation, where it would
@@ -448,15 +449,41 @@ class PartitionLog:
             log_start_offset=self._log_start_offset,
         )
 
-    def close(self) -> None:
-        """Flush, close every segment and leave the clean-shutdown marker."""
+    def close(self, *, sync: bool = True) -> None:
+        """Flush, close every segment and leave the clean-shutdown marker.
+
+        Without `sync` (a broker closing thousands of logs at once): the first half only. What
+        the log holds is written (indexes, epoch history, producer snapshot) but nothing fsynced,
+        and neither the checkpoints nor the marker move. The caller then syncs the file system
+        once (`sync_filesystems`), calls `finish_close`, and syncs once more: the marker and a
+        recovery point past the data are never durable before the data itself."""
         with self._lock:
             if self._closed:
                 return
-            self._flush_locked()
-            self.producer_state.take_snapshot()
+            if sync:
+                self._flush_locked()
+            else:
+                self._local.flush_from(self._recovery_point, sync=False)
+                self.leader_epochs.flush(sync=False)
+            self.producer_state.take_snapshot(sync=sync)
+            self._closing_end = self.log_end_offset
             self._local.close()
             self._closed = True
+            if sync:
+                (self.directory / CLEAN_SHUTDOWN_FILE).touch()
+
+    def finish_close(self) -> None:
+        """After `close(sync=False)` and a sync of the file system: the checkpoints at the log's
+        end and the clean-shutdown marker, written without fsync (the caller syncs again)."""
+        with self._lock:
+            assert self._closed and self._closing_end is not None, "finish_close follows close(sync=False)"
+            self._recovery_point = self._closing_end
+            self._checkpoints.write(
+                recovery_point=self._recovery_point,
+                high_watermark=self._high_watermark,
+                log_start_offset=self._log_start_offset,
+                sync=False,
+            )
             (self.directory / CLEAN_SHUTDOWN_FILE).touch()
 
     def close_without_flush(self) -> None:

@@ -183,7 +183,7 @@ class ProducerStateManager:
     def snapshot_offsets(self) -> list[int]:
         return sorted(int(match[1]) for name in os.listdir(self.directory) if (match := _SNAPSHOT_NAME.match(name)))
 
-    def take_snapshot(self) -> None:
+    def take_snapshot(self, *, sync: bool = True) -> None:
         """Write the state as of `map_end_offset` (atomically; an existing one is replaced) —
         unless no batch came since the newest snapshot, as Kafka's takeSnapshot: loading would
         give the same state (an empty state at offset 0 needs no file at all). Closing 10,000
@@ -203,7 +203,7 @@ class ProducerStateManager:
             for entry in self.producers.values()
         ]
         data = json.dumps({"version": SNAPSHOT_VERSION, "offset": self.map_end_offset, "producers": producers})
-        write_atomically(self.directory / snapshot_file_name(self.map_end_offset), data.encode())
+        write_atomically(self.directory / snapshot_file_name(self.map_end_offset), data.encode(), sync=sync)
         self._snapshot_offset = self.map_end_offset
 
     def _read_snapshot(self, offset: int) -> dict[int, ProducerEntry] | None:

@@ -137,14 +137,15 @@ class LogSegment:
         self.size += header.size
         return position
 
-    def flush(self) -> None:
-        """fsync the log (if it changed), then persist the indexes."""
+    def flush(self, *, sync: bool = True) -> None:
+        """fsync the log (if it changed), then persist the indexes. Without `sync`: the indexes
+        written, nothing fsynced (the caller syncs the whole file system after)."""
         assert not self.closed
-        if self._unsynced:
+        if self._unsynced and sync:
             os.fsync(self._descriptor)
             self._unsynced = False
-        self.offset_index.flush()
-        self.time_index.flush()
+        self.offset_index.flush(sync=sync)
+        self.time_index.flush(sync=sync)
 
     def seal(self) -> None:
         """The segment stops being active: record its final max timestamp and make it durable."""

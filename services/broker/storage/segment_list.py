@@ -155,11 +155,12 @@ class SegmentList:
 
     # ---- durability ------------------------------------------------------------------------
 
-    def flush_from(self, recovery_point: int) -> None:
-        """fsync every segment that may hold data at or past `recovery_point`, and the active one."""
+    def flush_from(self, recovery_point: int, *, sync: bool = True) -> None:
+        """fsync every segment that may hold data at or past `recovery_point`, and the active one
+        (without `sync`: their indexes written, nothing fsynced)."""
         for segment in self._segments:
             if segment.next_offset > recovery_point or segment is self.active:
-                segment.flush()
+                segment.flush(sync=sync)
 
     def close(self) -> None:
         for segment in self._segments:

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
@@ -200,11 +201,28 @@ async def run_service(
     log.info(f"{service}_started", endpoint=listen)
     await stopping.wait()
     log.info(f"{service}_stopping")
+    steps = _StopSteps(service)  # each step's seconds, logged: where a slow stop spends its time
     await parts.drain()
+    steps.done("drain")
     await mark_serving(health, names, serving=False)
     await parts.leave()
+    steps.done("leave")
     await server.stop(grace=grace_s)
+    steps.done("server_stop")
     await parts.close()
     if service_security is not None:
         await service_security.close()
-    log.info(f"{service}_stopped")
+    steps.done("close")
+    log.info(f"{service}_stopped", seconds=steps.seconds)
+
+
+class _StopSteps:
+    def __init__(self, service: str) -> None:
+        self.service = service
+        self.started = self.last = time.monotonic()
+        self.seconds: dict[str, float] = {}
+
+    def done(self, step: str) -> None:
+        now = time.monotonic()
+        self.seconds[step] = round(now - self.last, 3)
+        self.last = now

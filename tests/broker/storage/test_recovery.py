@@ -366,3 +366,39 @@ def test_a_flush_syncs_the_epoch_history_before_the_recovery_point(
         f"sync {LEADER_EPOCH_FILE}",
         "write recovery-point-offset-checkpoint",
     ]
+
+
+def test_a_two_phase_close_leaves_the_marker_only_in_its_second_half(
+    open_log: OpenLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A broker closing thousands of logs writes them out unsynced, syncs the file system once,
+    # then moves checkpoints and marker (ReplicaManager.close). The first half fsyncs nothing.
+    partition_log = open_log()
+    _fill(partition_log, 10)
+    partition_log.assign_leader_epoch(3)  # an epoch history written without sync, as a new leader's
+    partition_log.append_as_leader(encode_batch(_values(40, 4), timestamps=2000), leader_epoch=3)
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda descriptor: (fsyncs.append(descriptor), real_fsync(descriptor))[1])
+    partition_log.close(sync=False)
+    assert not fsyncs
+    directory = tmp_path / "topic-0"
+    assert not (directory / CLEAN_SHUTDOWN_FILE).exists()  # no promise before the data is durable
+    checkpoint.sync_filesystems([directory.parent])
+    partition_log.finish_close()
+    assert not fsyncs and (directory / CLEAN_SHUTDOWN_FILE).exists()
+    monkeypatch.undo()
+    reopened = open_log()
+    assert not (directory / CLEAN_SHUTDOWN_FILE).exists()  # consumed by the open, as after any clean close
+    assert reopened.log_end_offset == 44
+    assert [value for _, _, value in records_of(read_all(reopened))] == _values(0, 44)
+    assert reopened.leader_epochs.entries() == [(0, 0), (3, 40)]
+
+
+def test_a_stop_cut_between_the_two_halves_recovers_as_after_a_crash(open_log: OpenLog, tmp_path: Path) -> None:
+    partition_log = open_log()
+    _fill(partition_log, 10)
+    partition_log.close(sync=False)  # the process dies before the file system's sync
+    reopened = open_log()
+    assert reopened.log_end_offset == 40
+    assert [value for _, _, value in records_of(read_all(reopened))] == _values(0, 40)
