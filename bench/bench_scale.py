@@ -124,8 +124,17 @@ async def produce_everywhere(cluster: LocalCluster, partitions: int, per_partiti
 
 
 async def consume_everything(cluster: LocalCluster, partitions: int, expected: int) -> float:
+    """Records/s of one consumer reading every partition from the start, timed once the records
+    are readable (the produce was acks=1: each partition's high watermark waits for its
+    followers, and timing from the produce's end measured replication's catch-up instead)."""
     async with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
-        consumer.assign([TopicPartition(TOPIC, p) for p in range(partitions)])
+        assigned = [TopicPartition(TOPIC, p) for p in range(partitions)]
+        consumer.assign(assigned)
+        deadline = time.monotonic() + 600
+        while sum((await consumer.end_offsets(assigned)).values()) < expected:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the records never became readable")
+            await asyncio.sleep(0.2)
         await consumer.seek_to_beginning()
         consumed = 0
         started = time.perf_counter()

@@ -70,6 +70,7 @@ class PartitionLog:
         self._unflushed_records = 0
         self._last_flush_ms = clock()
         self._closed = False
+        self._open_unfinished = False  # opened without sync: finish_open writes the offset checkpoints
         self._closing_end: int | None = None  # the log end when close(sync=False) left finishing to the caller
         # Appends as leader in an epoch below this are refused (fence_leader_epoch). The broker
         # raises it before the replica starts following; an append checks it under the lock, so one
@@ -80,12 +81,38 @@ class PartitionLog:
     # ---- opening ---------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, directory: Path, config: LogConfig, *, clock: Callable[[], int] = wall_clock_ms) -> PartitionLog:
-        """Open (creating if needed) and recover the log in `directory`."""
+    def open(
+        cls, directory: Path, config: LogConfig, *, clock: Callable[[], int] = wall_clock_ms, sync: bool = True
+    ) -> PartitionLog:
+        """Open (creating if needed) and recover the log in `directory`.
+
+        Without `sync` (a broker opening thousands of logs after a crash): what recovery rewrote
+        (the epoch history) is written without fsync and the offset checkpoints are left as they
+        were; the caller syncs the file system once (`sync_filesystems`), then calls
+        `finish_open`, so a recovery point past the recovered data is never durable before the
+        history that recovery no longer rereads below it (as in `close(sync=False)`)."""
         directory.mkdir(parents=True, exist_ok=True)
         partition_log = cls(directory, config, clock)
-        partition_log._load()
+        partition_log._load(sync=sync)
         return partition_log
+
+    @property
+    def open_unfinished(self) -> bool:
+        """Opened without sync, `finish_open` still to come."""
+        return self._open_unfinished
+
+    def finish_open(self) -> None:
+        """After `open(sync=False)` and a sync of the file system: the offset checkpoints as of the
+        recovered log, written without fsync (the next flush makes them durable)."""
+        with self._lock:
+            if self._open_unfinished:
+                self._open_unfinished = False
+                self._checkpoints.write(
+                    recovery_point=self._recovery_point,
+                    high_watermark=self._high_watermark,
+                    log_start_offset=self._log_start_offset,
+                    sync=False,
+                )
 
     @classmethod
     def create(cls, directory: Path, config: LogConfig, *, clock: Callable[[], int] = wall_clock_ms) -> PartitionLog:
@@ -97,7 +124,7 @@ class PartitionLog:
         partition_log._local.append(partition_log._local.new_segment(0))
         return partition_log
 
-    def _load(self) -> None:
+    def _load(self, *, sync: bool = True) -> None:
         loaded = load_segments(self.directory, self.config, self._local.new_segment)
         for segment in loaded.segments:
             self._local.append(segment)
@@ -121,7 +148,11 @@ class PartitionLog:
         self.leader_epochs.truncate_from_start(self._log_start_offset)
         assign_recovered_epochs(self.directory.name, self._local.segments, loaded.recovered, self.leader_epochs)
         self._rebuild_producer_state()
-        self._write_checkpoints()
+        if sync:
+            self._write_checkpoints()
+        else:
+            self.leader_epochs.flush(sync=False)
+            self._open_unfinished = True
 
     def _rebuild_producer_state(self) -> None:
         rebuild_producer_state(

@@ -274,23 +274,34 @@ class Consumer:
         busy_endpoints = {task.get_name() for task in self._in_flight}
         busy_endpoints |= {endpoint for endpoint, until in self._backoff_until.items() if until > now}
         by_leader: dict[str, list[TopicPartition]] = {}
+        described: dict[str, bool] = {}  # topic → its metadata is known (looked up once per call, not per partition)
         for tp, position in self._positions.items():
             if tp in busy or position is None or tp in self._paused:
                 continue
+            if tp.topic not in described:
+                described[tp.topic] = await self._described(tp.topic)
+            if not described[tp.topic]:
+                continue
             try:
-                await self.metadata.partitions_of(tp.topic)
                 endpoint = self.metadata.leader_endpoint(tp.topic, tp.partition)
             except TidelogError:
-                if self.metadata.topic_errors.get(tp.topic) == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
-                    self._authorization_error = TopicAuthorizationFailedError(
-                        f"not authorised to describe topic {tp.topic!r}"
-                    )
                 continue
             if endpoint not in busy_endpoints:
                 by_leader.setdefault(endpoint, []).append(tp)
         for endpoint, partitions in by_leader.items():
             task = asyncio.create_task(self._fetch_from(endpoint, partitions, max_wait_ms), name=endpoint)
             self._in_flight[task] = partitions
+
+    async def _described(self, topic: str) -> bool:
+        """Whether the topic's metadata is known (looked up if not); a refusal to describe it is
+        raised by the next poll."""
+        try:
+            await self.metadata.partitions_of(topic)
+        except TidelogError:
+            if self.metadata.topic_errors.get(topic) == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                self._authorization_error = TopicAuthorizationFailedError(f"not authorised to describe topic {topic!r}")
+            return False
+        return True
 
     async def _fetch_once(self, max_wait_ms: int) -> dict[TopicPartition, StoredPartition]:
         if self._authorization_error is not None:
