@@ -24,13 +24,9 @@ def log_folder(data_dir: Path, topic: str, partition: int) -> Path:
     return data_dir / f"{topic}-{partition}"
 
 
-def open_partition_log(
-    data_dir: Path, topic: str, partition: int, topic_id: str, config: LogConfig, *, sync: bool = True
-) -> PartitionLog:
+def open_partition_log(data_dir: Path, topic: str, partition: int, topic_id: str, config: LogConfig) -> PartitionLog:
     """The partition's log, created when new (the common case: nothing to recover), opened and
-    recovered when it exists for this topic id, replaced when it is a former topic's. Without
-    `sync`, an existing log is opened as `PartitionLog.open(sync=False)` says (the caller syncs
-    and calls `finish_open`)."""
+    recovered when it exists for this topic id, replaced when it is a former topic's."""
     directory = log_folder(data_dir, topic, partition)
     marker = directory / PARTITION_METADATA_FILE
     try:
@@ -43,7 +39,7 @@ def open_partition_log(
     if not marker.exists() or marker.read_text().strip() != f"topic_id: {topic_id}":
         log.warning("stale_log_replaced", topic=topic, partition=partition)
         shutil.rmtree(directory)
-    partition_log = PartitionLog.open(directory, config, sync=sync)
+    partition_log = PartitionLog.open(directory, config)
     if not marker.exists():
         _write_marker(marker, topic_id)
     return partition_log

@@ -27,7 +27,6 @@ from tidelog.broker.partition import Partition, PartitionKey
 from tidelog.broker.replica_fetcher import FollowedPartition, ReplicaFetcherManager
 from tidelog.broker.replica_role import ReplicaRole, role_in
 from tidelog.broker.storage import LogConfig, PartitionLog
-from tidelog.broker.storage.checkpoint import sync_filesystems
 from tidelog.broker.storage_io import StorageIo
 from tidelog.common.clock import Monotonic
 from tidelog.common.errors import ErrorCode, RemoteError, StaleControllerEpochError, TidelogError
@@ -156,7 +155,7 @@ class PartitionStates:
             opened = []
             for state in chunk:
                 partition_log = open_partition_log(
-                    self.data_dir, state.topic, state.partition, state.topic_id, configs[state.topic], sync=False
+                    self.data_dir, state.topic, state.partition, state.topic_id, configs[state.topic]
                 )
                 if state.leader == self.broker_id:
                     # Here, side by side on the I/O threads, rather than one I/O task after
@@ -165,20 +164,8 @@ class PartitionStates:
                 opened.append(((state.topic, state.partition), partition_log))
             return opened
 
-        def finish_chunk(chunk: list[PartitionLog]) -> None:
-            for partition_log in chunk:
-                partition_log.finish_open()
-
         chunks = await self.io.each_chunk(open_chunk, new)
-        opened = {key: opened for chunk in chunks for key, opened in chunk}
-        # Recovered logs (a restart after a crash): what their recovery rewrote made durable by
-        # one sync of the file system, not a sync per log (10,000 of them took most of a
-        # restarted broker's 8 s before its first fetch), then their checkpoints moved.
-        recovered = [partition_log for partition_log in opened.values() if partition_log.open_unfinished]
-        if recovered:  # (new logs have nothing to finish: a topic's creation syncs nothing here)
-            await self.io.run(sync_filesystems, [self.data_dir])
-            await self.io.each_chunk(finish_chunk, recovered)
-        return opened
+        return {key: opened for chunk in chunks for key, opened in chunk}
 
     async def _start_leader_epochs(self, new_leaders: list[tuple[Partition, int]]) -> None:
         """Start the epochs of the partitions a LeaderAndIsr made leaders of, side by side on the

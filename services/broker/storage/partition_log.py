@@ -2,10 +2,9 @@
 (log_files.py lists them), and what the log keeps beside its segments — high watermark, log start
 offset, recovery point, leader epochs, idempotent producers.
 
-Its parts, each a module: the segments (segment_list.py: read, roll, truncate, delete), opening
-and recovery (log_loader.py), what an append is checked and stamped with (log_validator.py), the
-offset checkpoints (offset_checkpoints.py). Appends go to the active segment; reads return whole
-stored batches as bytes. Opening recovers from the recovery point on and cuts a torn tail.
+Its parts, each a module: segment_list.py, log_loader.py, log_validator.py, offset_checkpoints.py.
+Appends go to the active segment; reads return whole stored batches as bytes. Opening recovers
+from the recovery point on and cuts a torn tail.
 
 Thread-safety: every public method takes the log's lock, so a broker may call them from worker
 threads (it must: `flush` fsyncs). The log cleaner reads old segments under the lock (`locked`)
@@ -38,14 +37,8 @@ from tidelog.broker.storage.producer_state import ProducerStateManager
 from tidelog.broker.storage.segment import LogSegment
 from tidelog.broker.storage.segment_list import SegmentList
 from tidelog.common.clock import wall_clock_ms
-from tidelog.common.errors import (
-    InvalidRecordError,
-    NotLeaderOrFollowerError,
-    OffsetOutOfRangeError,
-)
-from tidelog.common.record.batch import (
-    BatchHeader,
-)
+from tidelog.common.errors import InvalidRecordError, NotLeaderOrFollowerError, OffsetOutOfRangeError
+from tidelog.common.record.batch import BatchHeader
 
 __all__ = ["AppendInfo", "PartitionLog", "parse_log_directory_name"]
 
@@ -70,8 +63,6 @@ class PartitionLog:
         self._unflushed_records = 0
         self._last_flush_ms = clock()
         self._closed = False
-        self._open_unfinished = False  # opened without sync: finish_open writes the offset checkpoints
-        self._closing_end: int | None = None  # the log end when close(sync=False) left finishing to the caller
         # Appends as leader in an epoch below this are refused (fence_leader_epoch). The broker
         # raises it before the replica starts following; an append checks it under the lock, so one
         # admitted in an older epoch cannot land after a follower's truncation, where it would
@@ -81,38 +72,12 @@ class PartitionLog:
     # ---- opening ---------------------------------------------------------------------------
 
     @classmethod
-    def open(
-        cls, directory: Path, config: LogConfig, *, clock: Callable[[], int] = wall_clock_ms, sync: bool = True
-    ) -> PartitionLog:
-        """Open (creating if needed) and recover the log in `directory`.
-
-        Without `sync` (a broker opening thousands of logs after a crash): what recovery rewrote
-        (the epoch history) is written without fsync and the offset checkpoints are left as they
-        were; the caller syncs the file system once (`sync_filesystems`), then calls
-        `finish_open`, so a recovery point past the recovered data is never durable before the
-        history that recovery no longer rereads below it (as in `close(sync=False)`)."""
+    def open(cls, directory: Path, config: LogConfig, *, clock: Callable[[], int] = wall_clock_ms) -> PartitionLog:
+        """Open (creating if needed) and recover the log in `directory`."""
         directory.mkdir(parents=True, exist_ok=True)
         partition_log = cls(directory, config, clock)
-        partition_log._load(sync=sync)
+        partition_log._load()
         return partition_log
-
-    @property
-    def open_unfinished(self) -> bool:
-        """Opened without sync, `finish_open` still to come."""
-        return self._open_unfinished
-
-    def finish_open(self) -> None:
-        """After `open(sync=False)` and a sync of the file system: the offset checkpoints as of the
-        recovered log, written without fsync (the next flush makes them durable)."""
-        with self._lock:
-            if self._open_unfinished:
-                self._open_unfinished = False
-                self._checkpoints.write(
-                    recovery_point=self._recovery_point,
-                    high_watermark=self._high_watermark,
-                    log_start_offset=self._log_start_offset,
-                    sync=False,
-                )
 
     @classmethod
     def create(cls, directory: Path, config: LogConfig, *, clock: Callable[[], int] = wall_clock_ms) -> PartitionLog:
@@ -124,7 +89,7 @@ class PartitionLog:
         partition_log._local.append(partition_log._local.new_segment(0))
         return partition_log
 
-    def _load(self, *, sync: bool = True) -> None:
+    def _load(self) -> None:
         loaded = load_segments(self.directory, self.config, self._local.new_segment)
         for segment in loaded.segments:
             self._local.append(segment)
@@ -148,11 +113,7 @@ class PartitionLog:
         self.leader_epochs.truncate_from_start(self._log_start_offset)
         assign_recovered_epochs(self.directory.name, self._local.segments, loaded.recovered, self.leader_epochs)
         self._rebuild_producer_state()
-        if sync:
-            self._write_checkpoints()
-        else:
-            self.leader_epochs.flush(sync=False)
-            self._open_unfinished = True
+        self._write_checkpoints()
 
     def _rebuild_producer_state(self) -> None:
         rebuild_producer_state(
@@ -470,51 +431,38 @@ class PartitionLog:
         self._last_flush_ms = self.clock()
         self._write_checkpoints()
 
-    def _write_checkpoints(self) -> None:
+    def _write_checkpoints(self, *, sync: bool = True) -> None:
         """The epoch history first: once the recovery point passes a batch, recovery no longer
         reads that batch's epoch back, so the history holding it must be durable by then."""
-        self.leader_epochs.flush()
+        self.leader_epochs.flush(sync=sync)
         self._checkpoints.write(
             recovery_point=self._recovery_point,
             high_watermark=self._high_watermark,
             log_start_offset=self._log_start_offset,
+            sync=sync,
         )
 
     def close(self, *, sync: bool = True) -> None:
-        """Flush, close every segment and leave the clean-shutdown marker.
-
-        Without `sync` (a broker closing thousands of logs at once): the first half only. What
-        the log holds is written (indexes, epoch history, producer snapshot) but nothing fsynced,
-        and neither the checkpoints nor the marker move. The caller then syncs the file system
-        once (`sync_filesystems`), calls `finish_close`, and syncs once more: the marker and a
-        recovery point past the data are never durable before the data itself."""
+        """Flush, close every segment and leave the clean-shutdown marker. Without `sync`: the first
+        half, everything written, nothing fsynced, checkpoints and marker left to `finish_close`
+        after a sync of the file system (ADR 0023)."""
         with self._lock:
             if self._closed:
                 return
-            if sync:
-                self._flush_locked()
-            else:
-                self._local.flush_from(self._recovery_point, sync=False)
-                self.leader_epochs.flush(sync=False)
+            self._local.flush_from(self._recovery_point, sync=sync)
+            self.leader_epochs.flush(sync=sync)
             self.producer_state.take_snapshot(sync=sync)
-            self._closing_end = self.log_end_offset
             self._local.close()
             self._closed = True
             if sync:
-                (self.directory / CLEAN_SHUTDOWN_FILE).touch()
+                self.finish_close(sync=True)
 
-    def finish_close(self) -> None:
-        """After `close(sync=False)` and a sync of the file system: the checkpoints at the log's
-        end and the clean-shutdown marker, written without fsync (the caller syncs again)."""
+    def finish_close(self, *, sync: bool = False) -> None:
+        """close(sync=False)'s second half, only once the file system is synced: checkpoints, marker."""
         with self._lock:
-            assert self._closed and self._closing_end is not None, "finish_close follows close(sync=False)"
-            self._recovery_point = self._closing_end
-            self._checkpoints.write(
-                recovery_point=self._recovery_point,
-                high_watermark=self._high_watermark,
-                log_start_offset=self._log_start_offset,
-                sync=False,
-            )
+            assert self._closed, "finish_close follows close()"
+            self._recovery_point = self.log_end_offset  # (the segments' ends outlive their files)
+            self._write_checkpoints(sync=sync)
             (self.directory / CLEAN_SHUTDOWN_FILE).touch()
 
     def close_without_flush(self) -> None:

@@ -402,28 +402,3 @@ def test_a_stop_cut_between_the_two_halves_recovers_as_after_a_crash(open_log: O
     reopened = open_log()
     assert reopened.log_end_offset == 40
     assert [value for _, _, value in records_of(read_all(reopened))] == _values(0, 40)
-
-
-def test_opening_without_sync_moves_no_checkpoint_until_finished(
-    open_log: OpenLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A broker back from a crash opens thousands of logs: recovery's rewrites unsynced, one sync
-    # of the file system, then the recovery points move (PartitionStates._open_new_logs).
-    partition_log = open_log()
-    _fill(partition_log, 10)
-    _crash(partition_log)
-    directory = tmp_path / "topic-0"
-    recovery_point = directory / offset_checkpoints.RECOVERY_POINT_FILE
-    before = recovery_point.read_bytes() if recovery_point.exists() else None
-    fsyncs: list[int] = []
-    real_fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda descriptor: (fsyncs.append(descriptor), real_fsync(descriptor))[1])
-    reopened = PartitionLog.open(directory, LogConfig.from_configs({}), sync=False)
-    assert not fsyncs and reopened.open_unfinished
-    assert (recovery_point.read_bytes() if recovery_point.exists() else None) == before
-    checkpoint.sync_filesystems([directory.parent])
-    reopened.finish_open()
-    assert not fsyncs and not reopened.open_unfinished
-    assert checkpoint.read_checkpoint(recovery_point, 1) == [(40,)]
-    assert [value for _, _, value in records_of(read_all(reopened))] == _values(0, 40)
-    reopened.close()
