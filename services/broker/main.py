@@ -113,7 +113,7 @@ class _Broker:
         readiness_file = settings.broker_readiness_file
         self.readiness = Readiness(args.id, self.metadata, Path(readiness_file) if readiness_file else None)
         self.background: list[asyncio.Task[None]] = []
-        self.readiness_task: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.readiness_task: asyncio.Task[None] | None = None
 
     def add_to(self, server: grpc.aio.Server) -> list[str]:
         service = BrokerService(
@@ -150,9 +150,10 @@ class _Broker:
         ]
 
     async def drain(self) -> None:
-        self.readiness_task.cancel()  # stopping: not ready for anyone to restart after us
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.readiness_task
+        if self.readiness_task is not None:  # stopping: not ready for anyone to restart after us
+            self.readiness_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.readiness_task
         self.readiness.close()
         if self.settings.controlled_shutdown_enable:
             await controlled_shutdown(

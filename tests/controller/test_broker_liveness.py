@@ -14,6 +14,7 @@ from etcd3aio.kv import KVService
 from grpc_health.v1 import health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
+from tests.waiting import until
 from tidelog.common.channels import ChannelPool
 from tidelog.controller.broker_liveness import BrokerLiveness
 from tidelog.server_common.etcd.session import Session
@@ -39,13 +40,15 @@ async def _register(etcd: Etcd3Client, registration: BrokerRegistration) -> Sess
     return session
 
 
-async def _until(condition: object, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if await condition():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.02)
-    raise TimeoutError("condition not met")
+async def _watched(
+    etcd: Etcd3Client, liveness: BrokerLiveness, incarnation: str
+) -> tuple[grpc.aio.Server, int, Session]:
+    """A stand-in broker life, registered and followed: its server, port and session."""
+    server, port = await _serving()
+    registration = BrokerRegistration(BROKER_ID, "127.0.0.1", port, incarnation=incarnation)
+    session = await _register(etcd, registration)
+    liveness.follow({BROKER_ID: registration})
+    return server, port, session
 
 
 @pytest.fixture
@@ -63,10 +66,7 @@ async def test_a_dead_process_loses_its_registration_long_before_its_lease_expir
     etcd_client: Etcd3Client, liveness: BrokerLiveness
 ) -> None:
     assert etcd_client.kv is not None
-    server, port = await _serving()
-    registration = BrokerRegistration(BROKER_ID, "127.0.0.1", port, incarnation="first")
-    session = await _register(etcd_client, registration)
-    liveness.follow({BROKER_ID: registration})
+    server, _, session = await _watched(etcd_client, liveness, "first")
     await asyncio.sleep(0.3)  # the health stream is open: a living process is never taken for dead
     assert (await etcd_client.kv.get(broker_key(BROKER_ID))).kvs
     assert liveness.confirmed_dead == 0
@@ -74,10 +74,9 @@ async def test_a_dead_process_loses_its_registration_long_before_its_lease_expir
     await server.stop(None)  # the process "dies": its sockets close, its port refuses
     started = time.monotonic()
 
-    async def gone() -> bool:
-        return not (await etcd_client.kv.get(broker_key(BROKER_ID))).kvs
-
-    await _until(gone)
+    async with asyncio.timeout(10):
+        while (await etcd_client.kv.get(broker_key(BROKER_ID))).kvs:
+            await asyncio.sleep(0.02)
     assert time.monotonic() - started < 5  # the lease has 60 s to run
     assert liveness.confirmed_dead == 1
     await session.close(revoke=False)
@@ -87,19 +86,13 @@ async def test_a_new_life_that_took_the_key_over_keeps_its_lease(
     etcd_client: Etcd3Client, liveness: BrokerLiveness
 ) -> None:
     assert etcd_client.kv is not None
-    server, port = await _serving()
-    old = BrokerRegistration(BROKER_ID, "127.0.0.1", port, incarnation="old")
-    old_session = await _register(etcd_client, old)
-    liveness.follow({BROKER_ID: old})
+    server, port, old_session = await _watched(etcd_client, liveness, "old")
     new_session = await _register(etcd_client, BrokerRegistration(BROKER_ID, "127.0.0.1", port, incarnation="new"))
 
     await server.stop(None)  # the old life's process is gone, but a new life holds the key now
     watch = liveness._watches[(BROKER_ID, "old", f"127.0.0.1:{port}")]
 
-    async def finished() -> bool:
-        return watch.done()
-
-    await _until(finished)
+    await until(watch.done)
     held = (await etcd_client.kv.get(broker_key(BROKER_ID))).kvs
     assert held and BrokerRegistration.from_json(held[0].value).incarnation == "new"
     assert int(held[0].lease) == new_session.lease_id
@@ -117,11 +110,7 @@ async def test_following_a_smaller_set_stops_watching_who_left(liveness: BrokerL
         liveness.follow({})
         await asyncio.sleep(0)  # (the cancellation is delivered at the task's next step)
         assert not liveness._watches
-        await _until(lambda: _done(watch))
+        await until(watch.done)
         assert watch.cancelled()
     finally:
         await server.stop(None)
-
-
-async def _done(task: asyncio.Task[None]) -> bool:
-    return task.done()

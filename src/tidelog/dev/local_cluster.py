@@ -286,8 +286,10 @@ class LocalCluster:
         return self.data_dir / f"broker-{broker_id}.ready"
 
     def broker_ready(self, broker_id: int) -> bool:
-        """Ready for the next broker to restart: no partition it hosts under-replicated."""
-        return self.readiness_file(broker_id).exists()
+        """Ready for the next broker to restart: running, and no partition it hosts under-replicated
+        (a killed broker leaves its file behind; its next life removes it first)."""
+        process = self.processes.get(f"broker-{broker_id}")
+        return process is not None and process.poll() is None and self.readiness_file(broker_id).exists()
 
     def start_controller(self, controller_id: int) -> None:
         self._start_service("controller", controller_id, self.ports.controllers[controller_id], self.controller_args)
