@@ -43,7 +43,7 @@ class BrokerLiveness:
         self._etcd = etcd
         self._channels = channels
         self._watches: dict[_Life, asyncio.Task[None]] = {}
-        self.confirmed_dead = 0  # lives whose lease this controller revoked (a metric, and for tests)
+        self.confirmed_dead = 0  # lives whose lease this controller revoked (each also logged: broker_lease_revoked)
 
     def follow(self, brokers: Mapping[int, BrokerRegistration]) -> None:
         """Watch every life in `brokers`, and no other (called with each change of the live set)."""

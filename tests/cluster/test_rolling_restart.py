@@ -33,20 +33,26 @@ class Writers:
         self.failures: list[BaseException] = []
         self.stop = asyncio.Event()
 
-    def longest_since(self, start: float) -> float:
-        return max((gap for gap, end in zip(self.gaps, self.ends, strict=True) if end - gap >= start), default=0.0)
+    def _longest(self, start: float) -> int | None:
+        """The index of the longest wait that began at or after `start` (None: none did)."""
+        since = [index for index, (gap, end) in enumerate(zip(self.gaps, self.ends, strict=True)) if end - gap >= start]
+        return max(since, key=self.gaps.__getitem__, default=None)
 
-    def explain_longest(self, steady_max: float) -> str:
-        longest = max(range(len(self.gaps)), key=self.gaps.__getitem__)
-        end = self.ends[longest]
-        start = end - self.gaps[longest]
-        before = [f"{name} at {at - start:+.3f} s" for at, name in self.events if abs(at - start) < 2]
-        wall = time.time() - (time.monotonic() - start)
+    def longest_since(self, start: float) -> float:
+        index = self._longest(start)
+        return 0.0 if index is None else self.gaps[index]
+
+    def explain_longest(self, start: float, steady_max: float) -> str:
+        """The longest wait since `start`: its partition, its wall-clock time, the restarts near it."""
+        index = self._longest(start)
+        if index is None:
+            return "no acknowledgement since the restarts began"
+        began = self.ends[index] - self.gaps[index]
+        near = [f"{name} at {at - began:+.3f} s" for at, name in self.events if abs(at - began) < 2]
+        wall = time.time() - (time.monotonic() - began)
         return (
-            f"longest wait for an acknowledgement {self.gaps[longest]:.3f} s (steady: {steady_max:.3f} s),"
-            f" partition {self.partitions[longest]},"
-            f" from {wall:.3f};"
-            f" near its start: {before}"
+            f"longest wait for an acknowledgement {self.gaps[index]:.3f} s (steady: {steady_max:.3f} s),"
+            f" partition {self.partitions[index]}, from {wall:.3f}; near its start: {near}"
         )
 
     async def write(self, partition: int) -> None:
@@ -103,7 +109,8 @@ async def test_a_rolling_restart_under_acks_all_load_fails_no_produce_and_stalls
                 await asyncio.gather(*tasks)
 
         assert not writers.failures, f"produce failed: {writers.failures[:3]}"
-        assert writers.longest_since(restarts_from) <= GAP_MAX_S + steady_max, writers.explain_longest(steady_max)
+        longest = writers.longest_since(restarts_from)
+        assert longest <= GAP_MAX_S + steady_max, writers.explain_longest(restarts_from, steady_max)
         async with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
             consumer.assign([TopicPartition(TOPIC, partition) for partition in range(PARTITIONS)])
             read: dict[int, list[bytes]] = {partition: [] for partition in range(PARTITIONS)}
