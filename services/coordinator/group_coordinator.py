@@ -7,11 +7,11 @@ Offsets and deletions are applied by `replay` (group_replay.py), the path loadin
 a commit does and what a reload rebuilds cannot differ. A leader's SyncGroup writes the group's
 record with the new assignment, then applies it (`_apply_assignment`: the fields replay would
 set, keeping the waiting syncs and heartbeat times, which no record holds); group records are
-replayed only when loading. A group a rebalance left empty is written in the background.
+replayed only when loading. Writes run to the end even if their caller goes (group_writes.py).
 
 JoinGroup and SyncGroup wait: a join is answered when every known member has rejoined (or the
-rebalance timeout dropped the rest, or `group.initial.rebalance.delay.ms` has passed for a group
-that was empty); a follower's sync is answered when the leader's assignment is written.
+rebalance timeout dropped the rest, or `group.initial.rebalance.delay.ms` passed for an empty
+group); a follower's sync is answered when the leader's assignment is written.
 `tick()` runs the clocks: session expiry, rebalance timeouts, the initial delay, offset retention.
 """
 
@@ -33,6 +33,7 @@ from tidelog.coordinator.group import Group, Member
 from tidelog.coordinator.group_replay import OffsetsWriter, Record, group_record, offset_commit_records, replay
 from tidelog.coordinator.group_state import GroupState
 from tidelog.coordinator.group_views import described_group, fetched_offsets, join_response, listed_group
+from tidelog.coordinator.group_writes import GroupWrites
 from tidelog.coordinator.offsets_records import group_key, offset_key
 from tidelog.server_common.metadata import offsets_partition_for
 from tidelog.v1 import coordinator_pb2
@@ -45,8 +46,7 @@ log = structlog.get_logger(__name__)
 GROUP_ID_BYTES_MAX: Final = 1024  # a group id longer than this is INVALID_GROUP_ID
 
 
-def _error(code: ErrorCode, message: str) -> RemoteError:
-    return RemoteError(code, message)
+_error = RemoteError  # a refusal: answered with its Kafka error code
 
 
 class GroupCoordinator:
@@ -65,7 +65,7 @@ class GroupCoordinator:
         self.groups: dict[int, dict[str, Group]] = {}  # owned and loaded partitions → their groups
         self.loading: set[int] = set()
         self.rebalances_completed = 0  # generations made here (metrics)
-        self._writes: set[asyncio.Task[None]] = set()
+        self.writes = GroupWrites()
 
     # ---- ownership -------------------------------------------------------------------------
 
@@ -302,16 +302,20 @@ class GroupCoordinator:
             generation = group.generation_id
             assignments = {entry.member_id: bytes(entry.assignment) for entry in request.assignments}
             records = [group_record(group, assignments)]  # nothing changes before it is written
-            try:
-                await self.writer.append(self.partition_of(group.group_id), records)
-            except Exception as error:
-                log.warning("group_write_failed", group=group.group_id, error=str(error))
-                if group.state == GroupState.COMPLETING_REBALANCE and group.generation_id == generation:
-                    self._prepare_rebalance(group, reason="the assignment could not be written")
-                raise _error(
-                    ErrorCode.COORDINATOR_NOT_AVAILABLE, f"the assignment could not be written: {error}"
-                ) from error
-            self._apply_assignment(group, generation, assignments)
+
+            async def write_then_apply() -> None:
+                try:
+                    await self.writer.append(self.partition_of(group.group_id), records)
+                except Exception as error:
+                    log.warning("group_write_failed", group=group.group_id, error=str(error))
+                    if group.state == GroupState.COMPLETING_REBALANCE and group.generation_id == generation:
+                        self._prepare_rebalance(group, reason="the assignment could not be written")
+                    raise _error(
+                        ErrorCode.COORDINATOR_NOT_AVAILABLE, f"the assignment could not be written: {error}"
+                    ) from error
+                self._apply_assignment(group, generation, assignments)
+
+            await self.writes.to_the_end(write_then_apply())
         return await future
 
     def _apply_assignment(self, group: Group, generation: int, assignments: Mapping[str, bytes]) -> None:
@@ -401,18 +405,21 @@ class GroupCoordinator:
         return offset_commit_records(group.group_id, request.partitions, self.clock_ms())
 
     async def _append_and_replay(self, partition: int, records: list[Record]) -> None:
-        """Write a handler's records (acks=all), then apply them through `replay`: handling and
-        loading change the state by one path. A partition lost meanwhile is left to its new owner,
-        which loads the records from the log."""
+        """Write a handler's records (acks=all), then apply them through `replay`, as loading does.
+        A partition lost meanwhile is left to its new owner, which loads the records from the log."""
         if not records:
             return
-        try:
-            await self.writer.append(partition, records)
-        except Exception as error:
-            raise _error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"records could not be written: {error}") from error
-        if partition in self.groups and partition not in self.loading:
-            for key, value in records:
-                self.replay(partition, key, value)
+
+        async def write_then_apply() -> None:
+            try:
+                await self.writer.append(partition, records)
+            except Exception as error:
+                raise _error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"records could not be written: {error}") from error
+            if partition in self.groups and partition not in self.loading:
+                for key, value in records:
+                    self.replay(partition, key, value)
+
+        await self.writes.to_the_end(write_then_apply())
 
     def fetch_offsets(self, request: coordinator_pb2.OffsetFetchRequest) -> coordinator_pb2.OffsetFetchResponse:
         try:
@@ -458,8 +465,7 @@ class GroupCoordinator:
 
     async def tick(self) -> None:
         """Session expiry, rebalance deadlines, the initial delay, offset retention."""
-        now = self.monotonic()
-        now_ms = self.clock_ms()
+        now, now_ms = self.monotonic(), self.clock_ms()
         expired_groups: list[Group] = []
         for partition, groups in list(self.groups.items()):
             if partition in self.loading:
@@ -483,8 +489,7 @@ class GroupCoordinator:
 
     def _persist_soon(self, group: Group) -> None:
         """Write the group's record without holding up the caller (it is rewritten at every change)."""
-        partition = self.partition_of(group.group_id)
-        record = group_record(group)
+        partition, record = self.partition_of(group.group_id), group_record(group)
 
         async def write() -> None:
             try:
@@ -492,6 +497,4 @@ class GroupCoordinator:
             except Exception as error:
                 log.warning("group_write_failed", group=group.group_id, error=str(error))
 
-        task = asyncio.create_task(write())
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
+        self.writes.in_background(write())

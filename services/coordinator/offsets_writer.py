@@ -6,9 +6,11 @@ idempotent-producer checks then do the fencing — once a newer owner has writte
 epoch, a deposed owner's appends fail with INVALID_PRODUCER_EPOCH instead of landing. A retry
 resends the same batch, so a retried commit is written once.
 
-One append per partition at a time (sequences stay in order). A failed append leaves its fate
-unknown; the partition is then marked `broken` and the ownership loop gives it up, so whoever
-claims it next (maybe this instance again) rebuilds the state from the log itself.
+One append per partition at a time (sequences stay in order). A failed append — cancelled
+included — leaves its fate unknown; the partition is then marked `broken`, appends queued behind
+it are refused rather than sent under its sequence (the broker would answer them as its
+duplicate), and the ownership loop gives the partition up, so whoever claims it next (maybe this
+instance again) rebuilds the state from the log itself.
 """
 
 from __future__ import annotations
@@ -72,6 +74,11 @@ class FencedOffsetsWriter:
         if owned is None or owned.broken:
             raise RemoteError(ErrorCode.NOT_COORDINATOR, f"__consumer_offsets-{partition} is not written here")
         async with owned.lock:
+            if owned.broken or self._owned.get(partition) is not owned:
+                # An append before this one failed with its fate unknown: its batch may be in the
+                # log under the sequence this one would take, and a resend of that sequence is
+                # answered as a duplicate — "written" without being written.
+                raise RemoteError(ErrorCode.NOT_COORDINATOR, f"__consumer_offsets-{partition} is not written here")
             batch = encode_batch(
                 [value for _, value in records],
                 keys=[key for key, _ in records],
@@ -82,10 +89,15 @@ class FencedOffsetsWriter:
             )
             try:
                 offset = await self._send(partition, batch)
-            except Exception:
+            except BaseException as error:  # cancelled too: the batch may have landed all the same
                 owned.broken = True
+                log.warning("offsets_append_failed", partition=partition, error=repr(error))
                 raise
             owned.next_sequence = next_sequence(owned.next_sequence, len(records))
+            if self._owned.get(partition) is not owned:
+                # Written, but the partition changed hands meanwhile: its new owner's load
+                # replays the batch; this instance's state must not apply it after that load.
+                raise RemoteError(ErrorCode.NOT_COORDINATOR, f"__consumer_offsets-{partition} changed owner")
             return offset
 
     async def _send(self, partition: int, batch: bytes) -> int:

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from tests.fake_clock import FakeClock
+from tests.waiting import until
 from tidelog.common.errors import ErrorCode, TidelogError
 from tidelog.common.settings import CoordinatorSettings
 from tidelog.coordinator.group_coordinator import GroupCoordinator
@@ -321,3 +322,28 @@ async def test_a_leaders_assignment_that_cannot_be_written_changes_nothing_and_t
     assert described.state == GroupState.PREPARING_REBALANCE.value
     assert [member.assignment for member in described.members] == [b""]
     assert writer.records == []
+
+
+async def test_a_commit_whose_caller_went_away_is_applied_once_written() -> None:
+    """gRPC cancels the handler of a client that disconnected (a consumer killed mid-commit): the
+    write goes on, and what is written is applied, or the state falls behind the log."""
+
+    class SlowWriter(RecordingWriter):
+        def __init__(self) -> None:
+            super().__init__()
+            self.written = asyncio.Event()
+
+        async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+            await self.written.wait()
+            await super().append(partition, records)
+
+    writer = SlowWriter()
+    group_coordinator = coordinator(writer)
+    handler = asyncio.create_task(group_coordinator.commit_offsets(_commit(8)))
+    await asyncio.sleep(0)
+    handler.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await handler
+    writer.written.set()
+    await until(lambda: _offsets(group_coordinator) == [("t", 0, 8)])
+    assert len(writer.records) == 1

@@ -27,7 +27,7 @@ async def _run(tmp_path: Path, mode: str, seed: int, rounds: int) -> Report:
     async with started_cluster(tmp_path / "cluster", coordinators=2, coordinator_args=COORDINATOR_ARGS) as cluster:
         report = await GroupChaos(cluster, tmp_path, mode, seed, rounds).run()
     print("\n" + "\n".join(report.lines()))
-    kept, normal_gap, _, normal_max = report.gap_figures()
+    kept_p90, _, normal_gap, normal_p99, _ = report.gap_figures()
     summary.record(
         f"group chaos {mode} seed {seed} ({len(report.faults)} faults)",
         acknowledged=report.acknowledged,
@@ -50,11 +50,14 @@ async def _run(tmp_path: Path, mode: str, seed: int, rounds: int) -> Report:
     if mode != "range":
         assert report.kept_gaps, "cooperative rebalances with partitions kept were seen"
         # KIP-429: a rebalance stops no partition a member keeps. Through a rebalance, a kept
-        # partition's readable records never wait longer than twice the normal gap between polls
-        # returning its records (or the longest wait outside rebalances, when the machine itself
+        # partition's readable records wait no longer than twice the normal gap between polls
+        # returning its records (or the p99 wait outside rebalances, when the machine itself
         # stalls longer). Waits count from when the records were acknowledged: a pause of the
-        # producer is no gap of the consumer's.
-        assert kept <= max(2 * normal_gap, normal_max), ("\n".join(report.lines()), replay)
+        # producer is no gap of the consumer's. Judged at the p90 of hundreds of gaps: a member
+        # whose polls stopped while it rejoined would wait its whole rejoin on every kept
+        # partition, while one stall of a loaded 2-core machine (0.32 s once in CI) is no
+        # protocol's doing.
+        assert kept_p90 <= max(2 * normal_gap, normal_p99), ("\n".join(report.lines()), replay)
     return report
 
 
