@@ -8,7 +8,7 @@ knows and its epoch (`leader_hint`, KIP-951) so clients can go straight there.
 
 from __future__ import annotations
 
-import asyncio
+import collections
 import time
 from typing import Any, Final, TypeAlias
 
@@ -105,23 +105,23 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             REQUESTS.labels("Produce", ErrorCode.INVALID_REQUIRED_ACKS.name).inc()
             return response
         refused = self._topics_refused(context, Operation.WRITE, (entry.topic for entry in request.partitions))
-        # Partitions append at once (with acks=all they then wait for their ISRs together); the
-        # entries of one partition go in request order, so its batches keep their order.
+        # Partitions append together (with acks=all they then wait for their ISRs together); the
+        # entries of one partition go in request order, a round each, so its batches keep their order.
         timeout_s = min(max(request.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX) / 1000 or 30.0
-        by_partition: dict[tuple[str, int], list[int]] = {}
-        for index, entry in enumerate(request.partitions):
-            by_partition.setdefault((entry.topic, entry.partition), []).append(index)
         results: list[broker_pb2.ProducePartitionResult | None] = [None] * len(request.partitions)
-
-        async def produce_in_order(indexes: list[int]) -> None:
-            for index in indexes:
-                entry = request.partitions[index]
-                if entry.topic in refused:
-                    results[index] = _refused_produce(entry, refused[entry.topic])
-                    continue
-                results[index] = await self._produce_one(entry, request.acks, timeout_s)
-
-        await asyncio.gather(*(produce_in_order(indexes) for indexes in by_partition.values()))
+        rounds: list[list[int]] = []
+        seen: collections.Counter[tuple[str, int]] = collections.Counter()
+        for index, entry in enumerate(request.partitions):
+            if entry.topic in refused:
+                results[index] = _refused_produce(entry, refused[entry.topic])
+                continue
+            turn = seen[(entry.topic, entry.partition)]
+            seen[(entry.topic, entry.partition)] += 1
+            if turn == len(rounds):
+                rounds.append([])
+            rounds[turn].append(index)
+        for indexes in rounds:
+            await self._produce_round(request, indexes, results, timeout_s)
         response.partitions.extend(result for result in results if result is not None)
         REQUESTS.labels("Produce", NONE).inc()
         elapsed = time.perf_counter() - started
@@ -134,24 +134,34 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             )
         return response
 
-    async def _produce_one(self, entry: Any, acks: int, timeout_s: float) -> broker_pb2.ProducePartitionResult:
-        result = broker_pb2.ProducePartitionResult(topic=entry.topic, partition=entry.partition)
-        meters = topic_meters(entry.topic)
-        meters.total_produce.inc()
-        try:
-            info = await self.replicas.append(
-                entry.topic, entry.partition, entry.record_batches, acks=acks, timeout_s=timeout_s
-            )
-            result.base_offset = info.first_offset
-            result.log_append_time_ms = info.log_append_time_ms
-            result.log_start_offset = self.replicas.partitions[(entry.topic, entry.partition)].log.log_start_offset
-        except TidelogError as error:
-            meters.failed_produce.inc()
-            result.error_code = int(error.code)
-            result.error_message = error.message
-            result.leader_hint, result.leader_hint_epoch = self._leader_hint(entry.topic, entry.partition)
-            result.base_offset = -1
-        return result
+    async def _produce_round(
+        self,
+        request: broker_pb2.ProduceRequest,
+        indexes: list[int],
+        results: list[broker_pb2.ProducePartitionResult | None],
+        timeout_s: float,
+    ) -> None:
+        entries = [request.partitions[index] for index in indexes]
+        for entry in entries:
+            topic_meters(entry.topic).total_produce.inc()
+        outcomes = await self.replicas.append_all(
+            [(entry.topic, entry.partition, entry.record_batches) for entry in entries],
+            acks=request.acks,
+            timeout_s=timeout_s,
+        )
+        for index, entry, outcome in zip(indexes, entries, outcomes, strict=True):
+            result = broker_pb2.ProducePartitionResult(topic=entry.topic, partition=entry.partition)
+            if isinstance(outcome, TidelogError):
+                topic_meters(entry.topic).failed_produce.inc()
+                result.error_code = int(outcome.code)
+                result.error_message = outcome.message
+                result.leader_hint, result.leader_hint_epoch = self._leader_hint(entry.topic, entry.partition)
+                result.base_offset = -1
+            else:
+                result.base_offset = outcome.first_offset
+                result.log_append_time_ms = outcome.log_append_time_ms
+                result.log_start_offset = self.replicas.partitions[(entry.topic, entry.partition)].log.log_start_offset
+            results[index] = result
 
     async def InitProducerId(  # noqa: N802
         self, request: broker_pb2.InitProducerIdRequest, context: Context

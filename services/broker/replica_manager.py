@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import structlog
@@ -141,33 +143,80 @@ class ReplicaManager:
         self, topic: str, partition: int, batches: bytes, *, acks: int = 1, timeout_s: float = 30.0
     ) -> AppendInfo:
         """Append as leader; with acks=-1 return once the whole ISR has it (the HW passed it)."""
-        hosted = self.leader_partition(topic, partition)
-        min_insync = hosted.log.config.min_insync_replicas
-        if acks == -1 and len(hosted.state.isr) < min_insync:
-            raise NotEnoughReplicasError(
-                f"{topic}-{partition} has {len(hosted.state.isr)} in-sync replicas; min.insync.replicas={min_insync}"
-            )
-        leader_epoch = hosted.state.leader_epoch
+        (outcome,) = await self.append_all([(topic, partition, batches)], acks=acks, timeout_s=timeout_s)
+        if isinstance(outcome, TidelogError):
+            raise outcome
+        return outcome
+
+    async def append_all(
+        self, entries: Sequence[tuple[str, int, bytes]], *, acks: int = 1, timeout_s: float = 30.0
+    ) -> list[AppendInfo | TidelogError]:
+        """`append` for many partitions, each at most once, with an outcome each. The appends share
+        a few I/O tasks (a thread hop per partition was most of a produce's time at thousands of
+        partitions) and, with acks=-1, the ISRs are waited for together."""
+        assert len({(topic, partition) for topic, partition, _ in entries}) == len(entries), "one entry a partition"
+        outcomes: list[AppendInfo | TidelogError | None] = [None] * len(entries)
+        appends: list[_LeaderAppend] = []
+        for index, (topic, partition, batches) in enumerate(entries):
+            try:
+                hosted = self.leader_partition(topic, partition)
+                min_insync = hosted.log.config.min_insync_replicas
+                if acks == -1 and len(hosted.state.isr) < min_insync:
+                    raise NotEnoughReplicasError(
+                        f"{topic}-{partition} has {len(hosted.state.isr)} in-sync replicas; "
+                        f"min.insync.replicas={min_insync}"
+                    )
+            except TidelogError as error:
+                outcomes[index] = error
+                continue
+            appends.append(_LeaderAppend(index, hosted, hosted.state.leader_epoch, batches))
         started = time.perf_counter()
-        info: AppendInfo = await self.io.run(hosted.log.append_as_leader, batches, leader_epoch, request="Produce")
-        if not hosted.advance_high_watermark(self.broker_id):  # a moved HW already woke the waiters
-            hosted.notify_appended()
+        if appends:
+            await self.io.each_chunk(_append_leader_chunk, appends, request="Produce")
         appended = time.perf_counter()
-        self.followers.isr_watch.add((topic, partition))  # its followers are behind until they fetch it
-        self._unflushed.add((topic, partition))
         LOCAL_TIME_MS.labels("Produce").observe((appended - started) * 1000)
-        if acks == -1:
-            await self._wait_replicated(hosted, leader_epoch, info.last_offset + 1, timeout_s)
+        unexpected: BaseException | None = None
+        waits: list[_LeaderAppend] = []
+        for append in appends:
+            if isinstance(append.outcome, AppendInfo):
+                hosted = append.hosted
+                if not hosted.advance_high_watermark(self.broker_id):  # a moved HW already woke the waiters
+                    hosted.notify_appended()
+                key = (hosted.topic, hosted.partition)
+                self.followers.isr_watch.add(key)  # its followers are behind until they fetch it
+                self._unflushed.add(key)
+                waits.append(append)
+            elif not isinstance(append.outcome, TidelogError):
+                unexpected = unexpected or append.outcome  # a bug or a disk error: the request fails, as before
+        if unexpected is not None:
+            raise unexpected
+        if acks == -1 and waits:
+            await asyncio.gather(*(self._replicated(append, timeout_s) for append in waits))
             REMOTE_TIME_MS.labels("Produce").observe((time.perf_counter() - appended) * 1000)
-            if len(hosted.state.isr) < min_insync:
+        for append in appends:
+            if isinstance(append.outcome, AppendInfo):
+                meters = topic_meters(append.hosted.topic)
+                meters.bytes_in.inc(append.outcome.bytes)
+                meters.messages_in.inc(append.outcome.last_offset - append.outcome.first_offset + 1)
+            assert isinstance(append.outcome, AppendInfo | TidelogError)
+            outcomes[append.index] = append.outcome
+        answered = [outcome for outcome in outcomes if outcome is not None]
+        assert len(answered) == len(entries), "every entry has its outcome"
+        return answered
+
+    async def _replicated(self, append: _LeaderAppend, timeout_s: float) -> None:
+        """An acks=-1 append's wait for its ISR; a failed wait becomes its outcome."""
+        hosted = append.hosted
+        assert isinstance(append.outcome, AppendInfo)
+        try:
+            await self._wait_replicated(hosted, append.leader_epoch, append.outcome.last_offset + 1, timeout_s)
+            if len(hosted.state.isr) < hosted.log.config.min_insync_replicas:
                 raise RemoteError(
                     ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-                    f"{topic}-{partition}: the ISR shrank below min.insync.replicas after the append",
+                    f"{hosted.topic}-{hosted.partition}: the ISR shrank below min.insync.replicas after the append",
                 )
-        meters = topic_meters(topic)
-        meters.bytes_in.inc(info.bytes)
-        meters.messages_in.inc(info.last_offset - info.first_offset + 1)
-        return info
+        except TidelogError as error:
+            append.outcome = error
 
     def read(
         self, fetch: broker_pb2.FetchPartition, max_bytes: int, min_one_batch: bool, *, follower: bool = False
@@ -330,3 +379,21 @@ class ReplicaManager:
         # (a sync waits for everything dirty on the file system, other processes' writes too)
         log.info("logs_closed", logs=len(logs), seconds=[round(b - a, 3) for a, b in itertools.pairwise(steps)])
         self.io.shutdown()
+
+
+@dataclasses.dataclass(slots=True)
+class _LeaderAppend:
+    index: int  # in the request
+    hosted: Partition
+    leader_epoch: int  # led in when appended: the wait for the ISR checks it has not ended
+    batches: bytes
+    outcome: AppendInfo | BaseException | None = None
+
+
+def _append_leader_chunk(appends: list[_LeaderAppend]) -> None:
+    """On an I/O thread: each append in turn, its outcome kept (one failing stops no other)."""
+    for append in appends:
+        try:
+            append.outcome = append.hosted.log.append_as_leader(append.batches, append.leader_epoch)
+        except Exception as error:
+            append.outcome = error

@@ -48,9 +48,11 @@ class StorageIo:
         step = max(1, min(LOGS_PER_TASK, len(items) // self.threads))
         return [items[i : i + step] for i in range(0, len(items), step)]
 
-    async def each_chunk(self, work: Callable[[list[T]], Any], items: list[T]) -> list[Any]:
+    async def each_chunk(
+        self, work: Callable[[list[T]], Any], items: list[T], *, request: str = "Internal"
+    ) -> list[Any]:
         """`work(chunk)` for every chunk of `items`, side by side on the pool."""
-        return await asyncio.gather(*(self.run(work, chunk) for chunk in self.chunks(items)))
+        return await asyncio.gather(*(self.run(work, chunk, request=request) for chunk in self.chunks(items)))
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True)

@@ -11,6 +11,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from tests.cluster.conftest import poll_until
 from tidelog.client import EARLIEST, LATEST, AdminClient, Consumer, Producer, TopicPartition
 from tidelog.client.murmur2 import partition_for_key
 from tidelog.client.sync import SyncAdminClient, SyncConsumer, SyncProducer
@@ -125,6 +126,44 @@ async def test_broker_answers_bad_requests_per_partition(
         max_wait_ms=0, partitions=[broker_pb2.FetchPartition(topic=topic_name, partition=0, fetch_offset=99)]
     )
     assert (await leader_stub.Fetch(fetch)).partitions[0].error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+async def test_one_produce_of_many_partitions_answers_each_and_keeps_a_partitions_batches_in_order(
+    admin: AdminClient, cluster: LocalCluster, topic_name: str
+) -> None:
+    # The broker appends a request's partitions together (ReplicaManager.append_all): one bad
+    # partition fails alone, and two batches of one partition land in the request's order.
+    await admin.create_topic(topic_name, 6, 1)
+    described = (await admin.describe_topics([topic_name]))[topic_name]
+    assert not isinstance(described, Exception)
+    leader = described.partitions[0].leader
+    led = [state.partition for state in described.partitions if state.leader == leader]
+    elsewhere = [state.partition for state in described.partitions if state.leader != leader]
+    corrupt = bytearray(encode_batch([b"bad"]))
+    corrupt[-1] ^= 1
+    entries = [(partition, encode_batch([b"first-%d" % partition])) for partition in led]
+    entries += [(led[0], encode_batch([b"second"])), (led[0], bytes(corrupt)), (99, encode_batch([b"x"]))]
+    entries += [(partition, encode_batch([b"y"])) for partition in elsewhere]  # hosted elsewhere (RF 1)
+    request = broker_pb2.ProduceRequest(
+        acks=-1,
+        partitions=[
+            broker_pb2.ProducePartition(topic=topic_name, partition=partition, record_batches=data)
+            for partition, data in entries
+        ],
+    )
+    answers = (await admin.connections.broker(cluster.bootstrap[leader - 1]).Produce(request)).partitions
+    assert [answer.partition for answer in answers] == [partition for partition, _ in entries]
+    unknown = {99, *elsewhere}
+    for (partition, data), answer in zip(entries, answers, strict=True):
+        if data == bytes(corrupt):
+            assert answer.error_code == ErrorCode.CORRUPT_MESSAGE
+        elif partition in unknown:
+            assert answer.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        else:
+            assert (answer.error_code, answer.base_offset) == (0, 1 if data.endswith(b"second") else 0), answer
+    async with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic_name, led[0])])
+        assert [record.value for record in await poll_until(consumer, 2)] == [b"first-%d" % led[0], b"second"]
 
 
 async def test_every_service_has_health_and_metrics(cluster: LocalCluster) -> None:
