@@ -48,6 +48,7 @@ import signal
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
 from tidelog.dev.local_cluster import LocalCluster
@@ -210,21 +211,25 @@ async def rolling_restart(cluster: LocalCluster, admin: AdminClient) -> dict[str
                 acked.append(time.monotonic())
 
         writers = [asyncio.create_task(write(partition)) for partition in range(ROLLING_PARTITIONS)]
-        await asyncio.sleep(2.0)  # writing under way
-        steady_from = time.monotonic()
-        await asyncio.sleep(1.0)
-        started = time.monotonic()
-        for broker in cluster.broker_ids:
-            await asyncio.to_thread(cluster.signal, f"broker-{broker}", signal.SIGTERM)
-            cluster.start_broker(broker)
-            deadline = time.monotonic() + 600
-            while not cluster.broker_ready(broker):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"broker {broker} never became ready")
-                await asyncio.sleep(0.05)
-        finished = time.monotonic()
-        stop.set()
-        await asyncio.gather(*writers)
+        try:
+            await asyncio.sleep(2.0)  # writing under way
+            steady_from = time.monotonic()
+            await asyncio.sleep(1.0)
+            started = time.monotonic()
+            for broker in cluster.broker_ids:
+                process = cluster.processes.pop(f"broker-{broker}")
+                process.send_signal(signal.SIGTERM)  # a pod's grace period is the operator's: wait it out
+                await asyncio.to_thread(process.wait, 600)
+                cluster.start_broker(broker)
+                deadline = time.monotonic() + 600
+                while not cluster.broker_ready(broker):
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"broker {broker} never became ready")
+                    await asyncio.sleep(0.05)
+            finished = time.monotonic()
+        finally:
+            stop.set()
+            await asyncio.gather(*writers)
 
     def longest(start: float, end: float) -> float:
         times = sorted(at for at in acked if start <= at <= end)
@@ -276,8 +281,25 @@ def folders_reference(folder: Path, count: int, threads: int = 8) -> float:
     return time.monotonic() - started
 
 
+class Shown(dict[str, float]):
+    """Figures printed as they are measured: a run cut short (a stall at 10,000 partitions) still
+    says what it measured before."""
+
+    def __init__(self, partitions: int) -> None:
+        super().__init__()
+        self.partitions = partitions
+
+    def __setitem__(self, name: str, value: float) -> None:
+        super().__setitem__(name, value)
+        print(f"  [{self.partitions:,d}] {name}: {value:,.1f}", flush=True)
+
+    def update(self, *others: Any, **more: float) -> None:
+        for name, value in dict(*others, **more).items():
+            self[name] = value
+
+
 async def measure(folder: Path, partitions: int, idle_seconds: float) -> dict[str, float]:
-    figures: dict[str, float] = {}
+    figures = Shown(partitions)
     reference = folder / "reference"
     reference.mkdir(parents=True)
     figures["reference: folders for the replicas (s)"] = folders_reference(reference, partitions * 3)
