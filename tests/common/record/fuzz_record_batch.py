@@ -12,14 +12,23 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from typing import Any
 
 import atheris
 
 with atheris.instrument_imports():
     from tidelog.common.errors import TidelogError
     from tidelog.common.record import batch as record_batch
+    from tidelog.common.record import batch_decoding
 
 LIMIT = 1 << 20  # as max.message.bytes would bound it
+
+
+def _either(decode: Any, data: bytes) -> object:
+    try:
+        return decode(data, 0, record_batch.validate_batch(data, max_bytes=LIMIT, verify_crc=False))
+    except TidelogError as error:
+        return type(error), error.message
 
 
 def fuzz_one(data: bytes) -> None:
@@ -28,6 +37,8 @@ def fuzz_one(data: bytes) -> None:
         record_batch.validate_batch(data, max_bytes=LIMIT)
     with contextlib.suppress(TidelogError):
         record_batch.decode_batch(data, verify_crc=False)  # past the CRC, into the records
+    # The two decoders decode_batch picks between (by record count) agree on everything.
+    assert _either(batch_decoding._decode_small, data) == _either(batch_decoding._decode_columnar, data)
     with contextlib.suppress(TidelogError):
         for _ in record_batch.iter_headers(data):
             pass

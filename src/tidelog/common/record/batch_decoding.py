@@ -5,7 +5,10 @@ read past its end, whatever its header says (tests/common/record: properties and
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import functools
+import itertools
+import struct
+from typing import Final, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -189,7 +192,7 @@ def _columns(buffer: Buffer, position: int, header: BatchHeader) -> _Columns:
         raise CorruptRecordError(
             f"records section is {len(section)} bytes, its columns account for {columns_end + payload}"
         )
-    if count > 1 and int(np.diff(offset_deltas).min()) <= 0:
+    if count > 1 and int(np.diff(offset_deltas.astype(np.int64)).min()) <= 0:  # int32 differences can wrap
         raise CorruptRecordError("offset deltas are not strictly increasing")
     if int(offset_deltas[0]) < 0 or int(offset_deltas[-1]) > header.last_offset_delta:
         raise CorruptRecordError("offset deltas fall outside the batch's offset range")
@@ -231,9 +234,92 @@ def check_records(
         raise InvalidRecordError("compacted topics require a key on every record")
 
 
+SMALL_BATCH_RECORDS: Final = 64  # up to this many records, struct's one call beats numpy's dozen
+
+
+@functools.lru_cache(maxsize=SMALL_BATCH_RECORDS)
+def _small_columns(count: int) -> struct.Struct:
+    """The five fixed-width columns of `count` records, read in one call (batch_layout.py)."""
+    return struct.Struct(f"<{count}i{count}q{3 * count}i")
+
+
+def _as_int64(values: list[int]) -> list[int]:
+    """As numpy's int64 arithmetic leaves them (a hostile batch's deltas can overflow): both
+    decoders give one answer for every input."""
+    if values and (min(values) < -(2**63) or max(values) >= 2**63):
+        return [(value + 2**63) % 2**64 - 2**63 for value in values]
+    return values
+
+
+def _decode_small(buffer: Buffer, position: int, header: BatchHeader) -> RecordBatch:
+    """decode_batch for a batch of a few records: the checks and results of `_columns` and
+    `_decode_columnar`, on Python ints (numpy's per-call cost was most of a small batch's decode)."""
+    section = _records_section(buffer, position, header)
+    count = header.record_count
+    columns_end = count * RECORD_COLUMNS_BYTES
+    if len(section) < columns_end:
+        raise CorruptRecordError(f"records section of {len(section)} bytes cannot hold {count} records")
+    fields = _small_columns(count).unpack_from(section, 0)
+    offset_deltas = fields[:count]
+    key_lengths = fields[2 * count : 3 * count]
+    value_lengths = fields[3 * count : 4 * count]
+    header_lengths = fields[4 * count :]
+    if min(key_lengths) < -1 or min(value_lengths) < -1 or min(header_lengths) < 0:
+        raise CorruptRecordError("negative key, value or headers length")
+    key_bytes = sum(length for length in key_lengths if length > 0)
+    value_bytes = sum(length for length in value_lengths if length > 0)
+    payload = key_bytes + value_bytes + sum(header_lengths)
+    if columns_end + payload != len(section):
+        raise CorruptRecordError(
+            f"records section is {len(section)} bytes, its columns account for {columns_end + payload}"
+        )
+    if any(later <= earlier for earlier, later in itertools.pairwise(offset_deltas)):
+        raise CorruptRecordError("offset deltas are not strictly increasing")
+    if offset_deltas[0] < 0 or offset_deltas[-1] > header.last_offset_delta:
+        raise CorruptRecordError("offset deltas fall outside the batch's offset range")
+    keys = _slice_small(section, key_lengths, columns_end)
+    values = _slice_small(section, value_lengths, columns_end + key_bytes)
+    if header.attributes & TIMESTAMP_TYPE_BIT:
+        timestamps = [header.max_timestamp] * count
+    else:
+        first = header.first_timestamp
+        timestamps = _as_int64([first + delta for delta in fields[count : 2 * count]])
+    if payload == key_bytes + value_bytes:
+        record_headers = [NO_HEADERS] * count
+    else:
+        record_headers = _decode_headers(section, list(header_lengths), columns_end + key_bytes + value_bytes)
+    base = header.base_offset
+    return RecordBatch(
+        header=header,
+        offsets=_as_int64([base + delta for delta in offset_deltas]),
+        timestamps=timestamps,
+        keys=keys,
+        values=values,
+        headers=record_headers,
+    )
+
+
+def _slice_small(blob: bytes, lengths: tuple[int, ...], base: int) -> list[bytes | None]:
+    items: list[bytes | None] = []
+    for length in lengths:
+        if length < 0:
+            items.append(None)
+        else:
+            items.append(blob[base : base + length])
+            base += length
+    return items
+
+
 def decode_batch(buffer: Buffer, position: int = 0, *, verify_crc: bool = True) -> RecordBatch:
     """Decode the batch at `position` into columns of Python objects."""
     header = validate_batch(buffer, position, verify_crc=verify_crc)
+    if header.record_count <= SMALL_BATCH_RECORDS:
+        return _decode_small(buffer, position, header)
+    return _decode_columnar(buffer, position, header)
+
+
+def _decode_columnar(buffer: Buffer, position: int, header: BatchHeader) -> RecordBatch:
+    """decode_batch with numpy's column operations (batches of more than a few records)."""
     columns = _columns(buffer, position, header)
     count = header.record_count
     section = columns.section
