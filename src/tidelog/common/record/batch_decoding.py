@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 import struct
 from typing import Final, NamedTuple
 
@@ -266,14 +267,14 @@ def _decode_small(buffer: Buffer, position: int, header: BatchHeader) -> RecordB
     header_lengths = fields[4 * count :]
     if min(key_lengths) < -1 or min(value_lengths) < -1 or min(header_lengths) < 0:
         raise CorruptRecordError("negative key, value or headers length")
-    key_bytes = sum(length for length in key_lengths if length > 0)
-    value_bytes = sum(length for length in value_lengths if length > 0)
+    key_bytes = sum(key_lengths) + key_lengths.count(-1)  # the non-null ones' (-1 is null)
+    value_bytes = sum(value_lengths) + value_lengths.count(-1)
     payload = key_bytes + value_bytes + sum(header_lengths)
     if columns_end + payload != len(section):
         raise CorruptRecordError(
             f"records section is {len(section)} bytes, its columns account for {columns_end + payload}"
         )
-    if any(later <= earlier for earlier, later in itertools.pairwise(offset_deltas)):
+    if not all(map(operator.lt, offset_deltas, offset_deltas[1:])):
         raise CorruptRecordError("offset deltas are not strictly increasing")
     if offset_deltas[0] < 0 or offset_deltas[-1] > header.last_offset_delta:
         raise CorruptRecordError("offset deltas fall outside the batch's offset range")
@@ -282,16 +283,18 @@ def _decode_small(buffer: Buffer, position: int, header: BatchHeader) -> RecordB
     if header.attributes & TIMESTAMP_TYPE_BIT:
         timestamps = [header.max_timestamp] * count
     else:
-        first = header.first_timestamp
-        timestamps = _as_int64([first + delta for delta in fields[count : 2 * count]])
+        timestamps = _as_int64(list(map(header.first_timestamp.__add__, fields[count : 2 * count])))
     if payload == key_bytes + value_bytes:
         record_headers = [NO_HEADERS] * count
     else:
         record_headers = _decode_headers(section, list(header_lengths), columns_end + key_bytes + value_bytes)
     base = header.base_offset
+    offsets = list(map(base.__add__, offset_deltas))
+    if not -(2**63) <= base <= 2**63 - 1 - header.last_offset_delta:  # deltas lie in 0..last_offset_delta
+        offsets = _as_int64(offsets)
     return RecordBatch(
         header=header,
-        offsets=_as_int64([base + delta for delta in offset_deltas]),
+        offsets=offsets,
         timestamps=timestamps,
         keys=keys,
         values=values,
@@ -300,6 +303,11 @@ def _decode_small(buffer: Buffer, position: int, header: BatchHeader) -> RecordB
 
 
 def _slice_small(blob: bytes, lengths: tuple[int, ...], base: int) -> list[bytes | None]:
+    if max(lengths) < 0:  # the common keyless batch
+        return [None] * len(lengths)
+    if min(lengths) >= 0:
+        ends = list(itertools.accumulate(lengths, initial=base))
+        return list(map(blob.__getitem__, map(slice, ends, ends[1:])))
     items: list[bytes | None] = []
     for length in lengths:
         if length < 0:
