@@ -9,6 +9,7 @@ role then moves to DEPOSED and the term ends (the next one reloads everything).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterable
 from typing import Any, Final
@@ -42,6 +43,7 @@ __all__ = ["ConflictError", "FencedError", "MetadataStore"]
 log = structlog.get_logger(__name__)
 
 STATES_PER_TXN: Final = 100  # etcd's default --max-txn-ops is 128
+TXNS_IN_FLIGHT: Final = 8  # transactions of one write_states sent to etcd at once
 LEADER_ELECTIONS: Final = metrics_catalog.counter("kafka_controller_controllerstats_leaderelections_total")
 UNCLEAN_ELECTIONS: Final = metrics_catalog.counter("kafka_controller_controllerstats_uncleanleaderelections_total")
 
@@ -149,10 +151,31 @@ class MetadataStore:
         return int(response.header.revision)
 
     async def write_states(self, states: dict[tuple[str, int], PartitionStateRecord]) -> None:
-        """Write partition states (chunked), each compared against the version we hold."""
+        """Write partition states (chunked), each compared against the version we hold. The chunks
+        go to etcd side by side, up to TXNS_IN_FLIGHT at once: etcd commits concurrent proposals
+        in one raft entry and one fsync, where one after another paid a round and an fsync each
+        (10,000 states: 100 transactions, 1-2 s of a controlled shutdown or a restart's ISR
+        expansion). A failed chunk fails the write once every chunk has ended; which chunks
+        applied is what etcd holds, and the next term reloads it (as a failure half-way did)."""
         items = sorted(states.items())
-        for start in range(0, len(items), STATES_PER_TXN):
-            chunk = items[start : start + STATES_PER_TXN]
+        in_flight = asyncio.Semaphore(TXNS_IN_FLIGHT)
+        outcomes = await asyncio.gather(
+            *(
+                self._write_chunk(items[start : start + STATES_PER_TXN], in_flight)
+                for start in range(0, len(items), STATES_PER_TXN)
+            ),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+    async def _write_chunk(
+        self, chunk: list[tuple[tuple[str, int], PartitionStateRecord]], in_flight: asyncio.Semaphore
+    ) -> None:
+        async with in_flight:
+            if self.role.current is Role.DEPOSED:  # another chunk of this write was refused: stop here
+                raise ConflictError("the controller stepped down during the write")
             compares = []
             for (topic, partition), _ in chunk:
                 held = self.state.partitions.get((topic, partition))
@@ -163,9 +186,9 @@ class MetadataStore:
                     compares.append(compare_mod_revision(key, held.mod_revision))
             puts = {partition_state_key(topic, partition): state.to_json() for (topic, partition), state in chunk}
             revision = await self.commit(compares, puts)
-            for topic_partition, state in chunk:
-                _count_election(self.state.partitions.get(topic_partition), state)
-                self.state.partitions[topic_partition] = Versioned(state, revision)
+        for topic_partition, state in chunk:
+            _count_election(self.state.partitions.get(topic_partition), state)
+            self.state.partitions[topic_partition] = Versioned(state, revision)
 
     async def commit_topic(
         self, topic: str, record: TopicRecord, states: dict[tuple[str, int], PartitionStateRecord] | None = None
