@@ -171,8 +171,13 @@ class LocalPrometheus:
 
     def firing(self) -> set[tuple[str, str]]:
         """(alert name, instance or "") of every alert firing now."""
+        return self.alerts(("firing",))
+
+    def alerts(self, states: tuple[str, ...] = ("pending", "firing")) -> set[tuple[str, str]]:
+        """(alert name, instance or "") of every alert in one of `states`: pending is an alert
+        whose condition holds and whose `for:` has not run out yet."""
         alerts = self.api("alerts")["alerts"]
-        return {(a["labels"]["alertname"], a["labels"].get("instance", "")) for a in alerts if a["state"] == "firing"}
+        return {(a["labels"]["alertname"], a["labels"].get("instance", "")) for a in alerts if a["state"] in states}
 
     def stop(self) -> None:
         child_process.stop(self.process)
