@@ -235,12 +235,22 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         if self.quotas.active and not follower:  # replication is not a client: never throttled
             quota_client = self.quotas.client_of(context)
             await self.quotas.wait_unmuted(quota_client)
-        if follower and request.incremental:
+        session = None
+        if request.incremental:
+            owner = "" if follower else self._session_owner(context)
             try:
-                session = self.replicas.fetch_sessions.resolve(request)
+                session = self.replicas.fetch_sessions.resolve(request, owner)
             except SessionError as error:
                 REQUESTS.labels(kind, error.code.name).inc()
                 return broker_pb2.FetchResponse(error_code=int(error.code), error_message=error.message)
+            if session is not None and self.access.enabled and not follower:
+                # What the session holds is read too: the caller must still be allowed every topic.
+                held = broker_pb2.FetchRequest(partitions=list(session.partitions.values()))
+                unauthorised = self._fetch_refused(context, held, follower)
+                if unauthorised:
+                    self.replicas.fetch_sessions.close(session)
+                    return unauthorised
+        if session is not None:
             reads = await session_reads(self.replicas, request, session, max_bytes, deadline=deadline, kind=kind)
             response = broker_pb2.FetchResponse(session_id=session.id)
             read_s = 0.0
@@ -378,6 +388,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             for topic in set(topics)
             if not self.access.allowed(caller, operation, ResourceType.TOPIC, topic)
         }
+
+    def _session_owner(self, context: Context) -> str:
+        """Who a consumer's fetch session belongs to: its principal (and the identity that logged in,
+        for a gateway's calls on behalf of a REST caller)."""
+        caller = self.access.caller(context)
+        return f"{caller.principal}" + (f" via {caller.authenticated}" if caller.authenticated else "")
 
     def _fetch_refused(
         self, context: Context, request: broker_pb2.FetchRequest, follower: bool

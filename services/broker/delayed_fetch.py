@@ -57,27 +57,33 @@ async def session_reads(
     deadline: float,
     kind: str,
 ) -> list[PartitionRead]:
-    """A follower's incremental fetch (KIP-227): the session takes the changed partitions and
-    drops the forgotten ones; the answer holds the changed ones and those with news since the
-    last answer. With none, it waits on the session's one event: idle costs nothing per
+    """An incremental fetch (KIP-227), a follower's or a consumer's: the session takes the changed
+    partitions and drops the forgotten ones; the answer holds the changed ones and those with news
+    since the last answer. With none, it waits on the session's one event: idle costs nothing per
     partition."""
+    follower = request.replica_id >= 0
     forgotten = [(entry.topic, entry.partition) for entry in request.forgotten]
     answer = set(session.update(request.partitions, forgotten))
     session.fetched()
-    refused = replicas.followers.record_fetch(
-        request.replica_id, request.replica_incarnation, list(request.partitions), session
+    refused = (
+        replicas.followers.record_fetch(
+            request.replica_id, request.replica_incarnation, list(request.partitions), session
+        )
+        if follower
+        else {}
     )
     while True:
         answer |= session.take_dirty()  # before the read: no lost wake-up
         wanted = [session.partitions[key] for key in answer if key in session.partitions and key not in refused]
-        reads = await replicas.io.run(_read_all, replicas, wanted, max_bytes, True, request=kind) if wanted else []
+        reads = await replicas.io.run(_read_all, replicas, wanted, max_bytes, follower, request=kind) if wanted else []
         reads += _refused_reads(refused)
         remaining = deadline - time.monotonic()
         if _fetch_done(reads, request.min_bytes, remaining) or session.closed or replicas.long_polls_ended.is_set():
             for read in reads:  # left out for the response's size: still news for the next fetch
                 key = (read.topic, read.partition)
                 held = session.partitions.get(key)
-                if not read.data and held is not None and read.log_end_offset > held.fetch_offset:
+                readable_end = read.log_end_offset if follower else read.high_watermark
+                if not read.data and held is not None and readable_end > held.fetch_offset:
                     session.dirty.add(key)
             return reads
         await session.wait(remaining)

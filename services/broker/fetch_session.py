@@ -1,6 +1,6 @@
-"""Incremental fetch sessions, the leader's side (KIP-227): what a follower fetches is remembered
-here, so its requests list only what changed and idle replication costs the same whatever the
-number of partitions.
+"""Incremental fetch sessions, the leader's side (KIP-227): what a follower or a consumer fetches is
+remembered here, so its requests list only what changed and an idle fetch costs the same whatever
+the number of partitions.
 
 A session holds, per partition, the follower's last fetch (offset, leader epoch, byte limit) and a
 `dirty` set: the partitions with news since the last response (an append, a moved high watermark,
@@ -12,14 +12,16 @@ answers only the dirty and the changed partitions. What a follower's silence mea
 
 Bounded by `max.incremental.fetch.session.cache.slots`; a follower holds one session per leader,
 so a new session of a replica closes its older one, and the least recently used goes first when
-the cache is full.
+the cache is full — for a consumer's new session, the least recently used consumer's only (with
+none, the consumer fetches without a session). A consumer's session belongs to the principal that
+opened it, and its id is random.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
+import secrets
 from collections.abc import Callable, Iterable
 from typing import Final
 
@@ -42,10 +44,17 @@ class SessionError(Exception):
 
 class FetchSession:
     def __init__(
-        self, session_id: int, replica_id: int, watchers: dict[Key, set[FetchSession]], clock: Monotonic = monotonic
+        self,
+        session_id: int,
+        replica_id: int,
+        watchers: dict[Key, set[FetchSession]],
+        clock: Monotonic = monotonic,
+        *,
+        owner: str = "",
     ) -> None:
         self.id = session_id
-        self.replica_id = replica_id
+        self.replica_id = replica_id  # -1: a consumer's
+        self.owner = owner  # the principal that opened it: no other may use it
         self.epoch = 1  # the epoch the next incremental request must carry
         self.partitions: dict[Key, broker_pb2.FetchPartition] = {}
         self.dirty: set[Key] = set()
@@ -131,15 +140,16 @@ class FetchSessionCache:
         self.on_close = on_close  # the ISR check looks at its partitions again
         self.clock = clock
         self.sessions: dict[int, FetchSession] = {}  # in least recently used order
-        self._ids = itertools.count(1)
 
-    def resolve(self, request: broker_pb2.FetchRequest) -> FetchSession:
-        """The session a follower's incremental request belongs to (a new one for session id 0),
-        its epoch checked and advanced; SessionError when it is unknown or out of step."""
+    def resolve(self, request: broker_pb2.FetchRequest, owner: str = "") -> FetchSession | None:
+        """The session an incremental request belongs to (a new one for session id 0), its epoch
+        checked and advanced; SessionError when it is unknown or out of step. None: no room for a
+        consumer's new session (followers' sessions are not evicted for one), so the fetch is
+        answered whole, without a session, as Kafka's broker does."""
         if request.session_id == 0:
-            return self._open(request.replica_id)
+            return self._open(request.replica_id, owner)
         session = self.sessions.get(request.session_id)
-        if session is None or session.replica_id != request.replica_id:
+        if session is None or session.replica_id != request.replica_id or session.owner != owner:
             raise SessionError(ErrorCode.FETCH_SESSION_ID_NOT_FOUND, f"no fetch session {request.session_id}")
         if request.session_epoch != session.epoch:
             raise SessionError(
@@ -150,15 +160,31 @@ class FetchSessionCache:
         self.sessions[session.id] = self.sessions.pop(session.id)  # most recently used last
         return session
 
-    def _open(self, replica_id: int) -> FetchSession:
-        for older in [s for s in self.sessions.values() if s.replica_id == replica_id]:
-            self._close(older)  # one fetcher per leader: its earlier session is dead
+    def _open(self, replica_id: int, owner: str) -> FetchSession | None:
+        if replica_id >= 0:
+            for older in [s for s in self.sessions.values() if s.replica_id == replica_id]:
+                self._close(older)  # one fetcher per leader: its earlier session is dead
         while self.sessions and len(self.sessions) >= self.slots:
-            self._close(next(iter(self.sessions.values())))  # the least recently used
-        session_id = next(self._ids) % SESSION_ID_MAX or next(self._ids)
-        session = FetchSession(session_id, replica_id, self.watchers, self.clock)
+            # The least recently used goes; a consumer's new session takes only a consumer's place.
+            evicted = next((s for s in self.sessions.values() if replica_id >= 0 or s.replica_id < 0), None)
+            if evicted is None:
+                return None
+            self._close(evicted)
+        session_id = self._new_id()
+        session = FetchSession(session_id, replica_id, self.watchers, self.clock, owner=owner)
         self.sessions[session_id] = session
         return session
+
+    def _new_id(self) -> int:
+        """A random id in use by no session: another client cannot guess its way into one."""
+        while True:
+            session_id = secrets.randbelow(SESSION_ID_MAX) + 1
+            if session_id not in self.sessions:
+                return session_id
+
+    def close(self, session: FetchSession) -> None:
+        """End a session now (its caller lost the right to read what it holds)."""
+        self._close(session)
 
     def _close(self, session: FetchSession) -> None:
         self.sessions.pop(session.id, None)

@@ -38,7 +38,8 @@ class FollowerTracking:
         sessions.on_close = self.session_closed
 
     def session_closed(self, session: FetchSession) -> None:
-        self.isr_watch.update(session.partitions)
+        if session.replica_id >= 0:  # a follower's (a consumer's says nothing of the ISR)
+            self.isr_watch.update(session.partitions)
 
     def record_fetch(
         self,
@@ -85,7 +86,7 @@ class FollowerTracking:
         """Put back in the ISR watch the partitions of sessions with no fetch for `quiet_s`."""
         horizon = self.clock() - quiet_s
         for session in self.sessions.sessions.values():
-            if session.last_fetch_s < horizon and not session.quiet:
+            if session.replica_id >= 0 and session.last_fetch_s < horizon and not session.quiet:
                 session.quiet = True
                 self.isr_watch.update(session.partitions)
 

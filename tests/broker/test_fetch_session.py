@@ -65,3 +65,27 @@ async def test_news_wakes_the_waiting_fetch_and_is_taken_once() -> None:
     session.update([], [("t", 1)])
     assert ("t", 1) not in watchers and not session.holds(("t", 1))
     assert session.holds(("t", 0))
+
+
+async def test_consumers_hold_sessions_of_their_own_owned_by_their_principal() -> None:
+    cache = FetchSessionCache({}, slots=3)
+    first = cache.resolve(_request(-1), "User:alice")
+    second = cache.resolve(_request(-1), "User:alice")  # a second consumer: its earlier one stays
+    assert first is not None and second is not None and not first.closed and first.id != second.id
+    assert cache.resolve(_request(-1, first.id, 1), "User:alice") is first
+    with pytest.raises(SessionError) as taken:
+        cache.resolve(_request(-1, second.id, 1), "User:mallory")  # another principal's session
+    assert taken.value.code is ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+
+
+async def test_a_consumers_new_session_takes_only_a_consumers_place() -> None:
+    cache = FetchSessionCache({}, slots=2)
+    follower = cache.resolve(_request(2))
+    consumer = cache.resolve(_request(-1), "User:alice")
+    newer = cache.resolve(_request(-1), "User:bob")  # full: the consumer's older one goes
+    assert consumer is not None and consumer.closed and newer is not None
+    assert follower is not None and not follower.closed
+    cache.resolve(_request(2, follower.id, 1))  # used: the consumer's is now the least recently used
+    cache.resolve(_request(3))  # a follower's new one takes the least recently used of any
+    assert newer.closed and not follower.closed
+    assert cache.resolve(_request(-1), "User:carol") is None, "only followers' sessions: fetch without one"

@@ -30,6 +30,7 @@ from tidelog.client.consumer_records import (
     records_of,
     runs_of,
 )
+from tidelog.client.fetch_sessions import SESSION_ERRORS, ClientFetchSession
 from tidelog.common.errors import (
     ErrorCode,
     OffsetOutOfRangeError,
@@ -111,6 +112,7 @@ class Consumer:
         # broker that long-polls (nothing new) never holds up the others; a partition is in at most
         # one of them. Any change of assignment or position cancels them all.
         self._in_flight: dict[asyncio.Task[broker_pb2.FetchResponse | None], list[TopicPartition]] = {}
+        self._sessions: dict[str, ClientFetchSession] = {}  # by broker endpoint
 
     async def __aenter__(self) -> Consumer:
         return self
@@ -367,6 +369,10 @@ class Consumer:
     async def _fetch_from(
         self, endpoint: str, partitions: list[TopicPartition], max_wait_ms: int
     ) -> broker_pb2.FetchResponse | None:
+        """One fetch from a broker, in its incremental fetch session (fetch_sessions.py)."""
+        wanted = {tp: position for tp in partitions if (position := self._positions.get(tp)) is not None}
+        session = self._sessions.setdefault(endpoint, ClientFetchSession())
+        listed, forgotten = session.changes(wanted)
         request = broker_pb2.FetchRequest(
             replica_id=-1,
             max_wait_ms=max_wait_ms,
@@ -376,24 +382,39 @@ class Consumer:
                 broker_pb2.FetchPartition(
                     topic=tp.topic,
                     partition=tp.partition,
-                    fetch_offset=self._positions[tp] or 0,
+                    fetch_offset=wanted[tp],
                     partition_max_bytes=self.settings.max_partition_fetch_bytes,
                 )
-                for tp in partitions
-                if self._positions.get(tp) is not None
+                for tp in listed
             ],
+            incremental=True,
+            session_id=session.session_id,
+            session_epoch=session.epoch,
+            forgotten=[broker_pb2.FetchPartition(topic=tp.topic, partition=tp.partition) for tp in forgotten],
         )
         try:
             response: broker_pb2.FetchResponse = await self.connections.broker(endpoint).Fetch(
                 request, timeout=self.request_timeout_s + max_wait_ms / 1000
             )
-            if response.throttle_time_ms:  # over a quota: no fetch to this broker until it passes (KIP-219)
-                self._backoff_until[endpoint] = time.monotonic() + response.throttle_time_ms / 1000
-            return response
         except grpc.aio.AioRpcError as error:
+            session.reset()
             log.info("fetch_failed", endpoint=endpoint, code=error.code().name)
             self._backoff_until[endpoint] = time.monotonic() + self.retry_backoff_s
             return None
+        except BaseException:  # cancelled (a seek, an assign, close): what the broker took is unknown
+            session.reset()
+            raise
+        if response.error_code in SESSION_ERRORS:  # lost or out of step: the next fetch opens another
+            log.info("fetch_session_reset", endpoint=endpoint, error=ErrorCode(response.error_code).name)
+            session.reset()
+            return broker_pb2.FetchResponse()
+        if not response.error_code:
+            session.answered(response, {tp: wanted[tp] for tp in listed}, forgotten)
+        else:
+            session.reset()
+        if response.throttle_time_ms:  # over a quota: no fetch to this broker until it passes (KIP-219)
+            self._backoff_until[endpoint] = time.monotonic() + response.throttle_time_ms / 1000
+        return response
 
     async def _refresh_quietly(self) -> None:
         try:
