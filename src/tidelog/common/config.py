@@ -259,8 +259,9 @@ BROKER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     _int(
         "max.incremental.fetch.session.cache.slots",
         1000,
-        "Incremental fetch sessions (KIP-227) a leader keeps; one per follower broker, the least recently used "
-        "evicted beyond this (at least 1: followers always open one).",
+        "Incremental fetch sessions (KIP-227) a leader keeps: one per follower broker and one per consumer "
+        "fetching from it; beyond this the least recently used goes, a consumer's new session taking only a "
+        "consumer's place (none free: that consumer fetches without one).",
         minimum=1,
         maximum=100_000,
     ),
