@@ -33,6 +33,7 @@ __all__ = ["FetchSession", "FetchSessionCache", "SessionError"]
 
 Key = tuple[str, int]
 SESSION_ID_MAX: Final = 2**31 - 1
+CONSUMER_SESSION_IDLE_S: Final = 120.0  # as Kafka's min.incremental.fetch.session.eviction.ms
 
 
 class SessionError(Exception):
@@ -164,6 +165,8 @@ class FetchSessionCache:
         if replica_id >= 0:
             for older in [s for s in self.sessions.values() if s.replica_id == replica_id]:
                 self._close(older)  # one fetcher per leader: its earlier session is dead
+        else:
+            self._close_idle_consumers()
         while self.sessions and len(self.sessions) >= self.slots:
             # The least recently used goes; a consumer's new session takes only a consumer's place.
             evicted = next((s for s in self.sessions.values() if replica_id >= 0 or s.replica_id < 0), None)
@@ -174,6 +177,15 @@ class FetchSessionCache:
         session = FetchSession(session_id, replica_id, self.watchers, self.clock, owner=owner)
         self.sessions[session_id] = session
         return session
+
+    def _close_idle_consumers(self) -> None:
+        """Consumers' sessions with no fetch for CONSUMER_SESSION_IDLE_S: their consumers closed or
+        died (a live one fetches at least every fetch.max.wait.ms). Closed as new ones open, so
+        short-lived consumers (a Spark task's, a REST instance's) leave no sessions that every
+        append to their partitions would still mark; one that comes back opens another."""
+        horizon = self.clock() - CONSUMER_SESSION_IDLE_S
+        for session in [s for s in self.sessions.values() if s.replica_id < 0 and s.last_fetch_s < horizon]:
+            self._close(session)
 
     def _new_id(self) -> int:
         """A random id in use by no session: another client cannot guess its way into one."""

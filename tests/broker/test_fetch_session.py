@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from tidelog.broker.fetch_session import FetchSession, FetchSessionCache, SessionError
+from tests.fake_clock import FakeClock
+from tidelog.broker.fetch_session import CONSUMER_SESSION_IDLE_S, FetchSession, FetchSessionCache, SessionError
 from tidelog.common.errors import ErrorCode
 from tidelog.v1 import broker_pb2
 
@@ -89,3 +90,20 @@ async def test_a_consumers_new_session_takes_only_a_consumers_place() -> None:
     cache.resolve(_request(3))  # a follower's new one takes the least recently used of any
     assert newer.closed and not follower.closed
     assert cache.resolve(_request(-1), "User:carol") is None, "only followers' sessions: fetch without one"
+
+
+async def test_a_consumers_session_idle_past_its_time_is_closed_when_another_opens() -> None:
+    clock = FakeClock()
+    watchers: dict[tuple[str, int], set[FetchSession]] = {}
+    cache = FetchSessionCache(watchers, clock=clock)
+    gone = cache.resolve(_request(-1), "User:alice")  # its consumer closed: no fetch any more
+    live = cache.resolve(_request(-1), "User:bob")
+    follower = cache.resolve(_request(2))
+    assert gone is not None and live is not None and follower is not None
+    gone.update([_fetch(0)], [])
+    clock.advance(CONSUMER_SESSION_IDLE_S - 1)
+    live.fetched()
+    clock.advance(2)
+    cache.resolve(_request(-1), "User:carol")
+    assert gone.closed and ("t", 0) not in watchers, "appends no longer mark it"
+    assert not live.closed and not follower.closed  # a follower's session is not a consumer's
