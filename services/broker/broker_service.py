@@ -243,13 +243,19 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             except SessionError as error:
                 REQUESTS.labels(kind, error.code.name).inc()
                 return broker_pb2.FetchResponse(error_code=int(error.code), error_message=error.message)
-            if session is not None and self.access.enabled and not follower:
+            if (
+                session is not None
+                and self.access.enabled
+                and not follower
+                and self._topics_refused(context, Operation.READ, {topic for topic, _ in session.partitions})
+            ):
                 # What the session holds is read too: the caller must still be allowed every topic.
+                # Checked by topic at each fetch; the refusal is built per partition only when refused.
                 held = broker_pb2.FetchRequest(partitions=list(session.partitions.values()))
-                unauthorised = self._fetch_refused(context, held, follower)
-                if unauthorised:
-                    self.replicas.fetch_sessions.close(session)
-                    return unauthorised
+                self.replicas.fetch_sessions.close(session)
+                refusal = self._fetch_refused(context, held, follower)
+                assert refusal is not None, "a refused topic makes a refusal"
+                return refusal
         if session is not None:
             reads = await session_reads(self.replicas, request, session, max_bytes, deadline=deadline, kind=kind)
             response = broker_pb2.FetchResponse(session_id=session.id)

@@ -22,6 +22,7 @@ from tidelog.common.errors import (
     InvalidRequestError,
     TopicAuthorizationFailedError,
 )
+from tidelog.common.security.authorization.acl import Operation
 from tidelog.common.security.authorization.acl_proto import acl_to_proto
 from tidelog.dev.local_cluster import LocalCluster
 from tidelog.server_common.security.authorization.access_control import ON_BEHALF_OF_PRINCIPAL
@@ -382,3 +383,24 @@ def _properties(pki: Pki, folder: Path, name: str) -> Path:
     path = folder / f"{name}.properties"
     path.write_text("".join(f"{key}={value}\n" for key, value in pki.mutual(name).items()))
     return path
+
+
+async def test_a_consumer_whose_read_is_revoked_is_refused_in_its_fetch_session(
+    acl_cluster: LocalCluster, pki: Pki
+) -> None:
+    # Its incremental fetches list nothing once idle: the broker checks what the session holds.
+    topic = f"session-{uuid.uuid4().hex[:6]}"
+    reader = _allow("User:reader", "Read", "Topic", topic)
+    async with _admin(acl_cluster, pki) as admin:
+        await admin.create_topic(topic, 1, 1)
+        await admin.create_acls([reader, _allow("User:reader", "Describe", "Topic", topic)])
+    await _produce(acl_cluster, pki, "admin", topic, [b"one"])
+    async with Consumer(
+        acl_cluster.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=200, security=pki.client("reader")
+    ) as consumer:
+        consumer.assign([TopicPartition(topic, 0)])
+        assert [record.value for record in await poll_until(consumer, 1)] == [b"one"]
+        assert not await consumer.poll(500)  # idle in its session: the partition no longer listed
+        async with _admin(acl_cluster, pki) as admin:
+            await admin.delete_acls([AclFilter(principal="User:reader", operation=Operation.READ)])
+        await _raises_within(lambda: consumer.poll(300), TopicAuthorizationFailedError, timeout_s=ACL_CHANGE_S * 10)
