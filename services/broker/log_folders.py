@@ -12,6 +12,7 @@ from typing import Final
 import structlog
 
 from tidelog.broker.storage import LogConfig, PartitionLog
+from tidelog.broker.storage.checkpoint import read_small_file
 
 __all__ = ["PARTITION_METADATA_FILE", "log_folder", "open_partition_log"]
 
@@ -36,11 +37,13 @@ def open_partition_log(data_dir: Path, topic: str, partition: int, topic_id: str
     else:
         _write_marker(marker, topic_id)
         return partition_log
-    if not marker.exists() or marker.read_text().strip() != f"topic_id: {topic_id}":
+    found = read_small_file(marker)
+    stale = found is None or found.decode(errors="replace").strip() != f"topic_id: {topic_id}"
+    if stale:
         log.warning("stale_log_replaced", topic=topic, partition=partition)
         shutil.rmtree(directory)
     partition_log = PartitionLog.open(directory, config)
-    if not marker.exists():
+    if stale:
         _write_marker(marker, topic_id)
     return partition_log
 

@@ -21,6 +21,7 @@ from pathlib import Path
 __all__ = [
     "CorruptCheckpointError",
     "read_checkpoint",
+    "read_small_file",
     "sync_file",
     "sync_filesystems",
     "write_atomically",
@@ -28,6 +29,7 @@ __all__ = [
 ]
 
 VERSION = 0
+_SMALL_READ_BYTES = 1 << 16
 
 
 class CorruptCheckpointError(Exception):
@@ -98,12 +100,29 @@ def write_checkpoint(path: Path, entries: Sequence[Sequence[int]], *, sync: bool
     write_atomically(path, ("\n".join(lines) + "\n").encode(), sync=sync)
 
 
-def read_checkpoint(path: Path, fields: int) -> list[tuple[int, ...]] | None:
-    """Entries of the checkpoint at `path`, or None when there is none."""
+def read_small_file(path: Path | str) -> bytes | None:
+    """The bytes of a small file, or None when there is none. Three system calls where
+    `Path.read_bytes` makes eight: a broker opening 10,000 logs reads some 40,000 of these."""
     try:
-        text = path.read_bytes().decode("ascii")
+        descriptor = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return None
+    try:
+        parts = [os.read(descriptor, _SMALL_READ_BYTES)]
+        while len(parts[-1]) == _SMALL_READ_BYTES:  # a regular file reads short only at its end
+            parts.append(os.read(descriptor, _SMALL_READ_BYTES))
+    finally:
+        os.close(descriptor)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def read_checkpoint(path: Path, fields: int) -> list[tuple[int, ...]] | None:
+    """Entries of the checkpoint at `path`, or None when there is none."""
+    data = read_small_file(path)
+    if data is None:
+        return None
+    try:
+        text = data.decode("ascii")
     except UnicodeDecodeError as error:
         raise CorruptCheckpointError(f"{path}: not a text checkpoint") from error
     lines = text.splitlines()

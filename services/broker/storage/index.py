@@ -101,6 +101,8 @@ class _IndexFile:
         a caller that syncs the whole file system after)."""
         if not self._rewrite and self._persisted == len(self.keys):
             return
+        if self._rewrite and not self.keys and not (sync and self._persisted) and self._truncate_in_place():
+            return
         start = 0 if self._rewrite else self._persisted
         rows = np.empty(len(self.keys) - start, dtype=self._entry_dtype())
         rows["key"] = np.frombuffer(self.keys, dtype=self.KEY_TYPE, offset=start * self.keys.itemsize)
@@ -117,6 +119,17 @@ class _IndexFile:
             os.close(descriptor)
         self._persisted = len(self.keys)
         self._rewrite = False
+
+    def _truncate_in_place(self) -> bool:
+        """Empty the file by its name, one system call, the common case when recovery rebuilds the
+        (empty) index of a small segment; False when there is no file to empty."""
+        try:
+            os.truncate(self.path, 0)
+        except FileNotFoundError:
+            return False
+        self._persisted = 0
+        self._rewrite = False
+        return True
 
     def rename(self, path: Path) -> None:
         if self.path.exists():

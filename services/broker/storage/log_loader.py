@@ -42,11 +42,17 @@ class LoadedSegments:
     # Segments recovery validated: only they are scanned for epochs. A flushed segment loaded by
     # its indexes may hold bit rot that a read reports, not the open.
     recovered: list[LogSegment]
+    clean: bool  # closed cleanly: nothing recovered, everything below the log end is durable
+    recovery_point: int  # as checkpointed (0 if none); meaningless when clean
 
 
-def finish_interrupted_swaps(directory: Path) -> None:
-    """Complete or discard compaction left half-done by a crash (see log_cleaner.py)."""
-    for name in os.listdir(directory):
+def finish_interrupted_swaps(directory: Path, names: list[str]) -> bool:
+    """Complete or discard compaction left half-done by a crash (see log_cleaner.py); True when
+    it changed the folder's names."""
+    changed = False
+    for name in names:
+        if not name.endswith((".tmp", CLEANED_SUFFIX, SWAP_SUFFIX)):
+            continue  # most names: no path built (a broker opens thousands of folders at a start)
         path = directory / name
         if name.endswith((".tmp", CLEANED_SUFFIX)):
             path.unlink()
@@ -55,17 +61,24 @@ def finish_interrupted_swaps(directory: Path) -> None:
             os.replace(path, final)  # the swap file is complete: it was fsynced before renaming
             for index in (final.with_suffix(".index"), final.with_suffix(".timeindex")):
                 index.unlink(missing_ok=True)  # they describe the old file; rebuilt on load
-        elif name.endswith(SWAP_SUFFIX):
+        else:
             path.unlink()
+        changed = True
+    return changed
 
 
-def load_segments(directory: Path, config: LogConfig, new_segment: Callable[[int], LogSegment]) -> LoadedSegments:
-    """The log's segments, recovered where they may hold unflushed data; consumes the clean-shutdown marker."""
-    finish_interrupted_swaps(directory)
-    clean_marker = directory / CLEAN_SHUTDOWN_FILE
-    clean = clean_marker.exists()
-    base_offsets = sorted(int(match[1]) for name in os.listdir(directory) if (match := SEGMENT_NAME.match(name)))
-    recovery_point = 2**63 - 1 if clean else read_offset(directory / RECOVERY_POINT_FILE) or 0
+def load_segments(
+    directory: Path, names: list[str], config: LogConfig, new_segment: Callable[[int], LogSegment]
+) -> LoadedSegments:
+    """The log's segments, recovered where they may hold unflushed data; consumes the clean-shutdown
+    marker. `names` is the folder's listing, read once by the caller (each file-system call counts
+    when a broker opens 10,000 logs)."""
+    if finish_interrupted_swaps(directory, names):
+        names = os.listdir(directory)
+    clean = CLEAN_SHUTDOWN_FILE in names
+    base_offsets = sorted(int(match[1]) for name in names if (match := SEGMENT_NAME.match(name)))
+    checkpointed = 0 if clean or RECOVERY_POINT_FILE not in names else read_offset(directory / RECOVERY_POINT_FILE)
+    recovery_point = 2**63 - 1 if clean else checkpointed or 0
     segments: list[LogSegment] = []
     recovered: list[LogSegment] = []
     drop_rest = False
@@ -100,8 +113,9 @@ def load_segments(directory: Path, config: LogConfig, new_segment: Callable[[int
             drop_rest = True
             continue
         segments.append(segment)
-    clean_marker.unlink(missing_ok=True)
-    return LoadedSegments(segments, recovered)
+    if clean:
+        (directory / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+    return LoadedSegments(segments, recovered, clean, 0 if clean else checkpointed or 0)
 
 
 def assign_recovered_epochs(
@@ -134,9 +148,12 @@ def rebuild_producer_state(
     base_offsets: list[int],
     log_start: int,
     log_end: int,
+    *,
+    names: list[str] | None = None,
 ) -> None:
-    """Newest producer snapshot at or below the log end, then replay batch headers after it."""
-    start = producer_state.load_latest(log_end)
+    """Newest producer snapshot at or below the log end, then replay batch headers after it
+    (`names`: the folder's listing, if the caller has it)."""
+    start = producer_state.load_latest(log_end, names)
     if start < log_start:
         start = log_start
         producer_state.advance_to(start)

@@ -23,16 +23,18 @@ class OffsetCheckpoints:
         self.directory = directory
         self._written: dict[str, int] = {}  # file → the value it holds (absent: 0; -1: unreadable)
 
-    def load(self) -> None:
-        """Note what is on disk now, so unchanged values are not written again."""
+    def load(self, names: list[str]) -> dict[str, int | None]:
+        """Read the three from the folder whose listing is `names`, and note what is on disk now
+        so unchanged values are not written again. Returns each file's offset, None when absent
+        or unreadable."""
+        values: dict[str, int | None] = {}
         for name in (RECOVERY_POINT_FILE, HIGH_WATERMARK_FILE, LOG_START_OFFSET_FILE):
-            path = self.directory / name
-            if path.exists():
-                value = read_offset(path)
-                self._written[name] = -1 if value is None else value  # -1: unreadable, rewrite it
-
-    def read(self, name: str) -> int | None:
-        return read_offset(self.directory / name)
+            if name not in names:
+                values[name] = None
+                continue
+            value = values[name] = read_offset(self.directory / name)
+            self._written[name] = -1 if value is None else value  # -1: unreadable, rewrite it
+        return values
 
     def write(self, *, recovery_point: int, high_watermark: int, log_start_offset: int, sync: bool = True) -> None:
         for name, value in (

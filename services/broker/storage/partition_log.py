@@ -14,6 +14,7 @@ and swaps its result in with `replace_segment`.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import threading
 from collections.abc import Callable, Iterator
@@ -90,39 +91,37 @@ class PartitionLog:
         return partition_log
 
     def _load(self) -> None:
-        loaded = load_segments(self.directory, self.config, self._local.new_segment)
+        names = os.listdir(self.directory)  # once: a broker opens thousands of logs at a start
+        loaded = load_segments(self.directory, names, self.config, self._local.new_segment)
         for segment in loaded.segments:
             self._local.append(segment)
-        self._checkpoints.load()
-        checkpointed_start = self._checkpoints.read(LOG_START_OFFSET_FILE)
+        checkpointed = self._checkpoints.load(names)
+        checkpointed_start = checkpointed[LOG_START_OFFSET_FILE]
         if not len(self._local):
-            start = checkpointed_start or 0
-            self._local.append(self._local.new_segment(start))
+            self._local.append(self._local.new_segment(checkpointed_start or 0))
         first_base = self._local.first.base_offset
         log_end = self.log_end_offset
         self._log_start_offset = max(first_base, checkpointed_start or first_base)
         if self._log_start_offset > log_end:
             self._truncate_fully_locked(self._log_start_offset)
-            log_end = self.log_end_offset
-        self._high_watermark = min(
-            max(self._checkpoints.read(HIGH_WATERMARK_FILE) or 0, self._log_start_offset), log_end
-        )
-        self._recovery_point = log_end
+            log_end, names = self.log_end_offset, os.listdir(self.directory)
+        self._high_watermark = min(max(checkpointed[HIGH_WATERMARK_FILE] or 0, self._log_start_offset), log_end)
+        # After a crash it stays (as Kafka's LogLoader): what recovery validated is not fsynced yet.
+        self._recovery_point = log_end if loaded.clean else min(loaded.recovery_point, log_end)
         self.leader_epochs = LeaderEpochCache.load(self.directory / LEADER_EPOCH_FILE)
         self.leader_epochs.truncate_from_end(log_end)
         self.leader_epochs.truncate_from_start(self._log_start_offset)
         assign_recovered_epochs(self.directory.name, self._local.segments, loaded.recovered, self.leader_epochs)
-        self._rebuild_producer_state()
-        self._write_checkpoints()
+        self._rebuild_producer_state(names)
+        # Not synced (an fsync per log at a start): a crash before a flush makes the next open redo it.
+        self.leader_epochs.flush(sync=False)
+        start, high_watermark, recovery_point = self._log_start_offset, self._high_watermark, self._recovery_point
+        self._checkpoints.write(recovery_point=recovery_point, high_watermark=high_watermark, log_start_offset=start)
 
-    def _rebuild_producer_state(self) -> None:
-        rebuild_producer_state(
-            self.producer_state,
-            self._local.segments,
-            self._local.base_offsets,
-            self._log_start_offset,
-            self.log_end_offset,
-        )
+    def _rebuild_producer_state(self, names: list[str] | None = None) -> None:
+        local = self._local
+        start, end = self._log_start_offset, self.log_end_offset
+        rebuild_producer_state(self.producer_state, local.segments, local.base_offsets, start, end, names=names)
 
     # ---- state -----------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from typing import Final
 
 import structlog
 
-from tidelog.broker.storage.checkpoint import write_atomically
+from tidelog.broker.storage.checkpoint import read_small_file, write_atomically
 from tidelog.common.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from tidelog.common.record.batch import BatchHeader, next_sequence
 
@@ -180,8 +180,10 @@ class ProducerStateManager:
 
     # ---- snapshots -------------------------------------------------------------------------
 
-    def snapshot_offsets(self) -> list[int]:
-        return sorted(int(match[1]) for name in os.listdir(self.directory) if (match := _SNAPSHOT_NAME.match(name)))
+    def snapshot_offsets(self, names: list[str] | None = None) -> list[int]:
+        """Offsets of the snapshots in the folder (`names`: its listing, if the caller has it)."""
+        listing = os.listdir(self.directory) if names is None else names
+        return sorted(int(match[1]) for name in listing if (match := _SNAPSHOT_NAME.match(name)))
 
     def take_snapshot(self, *, sync: bool = True) -> None:
         """Write the state as of `map_end_offset` (atomically; an existing one is replaced) —
@@ -209,7 +211,10 @@ class ProducerStateManager:
     def _read_snapshot(self, offset: int) -> dict[int, ProducerEntry] | None:
         path = self.directory / snapshot_file_name(offset)
         try:
-            document = json.loads(path.read_bytes())
+            data = read_small_file(path)
+            if data is None:
+                raise FileNotFoundError(path)
+            document = json.loads(data)
             if document["version"] != SNAPSHOT_VERSION or document["offset"] != offset:
                 raise ValueError("version or offset mismatch")
             producers: dict[int, ProducerEntry] = {}
@@ -223,13 +228,13 @@ class ProducerStateManager:
             path.unlink(missing_ok=True)
             return None
 
-    def load_latest(self, at_most: int) -> int:
+    def load_latest(self, at_most: int, names: list[str] | None = None) -> int:
         """Reset to the newest readable snapshot at or below `at_most`; returns its offset (0 if none).
 
         Snapshots above `at_most` describe records no longer in the log: they are deleted. The
         caller replays batch headers from the returned offset.
         """
-        for offset in reversed(self.snapshot_offsets()):
+        for offset in reversed(self.snapshot_offsets(names)):
             if offset > at_most:
                 (self.directory / snapshot_file_name(offset)).unlink(missing_ok=True)
                 continue

@@ -194,7 +194,9 @@ class LogSegment:
         while position < self.size:
             local = position - buffer_start
             if len(buffer) - local < BATCH_OVERHEAD:
-                buffer = self.read_at(chunk_bytes, position)
+                # No more than the file holds: a 1 MiB buffer for a 700-byte segment cost an
+                # allocation per log when a broker recovered thousands at a start.
+                buffer = self.read_at(min(chunk_bytes, self.size - position), position)
                 buffer_start, local = position, 0
             if len(buffer) < BATCH_OVERHEAD:
                 raise BadBatchError("torn batch header", position)

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tidelog.broker.storage import LogConfig, PartitionLog, checkpoint, leader_epoch_cache, offset_checkpoints
-from tidelog.broker.storage.checkpoint import write_checkpoint
+from tidelog.broker.storage.checkpoint import read_checkpoint, write_checkpoint
 from tidelog.broker.storage.log_files import CLEAN_SHUTDOWN_FILE, LEADER_EPOCH_FILE
 from tidelog.common.errors import KafkaStorageError
 from tidelog.common.record.batch import encode_batch, read_header, restamp
@@ -402,3 +402,32 @@ def test_a_stop_cut_between_the_two_halves_recovers_as_after_a_crash(open_log: O
     reopened = open_log()
     assert reopened.log_end_offset == 40
     assert [value for _, _, value in records_of(read_all(reopened))] == _values(0, 40)
+
+
+def test_opening_after_a_crash_syncs_nothing_and_keeps_the_recovery_point(
+    open_log: OpenLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A broker back from kill -9 opens thousands of logs: an fsync each took seconds. What recovery
+    # validated is not durable until a flush, so the recovery point stays where it was (as Kafka's
+    # LogLoader) and a second crash recovers the same segment again.
+    partition_log = open_log(flush_messages=8)
+    _fill(partition_log, 3)  # 12 records: flushed at 8, 4 unflushed
+    assert partition_log.recovery_point == 8
+    partition_log.assign_leader_epoch(2)  # an epoch with no batch: forgotten by the open
+    _crash(partition_log)
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda descriptor: (fsyncs.append(descriptor), real_fsync(descriptor))[1])
+    reopened = open_log(flush_messages=8)
+    assert not fsyncs
+    assert reopened.recovery_point == 8
+    assert reopened.log_end_offset == 12
+    assert reopened.leader_epochs.entries() == [(0, 0)]
+    assert read_checkpoint(tmp_path / "topic-0" / LEADER_EPOCH_FILE, fields=2) == [(0, 0)]
+    monkeypatch.undo()
+    _crash(reopened)
+    again = open_log(flush_messages=8)
+    assert again.recovery_point == 8 and again.log_end_offset == 12
+    again.flush()
+    assert again.recovery_point == 12
+    assert [value for _, _, value in records_of(read_all(again))] == _values(0, 12)
