@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
+from tidelog.client import AdminClient, Consumer, Producer, TopicDescription, TopicPartition
 from tidelog.dev.local_cluster import LocalCluster
 
 TOPIC = "scale"
@@ -84,15 +84,15 @@ async def idle_cpu(cluster: LocalCluster, seconds: float) -> dict[str, float]:
 
 async def all_led(admin: AdminClient, partitions: int, timeout_s: float = 600) -> None:
     deadline = time.monotonic() + timeout_s
+    last: list[float] = []
     while time.monotonic() < deadline:
-        described = (await admin.describe_topics([TOPIC]))[TOPIC]
+        described = await described_after_pause(admin, last)
         if (
             not isinstance(described, Exception)
             and len(described.partitions) == partitions
             and all(partition.leader >= 0 for partition in described.partitions)
         ):
             return
-        await asyncio.sleep(0.2)  # (each look is a Metadata of every partition: not too often)
     raise TimeoutError("not every partition got a leader")
 
 
@@ -102,12 +102,25 @@ async def partition_epochs(admin: AdminClient) -> list[int]:
     return [partition.partition_epoch for partition in described.partitions]
 
 
+async def described_after_pause(admin: AdminClient, last: list[float]) -> TopicDescription | Exception:
+    """The topic described, after a pause of three times the last description's duration (at least
+    50 ms): a description of 10,000 partitions costs its broker some 80 ms, and polling it every
+    100 ms took most of a core of this 2-core machine from the cluster being measured."""
+    if last:
+        await asyncio.sleep(max(0.05, 3 * last[0]))
+    started = time.monotonic()
+    described = (await admin.describe_topics([TOPIC]))[TOPIC]
+    last[:] = [time.monotonic() - started]
+    return described
+
+
 async def all_in_sync(admin: AdminClient, timeout_s: float = 600, changed_since: list[int] | None = None) -> None:
     """Every ISR whole; with `changed_since` (partition epochs), only once each partition's state
     changed twice since (a restarted broker's new life leaves every ISR, then rejoins)."""
     deadline = time.monotonic() + timeout_s
+    last: list[float] = []
     while time.monotonic() < deadline:
-        described = (await admin.describe_topics([TOPIC]))[TOPIC]
+        described = await described_after_pause(admin, last)
         if (
             not isinstance(described, Exception)
             and all(len(p.isr) == 3 for p in described.partitions)
@@ -117,7 +130,6 @@ async def all_in_sync(admin: AdminClient, timeout_s: float = 600, changed_since:
             )
         ):
             return
-        await asyncio.sleep(0.1)
     raise TimeoutError("the ISRs did not become whole")
 
 
@@ -168,7 +180,13 @@ async def crash_and_restart(cluster: LocalCluster, admin: AdminClient) -> dict[s
     detected = time.monotonic() - stopped
     cluster.start_process("broker-3")
     await cluster.wait_ready()  # its new life registered ...
-    await all_in_sync(admin, changed_since=before)  # ... left every ISR and rejoined them all
+    # ... and ready: it hosts every partition, so no ISR lacks it (its readiness file: cheap to poll)
+    deadline = time.monotonic() + 600
+    while not cluster.broker_ready(3):
+        if time.monotonic() > deadline:
+            raise TimeoutError("broker 3 never became ready")
+        await asyncio.sleep(0.02)
+    await all_in_sync(admin, changed_since=before)  # (confirmed: it left every ISR and rejoined them all)
     return {
         "broker kill -9 → all it led led elsewhere (s)": detected,
         "broker kill -9 + start → registered, in every ISR (s)": time.monotonic() - stopped,
@@ -179,13 +197,13 @@ async def led_elsewhere(admin: AdminClient, broker: int, timeout_s: float = 600)
     """Every partition led by another broker than `broker`, which is in no ISR (crash detection:
     the controller confirmed the dead process and moved everything, well before its lease ends)."""
     deadline = time.monotonic() + timeout_s
+    last: list[float] = []
     while time.monotonic() < deadline:
-        described = (await admin.describe_topics([TOPIC]))[TOPIC]
+        described = await described_after_pause(admin, last)
         if not isinstance(described, Exception) and all(
             p.leader not in (broker, -1) and broker not in p.isr for p in described.partitions
         ):
             return
-        await asyncio.sleep(0.05)
     raise TimeoutError(f"broker {broker}'s leaderships did not move")
 
 

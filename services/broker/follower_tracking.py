@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import structlog
+
 from tidelog.broker.fetch_session import FetchSession, FetchSessionCache
 from tidelog.broker.partition import Partition, PartitionKey
 from tidelog.broker.replica_role import ReplicaRole
@@ -20,6 +22,8 @@ from tidelog.common.errors import ErrorCode
 from tidelog.v1 import broker_pb2
 
 __all__ = ["FollowerTracking"]
+
+log = structlog.get_logger(__name__)
 
 
 class FollowerTracking:
@@ -51,6 +55,7 @@ class FollowerTracking:
         """Note each follower's position and advance the HW; error codes (by partition) for the
         fetches it must refuse (an older or newer leader epoch than ours)."""
         errors: dict[PartitionKey, int] = {}
+        new_lives: list[PartitionKey] = []
         now = self.clock()
         if session is not None and session.unrecorded:
             listed = {(fetch.topic, fetch.partition) for fetch in fetches}
@@ -78,8 +83,11 @@ class FollowerTracking:
                 session.unrecorded.discard(key)
             if hosted.follower_incarnation.get(replica_id) != incarnation:
                 self.isr_watch.add(key)  # a new life: judged afresh
-            hosted.note_follower_fetch(replica_id, incarnation, fetch.fetch_offset, now, session)
+            if hosted.note_follower_fetch(replica_id, incarnation, fetch.fetch_offset, now, session):
+                new_lives.append(key)
             hosted.advance_high_watermark(self.broker_id)
+        if new_lives:
+            log.info("follower_new_life", replica=replica_id, partitions=len(new_lives), sample=new_lives[:5])
         return errors
 
     def watch_quiet_sessions(self, quiet_s: float) -> None:

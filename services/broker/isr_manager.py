@@ -165,6 +165,8 @@ class IsrManager:
                 return
             refused: collections.Counter[str] = collections.Counter()
             first_refusal: dict[str, object] = {}
+            changed: collections.Counter[str] = collections.Counter()
+            first_change: dict[str, object] = {}
             for (partition, wanted), result in zip(batch, response.partitions, strict=True):
                 if result.error_code and result.error_code != ErrorCode.INVALID_UPDATE_VERSION:
                     self._refused(partition, wanted, result)
@@ -176,8 +178,15 @@ class IsrManager:
                         "ours": (partition.state.leader_epoch, partition.state.partition_epoch),
                         "controllers": (result.state.leader, result.state.leader_epoch, result.state.partition_epoch),
                     }
-                else:
-                    self._settle(partition, result)
+                elif (change := self._settle(partition, result)) is not None:
+                    changed[change] += 1
+                    first_change = first_change or {
+                        "topic": partition.topic,
+                        "partition": partition.partition,
+                        "isr": list(result.state.isr),
+                    }
+            if changed:  # one line a response, as for refusals
+                log.info("isr_updated", changes=dict(changed), first=first_change)
             if refused:  # one line for a response's refusals (a broker stopping gets thousands)
                 log.info("alter_partition_refused", errors=dict(refused), first=first_refusal)
         except grpc.aio.AioRpcError as error:
@@ -215,17 +224,21 @@ class IsrManager:
             self.metadata.brokers_version,
         )
 
-    def _settle(self, partition: Partition, result: controller_pb2.PartitionIsrResult) -> None:
-        """Apply the controller's acceptance of one change."""
-        if result.HasField("state"):
-            before = set(partition.state.isr)
-            self.replicas.states.apply_committed_state(result.state)
-            after = set(result.state.isr)
-            if after < before:
-                ISR_SHRINKS.inc()
-            elif after > before:
-                ISR_EXPANDS.inc()
-            log.info("isr_updated", topic=partition.topic, partition=partition.partition, isr=list(result.state.isr))
+    def _settle(self, partition: Partition, result: controller_pb2.PartitionIsrResult) -> str | None:
+        """Apply the controller's acceptance of one change; what it was ("shrunk", "expanded",
+        "changed"), None when there was no state to apply."""
+        if not result.HasField("state"):
+            return None
+        before = set(partition.state.isr)
+        self.replicas.states.apply_committed_state(result.state)
+        after = set(result.state.isr)
+        if after < before:
+            ISR_SHRINKS.inc()
+            return "shrunk"
+        if after > before:
+            ISR_EXPANDS.inc()
+            return "expanded"
+        return "changed"
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -14,16 +14,12 @@ import dataclasses
 import math
 from collections.abc import Collection
 
-import structlog
-
 from tidelog.broker.fetch_session import FetchSession
 from tidelog.broker.replica_role import ReplicaRole, transition
 from tidelog.broker.storage import PartitionLog
 from tidelog.v1 import common_pb2
 
 __all__ = ["Partition", "PartitionKey", "PartitionRead"]
-
-log = structlog.get_logger(__name__)
 
 PartitionKey = tuple[str, int]  # (topic, partition)
 
@@ -126,18 +122,13 @@ class Partition:
 
     def note_follower_fetch(
         self, replica_id: int, incarnation: str, fetch_offset: int, now: float, session: FetchSession | None = None
-    ) -> None:
-        """Leader: a follower fetched from `fetch_offset`, so it holds everything below it."""
+    ) -> bool:
+        """Leader: a follower fetched from `fetch_offset`, so it holds everything below it. True
+        when this fetch came from a new life of a follower known before (the caller logs them, one
+        line a request: a restarted broker's first fetch names thousands)."""
+        new_life = False
         if self.follower_incarnation.get(replica_id) != incarnation:
-            if replica_id in self.follower_incarnation:
-                log.info(
-                    "follower_new_life",
-                    topic=self.topic,
-                    partition=self.partition,
-                    replica=replica_id,
-                    previous_end=self.follower_end.get(replica_id, -1),
-                    fetch_offset=fetch_offset,
-                )
+            new_life = replica_id in self.follower_incarnation
             self.follower_end.pop(replica_id, None)
             self.follower_caught_up_s.pop(replica_id, None)
             self.follower_fetched_s.pop(replica_id, None)
@@ -150,6 +141,7 @@ class Partition:
             self.follower_sessions[replica_id] = session
         if fetch_offset >= self.log.log_end_offset:
             self.follower_caught_up_s[replica_id] = now
+        return new_life
 
     def wake_produce_waiters(self) -> None:
         """Wake acks=all requests waiting on this partition: the HW moved or the leadership changed."""

@@ -33,6 +33,10 @@ class BrokerRequests:
         self._channels = channels or ChannelPool()
 
     def _stub(self, endpoint: str) -> broker_pb2_grpc.BrokerStub:
+        # A broker back from a crash on its old address: the channel that failed while it was down
+        # would fail the first push in its reconnect backoff, and the push wait for the next resync
+        # (a second, at a restart the bench times). The controller paces its own attempts.
+        self._channels.forget_failed(endpoint)
         return broker_pb2_grpc.BrokerStub(self._channels.channel(endpoint))
 
     async def send_push(self, broker: BrokerRegistration, push: StatePush) -> set[tuple[str, int]] | None:
