@@ -37,6 +37,7 @@ __all__ = ["PartitionStates"]
 log = structlog.get_logger(__name__)
 
 NEW_LOGS_IN_PARALLEL_MIN: Final = 8  # fewer new replicas in a LeaderAndIsr are opened one by one
+SLOW_STATE_CHANGE_S: Final = 1.0  # a LeaderAndIsr that took longer is logged with its timings
 
 
 class PartitionStates:
@@ -107,7 +108,9 @@ class PartitionStates:
             topic: json.loads(request.topic_configs_json.get(topic, "{}"))
             for topic in {state.topic for state in request.partitions}
         }
+        started = self.clock()
         opened = await self._open_new_logs(request.partitions, topic_configs)
+        opened_s = self.clock() - started
         new_leaders: dict[PartitionKey, tuple[Partition, int]] = {}
         for state in request.partitions:
             key = (state.topic, state.partition)
@@ -138,6 +141,13 @@ class PartitionStates:
         for key in unassigned:
             log.warning("replica_not_assigned_any_more", topic=key[0], partition=key[1])
             await self._stop(key, delete=False)
+        if opened_s >= SLOW_STATE_CHANGE_S or self.clock() - started >= SLOW_STATE_CHANGE_S:
+            log.info(  # a broker's restart at scale: where its first state change spends its time
+                "leader_and_isr_applied",
+                partitions=len(request.partitions),
+                logs_opened_s=round(opened_s, 3),
+                seconds=round(self.clock() - started, 3),
+            )
         return errors
 
     async def _open_new_logs(
