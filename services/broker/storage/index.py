@@ -16,6 +16,7 @@ Not thread-safe: the owning PartitionLog serialises every call under its lock.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 from array import array
 from pathlib import Path
@@ -121,12 +122,12 @@ class _IndexFile:
         self._rewrite = False
 
     def _truncate_in_place(self) -> bool:
-        """Empty the file by its name, one system call, the common case when recovery rebuilds the
-        (empty) index of a small segment; False when there is no file to empty."""
-        try:
+        """Empty the file by its name, one system call: the common case when recovery rebuilds the
+        (empty) index of a small segment. No file is made for an empty index: opening takes a
+        missing one as empty and scans the segment, which holds less than `index.interval.bytes`
+        past its base (a broker closing 10,000 new logs created 20,000 empty files, 0.3 ms each)."""
+        with contextlib.suppress(FileNotFoundError):
             os.truncate(self.path, 0)
-        except FileNotFoundError:
-            return False
         self._persisted = 0
         self._rewrite = False
         return True

@@ -121,7 +121,9 @@ def test_only_an_index_that_holds_or_held_entries_is_synced(tmp_path: Path, monk
     monkeypatch.setattr(os, "fsync", lambda descriptor: (synced.append(descriptor), real_fsync(descriptor))[1])
     empty = _offsets(tmp_path, entries=[])
     empty.flush()
-    assert empty.path.read_bytes() == b"" and synced == []
+    # Not even made: opening takes a missing index as empty (a broker closing 10,000 new logs
+    # created 20,000 empty files).
+    assert not empty.path.exists() and synced == []
     (tmp_path / "full").mkdir()
     full = _offsets(tmp_path / "full")
     full.flush()
