@@ -107,8 +107,9 @@ class LeaderEpochCache:
         """Record a new epoch before any batch of it is written or served, and write the history.
 
         A history that lacks an epoch its log holds makes truncation after a restart wrong in both
-        directions (an uncommitted tail kept, or committed records cut), so it is written on every
-        new epoch, as Kafka's LeaderEpochFileCache does. Written, not synced (KAFKA-15046: a synced
+        directions (an uncommitted tail kept, or committed records cut), so it is written before
+        the first batch of every new epoch (a leader's epoch, assigned in memory when it takes the
+        leadership, is written here with its first append). Written, not synced (KAFKA-15046: a synced
         write per new leadership stalled topic creation for tens of seconds at 10,000 partitions):
         a killed process leaves it in the page cache; a crashed machine may lose it, but only along
         with batches not yet flushed, whose epochs recovery reads back from the segments it

@@ -431,3 +431,22 @@ def test_opening_after_a_crash_syncs_nothing_and_keeps_the_recovery_point(
     again.flush()
     assert again.recovery_point == 12
     assert [value for _, _, value in records_of(read_all(again))] == _values(0, 12)
+
+
+def test_a_leader_s_epoch_is_written_with_its_first_batch_not_when_the_leadership_starts(
+    open_log: OpenLog, tmp_path: Path
+) -> None:
+    # Taking thousands of leaderships at once (another broker's controlled shutdown) wrote a file
+    # each while producers waited. The history must be on disk before a batch of the epoch is.
+    history = tmp_path / "topic-0" / LEADER_EPOCH_FILE
+    partition_log = open_log()
+    _fill(partition_log, 1)  # epoch 0 at 0
+    partition_log.assign_leader_epoch(5)
+    assert partition_log.leader_epochs.entries() == [(0, 0), (5, 4)]
+    assert read_checkpoint(history, fields=2) == [(0, 0)]  # nothing written for the leadership
+    partition_log.append_as_leader(encode_batch(_values(4, 4), timestamps=3000), leader_epoch=5)
+    assert read_checkpoint(history, fields=2) == [(0, 0), (5, 4)]  # written with the first batch
+    _crash(partition_log)
+    reopened = open_log()
+    assert reopened.leader_epochs.entries() == [(0, 0), (5, 4)]
+    assert reopened.log_end_offset == 8
