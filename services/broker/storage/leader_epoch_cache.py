@@ -28,6 +28,7 @@ class LeaderEpochCache:
         self._start_offsets: list[int] = []
         self._dirty = False
         self._unsynced = False  # written by flush(sync=False), not fsynced since
+        self._on_disk: list[tuple[int, int]] | None = []  # what the file holds (None: unknown)
 
     @classmethod
     def load(cls, path: Path) -> LeaderEpochCache:
@@ -37,6 +38,7 @@ class LeaderEpochCache:
             entries = read_checkpoint(path, fields=2) or []
         except CorruptCheckpointError:
             entries = []
+            cache._on_disk = None
         for epoch, start_offset in entries:
             if cache._epochs and (epoch <= cache._epochs[-1] or start_offset < cache._start_offsets[-1]):
                 cache._epochs.clear()
@@ -44,6 +46,8 @@ class LeaderEpochCache:
                 break
             cache._epochs.append(epoch)
             cache._start_offsets.append(start_offset)
+        if cache._on_disk is not None:
+            cache._on_disk = [(int(epoch), int(start)) for epoch, start in entries]
         return cache
 
     def entries(self) -> list[tuple[int, int]]:
@@ -117,13 +121,22 @@ class LeaderEpochCache:
         self.assign(epoch, start_offset)
         self.flush(sync=False)
 
-    def flush(self, *, sync: bool = True) -> None:
+    def flush(self, *, sync: bool = True, log_end: int | None = None) -> None:
         """Write the history if it changed; with `sync`, make it survive a machine crash too (also
-        when an earlier flush wrote it without)."""
+        when an earlier flush wrote it without). With `log_end`, epochs starting there are left
+        out: no batch carries them yet (a leadership with no append), the next open would drop
+        them, and the epoch's first batch writes them (a broker closing after thousands of
+        leaderships moved wrote a file for each)."""
         if self._dirty:
-            write_checkpoint(self.path, self.entries(), sync=sync)
-            self._dirty = False
-            self._unsynced = not sync
-        elif sync and self._unsynced:
+            entries = self.entries()
+            if log_end is not None:
+                while entries and entries[-1][1] >= log_end:
+                    entries.pop()
+            if entries != self._on_disk:
+                write_checkpoint(self.path, entries, sync=sync)
+                self._on_disk = entries
+                self._unsynced = not sync
+            self._dirty = len(entries) != len(self._epochs)
+        if sync and self._unsynced:
             sync_file(self.path)
             self._unsynced = False

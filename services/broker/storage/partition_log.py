@@ -434,7 +434,7 @@ class PartitionLog:
     def _write_checkpoints(self, *, sync: bool = True) -> None:
         """The epoch history first: once the recovery point passes a batch, recovery no longer
         reads that batch's epoch back, so the history holding it must be durable by then."""
-        self.leader_epochs.flush(sync=sync)
+        self.leader_epochs.flush(sync=sync, log_end=self.log_end_offset)
         self._checkpoints.write(
             recovery_point=self._recovery_point,
             high_watermark=self._high_watermark,
@@ -450,7 +450,7 @@ class PartitionLog:
             if self._closed:
                 return
             self._local.flush_from(self._recovery_point, sync=sync)
-            self.leader_epochs.flush(sync=sync)
+            self.leader_epochs.flush(sync=sync, log_end=self.log_end_offset)
             self.producer_state.take_snapshot(sync=sync)
             self._local.close()
             self._closed = True

@@ -450,3 +450,29 @@ def test_a_leader_s_epoch_is_written_with_its_first_batch_not_when_the_leadershi
     reopened = open_log()
     assert reopened.leader_epochs.entries() == [(0, 0), (5, 4)]
     assert reopened.log_end_offset == 8
+
+
+def test_a_close_does_not_write_a_leadership_no_batch_carries(
+    open_log: OpenLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A broker closing after thousands of leaderships moved wrote a history file for each; an
+    # epoch no batch carries is dropped by the next open anyway.
+    history = tmp_path / "topic-0" / LEADER_EPOCH_FILE
+    partition_log = open_log()
+    _fill(partition_log, 1)
+    partition_log.assign_leader_epoch(7)
+    written: list[Path] = []
+    real_write = leader_epoch_cache.write_checkpoint
+    monkeypatch.setattr(
+        leader_epoch_cache,
+        "write_checkpoint",
+        lambda path, entries, *, sync=True: (written.append(path), real_write(path, entries, sync=sync))[1],
+    )
+    partition_log.close()
+    assert written == [] and read_checkpoint(history, fields=2) == [(0, 0)]
+    reopened = open_log()
+    assert reopened.leader_epochs.entries() == [(0, 0)]
+    reopened.assign_leader_epoch(8)
+    reopened.append_as_leader(encode_batch(_values(4, 4), timestamps=3000), leader_epoch=8)
+    reopened.close()
+    assert written == [history] and read_checkpoint(history, fields=2) == [(0, 0), (8, 4)]
