@@ -14,6 +14,7 @@ closed only under that lock, so a pread never meets a closed or reused descripto
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -336,7 +337,11 @@ class LogSegment:
         """Trust the index files if they are sane, else rebuild them; True when rebuilt."""
         try:
             self.offset_index.load()
-            self.time_index.load()
+            # None is made for an index without entries (index.py): a time index can be empty while
+            # the offset index is not (timestamps that never grew), and rebuilding for it would
+            # validate the whole segment at every open.
+            with contextlib.suppress(FileNotFoundError):
+                self.time_index.load()
             self.offset_index.check(self.size)
             _, position = self.offset_index.lookup(2**63 - 1)
             self._resume_from(position)

@@ -120,3 +120,25 @@ def test_a_flush_fsyncs_the_log_only_when_bytes_changed_since_the_last(
     reopened.flush()
     assert log_syncs() == 3  # bytes found on opening: not known durable
     reopened.close()
+
+
+def test_a_time_index_without_entries_makes_no_file_and_is_not_rebuilt_at_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No file is made for an index without entries; a time index can be empty while the offset
+    # index is not (no timestamp ever grew past the first), and rebuilding then would validate
+    # the whole segment at every open.
+    segment = LogSegment(tmp_path, 0, index_interval_bytes=200, max_index_entries=64, rolling_base_ms=0)
+    for n in range(10):
+        _append(segment, 3 * n, 3, timestamp=-1)
+    assert len(segment.offset_index) > 0 and len(segment.time_index) == 0
+    segment.offset_index.flush()
+    segment.time_index.flush()
+    segment.close()
+    assert segment.offset_index.path.exists() and not segment.time_index.path.exists()
+    rebuilt: list[bool] = []
+    monkeypatch.setattr(LogSegment, "_rebuild_state", lambda self, **_: rebuilt.append(True) or 0)
+    reopened = LogSegment(tmp_path, 0, index_interval_bytes=200, max_index_entries=64, rolling_base_ms=0)
+    assert reopened.load_indexes() is False and rebuilt == []
+    assert reopened.next_offset == 30 and len(reopened.time_index) == 0
+    reopened.close()
