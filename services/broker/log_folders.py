@@ -25,7 +25,9 @@ def log_folder(data_dir: Path, topic: str, partition: int) -> Path:
     return data_dir / f"{topic}-{partition}"
 
 
-def open_partition_log(data_dir: Path, topic: str, partition: int, topic_id: str, config: LogConfig) -> PartitionLog:
+def open_partition_log(
+    data_dir: Path, topic: str, partition: int, topic_id: str, config: LogConfig, *, clean: bool = False
+) -> PartitionLog:
     """The partition's log, created when new (the common case: nothing to recover), opened and
     recovered when it exists for this topic id, replaced when it is a former topic's."""
     directory = log_folder(data_dir, topic, partition)
@@ -42,7 +44,7 @@ def open_partition_log(data_dir: Path, topic: str, partition: int, topic_id: str
     if stale:
         log.warning("stale_log_replaced", topic=topic, partition=partition)
         shutil.rmtree(directory)
-    partition_log = PartitionLog.open(directory, config)
+    partition_log = PartitionLog.open(directory, config, clean=clean and not stale)
     if stale:
         _write_marker(marker, topic_id)
     return partition_log

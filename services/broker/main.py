@@ -133,6 +133,9 @@ class _Broker:
         if self.etcd.kv is None:  # (connected already when security needed it first)
             await self.etcd.connect()
         await self.quotas.start()
+        # Before any log opens (the controller's first push follows the registration).
+        clean_logs = await replicas.io.run(replicas.clean_shutdown.take)
+        log.info("clean_shutdown_list_read", logs=clean_logs)
         await self.registration.register()
         replicas.cleaner.start()
         self.readiness_task = asyncio.create_task(self.readiness.run())

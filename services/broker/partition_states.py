@@ -11,6 +11,7 @@ same log. Each replica's role moves by replica_role.py's transition table.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import shutil
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from typing import Final
 import structlog
 
 from tidelog.broker.broker_fencing import BrokerFencing, FencingState
+from tidelog.broker.clean_shutdown import CleanShutdown
 from tidelog.broker.fetch_session import FetchSession
 from tidelog.broker.follower_tracking import FollowerTracking
 from tidelog.broker.log_folders import log_folder, open_partition_log
@@ -54,6 +56,7 @@ class PartitionStates:
         fetchers: ReplicaFetcherManager,
         followers: FollowerTracking,
         fencing: BrokerFencing,
+        clean_shutdown: CleanShutdown | None = None,
         clock: Monotonic,
     ) -> None:
         self.broker_id = broker_id
@@ -66,6 +69,7 @@ class PartitionStates:
         self.fetchers = fetchers
         self.followers = followers
         self.fencing = fencing
+        self.clean_shutdown = clean_shutdown or CleanShutdown(data_dir)
         self.clock = clock
         self.controller_epoch = -1
         self._state_change = asyncio.Lock()
@@ -164,8 +168,14 @@ class PartitionStates:
         def open_chunk(chunk: list[common_pb2.PartitionState]) -> list[tuple[PartitionKey, PartitionLog]]:
             opened = []
             for state in chunk:
+                folder = log_folder(self.data_dir, state.topic, state.partition)
                 partition_log = open_partition_log(
-                    self.data_dir, state.topic, state.partition, state.topic_id, configs[state.topic]
+                    self.data_dir,
+                    state.topic,
+                    state.partition,
+                    state.topic_id,
+                    configs[state.topic],
+                    clean=self.clean_shutdown.consume(folder.name),
                 )
                 if state.leader == self.broker_id:
                     # Here, side by side on the I/O threads, rather than one I/O task after
@@ -228,12 +238,15 @@ class PartitionStates:
                 opened
                 if opened is not None
                 else await self.io.run(
-                    open_partition_log,
-                    self.data_dir,
-                    state.topic,
-                    state.partition,
-                    state.topic_id,
-                    self._log_config(configs),
+                    functools.partial(
+                        open_partition_log,
+                        self.data_dir,
+                        state.topic,
+                        state.partition,
+                        state.topic_id,
+                        self._log_config(configs),
+                        clean=self.clean_shutdown.consume(log_folder(self.data_dir, *key).name),
+                    )
                 )
             )
             existing = Partition(

@@ -68,14 +68,20 @@ def finish_interrupted_swaps(directory: Path, names: list[str]) -> bool:
 
 
 def load_segments(
-    directory: Path, names: list[str], config: LogConfig, new_segment: Callable[[int], LogSegment]
+    directory: Path,
+    names: list[str],
+    config: LogConfig,
+    new_segment: Callable[[int], LogSegment],
+    *,
+    clean: bool = False,
 ) -> LoadedSegments:
     """The log's segments, recovered where they may hold unflushed data; consumes the clean-shutdown
     marker. `names` is the folder's listing, read once by the caller (each file-system call counts
-    when a broker opens 10,000 logs)."""
+    when a broker opens 10,000 logs); `clean`: closed cleanly by the broker's last stop."""
     if finish_interrupted_swaps(directory, names):
         names = os.listdir(directory)
-    clean = CLEAN_SHUTDOWN_FILE in names
+    marked = CLEAN_SHUTDOWN_FILE in names
+    clean = clean or marked
     base_offsets = sorted(int(match[1]) for name in names if (match := SEGMENT_NAME.match(name)))
     checkpointed = 0 if clean or RECOVERY_POINT_FILE not in names else read_offset(directory / RECOVERY_POINT_FILE)
     recovery_point = 2**63 - 1 if clean else checkpointed or 0
@@ -113,7 +119,7 @@ def load_segments(
             drop_rest = True
             continue
         segments.append(segment)
-    if clean:
+    if marked:
         (directory / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
     return LoadedSegments(segments, recovered, clean, 0 if clean else checkpointed or 0)
 

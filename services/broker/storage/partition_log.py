@@ -73,26 +73,27 @@ class PartitionLog:
     # ---- opening ---------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, directory: Path, config: LogConfig, *, clock: Callable[[], int] = wall_clock_ms) -> PartitionLog:
-        """Open (creating if needed) and recover the log in `directory`."""
+    def open(
+        cls, directory: Path, config: LogConfig, *, clock: Callable[[], int] = wall_clock_ms, clean: bool = False
+    ) -> PartitionLog:
+        """Open (creating if needed) and recover the log in `directory`; `clean`: the broker's last
+        stop closed it cleanly (its data directory's list, clean_shutdown.py): no recovery."""
         directory.mkdir(parents=True, exist_ok=True)
-        partition_log = cls(directory, config, clock)
-        partition_log._load()
+        (partition_log := cls(directory, config, clock))._load(clean)
         return partition_log
 
     @classmethod
     def create(cls, directory: Path, config: LogConfig, *, clock: Callable[[], int] = wall_clock_ms) -> PartitionLog:
-        """A new, empty log in a `directory` that does not exist yet: `open` without recovery,
-        which has nothing to read (a topic of thousands of partitions creates thousands of these:
-        each file-system call counts). Fails with FileExistsError if the directory exists."""
+        """A new, empty log in a `directory` that does not exist yet (FileExistsError if it does):
+        `open` without recovery, which has nothing to read (a new topic creates thousands)."""
         directory.mkdir(parents=True)
         partition_log = cls(directory, config, clock)
         partition_log._local.append(partition_log._local.new_segment(0))
         return partition_log
 
-    def _load(self) -> None:
+    def _load(self, clean: bool) -> None:
         names = os.listdir(self.directory)  # once: a broker opens thousands of logs at a start
-        loaded = load_segments(self.directory, names, self.config, self._local.new_segment)
+        loaded = load_segments(self.directory, names, self.config, self._local.new_segment, clean=clean)
         for segment in loaded.segments:
             self._local.append(segment)
         checkpointed = self._checkpoints.load(names)
@@ -358,16 +359,12 @@ class PartitionLog:
         self._write_checkpoints()
 
     def delete_records(self, offset: int) -> int:
-        """Move the log start offset up to `offset` (≤ high watermark); returns the new start.
-
-        Whole segments below it are deleted now; the rest go at the next retention pass.
-        """
+        """Move the log start offset up to `offset` (≤ high watermark); returns the new start. Whole
+        segments below it are deleted now; the rest go at the next retention pass."""
         with self._lock:
             self._check_open()
-            if offset > self._high_watermark:
-                raise OffsetOutOfRangeError(
-                    f"cannot delete records up to {offset}: above the high watermark {self._high_watermark}"
-                )
+            if offset > (hw := self._high_watermark):
+                raise OffsetOutOfRangeError(f"cannot delete records up to {offset}: above the high watermark {hw}")
             if offset > self._log_start_offset:
                 self._log_start_offset = offset
                 self.leader_epochs.truncate_from_start(offset)
@@ -457,13 +454,15 @@ class PartitionLog:
             if sync:
                 self.finish_close(sync=True)
 
-    def finish_close(self, *, sync: bool = False) -> None:
-        """close(sync=False)'s second half, only once the file system is synced: checkpoints, marker."""
+    def finish_close(self, *, sync: bool = False, marker: bool = True) -> None:
+        """close(sync=False)'s second half, once the file system is synced: checkpoints, and the
+        marker unless the caller names the log in its data directory's list (clean_shutdown.py)."""
         with self._lock:
             assert self._closed, "finish_close follows close()"
             self._recovery_point = self.log_end_offset  # (the segments' ends outlive their files)
             self._write_checkpoints(sync=sync)
-            (self.directory / CLEAN_SHUTDOWN_FILE).touch()
+            if marker:
+                (self.directory / CLEAN_SHUTDOWN_FILE).touch()
 
     def close_without_flush(self) -> None:
         """Close descriptors as a crash would leave them: no flush, no marker (tests, shutdown on error)."""
