@@ -10,6 +10,7 @@ from pathlib import Path
 
 import grpc
 
+from tidelog.broker.clean_shutdown import CleanShutdown
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
 from tidelog.common.errors import ErrorCode
 from tidelog.dev.local_cluster import LocalCluster
@@ -169,7 +170,10 @@ async def test_sigterm_stops_each_service_cleanly(fresh_cluster: LocalCluster) -
             log = (fresh_cluster.data_dir / "logs" / f"{name}.log").read_text()
             assert f'"event": "{name.split("-")[0]}_stopped"' in log
         hosted = list((fresh_cluster.data_dir / "broker-1").glob("graceful-*"))
-        assert hosted and all((folder / ".clean-shutdown").exists() for folder in hosted)
+        # Closed cleanly: named in the data directory's list (clean_shutdown.py), no marker each.
+        listed = CleanShutdown(fresh_cluster.data_dir / "broker-1")
+        assert hosted and listed.take() >= len(hosted)
+        assert all(listed.consume(folder.name) for folder in hosted)
 
         async def moved_and_elected() -> bool:  # the broker handed off at once, a new controller took over
             cluster = await admin.describe_cluster()
