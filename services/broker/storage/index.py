@@ -102,7 +102,8 @@ class _IndexFile:
         a caller that syncs the whole file system after)."""
         if not self._rewrite and self._persisted == len(self.keys):
             return
-        if self._rewrite and not self.keys and not (sync and self._persisted) and self._truncate_in_place():
+        if self._rewrite and not self.keys and not (sync and self._persisted):
+            self._truncate_in_place()
             return
         start = 0 if self._rewrite else self._persisted
         rows = np.empty(len(self.keys) - start, dtype=self._entry_dtype())
@@ -112,16 +113,14 @@ class _IndexFile:
         descriptor = os.open(self.path, flags, 0o644)
         try:
             os.write(descriptor, rows.tobytes())
-            if sync and (len(rows) or self._persisted):
+            if sync:  # (an index that never held an entry makes no file: _truncate_in_place)
                 os.fsync(descriptor)
-            # (else an index that never held an entry: no bytes to make durable, and one missing
-            # after a crash is rebuilt from its segment; closing 10,000 idle logs synced 20,000)
         finally:
             os.close(descriptor)
         self._persisted = len(self.keys)
         self._rewrite = False
 
-    def _truncate_in_place(self) -> bool:
+    def _truncate_in_place(self) -> None:
         """Empty the file by its name, one system call: the common case when recovery rebuilds the
         (empty) index of a small segment. No file is made for an empty index: opening takes a
         missing one as empty and scans the segment, which holds less than `index.interval.bytes`
@@ -130,7 +129,6 @@ class _IndexFile:
             os.truncate(self.path, 0)
         self._persisted = 0
         self._rewrite = False
-        return True
 
     def rename(self, path: Path) -> None:
         if self.path.exists():

@@ -83,8 +83,9 @@ def load_segments(
     marked = CLEAN_SHUTDOWN_FILE in names
     clean = clean or marked
     base_offsets = sorted(int(match[1]) for name in names if (match := SEGMENT_NAME.match(name)))
-    checkpointed = 0 if clean or RECOVERY_POINT_FILE not in names else read_offset(directory / RECOVERY_POINT_FILE)
-    recovery_point = 2**63 - 1 if clean else checkpointed or 0
+    recovery_point = 0  # (unused when clean: nothing is recovered)
+    if not clean and RECOVERY_POINT_FILE in names:
+        recovery_point = read_offset(directory / RECOVERY_POINT_FILE) or 0
     segments: list[LogSegment] = []
     recovered: list[LogSegment] = []
     drop_rest = False
@@ -121,7 +122,7 @@ def load_segments(
         segments.append(segment)
     if marked:
         (directory / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
-    return LoadedSegments(segments, recovered, clean, 0 if clean else checkpointed or 0)
+    return LoadedSegments(segments, recovered, clean, recovery_point)
 
 
 def assign_recovered_epochs(
