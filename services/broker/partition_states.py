@@ -14,9 +14,9 @@ import asyncio
 import functools
 import json
 import shutil
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, TypeVar
 
 import structlog
 
@@ -40,6 +40,20 @@ log = structlog.get_logger(__name__)
 
 NEW_LOGS_IN_PARALLEL_MIN: Final = 8  # fewer new replicas in a LeaderAndIsr are opened one by one
 SLOW_STATE_CHANGE_S: Final = 1.0  # a LeaderAndIsr that took longer is logged with its timings
+# Partition states applied between two yields to the event loop. A LeaderAndIsr over 10,000
+# partitions held the loop for over a second; the produce and fetch requests of the partitions it
+# did not touch waited that long (a rolling restart's acks=all stalls).
+STATES_BETWEEN_YIELDS: Final = 200
+
+
+T = TypeVar("T")
+
+
+def _log_failure(change: asyncio.Future[Any]) -> None:
+    """A change whose caller was cancelled fails unseen otherwise (an expected refusal, a stale
+    epoch, is the caller's to answer and is not logged)."""
+    if not change.cancelled() and (error := change.exception()) is not None and not isinstance(error, TidelogError):
+        log.error("state_change_failed", error=repr(error))
 
 
 class PartitionStates:
@@ -73,6 +87,7 @@ class PartitionStates:
         self.clock = clock
         self.controller_epoch = -1
         self._state_change = asyncio.Lock()
+        self._changes: set[asyncio.Future[Any]] = set()  # under way, whether or not their caller waits
 
     def check_incarnation(self, incarnation: str) -> None:
         """Refuse controller requests meant for another life of this broker id (KIP-380)."""
@@ -90,8 +105,24 @@ class PartitionStates:
         self.controller_epoch = epoch
 
     async def leader_and_isr(self, request: broker_pb2.LeaderAndIsrRequest) -> list[broker_pb2.PartitionError]:
+        return await self._to_the_end(self._locked_leader_and_isr(request))
+
+    async def _locked_leader_and_isr(self, request: broker_pb2.LeaderAndIsrRequest) -> list[broker_pb2.PartitionError]:
         async with self._state_change:
             return await self._leader_and_isr(request)
+
+    async def _to_the_end(self, change: Coroutine[Any, Any, T]) -> T:
+        """A state change runs to its end even when its caller is cancelled: gRPC cancels a
+        handler whose caller's deadline passed (the controller's, for a LeaderAndIsr slower than
+        it allowed), and a change cut there leaked the logs it had opened, file descriptors and
+        all; the controller's next push opened them again (10,000 partitions on a slow disk: out
+        of file descriptors). The caller still gets its CancelledError; the next request waits
+        for this one's end under the lock."""
+        task = asyncio.ensure_future(change)
+        self._changes.add(task)
+        task.add_done_callback(self._changes.discard)
+        task.add_done_callback(_log_failure)
+        return await asyncio.shield(task)
 
     async def _leader_and_isr(self, request: broker_pb2.LeaderAndIsrRequest) -> list[broker_pb2.PartitionError]:
         self.check_controller_epoch(request.controller_epoch)
@@ -116,7 +147,9 @@ class PartitionStates:
         opened = await self._open_new_logs(request.partitions, topic_configs)
         opened_s = self.clock() - started
         new_leaders: dict[PartitionKey, tuple[Partition, int]] = {}
-        for state in request.partitions:
+        for index, state in enumerate(request.partitions):
+            if index % STATES_BETWEEN_YIELDS == STATES_BETWEEN_YIELDS - 1:
+                await asyncio.sleep(0)  # the requests of other partitions run meanwhile
             key = (state.topic, state.partition)
             wanted.add(key)
             try:
@@ -302,6 +335,9 @@ class PartitionStates:
         self.followers.isr_watch.add((state.topic, state.partition))
 
     async def stop_replicas(self, request: broker_pb2.StopReplicaRequest) -> None:
+        await self._to_the_end(self._locked_stop_replicas(request))
+
+    async def _locked_stop_replicas(self, request: broker_pb2.StopReplicaRequest) -> None:
         async with self._state_change:
             self.check_controller_epoch(request.controller_epoch)
             self.check_incarnation(request.broker_incarnation)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -477,3 +478,48 @@ async def test_a_replica_a_reassignment_adds_is_recorded_from_its_session_when_t
     replicas.followers.record_fetch(OTHER, "life-2", [], session)  # an incremental fetch naming nothing
     assert hosted.follower_end[OTHER] == 0  # at the log end: caught up, so the ISR check adds it
     assert OTHER in hosted.follower_caught_up_s and not session.unrecorded
+
+
+async def test_a_leader_and_isr_whose_caller_is_cancelled_ends_anyway_and_leaks_no_log(
+    replicas: ReplicaManager,
+) -> None:
+    # gRPC cancels a handler whose caller's deadline passed: a first push over thousands of new
+    # partitions on a slow disk. Cut half-way, the change leaked the logs it had opened (their
+    # file descriptors), and the controller's next push opened them all again.
+    count = 40
+    request = broker_pb2.LeaderAndIsrRequest(
+        controller_id=1,
+        controller_epoch=1,
+        broker_incarnation=replicas.incarnation,
+        full=True,
+        partitions=[
+            common_pb2.PartitionState(
+                topic=TOPIC,
+                partition=partition,
+                leader=ME,
+                isr=[ME, OTHER],
+                replicas=[ME, OTHER],
+                leader_epoch=1,
+                partition_epoch=1,
+                controller_epoch=1,
+                topic_id="id-1",
+            )
+            for partition in range(count)
+        ],
+    )
+    call = asyncio.ensure_future(replicas.states.leader_and_isr(request))
+    for _ in range(3):
+        await asyncio.sleep(0)  # under way: the logs are being opened on the I/O threads
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+
+    async def all_hosted() -> bool:
+        return len(replicas.partitions) == count
+
+    await wait_until(all_hosted, timeout_s=10, what="the cancelled change carried to its end")
+    descriptors = len(os.listdir("/proc/self/fd"))
+    assert not await replicas.states.leader_and_isr(request)  # the controller's next, whole push
+    assert len(os.listdir("/proc/self/fd")) == descriptors  # nothing opened twice
+    info = await replicas.append(TOPIC, count - 1, encode_batch([b"x"]), acks=1)
+    assert info.first_offset == 0
