@@ -19,6 +19,8 @@ class MetadataCache:
         self.brokers_version = 0  # counts changes of `brokers` (a broker registered, or gone)
         self.topics: dict[str, list[common_pb2.PartitionState]] = {}
         self.configs: dict[str, dict[str, str]] = {}
+        # The controller's automatic leader rebalance (None: it did not say), for readiness.
+        self.leader_balance: broker_pb2.LeaderBalance | None = None
         self.version = 0  # counts updates: what was computed from this cache is stale when it moved
 
     def update(self, request: broker_pb2.UpdateMetadataRequest) -> None:
@@ -28,6 +30,7 @@ class MetadataCache:
         self.controller_id = request.controller_id
         self.controller_epoch = request.controller_epoch
         self.controller_endpoint = request.controller_endpoint
+        self.leader_balance = request.leader_balance if request.HasField("leader_balance") else None
         live = list(request.live_brokers)
         if live != self.brokers:
             self.brokers, self.brokers_version = live, self.brokers_version + 1

@@ -12,6 +12,14 @@ has each replica on a registered broker in its ISR. Replicas on brokers that are
 every broker unready at once, and nothing could roll. The state is the metadata the controller
 pushed (UpdateMetadata), recomputed only when that changed.
 
+With the controller's automatic leader rebalance on (`auto.leader.rebalance.enable`, which the
+controller states in UpdateMetadata), ready also waits until the controller has handed this
+broker back the leaderships it prefers, by the controller's own rule (`awaits_hand_back`). A
+broker back in every ISR is handed its leaderships at that moment: if the next broker stopped
+then, its controlled shutdown and the hand-back, each over thousands of partitions, would run
+at once, and the producers of every moved partition would wait on both. Strimzi's KafkaRoller
+2.0 proposal waits the same way for a restarted broker to lead its preferred partitions.
+
 Kubernetes' readiness probe reads it through a file, as Strimzi's does (`broker.readiness.file`:
 present while ready): the probe then works whatever the listener's security, which a kubelet's
 gRPC or HTTP probe could not pass. `tidelog_broker_ready` exports the same.
@@ -29,7 +37,7 @@ import structlog
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.server_common import metrics_catalog
 
-__all__ = ["Readiness", "under_replicated_hosted"]
+__all__ = ["Readiness", "awaits_hand_back", "under_replicated_hosted"]
 
 log = structlog.get_logger(__name__)
 
@@ -52,6 +60,25 @@ def under_replicated_hosted(broker_id: int, metadata: MetadataCache) -> int:
     return count
 
 
+def awaits_hand_back(broker_id: int, metadata: MetadataCache) -> bool:
+    """Whether the controller's rebalance will move leaderships to this broker: the share of the
+    partitions it prefers (first replica) that others lead is above
+    `leader.imbalance.per.broker.percentage`, and some of those have it in sync (the controller's
+    `imbalanced_partitions`, which this mirrors: services share no code but the wire)."""
+    balance = metadata.leader_balance
+    if balance is None or not balance.auto_leader_rebalance_enable:
+        return False
+    preferred = not_led = movable = 0
+    for states in metadata.topics.values():
+        for state in states:
+            if state.replicas and state.replicas[0] == broker_id:
+                preferred += 1
+                if state.leader != broker_id:
+                    not_led += 1
+                    movable += broker_id in state.isr
+    return movable > 0 and not_led * 100 > balance.leader_imbalance_per_broker_percentage * preferred
+
+
 class Readiness:
     def __init__(self, broker_id: int, metadata: MetadataCache, file: Path | None) -> None:
         self.broker_id = broker_id
@@ -65,7 +92,11 @@ class Readiness:
         """Recompute when the metadata changed; write or remove the file on a change of state."""
         if self.metadata.version != self._seen_version:
             self._seen_version = self.metadata.version
-            ready = self.metadata.initialised and under_replicated_hosted(self.broker_id, self.metadata) == 0
+            ready = (
+                self.metadata.initialised
+                and under_replicated_hosted(self.broker_id, self.metadata) == 0
+                and not awaits_hand_back(self.broker_id, self.metadata)
+            )
             if ready != self.ready:
                 self.ready = ready
                 log.info("broker_readiness", ready=ready)

@@ -53,7 +53,7 @@ from tidelog.server_common.metadata import (
     ControllerRecord,
     PartitionStateRecord,
 )
-from tidelog.v1 import common_pb2, controller_pb2
+from tidelog.v1 import broker_pb2, common_pb2, controller_pb2
 
 __all__ = ["Controller"]
 
@@ -89,7 +89,15 @@ class Controller:
         self.store = MetadataStore(etcd, self.role)
         self.leadership = PartitionLeadership(self.store, self.role)
         self.propagation = Propagation(
-            self.broker_requests, self.store, self.role, controller_id=config.controller_id, endpoint=config.endpoint
+            self.broker_requests,
+            self.store,
+            self.role,
+            controller_id=config.controller_id,
+            endpoint=config.endpoint,
+            leader_balance=broker_pb2.LeaderBalance(
+                auto_leader_rebalance_enable=config.settings.auto_leader_rebalance_enable,
+                leader_imbalance_per_broker_percentage=config.settings.leader_imbalance_per_broker_percentage,
+            ),
         )
         self.topics = TopicAdmin(self.store, self.leadership, config.settings, rng or random.Random())
         self.reassignments = Reassignments(self.store, self.role, self.leadership, self.propagation)
@@ -180,6 +188,9 @@ class Controller:
         self._follow_broker_processes()
         watcher = asyncio.create_task(self._watch_brokers(revision + 1))
         resync = asyncio.create_task(self.propagation.resync())
+        # A term checks the balance at once: a hand-back the last term left undone would otherwise
+        # wait out the interval, and with it the readiness of the broker it is owed to.
+        self._preferred_returned.set()
         rebalance = asyncio.create_task(self._rebalance_leaders())
         try:
             await self._until_stopping(self._first_of(session.done.wait(), self.role.deposed.wait(), watcher))

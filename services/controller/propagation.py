@@ -21,7 +21,7 @@ from tidelog.controller.broker_requests import BrokerRequests
 from tidelog.controller.controller_role import ControllerRole
 from tidelog.controller.metadata_store import MetadataStore
 from tidelog.controller.state_delta import BrokerView, build_push
-from tidelog.v1 import common_pb2
+from tidelog.v1 import broker_pb2, common_pb2
 
 __all__ = ["Propagation"]
 
@@ -37,12 +37,14 @@ class Propagation:
         *,
         controller_id: int,
         endpoint: str,
+        leader_balance: broker_pb2.LeaderBalance | None = None,
     ) -> None:
         self.broker_requests = broker_requests
         self.store = store
         self.role = role
         self.controller_id = controller_id
         self.endpoint = endpoint
+        self.leader_balance = leader_balance  # told to every broker: its readiness waits for the hand-back
         self._push_locks: dict[int, asyncio.Lock] = {}
         self._queued_push: dict[int, asyncio.Future[None]] = {}
         self._background: set[asyncio.Task[Any]] = set()
@@ -124,6 +126,7 @@ class Propagation:
             controller_epoch=self.role.epoch,
             controller_endpoint=self.endpoint,
             view=self._views.pop(broker_id, None),  # until acknowledged, what it holds is unknown
+            leader_balance=self.leader_balance,
         )
         if push.empty:
             self._views[broker_id] = push.view

@@ -72,6 +72,7 @@ def build_push(
     controller_epoch: int,
     controller_endpoint: str,
     view: BrokerView | None,
+    leader_balance: broker_pb2.LeaderBalance | None = None,
 ) -> StatePush:
     """The requests for `broker_id` as of `state` now: whole without a `view` of the same life
     (and the same journal: one controller term), else only what changed since it. The view is
@@ -130,6 +131,7 @@ def build_push(
         topic_configs_json=configs,
         incremental=not full,
         deleted_topics=deleted_topics,
+        leader_balance=leader_balance,
     )
     leader_and_isr = broker_pb2.LeaderAndIsrRequest(
         controller_id=controller_id,

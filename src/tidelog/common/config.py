@@ -225,7 +225,8 @@ BROKER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
         ConfigType.STRING,
         "",
         "A file the broker keeps while it is ready for the next broker to restart: no partition it hosts "
-        "under-replicated among registered brokers (Kubernetes' readiness probe checks it; empty: none).",
+        "under-replicated among registered brokers, and (with the automatic leader rebalance) the leaderships "
+        "it prefers handed back (Kubernetes' readiness probe checks it; empty: none).",
     ),
     _int(
         "num.io.threads",

@@ -501,7 +501,8 @@ METRICS: Final[tuple[MetricDef, ...]] = (
         GAUGE,
         (),
         BROKER,
-        "1 while no partition this broker hosts is under-replicated among registered brokers (its readiness)",
+        "1 while no partition this broker hosts is under-replicated among registered brokers and the leaderships "
+        "it prefers are handed back (its readiness)",
     ),
     _m("tidelog_broker_log_dir_capacity_bytes", GAUGE, (), BROKER, "Size of the broker's log directory's filesystem"),
     _m(

@@ -299,7 +299,7 @@ class StopReplicaResponse(_message.Message):
     def __init__(self, error_code: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionError, _Mapping]]] = ...) -> None: ...
 
 class UpdateMetadataRequest(_message.Message):
-    __slots__ = ("controller_id", "controller_epoch", "controller_endpoint", "live_brokers", "partitions", "topic_configs_json", "incremental", "deleted_topics")
+    __slots__ = ("controller_id", "controller_epoch", "controller_endpoint", "live_brokers", "partitions", "topic_configs_json", "incremental", "deleted_topics", "leader_balance")
     class TopicConfigsJsonEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -315,6 +315,7 @@ class UpdateMetadataRequest(_message.Message):
     TOPIC_CONFIGS_JSON_FIELD_NUMBER: _ClassVar[int]
     INCREMENTAL_FIELD_NUMBER: _ClassVar[int]
     DELETED_TOPICS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_BALANCE_FIELD_NUMBER: _ClassVar[int]
     controller_id: int
     controller_epoch: int
     controller_endpoint: str
@@ -323,7 +324,16 @@ class UpdateMetadataRequest(_message.Message):
     topic_configs_json: _containers.ScalarMap[str, str]
     incremental: bool
     deleted_topics: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., controller_endpoint: _Optional[str] = ..., live_brokers: _Optional[_Iterable[_Union[_common_pb2.BrokerEndpoint, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[_common_pb2.PartitionState, _Mapping]]] = ..., topic_configs_json: _Optional[_Mapping[str, str]] = ..., incremental: _Optional[bool] = ..., deleted_topics: _Optional[_Iterable[str]] = ...) -> None: ...
+    leader_balance: LeaderBalance
+    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., controller_endpoint: _Optional[str] = ..., live_brokers: _Optional[_Iterable[_Union[_common_pb2.BrokerEndpoint, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[_common_pb2.PartitionState, _Mapping]]] = ..., topic_configs_json: _Optional[_Mapping[str, str]] = ..., incremental: _Optional[bool] = ..., deleted_topics: _Optional[_Iterable[str]] = ..., leader_balance: _Optional[_Union[LeaderBalance, _Mapping]] = ...) -> None: ...
+
+class LeaderBalance(_message.Message):
+    __slots__ = ("auto_leader_rebalance_enable", "leader_imbalance_per_broker_percentage")
+    AUTO_LEADER_REBALANCE_ENABLE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_IMBALANCE_PER_BROKER_PERCENTAGE_FIELD_NUMBER: _ClassVar[int]
+    auto_leader_rebalance_enable: bool
+    leader_imbalance_per_broker_percentage: int
+    def __init__(self, auto_leader_rebalance_enable: _Optional[bool] = ..., leader_imbalance_per_broker_percentage: _Optional[int] = ...) -> None: ...
 
 class UpdateMetadataResponse(_message.Message):
     __slots__ = ("error_code",)
