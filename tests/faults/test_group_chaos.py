@@ -1,5 +1,7 @@
 """The group chaos run (tests/faults/group_chaos.py) under range, cooperative-sticky and static
-membership. The default run takes one seeded round of faults per mode; `-m soak` takes more rounds
+membership. The default run takes one seeded round of faults under cooperative-sticky and static
+membership (the eager protocol's rebalances are also those of tests/cluster/test_groups.py's
+churn under range); `-m soak` takes every mode, with more rounds
 and seeds (TIDELOG_GROUP_CHAOS_ROUNDS, TIDELOG_GROUP_CHAOS_SEEDS); TIDELOG_GROUP_CHAOS_SEED=<seed>
 replays one schedule (a real cluster's timing still varies)."""
 
@@ -15,6 +17,7 @@ from tests.faults import summary
 from tests.faults.group_chaos import GroupChaos, Report
 
 MODES = ["range", "cooperative-sticky", "static"]
+SHORT_MODES = ["cooperative-sticky", "static"]  # the suite's time is the developer's loop (issue 37)
 
 
 def _seeds(default: list[int]) -> list[int]:
@@ -62,7 +65,7 @@ async def _run(tmp_path: Path, mode: str, seed: int, rounds: int) -> Report:
 
 
 @pytest.mark.timeout(420)
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", SHORT_MODES)
 async def test_group_chaos_short(tmp_path: Path, mode: str) -> None:
     for seed in _seeds([3901]):
         await _run(tmp_path / str(seed), mode, seed, rounds=1)

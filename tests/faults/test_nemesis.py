@@ -1,7 +1,7 @@
 """The randomised nemesis (tests/faults/nemesis.py): overlapping kill -9, SIGSTOP and restarts of
 brokers and controllers under acks=all producers, then a check of the whole history.
 
-The default run takes two seeds with a short fault window; `-m soak` runs more seeds, longer
+The default run takes one seed with a short fault window; `-m soak` runs more seeds, longer
 (TIDELOG_NEMESIS_RUNS, TIDELOG_NEMESIS_SECONDS). TIDELOG_NEMESIS_SEED=<seed> replays one schedule.
 """
 
@@ -16,7 +16,7 @@ import pytest
 from tests.faults import summary
 from tests.faults.nemesis import run_nemesis
 
-SHORT_SEEDS = [1201, 1202]
+SHORT_SEEDS = [1201]  # one: the suite's time is the developer's loop (issue 37); the soak takes ten
 SHORT_SECONDS = 16.0
 
 
