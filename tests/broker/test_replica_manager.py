@@ -77,6 +77,24 @@ async def _apply(
     assert not errors
 
 
+def _many_states(count: int, leader: int, leader_epoch: int) -> list[common_pb2.PartitionState]:
+    """Partitions 0..count-1 of TOPIC, replicas and ISR [ME, OTHER], in one epoch."""
+    return [
+        common_pb2.PartitionState(
+            topic=TOPIC,
+            partition=partition,
+            leader=leader,
+            isr=[ME, OTHER],
+            replicas=[ME, OTHER],
+            leader_epoch=leader_epoch,
+            partition_epoch=leader_epoch,
+            controller_epoch=1,
+            topic_id="id-1",
+        )
+        for partition in range(count)
+    ]
+
+
 def _fetch(offset: int, leader_epoch: int) -> broker_pb2.FetchPartition:
     return broker_pb2.FetchPartition(topic=TOPIC, partition=0, fetch_offset=offset, current_leader_epoch=leader_epoch)
 
@@ -416,27 +434,11 @@ async def test_leaderships_taken_over_in_one_request_each_start_their_epoch_at_t
 ) -> None:
     # Another broker's controlled shutdown hands this one thousands of leaderships in one
     # LeaderAndIsr: their epochs start side by side on the I/O threads, each at its own log end.
-    def states(leader: int, leader_epoch: int) -> list[common_pb2.PartitionState]:
-        return [
-            common_pb2.PartitionState(
-                topic=TOPIC,
-                partition=partition,
-                leader=leader,
-                isr=[ME, OTHER],
-                replicas=[ME, OTHER],
-                leader_epoch=leader_epoch,
-                partition_epoch=leader_epoch,
-                controller_epoch=1,
-                topic_id="id-1",
-            )
-            for partition in range(20)
-        ]
-
     async def push(leader: int, leader_epoch: int) -> None:
         request = broker_pb2.LeaderAndIsrRequest(
             controller_id=1,
             controller_epoch=1,
-            partitions=states(leader, leader_epoch),
+            partitions=_many_states(20, leader, leader_epoch),
             broker_incarnation=replicas.incarnation,
         )
         assert not await replicas.states.leader_and_isr(request)
@@ -492,20 +494,7 @@ async def test_a_leader_and_isr_whose_caller_is_cancelled_ends_anyway_and_leaks_
         controller_epoch=1,
         broker_incarnation=replicas.incarnation,
         full=True,
-        partitions=[
-            common_pb2.PartitionState(
-                topic=TOPIC,
-                partition=partition,
-                leader=ME,
-                isr=[ME, OTHER],
-                replicas=[ME, OTHER],
-                leader_epoch=1,
-                partition_epoch=1,
-                controller_epoch=1,
-                topic_id="id-1",
-            )
-            for partition in range(count)
-        ],
+        partitions=_many_states(count, ME, 1),
     )
     call = asyncio.ensure_future(replicas.states.leader_and_isr(request))
     for _ in range(3):
