@@ -111,6 +111,13 @@ class PartitionStates:
         async with self._state_change:
             return await self._leader_and_isr(request)
 
+    async def finish_changes(self) -> None:
+        """Wait for the state changes under way, whether or not their callers still wait: a
+        stopping broker closes its logs only after them (its gRPC server, stopped first, has
+        cancelled their handlers, not the changes)."""
+        if self._changes:
+            await asyncio.wait(list(self._changes))
+
     async def _to_the_end(self, change: Coroutine[Any, Any, T]) -> T:
         """A state change runs to its end even when its caller is cancelled: gRPC cancels a
         handler whose caller's deadline passed (the controller's, for a LeaderAndIsr slower than

@@ -352,6 +352,7 @@ class ReplicaManager:
         self.fetch_sessions.close_all()
 
     async def close(self) -> None:
+        await self.states.finish_changes()  # a change cut from its caller still opens and moves logs
         self.fetch_sessions.close_all()
         await self.fetchers.close()
         self.cleaner.stop()

@@ -512,3 +512,26 @@ async def test_a_leader_and_isr_whose_caller_is_cancelled_ends_anyway_and_leaks_
     assert len(os.listdir("/proc/self/fd")) == descriptors  # nothing opened twice
     info = await replicas.append(TOPIC, count - 1, encode_batch([b"x"]), acks=1)
     assert info.first_offset == 0
+
+
+async def test_a_broker_stopping_while_a_cancelled_change_runs_closes_every_log_it_opened(tmp_path: Path) -> None:
+    # The gRPC server stops first and cancels the handler; the change goes on, and the close
+    # waits for it rather than closing the logs under it and missing those it opens after.
+    manager = ReplicaManager(ME, tmp_path, _settings())
+    descriptors = len(os.listdir("/proc/self/fd"))
+    request = broker_pb2.LeaderAndIsrRequest(
+        controller_id=1,
+        controller_epoch=1,
+        broker_incarnation=manager.incarnation,
+        full=True,
+        partitions=_many_states(40, ME, 1),
+    )
+    call = asyncio.ensure_future(manager.states.leader_and_isr(request))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    call.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await call
+    await manager.close()
+    assert len(os.listdir("/proc/self/fd")) <= descriptors  # every log opened was closed
+    assert manager.clean_shutdown.take() == 40  # and named in the clean-shutdown list
