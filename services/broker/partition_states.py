@@ -14,9 +14,9 @@ import asyncio
 import functools
 import json
 import shutil
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Final
 
 import structlog
 
@@ -32,6 +32,7 @@ from tidelog.broker.storage import LogConfig, PartitionLog
 from tidelog.broker.storage_io import StorageIo
 from tidelog.common.clock import Monotonic
 from tidelog.common.errors import ErrorCode, RemoteError, StaleControllerEpochError, TidelogError
+from tidelog.server_common.to_the_end import ToTheEnd
 from tidelog.v1 import broker_pb2, common_pb2
 
 __all__ = ["PartitionStates"]
@@ -46,13 +47,10 @@ SLOW_STATE_CHANGE_S: Final = 1.0  # a LeaderAndIsr that took longer is logged wi
 STATES_BETWEEN_YIELDS: Final = 200
 
 
-T = TypeVar("T")
-
-
-def _log_failure(change: asyncio.Future[Any]) -> None:
+def _log_failure(error: BaseException) -> None:
     """A change whose caller was cancelled fails unseen otherwise (an expected refusal, a stale
     epoch, is the caller's to answer and is not logged)."""
-    if not change.cancelled() and (error := change.exception()) is not None and not isinstance(error, TidelogError):
+    if not isinstance(error, TidelogError):
         log.error("state_change_failed", error=repr(error))
 
 
@@ -87,7 +85,11 @@ class PartitionStates:
         self.clock = clock
         self.controller_epoch = -1
         self._state_change = asyncio.Lock()
-        self._changes: set[asyncio.Future[Any]] = set()  # under way, whether or not their caller waits
+        # gRPC cancels a handler whose caller's deadline passed (the controller's, for a LeaderAndIsr
+        # slower than it allowed); a change cut there leaked the logs it had opened, file
+        # descriptors and all, and the next push opened them again (10,000 partitions on a slow
+        # disk: out of file descriptors). Changes run to their end; the next waits under the lock.
+        self._changes = ToTheEnd(on_failure=_log_failure)
 
     def check_incarnation(self, incarnation: str) -> None:
         """Refuse controller requests meant for another life of this broker id (KIP-380)."""
@@ -105,7 +107,7 @@ class PartitionStates:
         self.controller_epoch = epoch
 
     async def leader_and_isr(self, request: broker_pb2.LeaderAndIsrRequest) -> list[broker_pb2.PartitionError]:
-        return await self._to_the_end(self._locked_leader_and_isr(request))
+        return await self._changes.run(self._locked_leader_and_isr(request))
 
     async def _locked_leader_and_isr(self, request: broker_pb2.LeaderAndIsrRequest) -> list[broker_pb2.PartitionError]:
         async with self._state_change:
@@ -115,21 +117,7 @@ class PartitionStates:
         """Wait for the state changes under way, whether or not their callers still wait: a
         stopping broker closes its logs only after them (its gRPC server, stopped first, has
         cancelled their handlers, not the changes)."""
-        if self._changes:
-            await asyncio.wait(list(self._changes))
-
-    async def _to_the_end(self, change: Coroutine[Any, Any, T]) -> T:
-        """A state change runs to its end even when its caller is cancelled: gRPC cancels a
-        handler whose caller's deadline passed (the controller's, for a LeaderAndIsr slower than
-        it allowed), and a change cut there leaked the logs it had opened, file descriptors and
-        all; the controller's next push opened them again (10,000 partitions on a slow disk: out
-        of file descriptors). The caller still gets its CancelledError; the next request waits
-        for this one's end under the lock."""
-        task = asyncio.ensure_future(change)
-        self._changes.add(task)
-        task.add_done_callback(self._changes.discard)
-        task.add_done_callback(_log_failure)
-        return await asyncio.shield(task)
+        await self._changes.finish()
 
     async def _leader_and_isr(self, request: broker_pb2.LeaderAndIsrRequest) -> list[broker_pb2.PartitionError]:
         self.check_controller_epoch(request.controller_epoch)
@@ -342,7 +330,7 @@ class PartitionStates:
         self.followers.isr_watch.add((state.topic, state.partition))
 
     async def stop_replicas(self, request: broker_pb2.StopReplicaRequest) -> None:
-        await self._to_the_end(self._locked_stop_replicas(request))
+        await self._changes.run(self._locked_stop_replicas(request))
 
     async def _locked_stop_replicas(self, request: broker_pb2.StopReplicaRequest) -> None:
         async with self._state_change:

@@ -7,7 +7,7 @@ Offsets and deletions are applied by `replay` (group_replay.py), the path loadin
 a commit does and what a reload rebuilds cannot differ. A leader's SyncGroup writes the group's
 record with the new assignment, then applies it (`_apply_assignment`: the fields replay would
 set, keeping the waiting syncs and heartbeat times, which no record holds); group records are
-replayed only when loading. Writes run to the end even if their caller goes (group_writes.py).
+replayed only when loading. Writes run to the end even if their caller goes (server_common/to_the_end.py).
 
 JoinGroup and SyncGroup wait: a join is answered when every known member has rejoined (or the
 rebalance timeout dropped the rest, or `group.initial.rebalance.delay.ms` passed for an empty
@@ -33,9 +33,9 @@ from tidelog.coordinator.group import Group, Member
 from tidelog.coordinator.group_replay import OffsetsWriter, Record, group_record, offset_commit_records, replay
 from tidelog.coordinator.group_state import GroupState
 from tidelog.coordinator.group_views import described_group, fetched_offsets, join_response, listed_group
-from tidelog.coordinator.group_writes import GroupWrites
 from tidelog.coordinator.offsets_records import group_key, offset_key
 from tidelog.server_common.metadata import offsets_partition_for
+from tidelog.server_common.to_the_end import ToTheEnd
 from tidelog.v1 import coordinator_pb2
 
 __all__ = ["GroupCoordinator"]
@@ -65,7 +65,7 @@ class GroupCoordinator:
         self.groups: dict[int, dict[str, Group]] = {}  # owned and loaded partitions → their groups
         self.loading: set[int] = set()
         self.rebalances_completed = 0  # generations made here (metrics)
-        self.writes = GroupWrites()
+        self.writes = ToTheEnd()
 
     # ---- ownership -------------------------------------------------------------------------
 
@@ -315,7 +315,7 @@ class GroupCoordinator:
                     ) from error
                 self._apply_assignment(group, generation, assignments)
 
-            await self.writes.to_the_end(write_then_apply())
+            await self.writes.run(write_then_apply())
         return await future
 
     def _apply_assignment(self, group: Group, generation: int, assignments: Mapping[str, bytes]) -> None:
@@ -419,7 +419,7 @@ class GroupCoordinator:
                 for key, value in records:
                     self.replay(partition, key, value)
 
-        await self.writes.to_the_end(write_then_apply())
+        await self.writes.run(write_then_apply())
 
     def fetch_offsets(self, request: coordinator_pb2.OffsetFetchRequest) -> coordinator_pb2.OffsetFetchResponse:
         try:

@@ -153,7 +153,7 @@ class Reader:
         return None
 
 
-def _run_twice(reader: Reader, path: Path, passes: int = PASSES) -> None:
+def _run(reader: Reader, path: Path, passes: int = PASSES) -> None:
     not_here: list[str] = []
     for _ in range(passes):
         for block in _runnable(path):
@@ -188,19 +188,19 @@ ONCE = [path for path in PLAIN_DOCUMENTS if path.name in ONCE_BY_DEFAULT]
 class TestOnTheLocalCluster:
     @pytest.mark.parametrize("path", TWICE, ids=[p.name for p in TWICE])
     def test_document_runs_twice(self, plain_reader: Reader, path: Path) -> None:
-        _run_twice(plain_reader, path)
+        _run(plain_reader, path)
 
     @pytest.mark.parametrize("path", ONCE, ids=[p.name for p in ONCE])
     def test_document_runs_once(self, plain_reader: Reader, path: Path) -> None:
-        _run_twice(plain_reader, path, passes=1)
+        _run(plain_reader, path, passes=1)
 
     @pytest.mark.soak
     @pytest.mark.parametrize("path", ONCE, ids=[p.name for p in ONCE])
     def test_slow_document_runs_twice(self, plain_reader: Reader, path: Path) -> None:
-        _run_twice(plain_reader, path)
+        _run(plain_reader, path)
 
 
 class TestOnTheSecureLocalCluster:
     @pytest.mark.parametrize("path", SECURE_DOCUMENTS, ids=[p.name for p in SECURE_DOCUMENTS])
     def test_document_runs_twice(self, secure_reader: Reader, path: Path) -> None:
-        _run_twice(secure_reader, path)
+        _run(secure_reader, path)
