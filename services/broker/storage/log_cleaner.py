@@ -2,7 +2,8 @@
 
 One pass (`compact`) over a partition log:
 1. The cleanable range is every non-active segment whose newest record is older than
-   `min.compaction.lag.ms`; the dirty part starts at `cleaner-offset-checkpoint`.
+   `min.compaction.lag.ms`, below the last stable offset; the dirty part starts at
+   `cleaner-offset-checkpoint`. Control batches (transaction markers) are kept as they are.
 2. An offset map key → last offset is built from the dirty part (one `dict.update(zip(...))`
    per batch: C-level, no per-record Python).
 3. Every cleanable segment that loses a record is rewritten as `<base>.log.cleaned`: a record
@@ -72,10 +73,17 @@ def _first_dirty_offset(partition_log: PartitionLog) -> int:
 
 
 def _cleanable_segments(partition_log: PartitionLog, now_ms: int) -> list[LogSegment]:
-    """Non-active segments, up to the first holding a record younger than min.compaction.lag.ms."""
+    """Non-active segments, up to the first holding a record younger than min.compaction.lag.ms or
+    past the last stable offset (Kafka's bound too): above the high watermark records may yet be
+    truncated, and an open transaction's may yet be aborted."""
     horizon = now_ms - partition_log.config.min_compaction_lag_ms
+    stable = partition_log.last_stable_offset
     segments = partition_log.segments()[:-1]
-    return list(itertools.takewhile(lambda segment: segment.max_timestamp <= horizon, segments))
+    return list(
+        itertools.takewhile(
+            lambda segment: segment.max_timestamp <= horizon and segment.next_offset <= stable, segments
+        )
+    )
 
 
 def dirty_ratio(partition_log: PartitionLog, now_ms: int) -> float:

@@ -6,12 +6,16 @@ Recovery starts at the recovery point (everything below it was fsynced) unless t
 closed cleanly: each batch from there is validated and a torn or corrupt tail is cut, and, since
 nothing after a torn write was acknowledged durably, every later segment is dropped (as Kafka
 does). A flushed segment whose indexes do not load is recovered on its own.
+
+`load_log` is the whole of it for PartitionLog.open: it fills the log's segment list and producer
+state and returns the offsets the log keeps beside them.
 """
 
 from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -23,15 +27,29 @@ from tidelog.broker.storage.log_config import LogConfig
 from tidelog.broker.storage.log_files import (
     CLEAN_SHUTDOWN_FILE,
     CLEANED_SUFFIX,
+    HIGH_WATERMARK_FILE,
+    LEADER_EPOCH_FILE,
+    LOG_START_OFFSET_FILE,
     RECOVERY_POINT_FILE,
     SEGMENT_NAME,
     SWAP_SUFFIX,
     read_offset,
 )
+from tidelog.broker.storage.offset_checkpoints import OffsetCheckpoints
 from tidelog.broker.storage.producer_state import ProducerStateManager
 from tidelog.broker.storage.segment import LOG_SUFFIX, BadBatchError, LogSegment
+from tidelog.broker.storage.segment_list import SegmentList
+from tidelog.broker.storage.transaction_tracking import track_batch
+from tidelog.common.record.batch import BatchHeader, Buffer
 
-__all__ = ["LoadedSegments", "assign_recovered_epochs", "load_segments", "rebuild_producer_state"]
+__all__ = [
+    "LoadedLog",
+    "LoadedSegments",
+    "assign_recovered_epochs",
+    "load_log",
+    "load_segments",
+    "rebuild_producer_state",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -44,6 +62,55 @@ class LoadedSegments:
     recovered: list[LogSegment]
     clean: bool  # closed cleanly: nothing recovered, everything below the log end is durable
     recovery_point: int  # as checkpointed (0 if none); meaningless when clean
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LoadedLog:
+    log_start_offset: int
+    high_watermark: int
+    recovery_point: int
+    leader_epochs: LeaderEpochCache
+
+
+def load_log(
+    local: SegmentList,
+    producer_state: ProducerStateManager,
+    checkpoints: OffsetCheckpoints,
+    config: LogConfig,
+    *,
+    clean: bool,
+) -> LoadedLog:
+    """Open the log in `local.directory` into `local` and `producer_state`; `clean`: closed cleanly
+    by the broker's last stop (its data directory's list, clean_shutdown.py): no recovery."""
+    directory = local.directory
+    names = os.listdir(directory)  # once: a broker opens thousands of logs at a start
+    loaded = load_segments(directory, names, config, local.new_segment, clean=clean)
+    for segment in loaded.segments:
+        local.append(segment)
+    checkpointed = checkpoints.load(names)
+    checkpointed_start = checkpointed[LOG_START_OFFSET_FILE]
+    if not len(local):
+        local.append(local.new_segment(checkpointed_start or 0))
+    first_base = local.first.base_offset
+    log_end = local.log_end_offset
+    log_start = max(first_base, checkpointed_start or first_base)
+    if log_start > log_end:  # everything was deleted: the log restarts at its start offset
+        local.delete_all_and_start_at(log_start)
+        producer_state.clear(log_start)
+        log_end, names = local.log_end_offset, os.listdir(directory)
+    high_watermark = min(max(checkpointed[HIGH_WATERMARK_FILE] or 0, log_start), log_end)
+    # After a crash it stays (as Kafka's LogLoader): what recovery validated is not fsynced yet.
+    recovery_point = log_end if loaded.clean else min(loaded.recovery_point, log_end)
+    leader_epochs = LeaderEpochCache.load(directory / LEADER_EPOCH_FILE)
+    leader_epochs.truncate_from_end(log_end)
+    leader_epochs.truncate_from_start(log_start)
+    assign_recovered_epochs(directory.name, local.segments, loaded.recovered, leader_epochs)
+    rebuild_producer_state(producer_state, local.segments, local.base_offsets, log_start, log_end, names=names)
+    producer_state.on_high_watermark(high_watermark)
+    # Not synced (an fsync per log at a start): a crash before a flush makes the next open redo it.
+    leader_epochs.flush(sync=False)
+    checkpoints.write(recovery_point=recovery_point, high_watermark=high_watermark, log_start_offset=log_start)
+    return LoadedLog(log_start, high_watermark, recovery_point, leader_epochs)
 
 
 def finish_interrupted_swaps(directory: Path, names: list[str]) -> bool:
@@ -158,8 +225,9 @@ def rebuild_producer_state(
     *,
     names: list[str] | None = None,
 ) -> None:
-    """Newest producer snapshot at or below the log end, then replay batch headers after it
-    (`names`: the folder's listing, if the caller has it)."""
+    """Newest producer snapshot at or below the log end, then replay batch headers after it (and
+    the markers' records: transaction_tracking.py) (`names`: the folder's listing, if the caller
+    has it)."""
     start = producer_state.load_latest(log_end, names)
     if start < log_start:
         start = log_start
@@ -169,7 +237,15 @@ def rebuild_producer_state(
         found = segment.translate_offset(start)
         if found is None:
             continue
-        for _, header, _, _ in segment.scan(found[0]):
+        for position, header, buffer, local in segment.scan(found[0]):
             if header.base_offset >= start:
-                producer_state.update(header)
+                whole = functools.partial(_batch_bytes, segment, position, header, buffer, local)
+                track_batch(producer_state, segment, header, whole)
     producer_state.advance_to(log_end)
+
+
+def _batch_bytes(segment: LogSegment, position: int, header: BatchHeader, buffer: Buffer, local: int) -> Buffer:
+    """The whole batch a header scan found (its chunk may end inside the batch)."""
+    if local + header.size <= len(buffer):
+        return memoryview(buffer)[local : local + header.size]
+    return segment.read_at(header.size, position)

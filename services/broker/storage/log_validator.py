@@ -1,7 +1,8 @@
 """What an append is checked and stamped with before it reaches a segment (Kafka's LogValidator):
 every batch validated before any is written (a bad request never half-writes), producer batches
-checked record by record, and, as leader, offsets assigned from the log end with the leader
-epoch (and LogAppendTime) stamped in place."""
+checked record by record (and refused when they are control batches, which only the broker
+writes), and, as leader, offsets assigned from the log end with the leader epoch (and
+LogAppendTime) stamped in place."""
 
 from __future__ import annotations
 
@@ -42,6 +43,10 @@ def validate_batches(
             if size > limit:
                 raise RecordTooLargeError(f"batch of {size} bytes exceeds max.message.bytes={limit}")
         header = validate_batch(records, position)
+        if header.is_control and from_producer:
+            raise InvalidRecordError("control batches (transaction markers) come only from a transaction coordinator")
+        if (header.is_transactional or header.is_control) and header.producer_id < 0:
+            raise InvalidRecordError("a transactional batch needs a producer id")
         if from_producer or config.compact:
             check_records(records, position, header, contiguous_offsets=from_producer, require_keys=config.compact)
         headers.append(header)

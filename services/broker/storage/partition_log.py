@@ -1,6 +1,6 @@
 """The log of one partition: a folder `<topic>-<partition>/` of segments plus checkpoint files
 (log_files.py lists them), and what the log keeps beside its segments — high watermark, log start
-offset, recovery point, leader epochs, idempotent producers.
+offset, recovery point, leader epochs, producers and their transactions (the last stable offset).
 
 Its parts, each a module: segment_list.py, log_loader.py, log_validator.py, offset_checkpoints.py.
 Appends go to the active segment; reads return whole stored batches as bytes. Opening recovers
@@ -14,7 +14,6 @@ and swaps its result in with `replace_segment`.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import threading
 from collections.abc import Callable, Iterator
@@ -26,20 +25,21 @@ from tidelog.broker.storage.leader_epoch_cache import LeaderEpochCache
 from tidelog.broker.storage.log_config import LogConfig
 from tidelog.broker.storage.log_files import (
     CLEAN_SHUTDOWN_FILE,
-    HIGH_WATERMARK_FILE,
     LEADER_EPOCH_FILE,
-    LOG_START_OFFSET_FILE,
     parse_log_directory_name,
 )
-from tidelog.broker.storage.log_loader import assign_recovered_epochs, load_segments, rebuild_producer_state
+from tidelog.broker.storage.log_loader import load_log, rebuild_producer_state
 from tidelog.broker.storage.log_validator import AppendInfo, assign_offsets, validate_batches
 from tidelog.broker.storage.offset_checkpoints import OffsetCheckpoints
 from tidelog.broker.storage.producer_state import ProducerStateManager
 from tidelog.broker.storage.segment import LogSegment
 from tidelog.broker.storage.segment_list import SegmentList
+from tidelog.broker.storage.transaction_index import AbortedTxn
+from tidelog.broker.storage.transaction_tracking import collect_aborted, track_batch
 from tidelog.common.clock import wall_clock_ms
 from tidelog.common.errors import InvalidRecordError, NotLeaderOrFollowerError, OffsetOutOfRangeError
-from tidelog.common.record.batch import BatchHeader
+from tidelog.common.record.batch import BatchHeader, read_header
+from tidelog.common.record.control import Marker, encode_marker
 
 __all__ = ["AppendInfo", "PartitionLog", "parse_log_directory_name"]
 
@@ -92,43 +92,11 @@ class PartitionLog:
         return partition_log
 
     def _load(self, clean: bool) -> None:
-        names = os.listdir(self.directory)  # once: a broker opens thousands of logs at a start
-        loaded = load_segments(self.directory, names, self.config, self._local.new_segment, clean=clean)
-        for segment in loaded.segments:
-            self._local.append(segment)
-        checkpointed = self._checkpoints.load(names)
-        checkpointed_start = checkpointed[LOG_START_OFFSET_FILE]
-        if not len(self._local):
-            self._local.append(self._local.new_segment(checkpointed_start or 0))
-        first_base = self._local.first.base_offset
-        log_end = self.log_end_offset
-        self._log_start_offset = max(first_base, checkpointed_start or first_base)
-        if self._log_start_offset > log_end:
-            self._truncate_fully_locked(self._log_start_offset)
-            log_end, names = self.log_end_offset, os.listdir(self.directory)
-        self._high_watermark = min(max(checkpointed[HIGH_WATERMARK_FILE] or 0, self._log_start_offset), log_end)
-        # After a crash it stays (as Kafka's LogLoader): what recovery validated is not fsynced yet.
-        self._recovery_point = log_end if loaded.clean else min(loaded.recovery_point, log_end)
-        self.leader_epochs = LeaderEpochCache.load(self.directory / LEADER_EPOCH_FILE)
-        self.leader_epochs.truncate_from_end(log_end)
-        self.leader_epochs.truncate_from_start(self._log_start_offset)
-        assign_recovered_epochs(self.directory.name, self._local.segments, loaded.recovered, self.leader_epochs)
-        self._rebuild_producer_state(names)
-        # Not synced (an fsync per log at a start): a crash before a flush makes the next open redo it.
-        self.leader_epochs.flush(sync=False)
-        start, high_watermark, recovery_point = self._log_start_offset, self._high_watermark, self._recovery_point
-        self._checkpoints.write(recovery_point=recovery_point, high_watermark=high_watermark, log_start_offset=start)
-
-    def _rebuild_producer_state(self, names: list[str] | None = None) -> None:
-        local = self._local
-        start, end = self._log_start_offset, self.log_end_offset
-        rebuild_producer_state(self.producer_state, local.segments, local.base_offsets, start, end, names=names)
+        loaded = load_log(self._local, self.producer_state, self._checkpoints, self.config, clean=clean)
+        self._log_start_offset, self._high_watermark = loaded.log_start_offset, loaded.high_watermark
+        self._recovery_point, self.leader_epochs = loaded.recovery_point, loaded.leader_epochs
 
     # ---- state -----------------------------------------------------------------------------
-
-    @property
-    def active_segment(self) -> LogSegment:
-        return self._local.active
 
     @property
     def log_end_offset(self) -> int:
@@ -142,6 +110,14 @@ class PartitionLog:
     @property
     def high_watermark(self) -> int:
         return self._high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        """read_committed consumers read below it: the high watermark, or the first offset of a
+        transaction still open or whose marker the high watermark has not passed (KIP-98)."""
+        with self._lock:
+            first_unstable = self.producer_state.first_unstable_offset()
+            return self._high_watermark if first_unstable is None else min(first_unstable, self._high_watermark)
 
     @property
     def recovery_point(self) -> int:
@@ -192,6 +168,7 @@ class PartitionLog:
         """
         with self._lock:
             self._high_watermark = min(max(offset, self._log_start_offset), self.log_end_offset)
+            self.producer_state.on_high_watermark(self._high_watermark)
             return self._high_watermark
 
     def advance_high_watermark(self, offset: int) -> None:
@@ -204,6 +181,7 @@ class PartitionLog:
             assert offset >= self._high_watermark, f"{self.directory.name}: HW {self._high_watermark} → {offset}"
             assert offset <= self.log_end_offset, f"{self.directory.name}: HW {offset} past LEO {self.log_end_offset}"
             self._high_watermark = offset
+            self.producer_state.on_high_watermark(offset)
 
     # ---- appending -------------------------------------------------------------------------
 
@@ -223,17 +201,27 @@ class PartitionLog:
                     bytes=0,
                     duplicate=True,
                 )
-            newest = max(self._epoch_fence, self.leader_epochs.latest_epoch)
-            if leader_epoch < newest:
-                raise NotLeaderOrFollowerError(
-                    f"{self.directory.name}: append as leader in epoch {leader_epoch}, "
-                    f"but this replica has seen epoch {newest}"
-                )
-            data = bytearray(records)
-            self.leader_epochs.assign_before_writing(leader_epoch, self.log_end_offset)
-            append_time = self.clock() if self.config.message_timestamp_type == "LogAppendTime" else None
-            stamped = assign_offsets(data, headers, self.log_end_offset, leader_epoch, append_time)
-            return self._append_locked(data, stamped, -1 if append_time is None else append_time)
+            return self._append_as_leader_locked(bytearray(records), headers, leader_epoch)
+
+    def append_marker(self, producer_id: int, producer_epoch: int, marker: Marker, leader_epoch: int) -> AppendInfo:
+        """As leader, end `producer_id`'s transaction here with a marker (WriteTxnMarkers)."""
+        batch = bytearray(encode_marker(producer_id, producer_epoch, marker, timestamp=self.clock()))
+        with self._lock:
+            self._check_open()
+            self.producer_state.check_marker(producer_id, producer_epoch, marker)
+            return self._append_as_leader_locked(batch, [read_header(batch)], leader_epoch)
+
+    def _append_as_leader_locked(self, data: bytearray, headers: list[BatchHeader], leader_epoch: int) -> AppendInfo:
+        newest = max(self._epoch_fence, self.leader_epochs.latest_epoch)
+        if leader_epoch < newest:
+            raise NotLeaderOrFollowerError(
+                f"{self.directory.name}: append as leader in epoch {leader_epoch}, "
+                f"but this replica has seen epoch {newest}"
+            )
+        self.leader_epochs.assign_before_writing(leader_epoch, self.log_end_offset)
+        append_time = self.clock() if self.config.message_timestamp_type == "LogAppendTime" else None
+        stamped = assign_offsets(data, headers, self.log_end_offset, leader_epoch, append_time)
+        return self._append_locked(data, stamped, -1 if append_time is None else append_time)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
         """Append batches that already carry their offsets and leader epochs (replication)."""
@@ -255,12 +243,13 @@ class PartitionLog:
         self, data: bytes | bytearray | memoryview, headers: list[BatchHeader], append_time: int
     ) -> AppendInfo:
         self._maybe_roll(len(data), headers[0].base_offset, headers[-1].last_offset)
-        segment = self.active_segment
+        segment = self._local.active
         position = 0
         records = 0
         for header in headers:
-            segment.append(memoryview(data)[position : position + header.size], header)
-            self.producer_state.update(header)
+            batch = memoryview(data)[position : position + header.size]
+            segment.append(batch, header)
+            track_batch(self.producer_state, segment, header, lambda batch=batch: batch)  # type: ignore[misc]
             position += header.size
             records += header.record_count
         assert self.log_end_offset == headers[-1].next_offset
@@ -284,7 +273,7 @@ class PartitionLog:
         """Seal the active segment and start a new one at the log end offset."""
         with self._lock:
             self._check_open()
-            if not self.active_segment.is_empty:
+            if not self._local.active.is_empty:
                 self._roll_locked(self.log_end_offset)
 
     def _roll_locked(self, base_offset: int) -> None:
@@ -314,6 +303,12 @@ class PartitionLog:
                     f"of {self.topic}-{self.partition}"
                 )
             return self._local.read(offset, max_bytes, end=end, min_one_batch=min_one_batch)
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions with records in [start, end) (a read_committed fetch's list)."""
+        with self._lock:
+            self._check_open()
+            return collect_aborted(self._local.segments, self._local.base_offsets, start, end)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after `timestamp` (ListOffsets)."""
@@ -354,8 +349,11 @@ class PartitionLog:
         self._high_watermark = max(self._high_watermark, self._log_start_offset)
         self._recovery_point = min(self._recovery_point, log_end)
         self.leader_epochs.truncate_from_end(log_end)
-        if self.producer_state.map_end_offset > log_end:
-            self._rebuild_producer_state()
+        if (producers := self.producer_state).map_end_offset > log_end:
+            rebuild_producer_state(
+                producers, self._local.segments, self._local.base_offsets, self.log_start_offset, log_end
+            )
+            producers.on_high_watermark(self._high_watermark)
         self._write_checkpoints()
 
     def delete_records(self, offset: int) -> int:

@@ -16,6 +16,19 @@ segment roll and on close, atomically). Opening loads the newest snapshot at or 
 and replays batch headers from there; truncation reloads from the newest snapshot at or below the
 truncation point. Snapshots of deleted segments go with them (the newest is always kept).
 
+Transactions (KIP-98): a producer's transactional batches open a transaction at the first one's
+offset (`ongoing`), and the marker the coordinator writes (a control batch, control.py) completes
+it. The first offset of any transaction still open — or completed by a marker the high watermark
+has not passed yet (`unreplicated`) — bounds the last stable offset, below which read_committed
+consumers read. Checks as Kafka's ProducerAppendInfo:
+
+    a non-transactional batch while the producer's transaction is open  → INVALID_TXN_STATE
+    a transactional batch in a newer epoch than its open transaction's  → CONCURRENT_TRANSACTIONS
+      (the coordinator fenced it and has not ended the old one here yet)
+    a marker from an older producer epoch                               → INVALID_PRODUCER_EPOCH
+    a marker from an older coordinator epoch                            → TRANSACTION_COORDINATOR_FENCED
+    after a marker moved the epoch, the next batch starts at sequence 0
+
 Not thread-safe: the owning PartitionLog calls it under its lock.
 """
 
@@ -28,17 +41,25 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 import structlog
 
 from tidelog.broker.storage.checkpoint import read_small_file, write_atomically
-from tidelog.common.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from tidelog.common.errors import (
+    ConcurrentTransactionsError,
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
 from tidelog.common.record.batch import BatchHeader, next_sequence
+from tidelog.common.record.control import Marker
 
 __all__ = [
     "PRODUCER_BATCHES_RETAINED",
     "BatchMetadata",
+    "CompletedTxn",
     "ProducerEntry",
     "ProducerStateManager",
 ]
@@ -47,7 +68,8 @@ log = structlog.get_logger(__name__)
 
 PRODUCER_BATCHES_RETAINED: Final = 5  # Kafka's NumBatchesToRetain; also the client's in-flight bound
 SNAPSHOT_SUFFIX: Final = ".snapshot"
-SNAPSHOT_VERSION: Final = 1
+SNAPSHOT_VERSION: Final = 2  # 2 added each producer's coordinator epoch and open transaction
+_READABLE_SNAPSHOT_VERSIONS: Final = (1, 2)
 _SNAPSHOT_NAME: Final = re.compile(r"^(\d{20})\.snapshot$")
 
 
@@ -64,6 +86,15 @@ class BatchMetadata:
         return self.last_offset - self.offset_delta
 
 
+class CompletedTxn(NamedTuple):
+    """A transaction a marker ended: its first offset here and the marker's offset."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
+
+
 @dataclasses.dataclass(slots=True)
 class ProducerEntry:
     producer_id: int
@@ -72,6 +103,8 @@ class ProducerEntry:
         default_factory=lambda: collections.deque(maxlen=PRODUCER_BATCHES_RETAINED)
     )
     last_timestamp: int = -1
+    coordinator_epoch: int = -1  # of the last marker written for this producer
+    current_txn_first_offset: int = -1  # the open transaction's first offset; -1: none open
 
     @property
     def last_sequence(self) -> int:
@@ -90,6 +123,8 @@ class ProducerEntry:
             self.epoch,
             collections.deque(self.batches, maxlen=PRODUCER_BATCHES_RETAINED),
             self.last_timestamp,
+            self.coordinator_epoch,
+            self.current_txn_first_offset,
         )
 
 
@@ -103,6 +138,9 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerEntry] = {}
         self.map_end_offset = 0  # the state covers every batch below this offset
         self._snapshot_offset: int | None = None  # of the newest snapshot on disk, when known
+        self.ongoing: dict[int, int] = {}  # producer id → first offset of its open transaction
+        # Completed by a marker at or past the high watermark: still unstable (Kafka's unreplicatedTxns).
+        self.unreplicated: collections.deque[CompletedTxn] = collections.deque()
 
     # ---- checks (leader) -------------------------------------------------------------------
 
@@ -126,7 +164,14 @@ class ProducerStateManager:
                 raise InvalidProducerEpochError(
                     f"producer {header.producer_id} epoch {header.producer_epoch} is older than {entry.epoch}"
                 )
-            if header.producer_epoch == entry.epoch and entry.batches:
+            _check_transaction(entry, header)
+            if not entry.batches and entry.coordinator_epoch >= 0:
+                if header.base_sequence != 0:  # after a marker the producer's sequences restart
+                    raise OutOfOrderSequenceError(
+                        f"producer {header.producer_id} epoch {header.producer_epoch}: sequence "
+                        f"{header.base_sequence} after a transaction marker, expected 0"
+                    )
+            elif header.producer_epoch == entry.epoch and entry.batches:
                 duplicate = entry.find_duplicate(header)
                 if duplicate is not None:
                     if len(headers) == 1:
@@ -148,20 +193,81 @@ class ProducerStateManager:
                 )
             updated = entry.copy()
             _apply(updated, header)
+            if header.is_transactional and updated.current_txn_first_offset < 0:
+                updated.current_txn_first_offset = header.base_offset  # (a later batch sees it open)
             pending[header.producer_id] = updated
         return None
 
+    def check_marker(self, producer_id: int, producer_epoch: int, marker: Marker) -> None:
+        """Validate a transaction marker about to be appended (WriteTxnMarkers, as leader)."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return  # nothing of the producer's here (or expired): the marker ends nothing, harmlessly
+        if producer_epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"marker for producer {producer_id} epoch {producer_epoch}, older than {entry.epoch}"
+            )
+        if marker.coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"marker for producer {producer_id} from coordinator epoch {marker.coordinator_epoch}, "
+                f"older than {entry.coordinator_epoch}"
+            )
+
     # ---- updates (leader and follower) -----------------------------------------------------
 
-    def update(self, header: BatchHeader) -> None:
-        """Record an appended batch (with its final offsets)."""
+    def update(self, header: BatchHeader, marker: Marker | None = None) -> CompletedTxn | None:
+        """Record an appended batch (with its final offsets); a control batch comes with its
+        marker, and returns the transaction it completed."""
         assert header.base_offset >= self.map_end_offset or header.producer_id < 0, "batches come in offset order"
+        completed = None
         if header.producer_id >= 0:
             entry = self.producers.get(header.producer_id)
             if entry is None:
                 entry = self.producers[header.producer_id] = ProducerEntry(header.producer_id, header.producer_epoch)
-            _apply(entry, header)
+            if marker is None:
+                _apply(entry, header)
+                if header.is_transactional and entry.current_txn_first_offset < 0:
+                    entry.current_txn_first_offset = header.base_offset
+                    self.ongoing[entry.producer_id] = header.base_offset
+            else:
+                assert header.is_control
+                completed = self._complete(entry, header, marker)
         self.map_end_offset = max(self.map_end_offset, header.next_offset)
+        return completed
+
+    def _complete(self, entry: ProducerEntry, header: BatchHeader, marker: Marker) -> CompletedTxn:
+        if header.producer_epoch != entry.epoch:
+            entry.epoch = header.producer_epoch
+            entry.batches.clear()
+        first = entry.current_txn_first_offset if entry.current_txn_first_offset >= 0 else header.base_offset
+        entry.current_txn_first_offset = -1
+        entry.coordinator_epoch = marker.coordinator_epoch
+        entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+        self.ongoing.pop(entry.producer_id, None)
+        completed = CompletedTxn(entry.producer_id, first, header.base_offset, not marker.commit)
+        self.unreplicated.append(completed)
+        return completed
+
+    # ---- stability (the last stable offset) -------------------------------------------------
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of a transaction still open or not yet below the high watermark."""
+        candidates = list(self.ongoing.values())
+        if self.unreplicated:
+            candidates.append(min(txn.first_offset for txn in self.unreplicated))
+        return min(candidates) if candidates else None
+
+    def stable_offset_after(self, producer_id: int, marker_offset: int) -> int:
+        """The last stable offset once a marker at `marker_offset` ends `producer_id`'s transaction
+        (Kafka's lastStableOffset(completedTxn)): another open transaction's first offset, else
+        just past the marker."""
+        others = [first for producer, first in self.ongoing.items() if producer != producer_id]
+        return min(others) if others else marker_offset + 1
+
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """Completed transactions whose marker the high watermark passed are stable now."""
+        while self.unreplicated and self.unreplicated[0].last_offset < high_watermark:
+            self.unreplicated.popleft()
 
     def advance_to(self, offset: int) -> None:
         """The state covers the log up to `offset` (batches without producers need no entry)."""
@@ -172,7 +278,9 @@ class ProducerStateManager:
         expired = [
             producer_id
             for producer_id, entry in self.producers.items()
-            if entry.last_timestamp >= 0 and now_ms - entry.last_timestamp > expiration_ms
+            if entry.last_timestamp >= 0
+            and now_ms - entry.last_timestamp > expiration_ms
+            and entry.current_txn_first_offset < 0  # an open transaction keeps its producer (as Kafka)
         ]
         for producer_id in expired:
             del self.producers[producer_id]
@@ -201,6 +309,8 @@ class ProducerStateManager:
                     [b.first_sequence, b.last_sequence, b.last_offset, b.offset_delta, b.timestamp]
                     for b in entry.batches
                 ],
+                entry.coordinator_epoch,
+                entry.current_txn_first_offset,
             ]
             for entry in self.producers.values()
         ]
@@ -215,12 +325,14 @@ class ProducerStateManager:
             if data is None:
                 raise FileNotFoundError(path)
             document = json.loads(data)
-            if document["version"] != SNAPSHOT_VERSION or document["offset"] != offset:
+            if document["version"] not in _READABLE_SNAPSHOT_VERSIONS or document["offset"] != offset:
                 raise ValueError("version or offset mismatch")
             producers: dict[int, ProducerEntry] = {}
-            for producer_id, epoch, last_timestamp, batches in document["producers"]:
+            for producer_id, epoch, last_timestamp, batches, *transactional in document["producers"]:
                 entry = ProducerEntry(int(producer_id), int(epoch), last_timestamp=int(last_timestamp))
                 entry.batches.extend(BatchMetadata(*(int(field) for field in batch)) for batch in batches)
+                if transactional:  # version 2
+                    entry.coordinator_epoch, entry.current_txn_first_offset = (int(field) for field in transactional)
                 producers[entry.producer_id] = entry
             return producers
         except (OSError, ValueError, KeyError, TypeError) as error:
@@ -240,13 +352,22 @@ class ProducerStateManager:
                 continue
             producers = self._read_snapshot(offset)
             if producers is not None:
-                self.producers = producers
-                self.map_end_offset = self._snapshot_offset = offset
+                self._reset(producers, offset)
+                self._snapshot_offset = offset
                 return offset
-        self.producers = {}
-        self.map_end_offset = 0
+        self._reset({}, 0)
         self._snapshot_offset = None
         return 0
+
+    def _reset(self, producers: dict[int, ProducerEntry], offset: int) -> None:
+        self.producers = producers
+        self.map_end_offset = offset
+        self.ongoing = {
+            entry.producer_id: entry.current_txn_first_offset
+            for entry in producers.values()
+            if entry.current_txn_first_offset >= 0
+        }
+        self.unreplicated.clear()
 
     def delete_snapshots_below(self, offset: int) -> None:
         """Drop snapshots of deleted segments, keeping the newest one in any case."""
@@ -259,8 +380,7 @@ class ProducerStateManager:
         """Forget everything (the log was emptied and restarts at `offset`)."""
         for old in self.snapshot_offsets():
             (self.directory / snapshot_file_name(old)).unlink(missing_ok=True)
-        self.producers = {}
-        self.map_end_offset = offset
+        self._reset({}, offset)
         self._snapshot_offset = None
 
 
@@ -278,3 +398,18 @@ def _apply(entry: ProducerEntry, header: BatchHeader) -> None:
         )
     )
     entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+
+
+def _check_transaction(entry: ProducerEntry, header: BatchHeader) -> None:
+    """A data batch against the producer's open transaction, if any."""
+    if entry.current_txn_first_offset < 0:
+        return
+    if not header.is_transactional:
+        raise InvalidTxnStateError(
+            f"producer {header.producer_id} wrote a non-transactional batch inside its open transaction"
+        )
+    if header.producer_epoch != entry.epoch:
+        raise ConcurrentTransactionsError(
+            f"producer {header.producer_id} epoch {header.producer_epoch}: the transaction of epoch "
+            f"{entry.epoch} is not ended in this partition yet"
+        )

@@ -4,6 +4,8 @@
                                   sent them (docs/record-format.md); nothing else
     <base_offset:020d>.index      sparse offset → position index (index.py)
     <base_offset:020d>.timeindex  sparse timestamp → offset index (index.py)
+    <base_offset:020d>.txnindex   aborted transactions whose marker is here, only once there is
+                                  one (transaction_index.py)
 
 Reads locate a batch by binary search in the offset index, then a short forward scan of batch
 headers. Segments never decode records except to answer a timestamp lookup.
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Final
 
 from tidelog.broker.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
+from tidelog.broker.storage.transaction_index import TXN_INDEX_SUFFIX, TransactionIndex
 from tidelog.common.errors import CorruptRecordError, InvalidRecordError, KafkaStorageError
 from tidelog.common.record.batch import BATCH_OVERHEAD, BatchHeader, decode_batch, read_header, validate_batch
 
@@ -71,6 +74,7 @@ class LogSegment:
             base_offset,
             max_index_entries,
         )
+        self.txn_index = TransactionIndex(directory / (segment_file_name(base_offset, TXN_INDEX_SUFFIX) + file_suffix))
         # O_APPEND: every write lands at the end whatever the file offset (after reopen or truncate).
         self._descriptor = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self._descriptor).st_size
@@ -147,6 +151,7 @@ class LogSegment:
             self._unsynced = False
         self.offset_index.flush(sync=sync)
         self.time_index.flush(sync=sync)
+        self.txn_index.flush(sync=sync)
 
     def seal(self) -> None:
         """The segment stops being active: record its final max timestamp and make it durable."""
@@ -170,6 +175,7 @@ class LogSegment:
         self._unsynced = True
         self.offset_index.truncate_to(first_removed_offset)
         self.time_index.truncate_to(first_removed_offset)
+        self.txn_index.truncate_to(first_removed_offset)
         _, resume_position = self.offset_index.lookup(first_removed_offset)
         self._reset_counters()
         self._resume_from(resume_position)
@@ -329,6 +335,9 @@ class LogSegment:
             os.ftruncate(self._descriptor, valid)
             self.size = valid
             self._unsynced = True
+        # Aborts past the valid end went with their markers; those before were appended when
+        # written, and producer-state replay appends any the file lost (transaction_index.py).
+        self.txn_index.truncate_to(self.next_offset)
         self.offset_index.flush()
         self.time_index.flush()
         return truncated
@@ -379,12 +388,13 @@ class LogSegment:
     # ---- lifecycle -----------------------------------------------------------------------------
 
     def rename_suffix(self, file_suffix: str) -> None:
-        """Move the three files to the names with `file_suffix` (the descriptor stays valid)."""
+        """Move the files to the names with `file_suffix` (the descriptor stays valid)."""
         new_log = self.directory / (segment_file_name(self.base_offset, LOG_SUFFIX) + file_suffix)
         os.replace(self.log_path, new_log)
         self.log_path = new_log
         self.offset_index.rename(self.directory / (segment_file_name(self.base_offset, INDEX_SUFFIX) + file_suffix))
         self.time_index.rename(self.directory / (segment_file_name(self.base_offset, TIME_INDEX_SUFFIX) + file_suffix))
+        self.txn_index.rename(self.directory / (segment_file_name(self.base_offset, TXN_INDEX_SUFFIX) + file_suffix))
         self.file_suffix = file_suffix
 
     def close(self) -> None:
@@ -397,6 +407,7 @@ class LogSegment:
         self.log_path.unlink(missing_ok=True)
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
 
     def __repr__(self) -> str:
         return f"LogSegment(base={self.base_offset}, next={self.next_offset}, size={self.size})"

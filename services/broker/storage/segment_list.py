@@ -179,6 +179,7 @@ class SegmentList:
             new.delete()
             return False
         assert new.base_offset == old.base_offset
+        old.txn_index.copy_to(new.txn_index)  # compaction keeps every marker, so every abort
         new.flush()
         new.rename_suffix(SWAP_SUFFIX)
         slot = self._segments.index(old)

@@ -95,6 +95,14 @@ class ErrorCode(enum.IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    TRANSACTION_COORDINATOR_FENCED = 52
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    PRODUCER_FENCED = 90
+    TRANSACTIONAL_ID_NOT_FOUND = 105
     TOPIC_AUTHORIZATION_FAILED = 29
     UNSUPPORTED_SASL_MECHANISM = 33
     ILLEGAL_SASL_STATE = 34
@@ -138,6 +146,7 @@ RETRIABLE_CODES = frozenset(
         ErrorCode.REPLICA_NOT_AVAILABLE,
         ErrorCode.FENCED_LEADER_EPOCH,
         ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.CONCURRENT_TRANSACTIONS,
     }
 )
 
@@ -306,6 +315,24 @@ class InvalidProducerEpochError(TidelogError):
     """A producer epoch older than the partition has seen: a newer instance fenced this one."""
 
     code = ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+class InvalidTxnStateError(TidelogError):
+    """The request does not fit the producer's transaction as the broker or coordinator knows it."""
+
+    code = ErrorCode.INVALID_TXN_STATE
+
+
+class ConcurrentTransactionsError(TidelogError):
+    """The producer's previous transaction is still being ended: retry after a short wait."""
+
+    code = ErrorCode.CONCURRENT_TRANSACTIONS
+
+
+class TransactionCoordinatorFencedError(TidelogError):
+    """A transaction marker from a coordinator older than the one whose markers came before."""
+
+    code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
 
 
 class InvalidReplicaAssignmentError(TidelogError):

@@ -20,7 +20,10 @@ HOUR_MS = 3_600_000
 
 
 def _append(partition_log: PartitionLog, keys: list[bytes], values: list[bytes | None], timestamp: int) -> None:
+    """Append as a leader whose followers keep up: the high watermark follows (the cleaner stays
+    below it and below the last stable offset)."""
     partition_log.append_as_leader(encode_batch(values, keys=keys, timestamps=timestamp), leader_epoch=0)
+    partition_log.update_high_watermark(partition_log.log_end_offset)
 
 
 # ---- retention --------------------------------------------------------------------------------
@@ -146,6 +149,7 @@ def test_compaction_keeps_the_batch_compression(open_log: OpenLog, clock: FakeCl
             ),
             leader_epoch=0,
         )
+    partition_log.update_high_watermark(partition_log.log_end_offset)
     compact(partition_log)
     batches = read_all(partition_log)
     assert {batch.header.compression for batch in batches} == {CompressionType.ZSTD}
