@@ -221,6 +221,13 @@ def test_recovery_from_a_log_cut_at_every_byte_of_a_transactional_segment(tmp_pa
     ends = _batches_and_ends(source)
     source.close()
     data = (tmp_path / "source-0" / f"{0:020d}.log").read_bytes()
+    # The files beside the log describe all of it: recovery must cut them back to what survives.
+    beside = {
+        name: (tmp_path / "source-0" / name).read_bytes()
+        for name in os.listdir(tmp_path / "source-0")
+        if name.endswith((TXN_INDEX_SUFFIX, ".snapshot"))
+    }
+    assert any(name.endswith(TXN_INDEX_SUFFIX) for name in beside)
     # What the full log's state is after each whole batch: the model the cut logs are checked against.
     model = PartitionLog.open(tmp_path / "model-0", config)
     expected: dict[int, tuple[dict[int, int], list[AbortedTxn]]] = {0: ({}, [])}
@@ -234,6 +241,8 @@ def test_recovery_from_a_log_cut_at_every_byte_of_a_transactional_segment(tmp_pa
         folder = tmp_path / f"cut{cut}-0"
         folder.mkdir()
         (folder / f"{0:020d}.log").write_bytes(data[:cut])
+        for name, content in beside.items():
+            (folder / name).write_bytes(content)
         recovered = PartitionLog.open(folder, config)
         whole = max((offset for end, offset in ends if end <= cut), default=0)
         assert recovered.log_end_offset == whole, cut
