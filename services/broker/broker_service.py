@@ -16,14 +16,15 @@ import grpc
 import structlog
 from etcd3aio import Etcd3Client
 
-from tidelog.broker.delayed_fetch import full_reads, session_reads
+from tidelog.broker.delayed_fetch import READ_COMMITTED, full_reads, session_reads
 from tidelog.broker.fetch_session import SessionError
-from tidelog.broker.metadata_cache import MetadataCache
+from tidelog.broker.metadata_cache import MetadataCache, newest_leader
 from tidelog.broker.producer_id_manager import ProducerIdManager
 from tidelog.broker.quota_manager import QuotaManager
 from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.broker.request_metrics import REQUESTS, TOTAL_TIME_MS
 from tidelog.broker.topic_metrics import topic_meters
+from tidelog.broker.txn_markers import MARKER_TIMEOUT_S, refused_markers, write_txn_markers
 from tidelog.common.errors import ErrorCode, StaleControllerEpochError, TidelogError
 from tidelog.common.security.authorization.acl import CLUSTER_NAME, Operation, ResourceType
 from tidelog.common.security.quotas.quota import QuotaKind
@@ -35,7 +36,7 @@ from tidelog.server_common.metadata import (
     offsets_partition_for,
 )
 from tidelog.server_common.security.authorization.access_control import AccessControl, Role
-from tidelog.v1 import broker_pb2, broker_pb2_grpc, common_pb2, coordinator_pb2
+from tidelog.v1 import broker_pb2, broker_pb2_grpc, coordinator_pb2
 
 __all__ = ["BrokerService"]
 
@@ -276,6 +277,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 record_batches=read.data,
                 leader_hint=hint,
                 leader_hint_epoch=hint_epoch,
+                last_stable_offset=read.last_stable_offset,
+                aborted_transactions=[
+                    broker_pb2.AbortedTransaction(producer_id=producer_id, first_offset=first_offset)
+                    for producer_id, first_offset in read.aborted
+                ],
             )
         REQUESTS.labels(kind, NONE).inc()
         TOTAL_TIME_MS.labels(kind).observe((time.perf_counter() - started) * 1000)
@@ -299,15 +305,20 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 continue
             try:
                 partition_log = self.replicas.leader_partition(entry.topic, entry.partition).log
+                readable_end = (  # Kafka's fetchOffsetForTimestamp bounds each by the isolation level
+                    partition_log.last_stable_offset
+                    if request.isolation_level == READ_COMMITTED
+                    else partition_log.high_watermark
+                )
                 if entry.timestamp == EARLIEST:
                     result.offset = partition_log.log_start_offset
                 elif entry.timestamp == LATEST:
-                    result.offset = partition_log.high_watermark
+                    result.offset = readable_end
                 else:
                     found = await self.replicas.io.run(
                         partition_log.offset_for_timestamp, entry.timestamp, request="ListOffsets"
                     )
-                    if found is not None and found[0] < partition_log.high_watermark:
+                    if found is not None and found[0] < readable_end:
                         result.offset, result.timestamp = found
             except TidelogError as error:
                 result.error_code = int(error.code)
@@ -475,19 +486,15 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self.metadata.update(request)
         return broker_pb2.UpdateMetadataResponse()
 
-
-def newest_leader(
-    *states: common_pb2.PartitionState | None,
-) -> tuple[int, int]:
-    """The leader, and its leader epoch, of whichever state has the highest epoch; (-1, -1) when
-    there is none, or that state has no leader (an older one's would be stale).
-
-    A broker knows a partition's leader from two places: its own replica's state, which a
-    LeaderAndIsr sets (the one that makes it a follower names the new leader at once), and the
-    metadata cache, which the UpdateMetadata after it sets. In a controlled shutdown the first is
-    milliseconds ahead, and a hint from the cache then named the old leader, itself."""
-    known = [state for state in states if state is not None]
-    if not known:
-        return (-1, -1)
-    newest = max(known, key=lambda state: state.leader_epoch)
-    return (newest.leader, newest.leader_epoch) if newest.leader >= 0 else (-1, -1)
+    async def WriteTxnMarkers(  # noqa: N802
+        self, request: broker_pb2.WriteTxnMarkersRequest, context: Context
+    ) -> broker_pb2.WriteTxnMarkersResponse:
+        """Only a transaction coordinator ends transactions (Kafka: ClusterAction on the cluster)."""
+        if not self.access.has_role(self.access.caller(context), Role.COORDINATOR):
+            REQUESTS.labels("WriteTxnMarkers", ErrorCode.CLUSTER_AUTHORIZATION_FAILED.name).inc()
+            return refused_markers(request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        remaining = context.time_remaining()
+        timeout_s = MARKER_TIMEOUT_S if remaining is None else min(remaining, MARKER_TIMEOUT_S)
+        response = await write_txn_markers(self.replicas, request, timeout_s=timeout_s)
+        REQUESTS.labels("WriteTxnMarkers", NONE).inc()
+        return response

@@ -8,14 +8,16 @@ The wake-up is taken before each read, so an append while the read runs still wa
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Final
 
 from tidelog.broker.fetch_session import FetchSession
 from tidelog.broker.partition import PartitionRead
 from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.v1 import broker_pb2
 
-__all__ = ["full_reads", "session_reads"]
+__all__ = ["READ_COMMITTED", "full_reads", "session_reads"]
+
+READ_COMMITTED: Final = 1  # FetchRequest.isolation_level (0: read_uncommitted)
 
 
 async def full_reads(
@@ -29,6 +31,7 @@ async def full_reads(
     """A sessionless fetch: every listed partition read, long-polling until there is data."""
     keys = [(entry.topic, entry.partition) for entry in request.partitions]
     follower = request.replica_id >= 0
+    committed = request.isolation_level == READ_COMMITTED
     refused = (
         replicas.followers.record_fetch(request.replica_id, request.replica_incarnation, list(request.partitions))
         if follower
@@ -39,7 +42,7 @@ async def full_reads(
     while True:
         events = replicas.append_events(keys)  # before the read: no lost wake-up
         read_started = time.perf_counter()
-        reads = await replicas.io.run(_read_all, replicas, wanted, max_bytes, follower, request=kind)
+        reads = await replicas.io.run(_read_all, replicas, wanted, max_bytes, follower, committed, request=kind)
         read_s += time.perf_counter() - read_started  # request time, without the long-poll wait
         reads += _refused_reads(refused)
         remaining = deadline - time.monotonic()
@@ -62,6 +65,7 @@ async def session_reads(
     since the last answer. With none, it waits on the session's one event: idle costs nothing per
     partition."""
     follower = request.replica_id >= 0
+    committed = request.isolation_level == READ_COMMITTED
     forgotten = [(entry.topic, entry.partition) for entry in request.forgotten]
     answer = set(session.update(request.partitions, forgotten))
     session.fetched()
@@ -75,25 +79,34 @@ async def session_reads(
     while True:
         answer |= session.take_dirty()  # before the read: no lost wake-up
         wanted = [session.partitions[key] for key in answer if key in session.partitions and key not in refused]
-        reads = await replicas.io.run(_read_all, replicas, wanted, max_bytes, follower, request=kind) if wanted else []
+        reads = (
+            await replicas.io.run(_read_all, replicas, wanted, max_bytes, follower, committed, request=kind)
+            if wanted
+            else []
+        )
         reads += _refused_reads(refused)
         remaining = deadline - time.monotonic()
         if _fetch_done(reads, request.min_bytes, remaining) or session.closed or replicas.long_polls_ended.is_set():
             for read in reads:  # left out for the response's size: still news for the next fetch
                 key = (read.topic, read.partition)
                 held = session.partitions.get(key)
-                readable_end = read.log_end_offset if follower else read.high_watermark
+                readable_end = (
+                    read.log_end_offset if follower else read.last_stable_offset if committed else read.high_watermark
+                )
                 if not read.data and held is not None and readable_end > held.fetch_offset:
                     session.dirty.add(key)
             return reads
         await session.wait(remaining)
 
 
-def _read_all(replicas: ReplicaManager, partitions: list[Any], max_bytes: int, follower: bool) -> list[PartitionRead]:
+def _read_all(
+    replicas: ReplicaManager, partitions: list[Any], max_bytes: int, follower: bool, committed: bool
+) -> list[PartitionRead]:
     reads: list[PartitionRead] = []
     remaining = max_bytes
     for entry in partitions:
-        read = replicas.read(entry, max(remaining, 0), min_one_batch=not reads or remaining > 0, follower=follower)
+        first = not reads or remaining > 0
+        read = replicas.read(entry, max(remaining, 0), first, follower=follower, read_committed=committed)
         remaining -= len(read.data)
         reads.append(read)
     return reads

@@ -75,3 +75,20 @@ class MetadataCache:
                 continue
             response.topics.add(name=name, partitions=self.topics[name], configs=self.configs.get(name, {}))
         return response
+
+
+def newest_leader(
+    *states: common_pb2.PartitionState | None,
+) -> tuple[int, int]:
+    """The leader, and its leader epoch, of whichever state has the highest epoch; (-1, -1) when
+    there is none, or that state has no leader (an older one's would be stale).
+
+    A broker knows a partition's leader from two places: its own replica's state, which a
+    LeaderAndIsr sets (the one that makes it a follower names the new leader at once), and the
+    metadata cache, which the UpdateMetadata after it sets. In a controlled shutdown the first is
+    milliseconds ahead, and a hint from the cache then named the old leader, itself."""
+    known = [state for state in states if state is not None]
+    if not known:
+        return (-1, -1)
+    newest = max(known, key=lambda state: state.leader_epoch)
+    return (newest.leader, newest.leader_epoch) if newest.leader >= 0 else (-1, -1)

@@ -36,6 +36,8 @@ class PartitionRead:
     log_end_offset: int
     error_code: int = 0
     error_message: str = ""
+    last_stable_offset: int = -1
+    aborted: tuple[tuple[int, int], ...] = ()  # read_committed: (producer id, first offset) of each abort read
 
 
 @dataclasses.dataclass(slots=True)

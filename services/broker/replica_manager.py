@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import structlog
 
@@ -48,12 +49,22 @@ from tidelog.common.errors import (
     TidelogError,
     UnknownTopicOrPartitionError,
 )
+from tidelog.common.record.batch import iter_headers
+from tidelog.common.record.control import Marker
 from tidelog.common.settings import BrokerSettings
 from tidelog.v1 import broker_pb2
 
-__all__ = ["ReplicaManager"]
+__all__ = ["MarkerWrite", "ReplicaManager"]
 
 log = structlog.get_logger(__name__)
+
+
+class MarkerWrite(NamedTuple):
+    """A transaction marker to append as leader (WriteTxnMarkers), in place of a producer's batches."""
+
+    producer_id: int
+    producer_epoch: int
+    marker: Marker
 
 
 class ReplicaManager:
@@ -152,11 +163,12 @@ class ReplicaManager:
         return outcome
 
     async def append_all(
-        self, entries: Sequence[tuple[str, int, bytes]], *, acks: int = 1, timeout_s: float = 30.0
+        self, entries: Sequence[tuple[str, int, bytes | MarkerWrite]], *, acks: int = 1, timeout_s: float = 30.0
     ) -> list[AppendInfo | TidelogError]:
         """`append` for many partitions, each at most once, with an outcome each. The appends share
         a few I/O tasks (a thread hop per partition was most of a produce's time at thousands of
-        partitions) and, with acks=-1, the ISRs are waited for together."""
+        partitions) and, with acks=-1, the ISRs are waited for together. An entry is a producer's
+        batches or a transaction marker."""
         assert len({(topic, partition) for topic, partition, _ in entries}) == len(entries), "one entry a partition"
         outcomes: list[AppendInfo | TidelogError | None] = [None] * len(entries)
         appends: list[_LeaderAppend] = []
@@ -222,11 +234,18 @@ class ReplicaManager:
             append.outcome = error
 
     def read(
-        self, fetch: broker_pb2.FetchPartition, max_bytes: int, min_one_batch: bool, *, follower: bool = False
+        self,
+        fetch: broker_pb2.FetchPartition,
+        max_bytes: int,
+        min_one_batch: bool,
+        *,
+        follower: bool = False,
+        read_committed: bool = False,
     ) -> PartitionRead:
         """One partition of a fetch (runs on the I/O pool). Errors come back in the result.
 
-        Consumers read below the high watermark; followers up to the log end.
+        Consumers read below the high watermark (read_committed: the last stable offset, with the
+        aborted transactions among what they read); followers up to the log end.
         """
         meters = topic_meters(fetch.topic)
         meters.total_fetch.inc()
@@ -235,8 +254,14 @@ class ReplicaManager:
             partition_log = hosted.log
             limit = min(max_bytes, fetch.partition_max_bytes) if fetch.partition_max_bytes > 0 else max_bytes
             high_watermark = partition_log.high_watermark
-            upto = partition_log.log_end_offset if follower else high_watermark
+            stable = partition_log.last_stable_offset
+            upto = partition_log.log_end_offset if follower else stable if read_committed else high_watermark
             data = partition_log.read(fetch.fetch_offset, limit, max_offset=upto, min_one_batch=min_one_batch)
+            aborted: tuple[tuple[int, int], ...] = ()
+            if read_committed and data:
+                *_, (_, last) = iter_headers(data)
+                found = partition_log.aborted_transactions(fetch.fetch_offset, last.next_offset)
+                aborted = tuple((entry.producer_id, entry.first_offset) for entry in found)
             meters.bytes_out.inc(len(data))
             return PartitionRead(
                 fetch.topic,
@@ -245,6 +270,8 @@ class ReplicaManager:
                 high_watermark,
                 partition_log.log_start_offset,
                 partition_log.log_end_offset,
+                last_stable_offset=stable,
+                aborted=aborted,
             )
         except TidelogError as error:
             meters.failed_fetch.inc()
@@ -392,7 +419,7 @@ class _LeaderAppend:
     index: int  # in the request
     hosted: Partition
     leader_epoch: int  # led in when appended: the wait for the ISR checks it has not ended
-    batches: bytes
+    batches: bytes | MarkerWrite
     outcome: AppendInfo | BaseException | None = None
 
 
@@ -400,6 +427,12 @@ def _append_leader_chunk(appends: list[_LeaderAppend]) -> None:
     """On an I/O thread: each append in turn, its outcome kept (one failing stops no other)."""
     for append in appends:
         try:
-            append.outcome = append.hosted.log.append_as_leader(append.batches, append.leader_epoch)
+            if isinstance(append.batches, MarkerWrite):
+                producer_id, producer_epoch, marker = append.batches
+                append.outcome = append.hosted.log.append_marker(
+                    producer_id, producer_epoch, marker, append.leader_epoch
+                )
+            else:
+                append.outcome = append.hosted.log.append_as_leader(append.batches, append.leader_epoch)
         except Exception as error:
             append.outcome = error

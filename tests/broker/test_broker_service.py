@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tidelog.broker.broker_service import newest_leader
+from tidelog.broker.metadata_cache import newest_leader
 from tidelog.v1 import common_pb2
 
 

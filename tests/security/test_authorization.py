@@ -172,6 +172,21 @@ async def test_group_calls_need_read_on_the_group(acl_cluster: LocalCluster, pki
     assert await wait_until(consumed, timeout_s=15, what="the group consumer's records") == [b"1", b"2"]
 
 
+def _abort_marker(topic: str) -> broker_pb2.WriteTxnMarkersRequest:
+    """An ABORT marker for partition 0 of `topic`: only a transaction coordinator may write one."""
+    return broker_pb2.WriteTxnMarkersRequest(
+        markers=[
+            broker_pb2.TxnMarker(
+                producer_id=1,
+                producer_epoch=0,
+                committed=False,
+                coordinator_epoch=0,
+                partitions=[broker_pb2.TxnMarkerPartition(topic=topic, partition=0)],
+            )
+        ]
+    )
+
+
 async def test_service_identities_are_held_to_their_roles(acl_cluster: LocalCluster, pki: Pki) -> None:
     # A broker's certificate creates no topics: it is a broker, not an administrator.
     async with _admin(acl_cluster, pki, "broker-1") as as_broker:
@@ -204,6 +219,8 @@ async def test_service_identities_are_held_to_their_roles(acl_cluster: LocalClus
             broker_pb2.StopReplicaRequest(controller_epoch=1_000_000, delete_partitions=True)
         )
         assert stopped.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        markers = await broker.WriteTxnMarkers(_abort_marker("__consumer_offsets"))
+        assert [r.error_code for r in markers.markers[0].partitions] == [ErrorCode.CLUSTER_AUTHORIZATION_FAILED]
     finally:
         await pool.close()
     # The cluster is untouched: the super user still reads __consumer_offsets' metadata.
@@ -276,6 +293,9 @@ async def test_a_gateway_acts_for_rest_users_never_as_a_service_or_super_user(
             metadata=as_("User:coordinator-1"),
         )
         assert [r.error_code for r in offsets.partitions] == [ErrorCode.TOPIC_AUTHORIZATION_FAILED]
+        # nor its transaction markers, which would end any producer's transaction
+        markers = await broker.WriteTxnMarkers(_abort_marker(topic), metadata=as_("User:coordinator-1"))
+        assert [r.error_code for r in markers.markers[0].partitions] == [ErrorCode.CLUSTER_AUTHORIZATION_FAILED]
         # a user: exactly the user's rights
         as_alice = await broker.Fetch(fetch(-1), metadata=as_("User:alice"))
         assert [r.error_code for r in as_alice.partitions] == [ErrorCode.NONE] and as_alice.partitions[0].record_batches

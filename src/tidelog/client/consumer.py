@@ -31,6 +31,7 @@ from tidelog.client.consumer_records import (
     runs_of,
 )
 from tidelog.client.fetch_sessions import SESSION_ERRORS, ClientFetchSession
+from tidelog.client.transactional_reads import committed_batches
 from tidelog.common.errors import (
     ErrorCode,
     OffsetOutOfRangeError,
@@ -38,7 +39,7 @@ from tidelog.common.errors import (
     TopicAuthorizationFailedError,
     error_for,
 )
-from tidelog.common.record.batch import decode_batches, iter_headers, validate_batch
+from tidelog.common.record.batch import CONTROL_BIT, TRANSACTIONAL_BIT, decode_batches, iter_headers, validate_batch
 from tidelog.common.settings import ConsumerSettings, SecuritySettings
 from tidelog.v1 import broker_pb2
 
@@ -48,6 +49,8 @@ log = get_logger(__name__)
 
 EARLIEST: Final = -2
 LATEST: Final = -1
+READ_UNCOMMITTED: Final = 0  # isolation levels, as the requests carry them
+READ_COMMITTED: Final = 1
 DEFAULTS: Final = ConsumerSettings.from_configs()  # the registry's (docs/configuration.md)
 
 
@@ -57,6 +60,7 @@ class Consumer:
     CONFIGS: ClassVar[frozenset[str]] = frozenset(
         {
             "auto.offset.reset",
+            "isolation.level",
             "fetch.min.bytes",
             "fetch.max.wait.ms",
             "fetch.max.bytes",
@@ -72,6 +76,7 @@ class Consumer:
         bootstrap: Sequence[str],
         *,
         auto_offset_reset: str = DEFAULTS.auto_offset_reset,
+        isolation_level: str = DEFAULTS.isolation_level,
         fetch_min_bytes: int = DEFAULTS.fetch_min_bytes,
         fetch_max_wait_ms: int = DEFAULTS.fetch_max_wait_ms,
         fetch_max_bytes: int = DEFAULTS.fetch_max_bytes,
@@ -86,6 +91,7 @@ class Consumer:
         self.settings = ConsumerSettings.from_configs(
             {
                 "auto.offset.reset": auto_offset_reset,
+                "isolation.level": isolation_level,
                 "fetch.min.bytes": fetch_min_bytes,
                 "fetch.max.wait.ms": fetch_max_wait_ms,
                 "fetch.max.bytes": fetch_max_bytes,
@@ -96,6 +102,9 @@ class Consumer:
             }
         )
         self.request_timeout_s = self.settings.request_timeout_ms / 1000
+        # read_committed (KIP-98): fetch and list offsets below the last stable offset, and drop
+        # aborted transactions' batches (transactional_reads.py).
+        self.isolation = READ_COMMITTED if self.settings.isolation_level == "read_committed" else READ_UNCOMMITTED
         self.retry_backoff_s = self.settings.retry_backoff_ms / 1000
         self._backoff_until: dict[str, float] = {}  # endpoints whose last fetch failed
         # The client id travels with every request (client quotas may name it).
@@ -187,7 +196,8 @@ class Consumer:
 
     async def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """Each partition's end: the offset the next record will get that consumers may read (the
-        high watermark), as KafkaConsumer's; reading to the end means reading up to it."""
+        high watermark; read_committed: the last stable offset), as KafkaConsumer's; reading to
+        the end means reading up to it."""
         return await self.list_offsets(partitions, LATEST)
 
     async def list_offsets(self, partitions: Sequence[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
@@ -209,7 +219,8 @@ class Consumer:
                     partitions=[
                         broker_pb2.ListOffsetsPartition(topic=tp.topic, partition=tp.partition, timestamp=timestamp)
                         for tp in tps
-                    ]
+                    ],
+                    isolation_level=self.isolation,
                 )
                 try:
                     response = await self.connections.broker(endpoint).ListOffsets(
@@ -358,11 +369,17 @@ class Consumer:
             return False
         data = result.record_batches  # once: each read of a protobuf bytes field is a copy
         last = None
+        transactional = 0
         for at, _ in iter_headers(data):
             # Checked here, so a corrupt batch raises before the position moves past it.
             last = validate_batch(data, at)
+            transactional |= last.attributes & (CONTROL_BIT | TRANSACTIONAL_BIT)
         assert last is not None, "a non-empty fetch holds a batch"
-        batches_by_partition[tp] = StoredPartition(position, data)
+        if transactional:  # markers (and, read_committed, aborted transactions) are not returned
+            aborted = [(entry.producer_id, entry.first_offset) for entry in result.aborted_transactions]
+            data = committed_batches(data, aborted, read_committed=self.isolation == READ_COMMITTED)
+        if data:
+            batches_by_partition[tp] = StoredPartition(position, data)
         self._positions[tp] = max(position, last.next_offset)
         return False
 
@@ -388,6 +405,7 @@ class Consumer:
                 for tp in listed
             ],
             incremental=True,
+            isolation_level=self.isolation,
             session_id=session.session_id,
             session_epoch=session.epoch,
             forgotten=[broker_pb2.FetchPartition(topic=tp.topic, partition=tp.partition) for tp in forgotten],

@@ -67,6 +67,7 @@ class GroupConsumer:
         auto_commit_interval_ms: int = DEFAULTS.auto_commit_interval_ms,
         partition_assignment_strategy: Sequence[str] = DEFAULTS.partition_assignment_strategy,
         auto_offset_reset: str = DEFAULTS.auto_offset_reset,
+        isolation_level: str = DEFAULTS.isolation_level,
         request_timeout_ms: int = DEFAULTS.request_timeout_ms,
         retry_backoff_ms: int = DEFAULTS.retry_backoff_ms,
         connections: Connections | None = None,
@@ -89,6 +90,7 @@ class GroupConsumer:
                 "auto.commit.interval.ms": auto_commit_interval_ms,
                 "partition.assignment.strategy": tuple(partition_assignment_strategy),
                 "auto.offset.reset": auto_offset_reset,
+                "isolation.level": isolation_level,
                 "request.timeout.ms": request_timeout_ms,
                 "retry.backoff.ms": retry_backoff_ms,
                 **{name.replace("_", "."): value for name, value in fetch_options.items()},
@@ -100,6 +102,7 @@ class GroupConsumer:
         self.consumer = Consumer(
             bootstrap,
             auto_offset_reset=auto_offset_reset,
+            isolation_level=isolation_level,
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
             connections=self.connections,

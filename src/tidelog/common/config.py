@@ -578,6 +578,14 @@ CONSUMER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
         "Where a partition without a position starts.",
         choices=("earliest", "latest", "none"),
     ),
+    ConfigDef(
+        "isolation.level",
+        ConfigType.STRING,
+        "read_uncommitted",
+        "read_committed: read only committed transactions' records, up to the last stable offset "
+        "(KIP-98); read_uncommitted: everything up to the high watermark. Markers are never returned.",
+        choices=("read_uncommitted", "read_committed"),
+    ),
     _int("fetch.min.bytes", 1, "A fetch waits (up to fetch.max.wait.ms) for this many bytes.", minimum=0),
     _int("fetch.max.wait.ms", 500, "Longest a fetch waits for fetch.min.bytes (long poll).", minimum=0),
     _int("fetch.max.bytes", 50 * MIB, "Bytes one fetch response may carry.", minimum=1024),

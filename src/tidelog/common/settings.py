@@ -386,6 +386,7 @@ class ConsumerSettings(Settings):
     """The consumer's settings (docs/configuration.md)."""
 
     auto_offset_reset: str
+    isolation_level: str
     fetch_min_bytes: int
     fetch_max_wait_ms: int
     fetch_max_bytes: int

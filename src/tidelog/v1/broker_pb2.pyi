@@ -73,7 +73,7 @@ class FetchPartition(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., partition_max_bytes: _Optional[int] = ..., current_leader_epoch: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
-    __slots__ = ("replica_id", "max_wait_ms", "min_bytes", "max_bytes", "partitions", "replica_incarnation", "incremental", "session_id", "session_epoch", "forgotten")
+    __slots__ = ("replica_id", "max_wait_ms", "min_bytes", "max_bytes", "partitions", "replica_incarnation", "incremental", "session_id", "session_epoch", "forgotten", "isolation_level")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     MIN_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -84,6 +84,7 @@ class FetchRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_EPOCH_FIELD_NUMBER: _ClassVar[int]
     FORGOTTEN_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_LEVEL_FIELD_NUMBER: _ClassVar[int]
     replica_id: int
     max_wait_ms: int
     min_bytes: int
@@ -94,10 +95,11 @@ class FetchRequest(_message.Message):
     session_id: int
     session_epoch: int
     forgotten: _containers.RepeatedCompositeFieldContainer[FetchPartition]
-    def __init__(self, replica_id: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., min_bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[FetchPartition, _Mapping]]] = ..., replica_incarnation: _Optional[str] = ..., incremental: _Optional[bool] = ..., session_id: _Optional[int] = ..., session_epoch: _Optional[int] = ..., forgotten: _Optional[_Iterable[_Union[FetchPartition, _Mapping]]] = ...) -> None: ...
+    isolation_level: int
+    def __init__(self, replica_id: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., min_bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[FetchPartition, _Mapping]]] = ..., replica_incarnation: _Optional[str] = ..., incremental: _Optional[bool] = ..., session_id: _Optional[int] = ..., session_epoch: _Optional[int] = ..., forgotten: _Optional[_Iterable[_Union[FetchPartition, _Mapping]]] = ..., isolation_level: _Optional[int] = ...) -> None: ...
 
 class FetchPartitionResult(_message.Message):
-    __slots__ = ("topic", "partition", "error_code", "error_message", "high_watermark", "log_start_offset", "log_end_offset", "record_batches", "leader_hint", "leader_hint_epoch")
+    __slots__ = ("topic", "partition", "error_code", "error_message", "high_watermark", "log_start_offset", "log_end_offset", "record_batches", "leader_hint", "leader_hint_epoch", "last_stable_offset", "aborted_transactions")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -108,6 +110,8 @@ class FetchPartitionResult(_message.Message):
     RECORD_BATCHES_FIELD_NUMBER: _ClassVar[int]
     LEADER_HINT_FIELD_NUMBER: _ClassVar[int]
     LEADER_HINT_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LAST_STABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ABORTED_TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     error_code: int
@@ -118,7 +122,17 @@ class FetchPartitionResult(_message.Message):
     record_batches: bytes
     leader_hint: int
     leader_hint_epoch: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., record_batches: _Optional[bytes] = ..., leader_hint: _Optional[int] = ..., leader_hint_epoch: _Optional[int] = ...) -> None: ...
+    last_stable_offset: int
+    aborted_transactions: _containers.RepeatedCompositeFieldContainer[AbortedTransaction]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., record_batches: _Optional[bytes] = ..., leader_hint: _Optional[int] = ..., leader_hint_epoch: _Optional[int] = ..., last_stable_offset: _Optional[int] = ..., aborted_transactions: _Optional[_Iterable[_Union[AbortedTransaction, _Mapping]]] = ...) -> None: ...
+
+class AbortedTransaction(_message.Message):
+    __slots__ = ("producer_id", "first_offset")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    first_offset: int
+    def __init__(self, producer_id: _Optional[int] = ..., first_offset: _Optional[int] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
     __slots__ = ("partitions", "throttle_time_ms", "session_id", "error_code", "error_message")
@@ -145,10 +159,12 @@ class ListOffsetsPartition(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., timestamp: _Optional[int] = ...) -> None: ...
 
 class ListOffsetsRequest(_message.Message):
-    __slots__ = ("partitions",)
+    __slots__ = ("partitions", "isolation_level")
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_LEVEL_FIELD_NUMBER: _ClassVar[int]
     partitions: _containers.RepeatedCompositeFieldContainer[ListOffsetsPartition]
-    def __init__(self, partitions: _Optional[_Iterable[_Union[ListOffsetsPartition, _Mapping]]] = ...) -> None: ...
+    isolation_level: int
+    def __init__(self, partitions: _Optional[_Iterable[_Union[ListOffsetsPartition, _Mapping]]] = ..., isolation_level: _Optional[int] = ...) -> None: ...
 
 class ListOffsetsPartitionResult(_message.Message):
     __slots__ = ("topic", "partition", "error_code", "offset", "timestamp", "leader_hint", "leader_hint_epoch")
@@ -380,3 +396,57 @@ class OffsetsForLeaderEpochResponse(_message.Message):
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     partitions: _containers.RepeatedCompositeFieldContainer[EpochEndOffset]
     def __init__(self, partitions: _Optional[_Iterable[_Union[EpochEndOffset, _Mapping]]] = ...) -> None: ...
+
+class TxnMarkerPartition(_message.Message):
+    __slots__ = ("topic", "partition")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class TxnMarker(_message.Message):
+    __slots__ = ("producer_id", "producer_epoch", "committed", "coordinator_epoch", "partitions")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+    coordinator_epoch: int
+    partitions: _containers.RepeatedCompositeFieldContainer[TxnMarkerPartition]
+    def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., committed: _Optional[bool] = ..., coordinator_epoch: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[TxnMarkerPartition, _Mapping]]] = ...) -> None: ...
+
+class WriteTxnMarkersRequest(_message.Message):
+    __slots__ = ("markers",)
+    MARKERS_FIELD_NUMBER: _ClassVar[int]
+    markers: _containers.RepeatedCompositeFieldContainer[TxnMarker]
+    def __init__(self, markers: _Optional[_Iterable[_Union[TxnMarker, _Mapping]]] = ...) -> None: ...
+
+class TxnMarkerResult(_message.Message):
+    __slots__ = ("producer_id", "partitions")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    partitions: _containers.RepeatedCompositeFieldContainer[TxnMarkerPartitionResult]
+    def __init__(self, producer_id: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[TxnMarkerPartitionResult, _Mapping]]] = ...) -> None: ...
+
+class TxnMarkerPartitionResult(_message.Message):
+    __slots__ = ("topic", "partition", "error_code", "error_message")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    error_code: int
+    error_message: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class WriteTxnMarkersResponse(_message.Message):
+    __slots__ = ("markers",)
+    MARKERS_FIELD_NUMBER: _ClassVar[int]
+    markers: _containers.RepeatedCompositeFieldContainer[TxnMarkerResult]
+    def __init__(self, markers: _Optional[_Iterable[_Union[TxnMarkerResult, _Mapping]]] = ...) -> None: ...

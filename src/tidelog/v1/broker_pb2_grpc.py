@@ -85,6 +85,11 @@ class BrokerStub:
                 request_serializer=tidelog_dot_v1_dot_broker__pb2.UpdateMetadataRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_broker__pb2.UpdateMetadataResponse.FromString,
                 _registered_method=True)
+        self.WriteTxnMarkers = channel.unary_unary(
+                '/tidelog.v1.Broker/WriteTxnMarkers',
+                request_serializer=tidelog_dot_v1_dot_broker__pb2.WriteTxnMarkersRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_broker__pb2.WriteTxnMarkersResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -155,6 +160,14 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WriteTxnMarkers(self, request, context):
+        """From a transaction coordinator only (KIP-98): end producers' transactions in partitions this
+        broker leads by appending COMMIT or ABORT markers (control batches).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -207,6 +220,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.UpdateMetadata,
                     request_deserializer=tidelog_dot_v1_dot_broker__pb2.UpdateMetadataRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_broker__pb2.UpdateMetadataResponse.SerializeToString,
+            ),
+            'WriteTxnMarkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteTxnMarkers,
+                    request_deserializer=tidelog_dot_v1_dot_broker__pb2.WriteTxnMarkersRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_broker__pb2.WriteTxnMarkersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -479,6 +497,33 @@ class Broker:
             '/tidelog.v1.Broker/UpdateMetadata',
             tidelog_dot_v1_dot_broker__pb2.UpdateMetadataRequest.SerializeToString,
             tidelog_dot_v1_dot_broker__pb2.UpdateMetadataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteTxnMarkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Broker/WriteTxnMarkers',
+            tidelog_dot_v1_dot_broker__pb2.WriteTxnMarkersRequest.SerializeToString,
+            tidelog_dot_v1_dot_broker__pb2.WriteTxnMarkersResponse.FromString,
             options,
             channel_credentials,
             insecure,
