@@ -1,6 +1,8 @@
-"""Appends to `__consumer_offsets`, fenced by the owner's claim epoch.
+"""Appends to `__consumer_offsets` (and, a second writer, `__transaction_state`), fenced by the
+owner's claim epoch.
 
-Each partition p is written as producer id `OFFSETS_PRODUCER_ID_BASE + p` with the producer epoch
+Each partition p is written as producer id `OFFSETS_PRODUCER_ID_BASE + p` (for
+`__transaction_state`: `TXN_STATE_PRODUCER_ID_BASE + p`) with the producer epoch
 of this instance's claim (partition_ownership.py) and its own sequence numbers: the broker's
 idempotent-producer checks then do the fencing — once a newer owner has written with a higher
 epoch, a deposed owner's appends fail with INVALID_PRODUCER_EPOCH instead of landing. A retry
@@ -32,11 +34,12 @@ from tidelog.common.record.batch import encode_batch, next_sequence
 from tidelog.server_common.metadata import CONSUMER_OFFSETS_TOPIC
 from tidelog.v1 import broker_pb2
 
-__all__ = ["OFFSETS_PRODUCER_ID_BASE", "FencedOffsetsWriter"]
+__all__ = ["OFFSETS_PRODUCER_ID_BASE", "TXN_STATE_PRODUCER_ID_BASE", "FencedOffsetsWriter"]
 
 log = structlog.get_logger(__name__)
 
 OFFSETS_PRODUCER_ID_BASE: Final = 1 << 62  # far above any id InitProducerId hands out
+TXN_STATE_PRODUCER_ID_BASE: Final = OFFSETS_PRODUCER_ID_BASE + (1 << 32)
 RETRY_BACKOFF_S: Final = 0.05
 
 
@@ -49,10 +52,20 @@ class _Owned:
 
 
 class FencedOffsetsWriter:
-    def __init__(self, metadata: ClusterMetadata, connections: Connections, *, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        metadata: ClusterMetadata,
+        connections: Connections,
+        *,
+        timeout_s: float = 30.0,
+        topic: str = CONSUMER_OFFSETS_TOPIC,
+        producer_id_base: int = OFFSETS_PRODUCER_ID_BASE,
+    ) -> None:
         self.metadata = metadata
         self.connections = connections
         self.timeout_s = timeout_s
+        self.topic = topic
+        self.producer_id_base = producer_id_base
         self._owned: dict[int, _Owned] = {}
 
     def own(self, partition: int, epoch: int) -> None:
@@ -72,18 +85,18 @@ class FencedOffsetsWriter:
         """Append and return the batch's base offset."""
         owned = self._owned.get(partition)
         if owned is None or owned.broken:
-            raise RemoteError(ErrorCode.NOT_COORDINATOR, f"__consumer_offsets-{partition} is not written here")
+            raise RemoteError(ErrorCode.NOT_COORDINATOR, f"{self.topic}-{partition} is not written here")
         async with owned.lock:
             if owned.broken or self._owned.get(partition) is not owned:
                 # An append before this one failed with its fate unknown: its batch may be in the
                 # log under the sequence this one would take, and a resend of that sequence is
                 # answered as a duplicate — "written" without being written.
-                raise RemoteError(ErrorCode.NOT_COORDINATOR, f"__consumer_offsets-{partition} is not written here")
+                raise RemoteError(ErrorCode.NOT_COORDINATOR, f"{self.topic}-{partition} is not written here")
             batch = encode_batch(
                 [value for _, value in records],
                 keys=[key for key, _ in records],
                 timestamps=wall_clock_ms(),
-                producer_id=OFFSETS_PRODUCER_ID_BASE + partition,
+                producer_id=self.producer_id_base + partition,
                 producer_epoch=owned.epoch,
                 base_sequence=owned.next_sequence,
             )
@@ -97,7 +110,7 @@ class FencedOffsetsWriter:
             if self._owned.get(partition) is not owned:
                 # Written, but the partition changed hands meanwhile: its new owner's load
                 # replays the batch; this instance's state must not apply it after that load.
-                raise RemoteError(ErrorCode.NOT_COORDINATOR, f"__consumer_offsets-{partition} changed owner")
+                raise RemoteError(ErrorCode.NOT_COORDINATOR, f"{self.topic}-{partition} changed owner")
             return offset
 
     async def _send(self, partition: int, batch: bytes) -> int:
@@ -105,16 +118,14 @@ class FencedOffsetsWriter:
         request = broker_pb2.ProduceRequest(
             acks=-1,
             timeout_ms=int(self.timeout_s * 1000),
-            partitions=[
-                broker_pb2.ProducePartition(topic=CONSUMER_OFFSETS_TOPIC, partition=partition, record_batches=batch)
-            ],
+            partitions=[broker_pb2.ProducePartition(topic=self.topic, partition=partition, record_batches=batch)],
         )
         last = "no attempt"
         while time.monotonic() < deadline:
             try:
-                if CONSUMER_OFFSETS_TOPIC not in self.metadata.partitions:
-                    await self.metadata.refresh([CONSUMER_OFFSETS_TOPIC])
-                endpoint = self.metadata.leader_endpoint(CONSUMER_OFFSETS_TOPIC, partition)
+                if self.topic not in self.metadata.partitions:
+                    await self.metadata.refresh([self.topic])
+                endpoint = self.metadata.leader_endpoint(self.topic, partition)
                 response = await self.connections.broker(endpoint).Produce(
                     request, timeout=max(deadline - time.monotonic(), 0.1)
                 )
@@ -134,5 +145,5 @@ class FencedOffsetsWriter:
                 last = str(error)
             await asyncio.sleep(RETRY_BACKOFF_S)
             with contextlib.suppress(ConnectionError):
-                await self.metadata.refresh([CONSUMER_OFFSETS_TOPIC])
-        raise RemoteError(ErrorCode.REQUEST_TIMED_OUT, f"__consumer_offsets-{partition}: {last}")
+                await self.metadata.refresh([self.topic])
+        raise RemoteError(ErrorCode.REQUEST_TIMED_OUT, f"{self.topic}-{partition}: {last}")

@@ -395,6 +395,39 @@ COORDINATOR_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
         minimum=1,
     ),
     _int("group.max.size", 1000, "Members one group may have; more are refused.", minimum=1),
+    _int(
+        "transaction.state.log.num.partitions",
+        50,
+        "Partitions of __transaction_state; a transactional.id lives on hash(transactional.id) mod this. "
+        "Fixed once created.",
+        minimum=1,
+        maximum=1000,
+    ),
+    _int(
+        "transaction.state.log.replication.factor",
+        3,
+        "Replicas of __transaction_state, created (as __consumer_offsets) only once this many brokers are alive.",
+        minimum=1,
+        maximum=100,
+    ),
+    _int(
+        "transaction.max.timeout.ms",
+        900_000,
+        "Largest transaction.timeout.ms a producer may ask for (INVALID_TRANSACTION_TIMEOUT beyond).",
+        minimum=1,
+    ),
+    _int(
+        "transactional.id.expiration.ms",
+        604_800_000,
+        "A transactional.id with no transaction for this long is forgotten (its record deleted).",
+        minimum=1,
+    ),
+    _int(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        10_000,
+        "How often the coordinator looks for transactions past their timeout, to abort them.",
+        minimum=1,
+    ),
 )
 
 GATEWAY_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(

@@ -266,6 +266,11 @@ class CoordinatorSettings(Settings):
     group_initial_rebalance_delay_ms: int
     offsets_retention_minutes: int
     group_max_size: int
+    transaction_state_log_num_partitions: int
+    transaction_state_log_replication_factor: int
+    transaction_max_timeout_ms: int
+    transactional_id_expiration_ms: int
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int
 
 
 @settings_of(ConfigScope.GATEWAY)

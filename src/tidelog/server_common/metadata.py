@@ -28,6 +28,8 @@ __all__ = [
     "QUOTAS_PREFIX",
     "SCRAM_CREDENTIALS_PREFIX",
     "TOPICS_PREFIX",
+    "TRANSACTION_STATE_TOPIC",
+    "TXN_COORDINATOR_PARTITIONS_PREFIX",
     "BrokerRegistration",
     "ControllerRecord",
     "CoordinatorClaimRecord",
@@ -55,6 +57,7 @@ TOPICS_PREFIX: Final = f"{ROOT}/topics/"
 PRODUCER_ID_BLOCK_KEY: Final = f"{ROOT}/producer-ids/block"
 COORDINATOR_INSTANCES_PREFIX: Final = f"{ROOT}/coordinators/instances/"
 COORDINATOR_PARTITIONS_PREFIX: Final = f"{ROOT}/coordinators/partitions/"
+TXN_COORDINATOR_PARTITIONS_PREFIX: Final = f"{ROOT}/coordinators/transactions/"
 GATEWAY_CONSUMERS_PREFIX: Final = f"{ROOT}/gateways/consumers/"
 CLUSTER_ID_KEY: Final = f"{ROOT}/cluster/id"
 ACLS_PREFIX: Final = (
@@ -66,6 +69,7 @@ SCRAM_CREDENTIALS_PREFIX: Final = f"{ROOT}/security/scram/"  # one key per user
 SCRAM_UNKNOWN_USER_SECRET_KEY: Final = f"{ROOT}/security/scram-unknown-user-secret"
 QUOTAS_PREFIX: Final = f"{ROOT}/security/quotas/"  # one key per quota entity
 CONSUMER_OFFSETS_TOPIC: Final = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC: Final = "__transaction_state"
 TOPIC_NAME_LENGTH_MAX: Final = 249
 _TOPIC_NAME: Final = re.compile(r"^[a-zA-Z0-9._-]+$")
 _PARTITION_STATE_KEY: Final = re.compile(r"^(?P<topic>[^/]+)/partitions/(?P<partition>\d+)/state$")
@@ -75,12 +79,13 @@ def broker_key(broker_id: int) -> str:
     return f"{BROKERS_PREFIX}{broker_id}"
 
 
-def coordinator_claim_key(partition: int) -> str:
-    return f"{COORDINATOR_PARTITIONS_PREFIX}{partition}/owner"
+def coordinator_claim_key(partition: int, prefix: str = COORDINATOR_PARTITIONS_PREFIX) -> str:
+    """The claim on a partition of __consumer_offsets (__transaction_state: TXN_COORDINATOR_PARTITIONS_PREFIX)."""
+    return f"{prefix}{partition}/owner"
 
 
-def coordinator_epoch_key(partition: int) -> str:
-    return f"{COORDINATOR_PARTITIONS_PREFIX}{partition}/epoch"
+def coordinator_epoch_key(partition: int, prefix: str = COORDINATOR_PARTITIONS_PREFIX) -> str:
+    return f"{prefix}{partition}/epoch"
 
 
 def coordinator_owner_of(partition: int, instances: list[int]) -> int:
