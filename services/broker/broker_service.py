@@ -16,6 +16,7 @@ import grpc
 import structlog
 from etcd3aio import Etcd3Client
 
+from tidelog.broker.coordinator_lookup import find_coordinator
 from tidelog.broker.delayed_fetch import READ_COMMITTED, full_reads, session_reads
 from tidelog.broker.fetch_session import SessionError
 from tidelog.broker.metadata_cache import MetadataCache, newest_leader
@@ -29,12 +30,6 @@ from tidelog.common.errors import ErrorCode, StaleControllerEpochError, TidelogE
 from tidelog.common.security.authorization.acl import CLUSTER_NAME, Operation, ResourceType
 from tidelog.common.security.quotas.quota import QuotaKind
 from tidelog.common.settings import BrokerSettings, SecuritySettings
-from tidelog.server_common.metadata import (
-    CONSUMER_OFFSETS_TOPIC,
-    CoordinatorClaimRecord,
-    coordinator_claim_key,
-    offsets_partition_for,
-)
 from tidelog.server_common.security.authorization.access_control import AccessControl, Role
 from tidelog.v1 import broker_pb2, broker_pb2_grpc, coordinator_pb2
 
@@ -179,7 +174,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             return response
         if request.transactional_id:
             response.error_code = int(ErrorCode.INVALID_REQUEST)
-            response.error_message = "transactions are not supported: leave transactional_id empty"
+            response.error_message = "a transactional producer's id comes from its transaction coordinator"
             REQUESTS.labels("InitProducerId", ErrorCode.INVALID_REQUEST.name).inc()
             return response
         try:
@@ -197,28 +192,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def FindCoordinator(  # noqa: N802
         self, request: coordinator_pb2.FindCoordinatorRequest, context: Context
     ) -> coordinator_pb2.FindCoordinatorResponse:
-        caller = self.access.caller(context)
-        if not self.access.allowed(caller, Operation.DESCRIBE, ResourceType.GROUP, request.group_id):
-            return coordinator_pb2.FindCoordinatorResponse(
-                error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED),
-                error_message=f"{caller} may not Describe group {request.group_id!r}",
-            )
-        partitions = self.metadata.topics.get(CONSUMER_OFFSETS_TOPIC, [])
-        if not partitions or self.etcd is None or self.etcd.kv is None:
-            return coordinator_pb2.FindCoordinatorResponse(
-                error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                error_message=f"{CONSUMER_OFFSETS_TOPIC} does not exist yet: is a coordinator running?",
-            )
-        partition = offsets_partition_for(request.group_id, len(partitions))
-        found = await self.etcd.kv.get(coordinator_claim_key(partition))
-        if not found.kvs:
-            return coordinator_pb2.FindCoordinatorResponse(
-                error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                error_message=f"no coordinator serves {CONSUMER_OFFSETS_TOPIC}-{partition} yet",
-                partition=partition,
-            )
-        claim = CoordinatorClaimRecord.from_json(found.kvs[0].value)
-        return coordinator_pb2.FindCoordinatorResponse(endpoint=claim.endpoint, partition=partition)
+        return await find_coordinator(request, self.access.caller(context), self.access, self.metadata, self.etcd)
 
     async def Fetch(self, request: broker_pb2.FetchRequest, context: Context) -> broker_pb2.FetchResponse:  # noqa: N802
         started = time.perf_counter()

@@ -24,6 +24,7 @@ from tidelog.common.settings import SecuritySettings
 from tidelog.coordinator.group_coordinator import GroupCoordinator
 from tidelog.coordinator.partition_ownership import PartitionOwnership
 from tidelog.server_common import metrics_catalog
+from tidelog.server_common.metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, offsets_partition_for
 from tidelog.server_common.security.authorization.access_control import AccessControl
 from tidelog.v1 import coordinator_pb2, coordinator_pb2_grpc
 
@@ -47,6 +48,7 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
     ) -> None:
         self.coordinator = coordinator
         self.ownership = ownership
+        self.transaction_partitions = coordinator.config.transaction_state_log_num_partitions
         self.connections = connections
         self.access = access or AccessControl(SecuritySettings.from_configs())
 
@@ -99,14 +101,30 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
     async def FindCoordinator(  # noqa: N802
         self, request: coordinator_pb2.FindCoordinatorRequest, context: Context
     ) -> coordinator_pb2.FindCoordinatorResponse:
-        if refusal := self._group_refusal(context, Operation.DESCRIBE, request.group_id):
-            return coordinator_pb2.FindCoordinatorResponse(error_code=int(refusal.code), error_message=refusal.message)
-        partition = self.coordinator.partition_of(request.group_id)
-        claim = self.ownership.claims.get(partition)
+        if request.transactional_id:
+            caller = self.access.caller(context) if self.access.enabled else None
+            if caller is not None and not self.access.allowed(
+                caller, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
+            ):
+                return coordinator_pb2.FindCoordinatorResponse(
+                    error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+                    error_message=f"{caller} may not Describe transactional.id {request.transactional_id!r}",
+                )
+            topic = TRANSACTION_STATE_TOPIC
+            partition = offsets_partition_for(request.transactional_id, self.transaction_partitions)
+        else:
+            if refusal := self._group_refusal(context, Operation.DESCRIBE, request.group_id):
+                return coordinator_pb2.FindCoordinatorResponse(
+                    error_code=int(refusal.code), error_message=refusal.message
+                )
+            topic = CONSUMER_OFFSETS_TOPIC
+            partition = self.coordinator.partition_of(request.group_id)
+        owned = self.ownership.topics.get(topic)
+        claim = owned.claims.get(partition) if owned is not None else None
         if claim is None:
             return coordinator_pb2.FindCoordinatorResponse(
                 error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                error_message=f"no coordinator serves __consumer_offsets-{partition} yet",
+                error_message=f"no coordinator serves {topic}-{partition} yet",
                 partition=partition,
             )
         return coordinator_pb2.FindCoordinatorResponse(endpoint=claim.endpoint, partition=partition)

@@ -1,8 +1,11 @@
-"""The group coordinator process: `python -m tidelog.coordinator.main --id 1 --port 9300 --etcd host:port`.
+"""The coordinator process, group and transaction coordinators together:
+`python -m tidelog.coordinator.main --id 1 --port 9300 --etcd host:port`.
 
-Finds the brokers through etcd, creates `__consumer_offsets` if it is missing, then takes its share
-of the partitions (partition_ownership.py): for each one it writes a fence record with its new
-claim epoch, replays the partition up to it (loadGroupsAndOffsets), and serves the groups there.
+Finds the brokers through etcd, creates `__consumer_offsets` and `__transaction_state` if they are
+missing, then takes its share of both topics' partitions (partition_ownership.py): for each one it
+writes a fence record with its new claim epoch, replays the partition up to it
+(loadGroupsAndOffsets, loadTransactionsForTxnTopicPartition), and serves the groups or
+transactional ids there.
 """
 
 from __future__ import annotations
@@ -10,7 +13,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import time
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import grpc
 import structlog
@@ -19,20 +25,30 @@ from etcd3aio import Etcd3Client
 from tidelog.client import AdminClient, Consumer, TopicPartition
 from tidelog.client.cluster_metadata import ClusterMetadata
 from tidelog.client.connections import Connections
-from tidelog.common.errors import ErrorCode, TidelogError
+from tidelog.common.errors import ErrorCode, RemoteError, TidelogError
 from tidelog.common.settings import CoordinatorSettings, SecuritySettings, parse_process_args
 from tidelog.coordinator import coordinator_metrics
 from tidelog.coordinator.coordinator_service import CoordinatorService
 from tidelog.coordinator.group_coordinator import GroupCoordinator
 from tidelog.coordinator.offsets_records import FENCE_KEY
-from tidelog.coordinator.offsets_writer import FencedOffsetsWriter
-from tidelog.coordinator.partition_ownership import PartitionOwnership
+from tidelog.coordinator.offsets_writer import TXN_STATE_PRODUCER_ID_BASE, FencedOffsetsWriter
+from tidelog.coordinator.partition_ownership import OwnedTopic, PartitionOwnership
+from tidelog.coordinator.txn_coordinator import TxnCoordinator
+from tidelog.coordinator.txn_marker_writer import TxnMarkerWriter
+from tidelog.coordinator.txn_records import txn_key
+from tidelog.coordinator.txn_service import TxnService
 from tidelog.server_common.etcd.connect import etcd_client
 from tidelog.server_common.etcd.registry import registered_brokers
-from tidelog.server_common.metadata import CONSUMER_OFFSETS_TOPIC, CoordinatorInstanceRecord
+from tidelog.server_common.metadata import (
+    CONSUMER_OFFSETS_TOPIC,
+    COORDINATOR_PARTITIONS_PREFIX,
+    TRANSACTION_STATE_TOPIC,
+    TXN_COORDINATOR_PARTITIONS_PREFIX,
+    CoordinatorInstanceRecord,
+)
 from tidelog.server_common.runtime import run_service
 from tidelog.server_common.security.service_security import ServiceSecurity
-from tidelog.v1 import coordinator_pb2_grpc
+from tidelog.v1 import broker_pb2, coordinator_pb2_grpc, transaction_pb2_grpc
 
 log = structlog.get_logger(__name__)
 
@@ -40,6 +56,7 @@ LOAD_TIMEOUT_S = 120.0
 TICK_S = 0.1
 
 
+PRODUCER_ID_TIMEOUT_S = 10.0
 OFFSETS_TOPIC_WAIT_S = 60.0  # how long a starting coordinator waits for brokers to know the cluster
 OFFSETS_TOPIC_RETRY_S = 0.2
 
@@ -62,15 +79,17 @@ async def _ensure_offsets_topic(
     *,
     security: SecuritySettings,
     wait_s: float = OFFSETS_TOPIC_WAIT_S,
+    topic: str = CONSUMER_OFFSETS_TOPIC,
 ) -> None:
-    """Create __consumer_offsets unless it exists. Brokers refuse Metadata (UNAVAILABLE) until a
-    controller has sent them the cluster's, so a coordinator starting with the cluster waits for
-    that instead of exiting (a start-up race CI met), and for `factor` live brokers."""
+    """Create __consumer_offsets (or `topic`: __transaction_state) unless it exists. Brokers refuse
+    Metadata (UNAVAILABLE) until a controller has sent them the cluster's, so a coordinator
+    starting with the cluster waits for that instead of exiting (a start-up race CI met), and for
+    `factor` live brokers."""
     deadline = time.monotonic() + wait_s
     async with AdminClient(bootstrap, security=security) as admin:
         while True:
             try:
-                described = (await admin.describe_topics([CONSUMER_OFFSETS_TOPIC]))[CONSUMER_OFFSETS_TOPIC]
+                described = (await admin.describe_topics([topic]))[topic]
                 break
             except ConnectionError as error:
                 if time.monotonic() > deadline:
@@ -85,30 +104,42 @@ async def _ensure_offsets_topic(
         while (live := len((await admin.describe_cluster()).brokers)) < factor:
             if time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"__consumer_offsets needs offsets.topic.replication.factor={factor} live brokers; "
+                    f"{topic} needs a replication factor of {factor} live brokers; "
                     f"{live} registered after {wait_s:.0f} s (set the factor to the cluster's size)"
                 )
-            log.info("waiting_for_offsets_topic_brokers", live=live, replication_factor=factor)
+            log.info("waiting_for_offsets_topic_brokers", topic=topic, live=live, replication_factor=factor)
             await asyncio.sleep(OFFSETS_TOPIC_RETRY_S)
         configs = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
         configs["min.insync.replicas"] = str(min(2, factor))
         try:
-            await admin.create_topic(CONSUMER_OFFSETS_TOPIC, partitions, factor, configs)
-            log.info("offsets_topic_created", partitions=partitions, replication_factor=factor)
+            await admin.create_topic(topic, partitions, factor, configs)
+            log.info("offsets_topic_created", topic=topic, partitions=partitions, replication_factor=factor)
         except TidelogError as error:
             if error.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 raise
 
 
-async def _load(
-    coordinator: GroupCoordinator, writer: FencedOffsetsWriter, bootstrap: list[str], partition: int, epoch: int
-) -> bool:
+class _Loaded:
+    """What loading a partition drives: a group coordinator's or a transaction coordinator's."""
+
+    def __init__(
+        self,
+        begin: Callable[[int, int], None],
+        replay: Callable[[int, bytes, bytes | None], None],
+        finish: Callable[[int], None],
+        unload: Callable[[int], None],
+        fence_key: bytes,
+    ) -> None:
+        self.begin, self.replay, self.finish, self.unload, self.fence_key = begin, replay, finish, unload, fence_key
+
+
+async def _load(loaded: _Loaded, writer: FencedOffsetsWriter, bootstrap: list[str], partition: int, epoch: int) -> bool:
     """Fence the previous owner, then replay the partition up to the fence (loadGroupsAndOffsets)."""
-    coordinator.begin_loading(partition)
+    loaded.begin(partition, epoch)
     writer.own(partition, epoch)
     try:
-        fence = await writer.append_at(partition, [(FENCE_KEY, None)])
-        tp = TopicPartition(CONSUMER_OFFSETS_TOPIC, partition)
+        fence = await writer.append_at(partition, [(loaded.fence_key, None)])
+        tp = TopicPartition(writer.topic, partition)
         records = 0
         async with Consumer(bootstrap, auto_offset_reset="earliest", connections=writer.connections) as consumer:
             consumer.assign([tp])
@@ -116,19 +147,44 @@ async def _load(
             deadline = time.monotonic() + LOAD_TIMEOUT_S
             while await consumer.position(tp) <= fence:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"__consumer_offsets-{partition} did not load in {LOAD_TIMEOUT_S} s")
+                    raise TimeoutError(f"{writer.topic}-{partition} did not load in {LOAD_TIMEOUT_S} s")
                 for record in await consumer.poll(500):
                     if record.key is not None and record.offset < fence:
-                        coordinator.replay(partition, record.key, record.value)
+                        loaded.replay(partition, record.key, record.value)
                         records += 1
-        coordinator.finish_loading(partition)
-        log.info("offsets_partition_replayed", partition=partition, records=records, epoch=epoch)
+        loaded.finish(partition)
+        log.info(
+            "coordinator_partition_replayed", topic=writer.topic, partition=partition, records=records, epoch=epoch
+        )
         return True
     except Exception as error:
-        log.warning("offsets_partition_load_failed", partition=partition, error=str(error))
-        coordinator.unload(partition)
+        log.warning("coordinator_partition_load_failed", topic=writer.topic, partition=partition, error=str(error))
+        loaded.unload(partition)
         writer.disown(partition)
         return False
+
+
+def _producer_ids(bootstrap: list[str], connections: Connections) -> Callable[[], Coroutine[Any, Any, int]]:
+    """New producer ids for transactional producers, from the brokers' etcd blocks (any broker)."""
+    endpoints = itertools.cycle(bootstrap)
+
+    async def new_producer_id() -> int:
+        last = "no broker answered"
+        for _ in range(len(bootstrap) * 3):
+            endpoint = next(endpoints)
+            try:
+                answer = await connections.broker(endpoint).InitProducerId(
+                    broker_pb2.InitProducerIdRequest(), timeout=PRODUCER_ID_TIMEOUT_S
+                )
+            except (grpc.aio.AioRpcError, ConnectionError) as error:
+                last = repr(error)
+                continue
+            if answer.error_code == 0:
+                return int(answer.producer_id)
+            last = answer.error_message
+        raise RemoteError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no producer id: {last}")
+
+    return new_producer_id
 
 
 class _Coordinator:
@@ -140,31 +196,81 @@ class _Coordinator:
         self.connections = Connections(args.security)
         self.service_security = ServiceSecurity(args.security, etcd)
         self.access = self.service_security.access
-        writer = FencedOffsetsWriter(ClusterMetadata(bootstrap, self.connections), self.connections)
+        metadata = ClusterMetadata(bootstrap, self.connections)
+        writer = FencedOffsetsWriter(metadata, self.connections)
         settings: CoordinatorSettings = args.settings
         coordinator = GroupCoordinator(writer, settings)
         coordinator_metrics.register(coordinator)
+        txn_writer = FencedOffsetsWriter(
+            metadata, self.connections, topic=TRANSACTION_STATE_TOPIC, producer_id_base=TXN_STATE_PRODUCER_ID_BASE
+        )
+        transactions = TxnCoordinator(
+            txn_writer,
+            TxnMarkerWriter(ClusterMetadata(bootstrap, self.connections), self.connections),
+            settings,
+            new_producer_id=_producer_ids(bootstrap, self.connections),
+        )
+        groups = _Loaded(
+            lambda partition, _: coordinator.begin_loading(partition),
+            coordinator.replay,
+            coordinator.finish_loading,
+            coordinator.unload,
+            FENCE_KEY,
+        )
+        txns = _Loaded(
+            transactions.begin_loading,
+            transactions.replay,
+            transactions.finish_loading,
+            transactions.unload,
+            txn_key(""),
+        )
 
-        async def lost(partition: int) -> None:
-            coordinator.unload(partition)
-            writer.disown(partition)
+        def owned(name: str, prefix: str, count: int, loaded: _Loaded, topic_writer: FencedOffsetsWriter) -> OwnedTopic:
+            async def lost(partition: int) -> None:
+                loaded.unload(partition)
+                topic_writer.disown(partition)
+
+            return OwnedTopic(
+                name,
+                prefix,
+                count,
+                gained=lambda partition, epoch: _load(loaded, topic_writer, bootstrap, partition, epoch),
+                lost=lost,
+                broken=topic_writer.broken,
+            )
 
         self.coordinator = coordinator
+        self.transactions = transactions
         self.ownership = PartitionOwnership(
             etcd,
             CoordinatorInstanceRecord(args.id, f"{args.advertised_host or args.host}:{args.port}"),
-            settings.offsets_topic_num_partitions,
+            [
+                owned(
+                    CONSUMER_OFFSETS_TOPIC,
+                    COORDINATOR_PARTITIONS_PREFIX,
+                    settings.offsets_topic_num_partitions,
+                    groups,
+                    writer,
+                ),
+                owned(
+                    TRANSACTION_STATE_TOPIC,
+                    TXN_COORDINATOR_PARTITIONS_PREFIX,
+                    settings.transaction_state_log_num_partitions,
+                    txns,
+                    txn_writer,
+                ),
+            ],
             ttl_s=max(1, settings.coordinator_session_timeout_ms // 1000),
-            gained=lambda partition, epoch: _load(coordinator, writer, bootstrap, partition, epoch),
-            lost=lost,
-            broken=writer.broken,
         )
         self.tasks: list[asyncio.Task[None]] = []
 
     def add_to(self, server: grpc.aio.Server) -> list[str]:
         service = CoordinatorService(self.coordinator, self.ownership, self.connections, self.access)
         coordinator_pb2_grpc.add_CoordinatorServicer_to_server(service, server)
-        return ["tidelog.v1.Coordinator"]
+        transaction_pb2_grpc.add_TransactionCoordinatorServicer_to_server(
+            TxnService(self.transactions, self.access), server
+        )
+        return ["tidelog.v1.Coordinator", "tidelog.v1.TransactionCoordinator"]
 
     async def start(self) -> None:
 
@@ -173,6 +279,7 @@ class _Coordinator:
                 await asyncio.sleep(TICK_S)
                 try:
                     await self.coordinator.tick()
+                    await self.transactions.tick()
                 except Exception:
                     log.exception("coordinator_tick_failed")
 
@@ -208,6 +315,13 @@ async def serve(args: argparse.Namespace) -> None:
             settings.offsets_topic_num_partitions,
             settings.offsets_topic_replication_factor,
             security=args.security,
+        )
+        await _ensure_offsets_topic(
+            bootstrap,
+            settings.transaction_state_log_num_partitions,
+            settings.transaction_state_log_replication_factor,
+            security=args.security,
+            topic=TRANSACTION_STATE_TOPIC,
         )
         return _Coordinator(args, etcd, bootstrap)
 

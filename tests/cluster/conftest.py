@@ -21,9 +21,12 @@ from tidelog.dev.local_cluster import LocalCluster
 
 T = TypeVar("T")
 
-# Group coordinators for tests: few offsets partitions, no initial rebalance delay, short sessions allowed.
+# Coordinators for tests: few offsets and transaction state partitions, no initial rebalance delay,
+# short sessions allowed.
 COORDINATOR_ARGS = [
     "--offsets-topic-num-partitions",
+    "6",
+    "--transaction-state-log-num-partitions",
     "6",
     "--group-initial-rebalance-delay-ms",
     "0",

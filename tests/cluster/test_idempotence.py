@@ -31,7 +31,7 @@ async def test_producer_ids_are_unique_across_brokers(cluster: LocalCluster) -> 
         ids = [answer.producer_id for answer in answers]
         assert len(set(ids)) == len(ids) and min(ids) >= 0
         refused = await channels[0][1].InitProducerId(broker_pb2.InitProducerIdRequest(transactional_id="tx"))
-        assert refused.error_code == ErrorCode.INVALID_REQUEST and "transactions" in refused.error_message
+        assert refused.error_code == ErrorCode.INVALID_REQUEST and "transaction coordinator" in refused.error_message
     finally:
         for channel, _ in channels:
             await channel.close()

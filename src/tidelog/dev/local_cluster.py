@@ -32,6 +32,9 @@ from tidelog.server_common.etcd.connect import etcd_client
 from tidelog.server_common.metadata import (
     CONSUMER_OFFSETS_TOPIC,
     COORDINATOR_INSTANCES_PREFIX,
+    COORDINATOR_PARTITIONS_PREFIX,
+    TRANSACTION_STATE_TOPIC,
+    TXN_COORDINATOR_PARTITIONS_PREFIX,
     CoordinatorClaimRecord,
     CoordinatorInstanceRecord,
     coordinator_claim_key,
@@ -297,8 +300,10 @@ class LocalCluster:
     def start_coordinator(self, coordinator_id: int) -> None:
         port = self.ports.coordinators[coordinator_id]
         extra = list(self.coordinator_args)
-        if "--offsets-topic-replication-factor" not in extra:  # as Kafka's single-broker dev configs
-            extra += ["--offsets-topic-replication-factor", str(min(OFFSETS_REPLICATION_FACTOR, len(self.broker_ids)))]
+        factor = str(min(OFFSETS_REPLICATION_FACTOR, len(self.broker_ids)))
+        for option in ("--offsets-topic-replication-factor", "--transaction-state-log-replication-factor"):
+            if option not in extra:  # as Kafka's single-broker dev configs
+                extra += [option, factor]
         self._start_service("coordinator", coordinator_id, port, extra)
 
     @property
@@ -373,9 +378,8 @@ class LocalCluster:
         starters[role](int(number))
 
     def restart(self, name: str, signal_number: int = GRACEFUL) -> None:
-        """Stop one process (SIGTERM: gracefully; SIGKILL: a crash) and start it again. A broker's
-        new life takes its registration over at once; a coordinator's waits for the old life's
-        claims to expire, which `wait_ready` names while it waits."""
+        """Stop one process (SIGTERM: gracefully; SIGKILL: a crash) and start it again (a coordinator's
+        new life waits for the old one's claims to expire, which `wait_ready` names)."""
         self.signal(name, signal_number)
         self.start_process(name)
 
@@ -451,10 +455,10 @@ class LocalCluster:
 
     async def _coordinators_waiting(self, admin: AdminClient) -> str:
         """What the coordinators still wait for ("" once every one is registered and every
-        __consumer_offsets partition is claimed by the instance meant to own it)."""
-        described = (await admin.describe_topics([CONSUMER_OFFSETS_TOPIC]))[CONSUMER_OFFSETS_TOPIC]
-        if isinstance(described, Exception):
-            return f"{CONSUMER_OFFSETS_TOPIC} not created yet"
+        partition of __consumer_offsets and __transaction_state is claimed by the instance meant to
+        own it)."""
+        topics = (CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
+        described = await admin.describe_topics(list(topics))
         etcd = etcd_client(self.etcd.endpoint, self.etcd_client_security)
         await etcd.connect()
         try:
@@ -466,19 +470,25 @@ class LocalCluster:
             )
             if instances != self.coordinator_ids:
                 return f"coordinators registered: {instances}, wanted {self.coordinator_ids}"
-            unsettled = []
-            for partition in range(len(described.partitions)):
-                claim = (await etcd.kv.get(coordinator_claim_key(partition))).kvs
-                owner = coordinator_owner_of(partition, instances)
-                if not claim or CoordinatorClaimRecord.from_json(claim[0].value).instance_id != owner:
-                    unsettled.append(partition)
-            if unsettled:
-                # A coordinator restarted within its session of the last life waits for that life's
-                # claims to expire: say so, rather than wait in silence.
-                return (
-                    f"{CONSUMER_OFFSETS_TOPIC} partitions {unsettled} not yet claimed by their owners "
-                    f"(claims of a stopped life expire within the session timeout, {self.session_timeout_ms} ms)"
-                )
+            for topic, claims_prefix in zip(
+                topics, (COORDINATOR_PARTITIONS_PREFIX, TXN_COORDINATOR_PARTITIONS_PREFIX), strict=True
+            ):
+                if isinstance(found := described[topic], Exception):
+                    return f"{topic} not created yet"
+                claims = [
+                    (await etcd.kv.get(coordinator_claim_key(p, claims_prefix))).kvs
+                    for p in range(len(found.partitions))
+                ]
+                owners = [
+                    CoordinatorClaimRecord.from_json(claim[0].value).instance_id if claim else -1 for claim in claims
+                ]
+                if unsettled := [p for p, owner in enumerate(owners) if owner != coordinator_owner_of(p, instances)]:
+                    # A coordinator restarted within its session of the last life waits for that
+                    # life's claims to expire: say so, rather than wait in silence.
+                    return (
+                        f"{topic} partitions {unsettled} not yet claimed by their owners "
+                        f"(claims of a stopped life expire within the session timeout, {self.session_timeout_ms} ms)"
+                    )
             return ""
         finally:
             await etcd.close()

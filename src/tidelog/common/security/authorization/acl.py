@@ -58,6 +58,7 @@ class ResourceType(enum.Enum):
     TOPIC = "Topic"
     GROUP = "Group"
     CLUSTER = "Cluster"
+    TRANSACTIONAL_ID = "TransactionalId"
 
 
 class PatternType(enum.Enum):
@@ -94,6 +95,7 @@ VALID_OPERATIONS: Final[dict[ResourceType, frozenset[Operation]]] = {
         }
     ),
     ResourceType.GROUP: frozenset({Operation.ALL, Operation.READ, Operation.DELETE, Operation.DESCRIBE}),
+    ResourceType.TRANSACTIONAL_ID: frozenset({Operation.ALL, Operation.WRITE, Operation.DESCRIBE}),
     ResourceType.CLUSTER: frozenset(
         {
             Operation.ALL,

@@ -27,7 +27,7 @@ from tidelog.common.security.authentication.principal import ANONYMOUS, Principa
 from tidelog.common.security.authorization.acl import Authorizer, Operation, ResourceType
 from tidelog.common.settings import SecuritySettings
 from tidelog.server_common.etcd.watched_prefix import WatchedPrefix
-from tidelog.server_common.metadata import ACLS_PREFIX, CONSUMER_OFFSETS_TOPIC
+from tidelog.server_common.metadata import ACLS_PREFIX, CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from tidelog.server_common.security.authentication.interceptor import current_principal
 from tidelog.server_common.security.authorization.acl_store import bindings_of
 
@@ -171,9 +171,11 @@ class AccessControl:
         )
 
     def _coordinator_may(self, caller: Caller, operation: Operation, resource_type: ResourceType, name: str) -> bool:
-        """What the coordinators need: their own topic, and describing every topic (lag)."""
+        """What the coordinators need: their own topics, and describing every topic (lag)."""
         if caller.propagated or str(caller.principal) not in self.roles[Role.COORDINATOR]:
             return False
-        if resource_type is ResourceType.TOPIC and name == CONSUMER_OFFSETS_TOPIC:
+        if resource_type is ResourceType.TOPIC and name in (CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC):
             return operation in (Operation.READ, Operation.WRITE, Operation.DESCRIBE, Operation.CREATE)
+        if resource_type is ResourceType.CLUSTER and operation is Operation.IDEMPOTENT_WRITE:
+            return True  # producer ids for transactional producers (a broker's InitProducerId)
         return operation is Operation.DESCRIBE and resource_type in (ResourceType.TOPIC, ResourceType.CLUSTER)

@@ -1,0 +1,126 @@
+"""The transaction coordinator's gRPC service (proto/tidelog/v1/transaction.proto) over a
+TxnCoordinator. Errors come back as Kafka's codes in the response: NOT_COORDINATOR sends the
+producer to FindCoordinator again; CONCURRENT_TRANSACTIONS and COORDINATOR_LOAD_IN_PROGRESS to
+retry shortly.
+
+Authorization as Kafka's: Write on the TransactionalId for every request, and also Write on each
+topic added (AddPartitionsToTxn) or Read on the group (AddOffsetsToTxn); a broker's verify_only
+check needs a broker identity.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any, TypeAlias, TypeVar
+
+import grpc
+
+from tidelog.common.errors import ErrorCode, RemoteError, TidelogError
+from tidelog.common.security.authorization.acl import Operation, ResourceType
+from tidelog.coordinator.coordinator_service import LATENCY, REQUESTS
+from tidelog.coordinator.txn_coordinator import TxnCoordinator
+from tidelog.server_common.security.authorization.access_control import AccessControl, Role
+from tidelog.v1 import transaction_pb2, transaction_pb2_grpc
+
+__all__ = ["TxnService"]
+
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+R = TypeVar("R")
+
+
+class TxnService(transaction_pb2_grpc.TransactionCoordinatorServicer):
+    def __init__(self, coordinator: TxnCoordinator, access: AccessControl) -> None:
+        self.coordinator = coordinator
+        self.access = access
+
+    def _check(self, context: Context, transactional_id: str, *, topics: Collection[str] = (), group: str = "") -> None:
+        if not self.access.enabled:
+            return
+        caller = self.access.caller(context)
+        if not self.access.allowed(caller, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            raise RemoteError(
+                ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                f"{caller} may not Write transactional.id {transactional_id!r}",
+            )
+        refused = sorted(
+            topic for topic in topics if not self.access.allowed(caller, Operation.WRITE, ResourceType.TOPIC, topic)
+        )
+        if refused:
+            raise RemoteError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{caller} may not Write {', '.join(refused)}")
+        if group and not self.access.allowed(caller, Operation.READ, ResourceType.GROUP, group):
+            raise RemoteError(ErrorCode.GROUP_AUTHORIZATION_FAILED, f"{caller} may not Read group {group!r}")
+
+    async def _answer(self, api: str, response: R, work: Callable[[], Awaitable[R]]) -> R:
+        started = time.perf_counter()
+        try:
+            result = await work()
+            REQUESTS.labels(api, "NONE").inc()
+            return result
+        except TidelogError as error:
+            REQUESTS.labels(api, error.code.name).inc()
+            response.error_code = int(error.code)  # type: ignore[attr-defined]
+            response.error_message = error.message  # type: ignore[attr-defined]
+            return response
+        finally:
+            LATENCY.labels(api).observe(time.perf_counter() - started)
+
+    async def InitProducerId(  # noqa: N802
+        self, request: transaction_pb2.TxnInitProducerIdRequest, context: Context
+    ) -> transaction_pb2.TxnInitProducerIdResponse:
+        async def work() -> transaction_pb2.TxnInitProducerIdResponse:
+            self._check(context, request.transactional_id)
+            producer_id, epoch = await self.coordinator.init_producer_id(
+                request.transactional_id, request.transaction_timeout_ms
+            )
+            return transaction_pb2.TxnInitProducerIdResponse(producer_id=producer_id, producer_epoch=epoch)
+
+        failed = transaction_pb2.TxnInitProducerIdResponse(producer_id=-1, producer_epoch=-1)
+        return await self._answer("InitProducerId", failed, work)
+
+    async def AddPartitionsToTxn(  # noqa: N802
+        self, request: transaction_pb2.AddPartitionsToTxnRequest, context: Context
+    ) -> transaction_pb2.AddPartitionsToTxnResponse:
+        partitions = [(entry.topic, entry.partition) for entry in request.partitions]
+
+        async def work() -> transaction_pb2.AddPartitionsToTxnResponse:
+            if request.verify_only:
+                if not self.access.has_role(self.access.caller(context), Role.BROKER):
+                    raise RemoteError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "only brokers verify transactions")
+                for partition in partitions:
+                    self.coordinator.verify(
+                        request.transactional_id, request.producer_id, request.producer_epoch, partition
+                    )
+            else:
+                self._check(context, request.transactional_id, topics={topic for topic, _ in partitions})
+                await self.coordinator.add_partitions(
+                    request.transactional_id, request.producer_id, request.producer_epoch, partitions
+                )
+            return transaction_pb2.AddPartitionsToTxnResponse()
+
+        api = "VerifyTxn" if request.verify_only else "AddPartitionsToTxn"
+        return await self._answer(api, transaction_pb2.AddPartitionsToTxnResponse(), work)
+
+    async def AddOffsetsToTxn(  # noqa: N802
+        self, request: transaction_pb2.AddOffsetsToTxnRequest, context: Context
+    ) -> transaction_pb2.AddOffsetsToTxnResponse:
+        async def work() -> transaction_pb2.AddOffsetsToTxnResponse:
+            self._check(context, request.transactional_id, group=request.group_id)
+            await self.coordinator.add_offsets(
+                request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
+            )
+            return transaction_pb2.AddOffsetsToTxnResponse()
+
+        return await self._answer("AddOffsetsToTxn", transaction_pb2.AddOffsetsToTxnResponse(), work)
+
+    async def EndTxn(  # noqa: N802
+        self, request: transaction_pb2.EndTxnRequest, context: Context
+    ) -> transaction_pb2.EndTxnResponse:
+        async def work() -> transaction_pb2.EndTxnResponse:
+            self._check(context, request.transactional_id)
+            producer_id, epoch = await self.coordinator.end_transaction(
+                request.transactional_id, request.producer_id, request.producer_epoch, request.committed
+            )
+            return transaction_pb2.EndTxnResponse(producer_id=producer_id, producer_epoch=epoch)
+
+        return await self._answer("EndTxn", transaction_pb2.EndTxnResponse(producer_id=-1, producer_epoch=-1), work)
