@@ -1,20 +1,25 @@
-"""Transactions on real brokers, below the producer API: transactional batches and the markers a
-transaction coordinator writes (WriteTxnMarkers), read back with each isolation level, and the
-same answers from a new leader after the old one dies."""
+"""Transactions on real brokers and coordinators. Below the producer API: transactional batches and
+the markers a transaction coordinator writes (WriteTxnMarkers), read back with each isolation
+level, and the same answers from a new leader after the old one dies. Through it: commits, aborts,
+a zombie fenced by a newer instance, a transaction aborted by its timeout."""
 
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
+import pytest
 
-from tidelog.client import AdminClient, Consumer, TopicPartition
-from tidelog.common.errors import ErrorCode
+from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
+from tidelog.client.transaction_manager import TransactionAbortedError
+from tidelog.common.errors import ErrorCode, ProducerFencedError
 from tidelog.common.record.batch import encode_batch
 from tidelog.dev.local_cluster import LocalCluster
 from tidelog.v1 import broker_pb2, broker_pb2_grpc
 
-from .conftest import wait_until
+from .conftest import COORDINATOR_ARGS, running_cluster, wait_until
 
 
 def _transactional(producer_id: int, values: list[bytes], sequence: int = 0) -> bytes:
@@ -134,3 +139,111 @@ async def test_a_new_leader_answers_read_committed_as_the_old_one(fresh_cluster:
         await wait_until(moved, what="a new leader")
     assert await _read(fresh_cluster, "moved", "read_committed", 6) == [b"b0", b"plain"]
     assert await _ends(fresh_cluster, "moved") == (6, 6)
+
+
+# ---- through the producer API -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def txn_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    arguments = [*COORDINATOR_ARGS, "--transaction-abort-timed-out-transaction-cleanup-interval-ms", "200"]
+    with running_cluster(Path(tmp_path_factory.mktemp("txn")), coordinators=2, coordinator_args=arguments) as cluster:
+        yield cluster
+
+
+async def _committed(
+    cluster: LocalCluster, topic: str, partitions: int, isolation: str = "read_committed"
+) -> list[bytes]:
+    """Every record value of `topic` (partition by partition) a reader with `isolation` returns,
+    once it has read up to each partition's end for that isolation."""
+    tps = [TopicPartition(topic, partition) for partition in range(partitions)]
+    values: list[bytes] = []
+    async with Consumer(cluster.bootstrap, isolation_level=isolation) as consumer:
+        ends = await consumer.end_offsets(tps)
+        for tp in tps:
+            consumer.assign([tp])
+            await consumer.seek_to_beginning([tp])
+
+            async def at_end(tp: TopicPartition = tp) -> bool:
+                values.extend(record.value or b"" for record in await consumer.poll(200))
+                return await consumer.position(tp) >= ends[tp]
+
+            await wait_until(at_end, what=f"{tp} read to {ends[tp]}")
+    return values
+
+
+async def test_committed_transactions_are_read_and_aborted_ones_never(
+    txn_cluster: LocalCluster, topic_name: str
+) -> None:
+    async with AdminClient(txn_cluster.bootstrap, controllers=txn_cluster.controller_endpoints) as admin:
+        await admin.create_topic(topic_name, 2, 3, {"min.insync.replicas": "2"})
+    async with Producer(txn_cluster.bootstrap, transactional_id=f"{topic_name}-tx") as producer:
+        with pytest.raises(RuntimeError, match="uninitialized"):
+            await producer.send(topic_name, b"too early")
+        await producer.init_transactions()
+        for number, commit in ((1, True), (2, False), (3, True)):
+            producer.begin_transaction()
+            for partition in (0, 1):
+                delivery = await producer.send(topic_name, b"txn%d-p%d" % (number, partition), partition=partition)
+                if not commit:
+                    await delivery  # written before the abort: read_uncommitted readers see it
+            if commit:
+                await producer.commit_transaction()
+            else:
+                await producer.abort_transaction()
+        with pytest.raises(RuntimeError, match="ready"):
+            await producer.send(topic_name, b"outside a transaction")
+        producer.begin_transaction()
+        unsent = await producer.send(topic_name, b"never sent", partition=0)
+        await producer.abort_transaction()
+        with pytest.raises(TransactionAbortedError):
+            await unsent
+    committed = await _committed(txn_cluster, topic_name, 2)
+    assert committed == [b"txn1-p0", b"txn3-p0", b"txn1-p1", b"txn3-p1"]
+    everything = await _committed(txn_cluster, topic_name, 2, "read_uncommitted")
+    assert everything == [b"txn1-p0", b"txn2-p0", b"txn3-p0", b"txn1-p1", b"txn2-p1", b"txn3-p1"]
+
+
+async def test_a_new_instance_fences_the_zombie_and_aborts_what_it_left_open(
+    txn_cluster: LocalCluster, topic_name: str
+) -> None:
+    async with AdminClient(txn_cluster.bootstrap, controllers=txn_cluster.controller_endpoints) as admin:
+        await admin.create_topic(topic_name, 1, 3, {"min.insync.replicas": "2"})
+    transactional_id = f"{topic_name}-tx"
+    async with Producer(txn_cluster.bootstrap, transactional_id=transactional_id) as zombie:
+        await zombie.init_transactions()
+        zombie.begin_transaction()
+        await (await zombie.send(topic_name, b"zombie"))  # written, in an open transaction
+        async with Producer(txn_cluster.bootstrap, transactional_id=transactional_id) as successor:
+            await successor.init_transactions()  # aborts the zombie's transaction first
+            successor.begin_transaction()
+            await successor.send(topic_name, b"successor")
+            await successor.commit_transaction()
+        with pytest.raises(ProducerFencedError):
+            await zombie.commit_transaction()
+        with pytest.raises(ProducerFencedError):
+            zombie.begin_transaction()
+    assert await _committed(txn_cluster, topic_name, 1) == [b"successor"]
+
+
+async def test_a_transaction_past_its_timeout_is_aborted_by_the_coordinator(
+    txn_cluster: LocalCluster, topic_name: str
+) -> None:
+    async with AdminClient(txn_cluster.bootstrap, controllers=txn_cluster.controller_endpoints) as admin:
+        await admin.create_topic(topic_name, 1, 3, {"min.insync.replicas": "2"})
+    tp = TopicPartition(topic_name, 0)
+    async with Producer(
+        txn_cluster.bootstrap, transactional_id=f"{topic_name}-tx", transaction_timeout_ms=1000
+    ) as producer:
+        await producer.init_transactions()
+        producer.begin_transaction()
+        await (await producer.send(topic_name, b"slow"))
+        async with Consumer(txn_cluster.bootstrap, isolation_level="read_committed") as consumer:
+
+            async def stable() -> bool:
+                return (await consumer.end_offsets([tp]))[tp] == 2  # the record and the abort marker
+
+            await wait_until(stable, what="the coordinator to abort the transaction")
+        with pytest.raises(ProducerFencedError):
+            await producer.commit_transaction()
+    assert await _committed(txn_cluster, topic_name, 1) == []

@@ -13,6 +13,9 @@ cluster's state), and while `buffer.memory` is full. Its metadata refreshes ask 
 it produces to, so one broker's partial answer cannot make it forget a topic in use.
 
 Idempotence (KIP-98; on by default with acks=all, as in Kafka >= 3.0): see `producer_sequences`.
+Transactions (with `transactional.id`): `init_transactions`, `begin_transaction`, `send…`,
+`send_offsets_to_transaction`, `commit_transaction` / `abort_transaction`, as Kafka's producer;
+see `transaction_manager`.
 Partitioning as Kafka's default: an explicit partition wins; a key goes to murmur2(key) mod
 partitions; keyless records stick to one partition until its batch closes (KIP-480).
 """
@@ -34,6 +37,7 @@ from tidelog.client.producer_batch import BatchState, ProducerBatch
 from tidelog.client.producer_sequences import ProducerSequences
 from tidelog.client.record_accumulator import RecordAccumulator
 from tidelog.client.sender import Sender
+from tidelog.client.transaction_manager import TransactionAbortedError, TransactionManager, TxnClientState
 from tidelog.common.errors import (
     ErrorCode,
     InvalidConfigError,
@@ -140,6 +144,8 @@ class Producer:
         *,
         acks: str | int = DEFAULTS.acks,
         enable_idempotence: bool = DEFAULTS.enable_idempotence,
+        transactional_id: str = DEFAULTS.transactional_id,
+        transaction_timeout_ms: int = DEFAULTS.transaction_timeout_ms,
         batch_size: int = DEFAULTS.batch_size,
         linger_ms: int = DEFAULTS.linger_ms,
         compression_type: str = DEFAULTS.compression_type,
@@ -162,6 +168,8 @@ class Producer:
             {
                 "acks": str(acks),
                 "enable.idempotence": enable_idempotence,
+                "transactional.id": transactional_id,
+                "transaction.timeout.ms": transaction_timeout_ms,
                 "batch.size": batch_size,
                 "linger.ms": linger_ms,
                 "compression.type": compression_type,
@@ -179,6 +187,8 @@ class Producer:
             raise InvalidConfigError(
                 f"batch.size={settings.batch_size} exceeds max.request.size={settings.max_request_size}"
             )
+        if settings.transactional_id and not settings.idempotent:
+            raise InvalidConfigError("transactional.id needs idempotence: enable.idempotence=true and acks=all")
         # The client id travels with every request (client quotas may name it).
         self.connections = connections or Connections(security, call_metadata=client_id_metadata(client_id))
         self._owns_connections = connections is None
@@ -186,7 +196,21 @@ class Producer:
             bootstrap, self.connections, request_timeout_s=settings.request_timeout_ms / 1000
         )
         self.accumulator = RecordAccumulator(settings, clock=clock)
-        self.sequences = ProducerSequences()
+        self.sequences = ProducerSequences(transactional=bool(settings.transactional_id))
+        self.transactions = (
+            TransactionManager(
+                settings.transactional_id,
+                settings.transaction_timeout_ms,
+                self.sequences,
+                self.metadata,
+                self.connections,
+                request_timeout_s=settings.request_timeout_ms / 1000,
+                retry_backoff_s=settings.retry_backoff_ms / 1000,
+                max_block_s=settings.max_block_ms / 1000,
+            )
+            if settings.transactional_id
+            else None
+        )
         self._topics: set[str] = set()  # the topics produced to: what metadata refreshes ask for
         self.sender = Sender(
             settings,
@@ -196,6 +220,7 @@ class Producer:
             connections=self.connections,
             topics=lambda: sorted(self._topics),
             clock=clock,
+            transactions=self.transactions,
         )
         self._sticky: dict[str, int] = {}
         self._sender_task: asyncio.Task[None] | None = None
@@ -277,6 +302,8 @@ class Producer:
         """Queue one record; await the returned delivery for its offset."""
         if self.sender.closed:
             raise RuntimeError("producer is closed")
+        if self.transactions is not None:
+            self.transactions.require(TxnClientState.IN_TRANSACTION, doing="send outside a transaction")
         if partition is not None and partition < 0:
             raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {partition}")
         # The common case takes no await of its own: the topic known, room in buffer.memory.
@@ -325,6 +352,8 @@ class Producer:
         marker for a whole batch at the cost of one header (the Spark sink's retries use it)."""
         if partition is not None and partition < 0:
             raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {partition}")
+        if self.transactions is not None:
+            self.transactions.require(TxnClientState.IN_TRANSACTION, doing="send outside a transaction")
         for name, column in (("keys", keys), ("headers", headers)):
             if column is not None and len(column) != len(values):
                 raise error_for(ErrorCode.INVALID_REQUEST, f"{len(column)} {name} for {len(values)} values")
@@ -376,6 +405,42 @@ class Producer:
                 self.accumulator.add_ready(batch)
         self._wake_sender()
         return BulkDelivery(batches)
+
+    # ---- transactions ----------------------------------------------------------------------
+
+    def _transactional(self) -> TransactionManager:
+        if self.transactions is None:
+            raise RuntimeError("not a transactional producer: set transactional_id")
+        return self.transactions
+
+    async def init_transactions(self) -> None:
+        """Take the transactional.id over: fences every older instance of it and aborts what it
+        left open (waiting up to max.block.ms while that abort completes)."""
+        await self._transactional().init()
+
+    def begin_transaction(self) -> None:
+        self._transactional().begin()
+
+    async def commit_transaction(self) -> None:
+        """Send everything, then commit: every record of the transaction becomes visible to
+        read_committed readers, with the offsets sent to it. Raises the error of a failed send
+        (the transaction can then only be aborted)."""
+        transactions = self._transactional()
+        transactions.require(TxnClientState.IN_TRANSACTION, TxnClientState.ABORTABLE_ERROR, doing="commit")
+        await self.flush()
+        if transactions.state is TxnClientState.ABORTABLE_ERROR:
+            assert transactions.error is not None
+            raise transactions.error
+        await transactions.end(commit=True)
+
+    async def abort_transaction(self) -> None:
+        """Abort: the records not yet sent are failed, those sent are never visible to
+        read_committed readers."""
+        transactions = self._transactional()
+        transactions.require(TxnClientState.IN_TRANSACTION, TxnClientState.ABORTABLE_ERROR, doing="abort")
+        self.sender.abort_unsent(TransactionAbortedError("the transaction was aborted before this record was sent"))
+        await self.flush()
+        await transactions.end(commit=False)
 
     # ---- flushing and closing --------------------------------------------------------------
 

@@ -69,6 +69,7 @@ class ProducerBatch:
         "timestamp",
         "timestamps",
         "topic",
+        "transactional",
         "values",
     )
 
@@ -94,6 +95,7 @@ class ProducerBatch:
         self.producer_id = NO_PRODUCER_ID
         self.producer_epoch = -1
         self.base_sequence = -1  # set when first sent (idempotence), kept for every retry
+        self.transactional = False  # part of a transaction (set with the sequence)
         self.encoded: bytes | None = None
         # Records' done callbacks, called in the order added by one callback on the batch's future.
         # Two flat lists, not a future callback (a closure, its cells, a Handle) per record: a
@@ -162,5 +164,6 @@ class ProducerBatch:
                 producer_id=self.producer_id,
                 producer_epoch=self.producer_epoch,
                 base_sequence=self.base_sequence,
+                transactional=self.transactional,
             )
         return self.encoded

@@ -5,6 +5,9 @@ A batch takes its sequence when it is first sent and keeps it for every retry, s
 already wrote it answers a repeat with the original offset. Batches with a sequence and no answer
 yet are kept per partition in sequence order. A batch that fails for good leaves a gap no later
 batch can fill: the producer then bumps its epoch and the partitions' sequences restart at 0.
+
+A transactional producer's epoch is its coordinator's: it never bumps it itself (a failed batch
+makes the transaction abortable instead), and takes the one each EndTxn answers (`new_epoch`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ PRODUCER_EPOCH_MAX: Final = 2**15 - 1
 
 
 class ProducerSequences:
-    def __init__(self) -> None:
+    def __init__(self, *, transactional: bool = False) -> None:
+        self.transactional = transactional
         self.producer_id = NO_PRODUCER_ID
         self.producer_epoch = 0
         self._next: dict[tuple[str, int], int] = {}
@@ -38,12 +42,19 @@ class ProducerSequences:
     def set_id(self, producer_id: int, producer_epoch: int) -> None:
         self.producer_id, self.producer_epoch = producer_id, producer_epoch
 
+    def new_epoch(self, producer_id: int, producer_epoch: int) -> None:
+        """The coordinator's next id and epoch (transactions): every partition restarts at 0."""
+        assert not any(self._unacked.values()), "a transaction ends with every batch answered"
+        self.producer_id, self.producer_epoch = producer_id, producer_epoch
+        self._next.clear()
+
     def assign(self, batch: ProducerBatch) -> None:
         """Give a batch sent for the first time the partition's next sequence (once: retries keep it)."""
         assert batch.base_sequence < 0, "a batch keeps the sequence of its first attempt"
         key = batch.key
         sequence = self._next.get(key, 0)
         batch.producer_id, batch.producer_epoch, batch.base_sequence = self.producer_id, self.producer_epoch, sequence
+        batch.transactional = self.transactional
         self._next[key] = next_sequence(sequence, len(batch.values))
         self._unacked.setdefault(key, collections.deque()).append(batch)
 
@@ -60,7 +71,7 @@ class ProducerSequences:
     def failed_for_good(self, batch: ProducerBatch, reason: str) -> None:
         """A batch will never be written: if it held a sequence of the current epoch, that sequence is
         now a gap, so start a new epoch with sequences from 0 (KIP-360)."""
-        if self.forget(batch) and batch.producer_epoch == self.producer_epoch:
+        if self.forget(batch) and batch.producer_epoch == self.producer_epoch and not self.transactional:
             self.producer_epoch += 1
             if self.producer_epoch > PRODUCER_EPOCH_MAX:
                 self.producer_id, self.producer_epoch = NO_PRODUCER_ID, 0  # a fresh id on the next send

@@ -143,6 +143,19 @@ class RecordAccumulator:
         yield from self._open.values()
         yield from self._ready
 
+    def ready_keys(self) -> set[tuple[str, int]]:
+        """The partitions of the ready batches (a transactional sender adds them to the transaction first)."""
+        return {batch.key for batch in self._ready}
+
+    def take_unsent(self) -> list[ProducerBatch]:
+        """Close every open batch and take the ready ones never sent (an abort fails them)."""
+        for batch in list(self._open.values()):
+            self.close(batch)
+        unsent = [batch for batch in self._ready if batch.base_sequence < 0]
+        for batch in unsent:
+            self._ready.remove(batch)
+        return unsent
+
     @property
     def has_open(self) -> bool:
         return bool(self._open)

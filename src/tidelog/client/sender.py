@@ -26,7 +26,15 @@ from tidelog.client.connections import Connections
 from tidelog.client.producer_batch import BatchState, ProducerBatch
 from tidelog.client.producer_sequences import ProducerSequences
 from tidelog.client.record_accumulator import RecordAccumulator
-from tidelog.common.errors import RETRIABLE_CODES, ErrorCode, RequestTimedOutError, TidelogError, error_for
+from tidelog.client.transaction_manager import TransactionManager, TxnClientState
+from tidelog.common.errors import (
+    RETRIABLE_CODES,
+    ErrorCode,
+    ProducerFencedError,
+    RequestTimedOutError,
+    TidelogError,
+    error_for,
+)
 from tidelog.common.record.compression import CompressionType
 from tidelog.common.settings import ProducerSettings
 from tidelog.v1 import broker_pb2
@@ -47,6 +55,7 @@ class Sender:
         connections: Connections,
         topics: Callable[[], Sequence[str]],
         clock: Callable[[], float] = time.monotonic,
+        transactions: TransactionManager | None = None,
     ) -> None:
         self.settings = settings
         self.compression = CompressionType.from_name(settings.compression_type)
@@ -58,6 +67,7 @@ class Sender:
         self.connections = connections
         self.topics = topics  # what metadata refreshes ask for: the topics produced to
         self.clock = clock
+        self.transactions = transactions  # a transactional producer's: partitions join its transaction first
         self.in_flight: dict[str, set[asyncio.Task[None]]] = {}  # endpoint → its requests in flight
         self.muted_until: dict[str, float] = {}  # endpoint → the end of the throttle it asked for
         self.sending: set[tuple[str, int]] = set()  # partitions with a batch in a request in flight
@@ -74,7 +84,12 @@ class Sender:
         while True:
             self.wakeup.clear()
             next_expiry = self.accumulator.close_expired(everything=bool(self.flushing) or self.closed)
-            if self.settings.idempotent and not self.sequences.has_id and self.accumulator.has_ready:
+            if (
+                self.settings.idempotent
+                and self.transactions is None
+                and not self.sequences.has_id
+                and self.accumulator.has_ready
+            ):
                 retry_at: float | None = await self._init_producer_id()
             else:
                 retry_at = await self._drain()
@@ -114,17 +129,44 @@ class Sender:
     def _expired(self, batch: ProducerBatch) -> bool:
         return self.clock() - batch.created > self.settings.delivery_timeout_ms / 1000
 
+    async def _add_to_transaction(self) -> bool:
+        """Add the ready batches' new partitions to the transaction; False (those batches failed)
+        when the coordinator refused."""
+        assert self.transactions is not None
+        missing = self.transactions.missing(self.accumulator.ready_keys())
+        if not missing:
+            return True
+        try:
+            await self.transactions.add_partitions(missing)
+            return True
+        except TidelogError as error:
+            for batch in self.accumulator.take_ready():
+                if batch.key in missing:
+                    self.fail(batch, error)
+                else:
+                    self.accumulator.put_back([batch])
+            return False
+
+    def abort_unsent(self, error: BaseException) -> None:
+        """An abort: the batches never sent are failed rather than written (Kafka's
+        TransactionAbortedException); those sent settle as they will."""
+        for batch in self.accumulator.take_unsent():
+            self.fail(batch, error)
+
     async def _drain(self) -> float | None:
         """Start one request per idle leader with its ready batches; the next retry time, if any."""
+        if self.transactions is not None and not await self._add_to_transaction():
+            return None
         now = self.clock()
         by_leader: dict[str, list[ProducerBatch]] = {}
         waiting: list[ProducerBatch] = []
         retry_at: float | None = None
         refresh = False
         blocked = set(self.sending)
+        joined = self.transactions.partitions if self.transactions is not None else None
         for batch in self.accumulator.take_ready():
-            if batch.key in blocked:
-                waiting.append(batch)
+            if batch.key in blocked or (joined is not None and batch.key not in joined):
+                waiting.append(batch)  # (a transaction's new partition: added in the next round)
                 continue
             if batch.base_sequence < 0 and self._expired(batch):
                 # Waited past delivery.timeout.ms without ever going out (Kafka expires such batches in
@@ -195,6 +237,7 @@ class Sender:
             request = broker_pb2.ProduceRequest(
                 acks=self.settings.required_acks,
                 timeout_ms=self.settings.request_timeout_ms,
+                transactional_id=self.settings.transactional_id,
                 partitions=[
                     broker_pb2.ProducePartition(topic=batch.topic, partition=batch.partition, record_batches=data)
                     for batch, data in zip(batches, encoded, strict=True)
@@ -274,6 +317,12 @@ class Sender:
         self.accumulator.remove_ready(batch)
         self.sequences.failed_for_good(batch, str(error))
         batch.fail(error)
+        if self.transactions is not None:
+            if getattr(error, "code", None) in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):
+                if self.transactions.state is not TxnClientState.FATAL_ERROR:
+                    self.transactions.fatal(ProducerFencedError(f"{batch.topic}-{batch.partition}: {error}"))
+            else:
+                self.transactions.abortable(error)
 
 
 def _fit(batches: list[ProducerBatch], max_request_size: int) -> tuple[list[ProducerBatch], list[ProducerBatch]]:

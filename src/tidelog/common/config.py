@@ -571,6 +571,19 @@ PRODUCER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
         True,
         "Each batch written once even when retried (producer id + sequences); only with acks=all.",
     ),
+    ConfigDef(
+        "transactional.id",
+        ConfigType.STRING,
+        "",
+        "Makes the producer transactional (KIP-98): its transactions survive its restarts under this id, and a "
+        "new instance fences older ones. Needs idempotence (acks=all).",
+    ),
+    _int(
+        "transaction.timeout.ms",
+        60_000,
+        "The coordinator aborts a transaction open longer than this (at most transaction.max.timeout.ms).",
+        minimum=1,
+    ),
     _int("batch.size", 16_384, "A partition's batch is sent once it holds this many bytes.", minimum=1),
     _long("linger.ms", 5, "...or once it is this old.", minimum=0),
     ConfigDef(

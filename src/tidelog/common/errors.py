@@ -335,6 +335,19 @@ class TransactionCoordinatorFencedError(TidelogError):
     code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
 
 
+class ProducerFencedError(TidelogError):
+    """A newer instance of the transactional producer (same transactional.id) took over, or the
+    coordinator aborted this one's transaction: this producer can only be closed."""
+
+    code = ErrorCode.PRODUCER_FENCED
+
+
+class TransactionalIdAuthorizationFailedError(TidelogError):
+    """The caller's principal lacks Write (or Describe) on the transactional.id."""
+
+    code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
 class InvalidReplicaAssignmentError(TidelogError):
     """A replica list names unknown or repeated brokers, or has the wrong length."""
 

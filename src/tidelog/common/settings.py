@@ -363,6 +363,8 @@ class ProducerSettings(Settings):
 
     acks: str
     enable_idempotence: bool
+    transactional_id: str
+    transaction_timeout_ms: int
     batch_size: int
     linger_ms: int
     compression_type: str

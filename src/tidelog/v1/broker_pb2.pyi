@@ -19,14 +19,16 @@ class ProducePartition(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., record_batches: _Optional[bytes] = ...) -> None: ...
 
 class ProduceRequest(_message.Message):
-    __slots__ = ("acks", "timeout_ms", "partitions")
+    __slots__ = ("acks", "timeout_ms", "partitions", "transactional_id")
     ACKS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
     acks: int
     timeout_ms: int
     partitions: _containers.RepeatedCompositeFieldContainer[ProducePartition]
-    def __init__(self, acks: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[ProducePartition, _Mapping]]] = ...) -> None: ...
+    transactional_id: str
+    def __init__(self, acks: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[ProducePartition, _Mapping]]] = ..., transactional_id: _Optional[str] = ...) -> None: ...
 
 class ProducePartitionResult(_message.Message):
     __slots__ = ("topic", "partition", "error_code", "error_message", "base_offset", "log_append_time_ms", "log_start_offset", "leader_hint", "leader_hint_epoch")
