@@ -22,7 +22,7 @@ from tidelog.broker.fetch_session import SessionError
 from tidelog.broker.metadata_cache import MetadataCache, newest_leader
 from tidelog.broker.producer_id_manager import ProducerIdManager
 from tidelog.broker.quota_manager import QuotaManager
-from tidelog.broker.replica_manager import ReplicaManager
+from tidelog.broker.replica_manager import CoordinatorWrite, ReplicaManager
 from tidelog.broker.request_metrics import REQUESTS, TOTAL_TIME_MS
 from tidelog.broker.topic_metrics import topic_meters
 from tidelog.broker.txn_markers import MARKER_TIMEOUT_S, refused_markers, write_txn_markers
@@ -30,6 +30,7 @@ from tidelog.common.errors import ErrorCode, StaleControllerEpochError, TidelogE
 from tidelog.common.security.authorization.acl import CLUSTER_NAME, Operation, ResourceType
 from tidelog.common.security.quotas.quota import QuotaKind
 from tidelog.common.settings import BrokerSettings, SecuritySettings
+from tidelog.server_common.metadata import CONSUMER_OFFSETS_TOPIC
 from tidelog.server_common.security.authorization.access_control import AccessControl, Role
 from tidelog.v1 import broker_pb2, broker_pb2_grpc, coordinator_pb2
 
@@ -116,8 +117,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             if turn == len(rounds):
                 rounds.append([])
             rounds[turn].append(index)
+        coordinator = self.access.has_role(self.access.caller(context), Role.COORDINATOR)
         for indexes in rounds:
-            await self._produce_round(request, indexes, results, timeout_s)
+            await self._produce_round(request, indexes, results, timeout_s, coordinator)
         response.partitions.extend(result for result in results if result is not None)
         REQUESTS.labels("Produce", NONE).inc()
         elapsed = time.perf_counter() - started
@@ -136,12 +138,22 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         indexes: list[int],
         results: list[broker_pb2.ProducePartitionResult | None],
         timeout_s: float,
+        coordinator: bool,
     ) -> None:
         entries = [request.partitions[index] for index in indexes]
         for entry in entries:
             topic_meters(entry.topic).total_produce.inc()
         outcomes = await self.replicas.append_all(
-            [(entry.topic, entry.partition, entry.record_batches) for entry in entries],
+            [
+                (
+                    entry.topic,
+                    entry.partition,
+                    CoordinatorWrite(entry.record_batches)
+                    if coordinator and entry.topic == CONSUMER_OFFSETS_TOPIC
+                    else entry.record_batches,
+                )
+                for entry in entries
+            ],
             acks=request.acks,
             timeout_s=timeout_s,
         )

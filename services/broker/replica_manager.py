@@ -54,7 +54,7 @@ from tidelog.common.record.control import Marker
 from tidelog.common.settings import BrokerSettings
 from tidelog.v1 import broker_pb2
 
-__all__ = ["MarkerWrite", "ReplicaManager"]
+__all__ = ["CoordinatorWrite", "MarkerWrite", "ReplicaManager"]
 
 log = structlog.get_logger(__name__)
 
@@ -65,6 +65,13 @@ class MarkerWrite(NamedTuple):
     producer_id: int
     producer_epoch: int
     marker: Marker
+
+
+class CoordinatorWrite(NamedTuple):
+    """A group coordinator's batches for __consumer_offsets: its transactional offset commits carry
+    no sequence (Kafka's AppendOrigin.COORDINATOR)."""
+
+    data: bytes
 
 
 class ReplicaManager:
@@ -163,7 +170,11 @@ class ReplicaManager:
         return outcome
 
     async def append_all(
-        self, entries: Sequence[tuple[str, int, bytes | MarkerWrite]], *, acks: int = 1, timeout_s: float = 30.0
+        self,
+        entries: Sequence[tuple[str, int, bytes | MarkerWrite | CoordinatorWrite]],
+        *,
+        acks: int = 1,
+        timeout_s: float = 30.0,
     ) -> list[AppendInfo | TidelogError]:
         """`append` for many partitions, each at most once, with an outcome each. The appends share
         a few I/O tasks (a thread hop per partition was most of a produce's time at thousands of
@@ -419,7 +430,7 @@ class _LeaderAppend:
     index: int  # in the request
     hosted: Partition
     leader_epoch: int  # led in when appended: the wait for the ISR checks it has not ended
-    batches: bytes | MarkerWrite
+    batches: bytes | MarkerWrite | CoordinatorWrite
     outcome: AppendInfo | BaseException | None = None
 
 
@@ -427,12 +438,12 @@ def _append_leader_chunk(appends: list[_LeaderAppend]) -> None:
     """On an I/O thread: each append in turn, its outcome kept (one failing stops no other)."""
     for append in appends:
         try:
-            if isinstance(append.batches, MarkerWrite):
-                producer_id, producer_epoch, marker = append.batches
-                append.outcome = append.hosted.log.append_marker(
-                    producer_id, producer_epoch, marker, append.leader_epoch
-                )
+            partition_log, batches = append.hosted.log, append.batches
+            if isinstance(batches, MarkerWrite):
+                append.outcome = partition_log.append_marker(*batches, leader_epoch=append.leader_epoch)
+            elif isinstance(batches, CoordinatorWrite):
+                append.outcome = partition_log.append_as_leader(batches.data, append.leader_epoch, unsequenced=True)
             else:
-                append.outcome = append.hosted.log.append_as_leader(append.batches, append.leader_epoch)
+                append.outcome = partition_log.append_as_leader(batches, append.leader_epoch)
         except Exception as error:
             append.outcome = error

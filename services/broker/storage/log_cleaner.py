@@ -3,7 +3,9 @@
 One pass (`compact`) over a partition log:
 1. The cleanable range is every non-active segment whose newest record is older than
    `min.compaction.lag.ms`, below the last stable offset; the dirty part starts at
-   `cleaner-offset-checkpoint`. Control batches (transaction markers) are kept as they are.
+   `cleaner-offset-checkpoint`. Control batches (transaction markers) are kept as they are;
+   aborted transactions' batches (the aborted-transaction index says which) are removed and never
+   supersede anything: an aborted offset commit must not delete the committed one before it.
 2. An offset map key → last offset is built from the dirty part (one `dict.update(zip(...))`
    per batch: C-level, no per-record Python).
 3. Every cleanable segment that loses a record is rewritten as `<base>.log.cleaned`: a record
@@ -125,13 +127,29 @@ def _batches(partition_log: PartitionLog, segment: LogSegment) -> Iterator[tuple
         position += local
 
 
+Aborted = dict[int, list[tuple[int, int]]]  # producer id → (first offset, marker offset) of its aborts
+
+
+def _aborted(partition_log: PartitionLog, segments: list[LogSegment]) -> Aborted:
+    found: Aborted = {}
+    for entry in partition_log.aborted_transactions(segments[0].base_offset, segments[-1].next_offset):
+        found.setdefault(entry.producer_id, []).append((entry.first_offset, entry.last_offset))
+    return found
+
+
+def _is_aborted(header: BatchHeader, aborted: Aborted) -> bool:
+    return header.is_transactional and any(
+        first <= header.base_offset <= last for first, last in aborted.get(header.producer_id, ())
+    )
+
+
 def _build_offset_map(
-    partition_log: PartitionLog, dirty: list[LogSegment], first_dirty: int
+    partition_log: PartitionLog, dirty: list[LogSegment], first_dirty: int, aborted: Aborted
 ) -> dict[bytes | None, int]:
     offset_map: dict[bytes | None, int] = {}
     for segment in dirty:
         for header, raw in _batches(partition_log, segment):
-            if header.next_offset <= first_dirty or header.is_control:
+            if header.next_offset <= first_dirty or header.is_control or _is_aborted(header, aborted):
                 continue
             batch = decode_batch(raw, verify_crc=False)
             offset_map.update(zip(batch.keys, batch.offsets, strict=True))
@@ -179,14 +197,23 @@ def _clean_batch(raw: bytes, offset_map: dict[bytes | None, int], drop_tombstone
 
 
 def _rewrite_segment(
-    partition_log: PartitionLog, segment: LogSegment, offset_map: dict[bytes | None, int], drop_tombstones: bool
+    partition_log: PartitionLog,
+    segment: LogSegment,
+    offset_map: dict[bytes | None, int],
+    drop_tombstones: bool,
+    aborted: Aborted,
 ) -> tuple[LogSegment | None, int]:
     """A cleaned copy of `segment` (None when nothing would change) and the records it drops."""
     cleaned_segment: LogSegment | None = None
     removed_total = 0
     try:
         for header, raw in _batches(partition_log, segment):
-            cleaned, removed = (raw, 0) if header.is_control else _clean_batch(raw, offset_map, drop_tombstones)
+            if header.is_control:
+                cleaned, removed = raw, 0
+            elif _is_aborted(header, aborted):
+                cleaned, removed = None, header.record_count
+            else:
+                cleaned, removed = _clean_batch(raw, offset_map, drop_tombstones)
             if removed and cleaned_segment is None:
                 # First loss in this segment: only now start the copy, with the untouched prefix.
                 cleaned_segment = LogSegment(
@@ -222,13 +249,13 @@ def compact(partition_log: PartitionLog, *, now_ms: int | None = None) -> CleanR
     if not dirty:
         return None
     try:
-        offset_map = _build_offset_map(partition_log, dirty, first_dirty)
+        aborted = _aborted(partition_log, cleanable)
+        offset_map = _build_offset_map(partition_log, dirty, first_dirty, aborted)
         rewritten = removed_total = bytes_before = bytes_after = 0
         tombstone_horizon = now - config.delete_retention_ms
         for segment in cleanable:
-            cleaned, removed = _rewrite_segment(
-                partition_log, segment, offset_map, drop_tombstones=segment.max_timestamp < tombstone_horizon
-            )
+            drop_tombstones = segment.max_timestamp < tombstone_horizon
+            cleaned, removed = _rewrite_segment(partition_log, segment, offset_map, drop_tombstones, aborted)
             if cleaned is None:
                 continue
             size_before, size_after = segment.size, cleaned.size

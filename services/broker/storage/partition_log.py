@@ -185,12 +185,15 @@ class PartitionLog:
 
     # ---- appending -------------------------------------------------------------------------
 
-    def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int) -> AppendInfo:
-        """Validate producer batches, assign offsets from the log end, stamp the leader epoch."""
+    def append_as_leader(
+        self, records: bytes | bytearray | memoryview, leader_epoch: int, *, unsequenced: bool = False
+    ) -> AppendInfo:
+        """Validate producer batches, assign offsets from the log end, stamp the leader epoch
+        (`unsequenced`: a group coordinator's transactional offsets, ProducerStateManager.check)."""
         headers = validate_batches(records, self.config, from_producer=True)
         with self._lock:
             self._check_open()
-            duplicate = self.producer_state.check(headers)
+            duplicate = self.producer_state.check(headers, unsequenced=unsequenced)
             if duplicate is not None:
                 return AppendInfo(
                     first_offset=duplicate.first_offset,

@@ -66,6 +66,7 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
+NO_SEQUENCE: Final = -1  # a batch not numbered by its producer (Kafka's RecordBatch.NO_SEQUENCE)
 PRODUCER_BATCHES_RETAINED: Final = 5  # Kafka's NumBatchesToRetain; also the client's in-flight bound
 SNAPSHOT_SUFFIX: Final = ".snapshot"
 SNAPSHOT_VERSION: Final = 2  # 2 added each producer's coordinator epoch and open transaction
@@ -144,13 +145,15 @@ class ProducerStateManager:
 
     # ---- checks (leader) -------------------------------------------------------------------
 
-    def check(self, headers: Iterable[BatchHeader]) -> BatchMetadata | None:
+    def check(self, headers: Iterable[BatchHeader], *, unsequenced: bool = False) -> BatchMetadata | None:
         """Validate producer batches about to be appended together, in order.
 
         Returns the original batch when the append is exactly one batch already written (the
         caller answers it with the original offsets and appends nothing). Raises on a fenced
         epoch or a sequence gap, and DuplicateSequence-like cases inside a larger append as
-        out of order. Nothing is changed.
+        out of order. Nothing is changed. With `unsequenced` (a group coordinator's transactional
+        offset commit, Kafka's AppendOrigin.COORDINATOR) a transactional batch without a sequence
+        is checked for its epoch and transaction only.
         """
         pending: dict[int, ProducerEntry] = {}
         headers = list(headers)
@@ -165,7 +168,10 @@ class ProducerStateManager:
                     f"producer {header.producer_id} epoch {header.producer_epoch} is older than {entry.epoch}"
                 )
             _check_transaction(entry, header)
-            if not entry.batches and entry.coordinator_epoch >= 0:
+            if header.base_sequence == NO_SEQUENCE:
+                if not (unsequenced and header.is_transactional):
+                    raise OutOfOrderSequenceError(f"producer {header.producer_id}: a batch without a sequence")
+            elif not entry.batches and entry.coordinator_epoch >= 0:
                 if header.base_sequence != 0:  # after a marker the producer's sequences restart
                     raise OutOfOrderSequenceError(
                         f"producer {header.producer_id} epoch {header.producer_epoch}: sequence "
@@ -388,6 +394,9 @@ def _apply(entry: ProducerEntry, header: BatchHeader) -> None:
     if header.producer_epoch != entry.epoch:  # the leader only lets epochs grow; replays follow the log
         entry.epoch = header.producer_epoch
         entry.batches.clear()
+    entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+    if header.base_sequence == NO_SEQUENCE:
+        return  # a coordinator's transactional offsets: nothing to dedupe them by
     entry.batches.append(
         BatchMetadata(
             header.base_sequence,
@@ -397,7 +406,6 @@ def _apply(entry: ProducerEntry, header: BatchHeader) -> None:
             header.max_timestamp,
         )
     )
-    entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
 
 
 def _check_transaction(entry: ProducerEntry, header: BatchHeader) -> None:

@@ -93,6 +93,22 @@ def test_an_abort_goes_into_its_markers_segment_index_and_overlapping_reads_find
     assert active.txn_index.path.exists() and not list(partition_log.directory.glob(f"{0:020d}{TXN_INDEX_SUFFIX}"))
 
 
+def test_only_a_coordinators_transactional_offsets_may_go_without_a_sequence(open_log: OpenLog) -> None:
+    partition_log = open_log()
+    unsequenced = encode_batch([b"offsets"], keys=[b"k"], producer_id=7, producer_epoch=0, transactional=True)
+    with pytest.raises(OutOfOrderSequenceError, match="without a sequence"):
+        partition_log.append_as_leader(unsequenced, leader_epoch=0)
+    with pytest.raises(OutOfOrderSequenceError, match="without a sequence"):  # not transactional: never
+        partition_log.append_as_leader(
+            encode_batch([b"x"], producer_id=8, producer_epoch=0), leader_epoch=0, unsequenced=True
+        )
+    partition_log.append_as_leader(unsequenced, leader_epoch=0, unsequenced=True)
+    partition_log.append_as_leader(unsequenced, leader_epoch=0, unsequenced=True)  # no dedupe without sequences
+    assert partition_log.producer_state.ongoing == {7: 0}
+    partition_log.append_marker(7, 1, COMMIT, leader_epoch=0)
+    assert partition_log.producer_state.ongoing == {}
+
+
 def test_the_rules_a_transactional_producer_is_held_to(open_log: OpenLog) -> None:
     partition_log = open_log()
     partition_log.append_as_leader(transactional(2, 0), leader_epoch=0)
@@ -156,9 +172,8 @@ def test_truncating_a_marker_away_reopens_its_transaction(open_log: OpenLog) -> 
 def test_an_open_transaction_keeps_its_producer_from_expiring(open_log: OpenLog) -> None:
     partition_log = open_log()
     partition_log.append_as_leader(transactional(1, 0, producer_id=1), leader_epoch=0)
-    partition_log.append_as_leader(
-        encode_batch([b"x"], timestamps=1000, producer_id=2, producer_epoch=0), leader_epoch=0
-    )
+    idempotent = encode_batch([b"x"], timestamps=1000, producer_id=2, producer_epoch=0, base_sequence=0)
+    partition_log.append_as_leader(idempotent, leader_epoch=0)
     assert partition_log.expire_producers(expiration_ms=0) == 1
     assert set(partition_log.producer_state.producers) == {1}
 
@@ -182,6 +197,27 @@ def test_compaction_stops_at_the_last_stable_offset(open_log: OpenLog) -> None:
     result = compact(partition_log)
     assert result is not None and result.records_removed >= 1
     assert 0 not in [batch.header.base_offset for batch in read_all(partition_log)]
+
+
+def test_compaction_removes_aborted_transactions_and_never_lets_them_supersede(open_log: OpenLog) -> None:
+    """An aborted offset commit (a transactional record for the same key) must not delete the
+    committed value before it: Kafka's cleaner ignores aborted records when it builds its map."""
+    partition_log = open_log(cleanup_policy="compact")
+    partition_log.append_as_leader(encode_batch([b"committed"], keys=[b"k"], timestamps=1000), leader_epoch=0)
+    aborted = encode_batch(
+        [b"aborted"], keys=[b"k"], timestamps=1000, producer_id=7, producer_epoch=0, base_sequence=0, transactional=True
+    )
+    partition_log.append_as_leader(aborted, leader_epoch=0)  # 1
+    partition_log.append_marker(7, 0, ABORT, leader_epoch=0)  # 2
+    partition_log.roll()
+    partition_log.append_as_leader(encode_batch([b"other"], keys=[b"o"], timestamps=1000), leader_epoch=0)
+    partition_log.roll()
+    replicated(partition_log)
+    result = compact(partition_log)
+    assert result is not None and result.records_removed == 1
+    kept = [(batch.header.base_offset, batch.values) for batch in read_all(partition_log)]
+    assert kept[0] == (0, [b"committed"]) and 1 not in [offset for offset, _ in kept]
+    assert partition_log.aborted_transactions(0, 4) == [AbortedTxn(7, 1, 2, 3)]  # the index goes with the copy
 
 
 def _batches_and_ends(partition_log: PartitionLog) -> list[tuple[int, int]]:
