@@ -23,6 +23,7 @@ from tidelog.common.security.authorization.acl import CLUSTER_NAME, Operation, R
 from tidelog.common.settings import SecuritySettings
 from tidelog.coordinator.group_coordinator import GroupCoordinator
 from tidelog.coordinator.partition_ownership import PartitionOwnership
+from tidelog.coordinator.txn_offsets import TxnOffsetCommits
 from tidelog.server_common import metrics_catalog
 from tidelog.server_common.metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, offsets_partition_for
 from tidelog.server_common.security.authorization.access_control import AccessControl
@@ -44,9 +45,11 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         coordinator: GroupCoordinator,
         ownership: PartitionOwnership,
         connections: Connections,
+        txn_offsets: TxnOffsetCommits,
         access: AccessControl | None = None,
     ) -> None:
         self.coordinator = coordinator
+        self.txn_offsets = txn_offsets
         self.ownership = ownership
         self.transaction_partitions = coordinator.config.transaction_state_log_num_partitions
         self.connections = connections
@@ -198,6 +201,27 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
             request.group_id,
             coordinator_pb2.OffsetCommitResponse(),
             lambda: self.coordinator.commit_offsets(request),
+        )
+
+    async def TxnOffsetCommit(  # noqa: N802
+        self, request: coordinator_pb2.TxnOffsetCommitRequest, context: Context
+    ) -> coordinator_pb2.OffsetCommitResponse:
+        """As Kafka's: Read on the group and each topic, Write on the transactional.id."""
+        refused = self._topics_refused(context, Operation.READ, {entry.topic for entry in request.partitions})
+        if not refused and self.access.enabled:
+            caller = self.access.caller(context)
+            if not self.access.allowed(
+                caller, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
+            ):
+                refused = {f"transactional.id {request.transactional_id!r}"}
+
+        async def work() -> coordinator_pb2.OffsetCommitResponse:
+            if refused:
+                raise TopicAuthorizationFailedError(f"may not commit: {sorted(refused)}")
+            return await self.txn_offsets.commit(request)
+
+        return await self._group_call(
+            "TxnOffsetCommit", context, Operation.READ, request.group_id, coordinator_pb2.OffsetCommitResponse(), work
         )
 
     async def OffsetFetch(  # noqa: N802

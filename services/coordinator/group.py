@@ -1,4 +1,5 @@
-"""One consumer group's state in memory: members, generation, assignment, committed offsets.
+"""One consumer group's state in memory: members, generation, assignment, committed offsets (and
+those committed in transactions still open).
 
 Owned by the GroupCoordinator, used from its event loop only. Joins and syncs in progress are
 futures the coordinator completes when the rebalance step ends (Kafka's delayed operations).
@@ -56,6 +57,9 @@ class Group:
         self.members: collections.OrderedDict[str, Member] = collections.OrderedDict()  # join order
         self.static_members: dict[str, str] = {}  # group.instance.id → member id
         self.offsets: dict[tuple[str, int], OffsetEntry] = {}
+        # Committed inside transactions not ended yet, by producer id (KIP-98): they join `offsets`
+        # when the transaction's COMMIT marker lands in the group's partition, and go on ABORT.
+        self.pending_txn_offsets: dict[int, dict[tuple[str, int], OffsetEntry]] = {}
         self.empty_since_ms = 0
         self.rebalance_deadline = 0.0  # PreparingRebalance: members not rejoined by then are removed
         self.join_ready_at = 0.0  # group.initial.rebalance.delay.ms: the first join waits for others

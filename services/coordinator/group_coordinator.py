@@ -1,18 +1,17 @@
 """Consumer group membership and offsets for the `__consumer_offsets` partitions this instance owns.
 
-As Kafka's GroupCoordinator, every write takes the shape "handle request → (response, records)"
-against the group's state (group_state.py): the handler changes nothing, the records are appended
-to the group's partition of `__consumer_offsets` (OffsetsWriter), then applied, then answered.
-Offsets and deletions are applied by `replay` (group_replay.py), the path loading takes, so what
-a commit does and what a reload rebuilds cannot differ. A leader's SyncGroup writes the group's
-record with the new assignment, then applies it (`_apply_assignment`: the fields replay would
-set, keeping the waiting syncs and heartbeat times, which no record holds); group records are
+As Kafka's GroupCoordinator, every write takes the shape "handle request → (response, records)" against the group's
+state (group_state.py): the handler changes nothing, the records are appended to the group's partition of
+`__consumer_offsets` (OffsetsWriter), then applied, then answered. Offsets and deletions are applied by `replay`
+(group_replay.py), the path loading takes, so what a commit does and what a reload rebuilds cannot differ. A
+leader's SyncGroup writes the group's record with the new assignment, then applies it (`_apply_assignment`: the
+fields replay would set, keeping the waiting syncs and heartbeat times, which no record holds); group records are
 replayed only when loading. Writes run to the end even if their caller goes (server_common/to_the_end.py).
 
-JoinGroup and SyncGroup wait: a join is answered when every known member has rejoined (or the
-rebalance timeout dropped the rest, or `group.initial.rebalance.delay.ms` passed for an empty
-group); a follower's sync is answered when the leader's assignment is written.
-`tick()` runs the clocks: session expiry, rebalance timeouts, the initial delay, offset retention.
+JoinGroup and SyncGroup wait: a join is answered when every known member has rejoined (or the rebalance timeout
+dropped the rest, or `group.initial.rebalance.delay.ms` passed for an empty group); a follower's sync is answered
+when the leader's assignment is written. `tick()` runs the clocks: session expiry, rebalance timeouts, the initial
+delay, offset retention.
 """
 
 from __future__ import annotations
@@ -28,11 +27,13 @@ import structlog
 
 from tidelog.common.clock import wall_clock_ms
 from tidelog.common.errors import ErrorCode, RemoteError, TidelogError
+from tidelog.common.record.batch import RecordBatch
 from tidelog.common.settings import CoordinatorSettings
+from tidelog.coordinator import group_replay
 from tidelog.coordinator.group import Group, Member
-from tidelog.coordinator.group_replay import OffsetsWriter, Record, group_record, offset_commit_records, replay
+from tidelog.coordinator.group_replay import OffsetsWriter, Record, group_record, offset_commit_records
 from tidelog.coordinator.group_state import GroupState
-from tidelog.coordinator.group_views import described_group, fetched_offsets, join_response, listed_group
+from tidelog.coordinator.group_views import described_group, fetched_offsets, join_response, listed_groups
 from tidelog.coordinator.offsets_records import group_key, offset_key
 from tidelog.server_common.metadata import offsets_partition_for
 from tidelog.server_common.to_the_end import ToTheEnd
@@ -109,9 +110,9 @@ class GroupCoordinator:
 
     # ---- replay ----------------------------------------------------------------------------
 
-    def replay(self, partition: int, key_bytes: bytes, value: bytes | None) -> None:
-        """Apply one record of the partition, in log order (group_replay.py)."""
-        replay(self.groups.setdefault(partition, {}), key_bytes, value, self.monotonic())
+    def replay(self, partition: int, batch: RecordBatch) -> None:
+        """Apply one stored batch of the partition, in log order (group_replay.py)."""
+        group_replay.replay_batch(self.groups.setdefault(partition, {}), batch, self.monotonic())
 
     # ---- JoinGroup -------------------------------------------------------------------------
 
@@ -378,31 +379,35 @@ class GroupCoordinator:
     async def commit_offsets(
         self, request: coordinator_pb2.OffsetCommitRequest
     ) -> coordinator_pb2.OffsetCommitResponse:
-        response, records = self._offset_commit(request)
+        """The records an accepted commit makes true change the state through `replay` once
+        written, as they do when loading: nothing changes before."""
+        group = self.committing_group(
+            request.group_id, request.generation_id, request.member_id, request.group_instance_id
+        )
+        response, records = offset_commit_records(group.group_id, request.partitions, self.clock_ms())
         await self._append_and_replay(self.partition_of(request.group_id), records)
         return response
 
-    def _offset_commit(
-        self, request: coordinator_pb2.OffsetCommitRequest
-    ) -> tuple[coordinator_pb2.OffsetCommitResponse, list[Record]]:
-        """An OffsetCommit: its response and the records that make it true. Nothing changes here:
-        the records change the state through `replay` once written, as they do when loading."""
-        group = self._group(request.group_id, create=request.generation_id < 0)
-        # Kafka's GroupCoordinator.handleCommitOffsets, in its order (docs/coordinator.md has the
-        # table). A member of the current generation commits in Stable and PreparingRebalance
-        # alike: a consumer that commits what it processed before it rejoins (onJoinPrepare) then
-        # processes nothing twice. Refused only while the new generation's assignment is handed out.
-        if request.generation_id < 0 and not group.members:
+    def committing_group(
+        self, group_id: str, generation_id: int, member_id: str, instance_id: str, *, transactional: bool = False
+    ) -> Group:
+        """The group an OffsetCommit or TxnOffsetCommit (KIP-447) goes to, if the committer may commit
+        now; a TxnOffsetCommit without a generation (a producer before KIP-447) is not checked."""
+        group = self._group(group_id, create=generation_id < 0)
+        # Kafka's handleCommitOffsets, in its order (docs/coordinator.md has the table). A member of the current
+        # generation commits in Stable and PreparingRebalance alike: one that commits what it processed before it
+        # rejoins (onJoinPrepare) then processes nothing twice. Refused while the new assignment is handed out.
+        if generation_id < 0 and (not group.members or transactional):
             pass  # a group without members: `group reset-offsets`, a consumer assigning by hand
         elif group.state == GroupState.COMPLETING_REBALANCE:
             raise _error(
                 ErrorCode.REBALANCE_IN_PROGRESS, "the group is handing out a new assignment: commit after SyncGroup"
             )
-        elif request.generation_id < 0:
+        elif generation_id < 0:
             raise _error(ErrorCode.UNKNOWN_MEMBER_ID, "the group has members: commit as one of them")
         else:
-            self._member(group, request.member_id, request.group_instance_id, request.generation_id)
-        return offset_commit_records(group.group_id, request.partitions, self.clock_ms())
+            self._member(group, member_id, instance_id, generation_id)
+        return group
 
     async def _append_and_replay(self, partition: int, records: list[Record]) -> None:
         """Write a handler's records (acks=all), then apply them through `replay`, as loading does.
@@ -417,7 +422,7 @@ class GroupCoordinator:
                 raise _error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"records could not be written: {error}") from error
             if partition in self.groups and partition not in self.loading:
                 for key, value in records:
-                    self.replay(partition, key, value)
+                    group_replay.replay(self.groups[partition], key, value, self.monotonic())
 
         await self.writes.run(write_then_apply())
 
@@ -433,12 +438,7 @@ class GroupCoordinator:
     # ---- listing, describing, deleting -----------------------------------------------------
 
     def list_groups(self) -> list[coordinator_pb2.ListedGroup]:
-        return [
-            listed_group(group)
-            for partition, groups in sorted(self.groups.items())
-            if partition not in self.loading
-            for group in groups.values()
-        ]
+        return listed_groups(self.groups, self.loading)
 
     def describe_group(self, group_id: str) -> coordinator_pb2.DescribedGroup:
         described = coordinator_pb2.DescribedGroup(group_id=group_id)

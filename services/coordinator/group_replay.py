@@ -3,6 +3,9 @@ storeGroup and loadGroupsAndOffsets): the record a group is written as, the reco
 commit writes, and `replay`, which applies each record to the state — when a coordinator loads a
 partition it takes over, and after a handler's records are written, so what a handler does and
 what a reload rebuilds go through one path.
+
+`replay_batch` applies a whole stored batch: a transactional one (TxnOffsetCommit) holds offsets
+pending until its producer's marker, which `complete_txn_offsets` applies or drops.
 """
 
 from __future__ import annotations
@@ -11,12 +14,24 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from tidelog.common.errors import ErrorCode
+from tidelog.common.record.batch import RecordBatch
+from tidelog.common.record.control import marker_of
 from tidelog.coordinator.group import Group, Member, OffsetEntry
 from tidelog.coordinator.group_state import GroupState
 from tidelog.coordinator.offsets_records import decode_key, group_key, offset_key
 from tidelog.v1 import coordinator_pb2
 
-__all__ = ["OFFSET_METADATA_BYTES_MAX", "OffsetsWriter", "Record", "group_record", "offset_commit_records", "replay"]
+__all__ = [
+    "OFFSET_METADATA_BYTES_MAX",
+    "OffsetsWriter",
+    "Record",
+    "complete_txn_offsets",
+    "group_record",
+    "offset_commit_records",
+    "pend_txn_offset",
+    "replay",
+    "replay_batch",
+]
 
 Record = tuple[bytes, bytes | None]  # (key, value); a None value is a tombstone
 
@@ -28,6 +43,44 @@ class OffsetsWriter(Protocol):
 
     async def append(self, partition: int, records: list[Record]) -> None:
         """Durably append (acks=all) to one __consumer_offsets partition, or raise."""
+
+
+def replay_batch(groups: dict[str, Group], batch: RecordBatch, now: float) -> None:
+    """Apply one stored batch of a partition, in log order (loading, and the partition's tail)."""
+    header = batch.header
+    if header.is_control:
+        complete_txn_offsets(groups, header.producer_id, commit=marker_of(batch).commit)
+        return
+    for key, value in zip(batch.keys, batch.values, strict=True):
+        if key is None:
+            continue
+        if header.is_transactional:
+            pend_txn_offset(groups, header.producer_id, key, value)
+        else:
+            replay(groups, key, value, now)
+
+
+def pend_txn_offset(groups: dict[str, Group], producer_id: int, key_bytes: bytes, value: bytes | None) -> None:
+    """An offset committed in `producer_id`'s open transaction: held until its marker."""
+    key = decode_key(key_bytes)
+    if not key.HasField("offset") or value is None:
+        return  # a transaction commits offsets only
+    group = groups.get(key.offset.group_id)
+    if group is None:
+        group = groups[key.offset.group_id] = Group(key.offset.group_id)
+    stored = coordinator_pb2.OffsetValue.FromString(value)
+    pending = group.pending_txn_offsets.setdefault(producer_id, {})
+    pending[(key.offset.topic, key.offset.partition)] = OffsetEntry(
+        stored.offset, stored.metadata, stored.commit_timestamp_ms
+    )
+
+
+def complete_txn_offsets(groups: dict[str, Group], producer_id: int, *, commit: bool) -> None:
+    """The producer's transaction ended: its offsets join the groups' (commit) or go (abort)."""
+    for group in groups.values():
+        pending = group.pending_txn_offsets.pop(producer_id, None)
+        if pending and commit:
+            group.offsets.update(pending)
 
 
 def replay(groups: dict[str, Group], key_bytes: bytes, value: bytes | None, now: float) -> None:

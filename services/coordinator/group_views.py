@@ -3,12 +3,13 @@ description. Built from the group's state; nothing here changes it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 
+from tidelog.common.errors import ErrorCode
 from tidelog.coordinator.group import Group, Member
 from tidelog.v1 import coordinator_pb2
 
-__all__ = ["described_group", "fetched_offsets", "join_response", "listed_group"]
+__all__ = ["described_group", "fetched_offsets", "join_response", "listed_group", "listed_groups"]
 
 
 def join_response(group: Group, member: Member, *, with_members: bool) -> coordinator_pb2.JoinGroupResponse:
@@ -57,19 +58,35 @@ def described_group(group: Group) -> coordinator_pb2.DescribedGroup:
 
 def fetched_offsets(group: Group, request: coordinator_pb2.OffsetFetchRequest) -> coordinator_pb2.OffsetFetchResponse:
     """The committed offsets asked for (every one the group has when none are named); -1 where
-    nothing was committed."""
+    nothing was committed; UNSTABLE_OFFSET_COMMIT, with `require_stable`, where a transaction not
+    ended yet committed one."""
     response = coordinator_pb2.OffsetFetchResponse()
     wanted: Iterable[tuple[str, int]] = (
         [(entry.topic, entry.partition) for entry in request.partitions]
         if request.partitions
         else sorted(group.offsets)
     )
+    pending = {key for offsets in group.pending_txn_offsets.values() for key in offsets}
     for topic, partition in wanted:
         stored = group.offsets.get((topic, partition))
-        response.partitions.add(
+        result = response.partitions.add(
             topic=topic,
             partition=partition,
             offset=-1 if stored is None else stored.offset,
             metadata="" if stored is None else stored.metadata,
         )
+        if request.require_stable and (topic, partition) in pending:
+            result.error_code = int(ErrorCode.UNSTABLE_OFFSET_COMMIT)  # KIP-447: ask again once it ends
     return response
+
+
+def listed_groups(
+    groups: Mapping[int, Mapping[str, Group]], loading: Collection[int]
+) -> list[coordinator_pb2.ListedGroup]:
+    """ListGroups' answer: the groups of every loaded partition."""
+    return [
+        listed_group(group)
+        for partition, partition_groups in sorted(groups.items())
+        if partition not in loading
+        for group in partition_groups.values()
+    ]

@@ -26,15 +26,18 @@ from tidelog.client import AdminClient, Consumer, TopicPartition
 from tidelog.client.cluster_metadata import ClusterMetadata
 from tidelog.client.connections import Connections
 from tidelog.common.errors import ErrorCode, RemoteError, TidelogError
+from tidelog.common.record.batch import RecordBatch
 from tidelog.common.settings import CoordinatorSettings, SecuritySettings, parse_process_args
 from tidelog.coordinator import coordinator_metrics
 from tidelog.coordinator.coordinator_service import CoordinatorService
 from tidelog.coordinator.group_coordinator import GroupCoordinator
 from tidelog.coordinator.offsets_records import FENCE_KEY
+from tidelog.coordinator.offsets_tail import OffsetsTail
 from tidelog.coordinator.offsets_writer import TXN_STATE_PRODUCER_ID_BASE, FencedOffsetsWriter
 from tidelog.coordinator.partition_ownership import OwnedTopic, PartitionOwnership
 from tidelog.coordinator.txn_coordinator import TxnCoordinator
 from tidelog.coordinator.txn_marker_writer import TxnMarkerWriter
+from tidelog.coordinator.txn_offsets import TxnOffsetCommits
 from tidelog.coordinator.txn_records import txn_key
 from tidelog.coordinator.txn_service import TxnService
 from tidelog.server_common.etcd.connect import etcd_client
@@ -120,17 +123,29 @@ async def _ensure_offsets_topic(
 
 
 class _Loaded:
-    """What loading a partition drives: a group coordinator's or a transaction coordinator's."""
+    """What loading a partition drives: a group coordinator's or a transaction coordinator's.
+    `finish(partition, next_offset)`: loaded up to `next_offset`, the fence's end."""
 
     def __init__(
         self,
         begin: Callable[[int, int], None],
-        replay: Callable[[int, bytes, bytes | None], None],
-        finish: Callable[[int], None],
+        replay: Callable[[int, RecordBatch], None],
+        finish: Callable[[int, int], None],
         unload: Callable[[int], None],
         fence_key: bytes,
     ) -> None:
         self.begin, self.replay, self.finish, self.unload, self.fence_key = begin, replay, finish, unload, fence_key
+
+
+def _records_of(replay: Callable[[int, bytes, bytes | None], None]) -> Callable[[int, RecordBatch], None]:
+    """A replay by record (the transaction coordinator's: its topic holds no markers)."""
+
+    def replay_batch(partition: int, batch: RecordBatch) -> None:
+        for key, value in zip(batch.keys, batch.values, strict=True):
+            if key is not None and not batch.header.is_control:
+                replay(partition, key, value)
+
+    return replay_batch
 
 
 async def _load(loaded: _Loaded, writer: FencedOffsetsWriter, bootstrap: list[str], partition: int, epoch: int) -> bool:
@@ -142,17 +157,19 @@ async def _load(loaded: _Loaded, writer: FencedOffsetsWriter, bootstrap: list[st
         tp = TopicPartition(writer.topic, partition)
         records = 0
         async with Consumer(bootstrap, auto_offset_reset="earliest", connections=writer.connections) as consumer:
+            consumer.control_batches = True  # transactions' markers decide their offsets (group_replay.py)
             consumer.assign([tp])
             await consumer.seek_to_beginning([tp])
             deadline = time.monotonic() + LOAD_TIMEOUT_S
             while await consumer.position(tp) <= fence:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{writer.topic}-{partition} did not load in {LOAD_TIMEOUT_S} s")
-                for record in await consumer.poll(500):
-                    if record.key is not None and record.offset < fence:
-                        loaded.replay(partition, record.key, record.value)
-                        records += 1
-        loaded.finish(partition)
+                for fetched in (await consumer.poll_batches(500)).values():
+                    for batch in fetched.batches:
+                        if fetched.start_offset <= batch.header.base_offset < fence:
+                            loaded.replay(partition, batch)
+                            records += len(batch)
+        loaded.finish(partition, fence + 1)
         log.info(
             "coordinator_partition_replayed", topic=writer.topic, partition=partition, records=records, epoch=epoch
         )
@@ -210,17 +227,28 @@ class _Coordinator:
             settings,
             new_producer_id=_producer_ids(bootstrap, self.connections),
         )
+        self.txn_offsets = TxnOffsetCommits(coordinator, writer)
+        self.tail = OffsetsTail(bootstrap, self.connections, coordinator.replay)
+
+        def groups_loaded(partition: int, next_offset: int) -> None:
+            coordinator.finish_loading(partition)
+            self.tail.follow(partition, next_offset)
+
+        def groups_unloaded(partition: int) -> None:
+            self.tail.forget(partition)
+            coordinator.unload(partition)
+
         groups = _Loaded(
             lambda partition, _: coordinator.begin_loading(partition),
             coordinator.replay,
-            coordinator.finish_loading,
-            coordinator.unload,
+            groups_loaded,
+            groups_unloaded,
             FENCE_KEY,
         )
         txns = _Loaded(
             transactions.begin_loading,
-            transactions.replay,
-            transactions.finish_loading,
+            _records_of(transactions.replay),
+            lambda partition, _: transactions.finish_loading(partition),
             transactions.unload,
             txn_key(""),
         )
@@ -265,7 +293,7 @@ class _Coordinator:
         self.tasks: list[asyncio.Task[None]] = []
 
     def add_to(self, server: grpc.aio.Server) -> list[str]:
-        service = CoordinatorService(self.coordinator, self.ownership, self.connections, self.access)
+        service = CoordinatorService(self.coordinator, self.ownership, self.connections, self.txn_offsets, self.access)
         coordinator_pb2_grpc.add_CoordinatorServicer_to_server(service, server)
         transaction_pb2_grpc.add_TransactionCoordinatorServicer_to_server(
             TxnService(self.transactions, self.access), server
@@ -284,6 +312,7 @@ class _Coordinator:
                     log.exception("coordinator_tick_failed")
 
         self.tasks = [
+            asyncio.create_task(self.tail.run()),
             asyncio.create_task(self.ownership.run()),
             asyncio.create_task(ticking()),
         ]

@@ -113,6 +113,25 @@ class FencedOffsetsWriter:
                 raise RemoteError(ErrorCode.NOT_COORDINATOR, f"{self.topic}-{partition} changed owner")
             return offset
 
+    async def append_transactional(
+        self, partition: int, records: list[tuple[bytes, bytes | None]], producer_id: int, producer_epoch: int
+    ) -> None:
+        """A TxnOffsetCommit's records, as the transactional producer's own batch without a sequence
+        (brokers take one from a coordinator only, Kafka's AppendOrigin.COORDINATOR): they count
+        once its producer's COMMIT marker follows them in the partition."""
+        owned = self._owned.get(partition)
+        if owned is None or owned.broken:
+            raise RemoteError(ErrorCode.NOT_COORDINATOR, f"{self.topic}-{partition} is not written here")
+        batch = encode_batch(
+            [value for _, value in records],
+            keys=[key for key, _ in records],
+            timestamps=wall_clock_ms(),
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            transactional=True,
+        )
+        await self._send(partition, batch)
+
     async def _send(self, partition: int, batch: bytes) -> int:
         deadline = time.monotonic() + self.timeout_s
         request = broker_pb2.ProduceRequest(

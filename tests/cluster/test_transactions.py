@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
+from tidelog.client import AdminClient, Consumer, GroupConsumer, Producer, TopicPartition
 from tidelog.client.transaction_manager import TransactionAbortedError
 from tidelog.common.errors import ErrorCode, ProducerFencedError
 from tidelog.common.record.batch import encode_batch
@@ -247,3 +247,51 @@ async def test_a_transaction_past_its_timeout_is_aborted_by_the_coordinator(
         with pytest.raises(ProducerFencedError):
             await producer.commit_transaction()
     assert await _committed(txn_cluster, topic_name, 1) == []
+
+
+async def test_consume_transform_produce_reads_each_input_once_across_an_abort(
+    txn_cluster: LocalCluster, topic_name: str
+) -> None:
+    """The offsets commit with the output: an aborted round is read again and written once."""
+    source, sink, group = f"{topic_name}-in", f"{topic_name}-out", f"{topic_name}-group"
+    async with AdminClient(txn_cluster.bootstrap, controllers=txn_cluster.controller_endpoints) as admin:
+        for topic in (source, sink):
+            await admin.create_topic(topic, 1, 3, {"min.insync.replicas": "2"})
+    async with Producer(txn_cluster.bootstrap) as plain:
+        await (await plain.send_batch(source, [b"%d" % number for number in range(30)], partition=0))
+    tp = TopicPartition(source, 0)
+    rounds = 0
+    async with (
+        GroupConsumer(
+            txn_cluster.bootstrap,
+            group,
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_poll_records=10,
+        ) as consumer,
+        Producer(txn_cluster.bootstrap, transactional_id=f"{topic_name}-ctp") as producer,
+    ):
+        consumer.subscribe([source])
+        await producer.init_transactions()
+
+        async def all_done() -> bool:
+            nonlocal rounds
+            records = await consumer.poll(200)
+            if not records:
+                return (await consumer.committed([tp]))[tp] == 30
+            rounds += 1
+            producer.begin_transaction()
+            for record in records:
+                await producer.send(sink, b"out-" + (record.value or b""), partition=0)
+            await producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, consumer)
+            if rounds == 2:  # a failure mid-way: the round is aborted, and read again from the commit
+                await producer.abort_transaction()
+                consumer.seek(tp, (await consumer.committed([tp]))[tp] or 0)
+            else:
+                await producer.commit_transaction()
+            return False
+
+        await wait_until(all_done, timeout_s=60, what="every input processed")
+    assert rounds >= 4
+    assert await _committed(txn_cluster, sink, 1) == [b"out-%d" % number for number in range(30)]

@@ -9,6 +9,7 @@ import pytest
 from tests.fake_clock import FakeClock
 from tests.waiting import until
 from tidelog.common.errors import ErrorCode, TidelogError
+from tidelog.common.record.batch import decode_batch, encode_batch
 from tidelog.common.settings import CoordinatorSettings
 from tidelog.coordinator.group_coordinator import GroupCoordinator
 from tidelog.coordinator.group_state import GroupState, IllegalTransitionError, check_transition
@@ -21,6 +22,11 @@ class RecordingWriter:
 
     async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
         self.records.extend((partition, key, value) for key, value in records)
+
+    def replay_into(self, group_coordinator: GroupCoordinator) -> None:
+        """Load what was written, as a new owner reads it: a stored batch a record."""
+        for partition, key, value in self.records:
+            group_coordinator.replay(partition, decode_batch(encode_batch([value], keys=[key])))
 
 
 def coordinator(writer: RecordingWriter, clock: FakeClock | None = None) -> GroupCoordinator:
@@ -125,8 +131,7 @@ async def test_a_group_made_by_a_standalone_commit_is_kept_and_its_offsets_are_r
     fetched = group_coordinator.fetch_offsets(coordinator_pb2.OffsetFetchRequest(group_id="g"))
     assert [(entry.topic, entry.offset) for entry in fetched.partitions] == [("t", 7)]
     replayed = coordinator(RecordingWriter())
-    for _, key, value in writer.records:
-        replayed.replay(0, key, value)
+    writer.replay_into(replayed)
     again = replayed.fetch_offsets(coordinator_pb2.OffsetFetchRequest(group_id="g"))
     assert [(entry.topic, entry.offset) for entry in again.partitions] == [("t", 7)]
 
@@ -186,8 +191,7 @@ async def test_a_deleted_group_is_tombstoned_and_gone_on_reload_too() -> None:
     described = group_coordinator.describe_group("g")
     assert (described.state, described.error_code) == (GroupState.DEAD.value, 0)
     reloaded = coordinator(RecordingWriter())
-    for _, key, value in writer.records:
-        reloaded.replay(0, key, value)
+    writer.replay_into(reloaded)
     assert _offsets(reloaded) == []
 
 

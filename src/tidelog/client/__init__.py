@@ -5,6 +5,8 @@ from tidelog.client.cluster_metadata import TopicPartition
 from tidelog.client.consumer import EARLIEST, LATEST, Consumer, ConsumerRecord, FetchedPartition, StoredPartition
 from tidelog.client.group_consumer import GroupConsumer, RebalanceListener
 from tidelog.client.producer import BulkDelivery, Producer, RecordDelivery, RecordMetadata
+from tidelog.client.transaction_manager import ConsumerGroupMetadata, TransactionAbortedError
+from tidelog.common.errors import ProducerFencedError
 from tidelog.common.security.authorization.acl import (
     AclBinding,
     AclFilter,
@@ -22,6 +24,7 @@ __all__ = [
     "AdminClient",
     "BulkDelivery",
     "Consumer",
+    "ConsumerGroupMetadata",
     "ConsumerRecord",
     "FetchedPartition",
     "GroupConsumer",
@@ -30,6 +33,7 @@ __all__ = [
     "PatternType",
     "Permission",
     "Producer",
+    "ProducerFencedError",
     "RebalanceListener",
     "RecordDelivery",
     "RecordMetadata",
@@ -37,4 +41,5 @@ __all__ = [
     "StoredPartition",
     "TopicDescription",
     "TopicPartition",
+    "TransactionAbortedError",
 ]

@@ -105,6 +105,7 @@ class Consumer:
         # read_committed (KIP-98): fetch and list offsets below the last stable offset, and drop
         # aborted transactions' batches (transactional_reads.py).
         self.isolation = READ_COMMITTED if self.settings.isolation_level == "read_committed" else READ_UNCOMMITTED
+        self.control_batches = False  # keep markers (the coordinators' loads read them); not a config
         self.retry_backoff_s = self.settings.retry_backoff_ms / 1000
         self._backoff_until: dict[str, float] = {}  # endpoints whose last fetch failed
         # The client id travels with every request (client quotas may name it).
@@ -375,7 +376,7 @@ class Consumer:
             last = validate_batch(data, at)
             transactional |= last.attributes & (CONTROL_BIT | TRANSACTIONAL_BIT)
         assert last is not None, "a non-empty fetch holds a batch"
-        if transactional:  # markers (and, read_committed, aborted transactions) are not returned
+        if transactional and not self.control_batches:  # markers (read_committed: aborts too) are not returned
             aborted = [(entry.producer_id, entry.first_offset) for entry in result.aborted_transactions]
             data = committed_batches(data, aborted, read_committed=self.isolation == READ_COMMITTED)
         if data:

@@ -9,7 +9,9 @@ what to send; this builds the requests from its settings and reads the answers.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from collections.abc import Mapping, Sequence
 
 from tidelog.client.assignors import (
@@ -22,7 +24,7 @@ from tidelog.client.assignors import (
 from tidelog.client.client_logging import get_logger
 from tidelog.client.cluster_metadata import ClusterMetadata, TopicPartition
 from tidelog.client.coordinator_link import CoordinatorLink
-from tidelog.common.errors import TidelogError
+from tidelog.common.errors import ErrorCode, TidelogError
 from tidelog.common.settings import ConsumerSettings
 from tidelog.v1 import coordinator_pb2
 
@@ -118,15 +120,24 @@ class GroupProtocol:
         return response
 
     async def fetch_offsets(self, partitions: Sequence[TopicPartition]) -> coordinator_pb2.OffsetFetchResponse:
+        """The committed offsets. read_committed asks for stable ones (KIP-447): an offset a
+        transaction still open committed is asked for again until the transaction ends, so a
+        consume-transform-produce member never starts from the offset before it."""
         request = coordinator_pb2.OffsetFetchRequest(
             group_id=self.group_id,
             partitions=[
                 coordinator_pb2.OffsetCommitPartition(topic=tp.topic, partition=tp.partition) for tp in partitions
             ],
+            require_stable=self.settings.isolation_level == "read_committed",
         )
-        response = await self.link.call("OffsetFetch", request)
-        assert isinstance(response, coordinator_pb2.OffsetFetchResponse)
-        return response
+        deadline = time.monotonic() + self.settings.request_timeout_ms / 1000
+        while True:
+            response = await self.link.call("OffsetFetch", request)
+            assert isinstance(response, coordinator_pb2.OffsetFetchResponse)
+            unstable = any(entry.error_code == ErrorCode.UNSTABLE_OFFSET_COMMIT for entry in response.partitions)
+            if not unstable or time.monotonic() > deadline:
+                return response
+            await asyncio.sleep(self.settings.retry_backoff_ms / 1000)
 
     async def assign(self, joined: coordinator_pb2.JoinGroupResponse) -> list[coordinator_pb2.Assignment]:
         """As the leader: every member's partitions, by the assignor the group chose."""

@@ -27,17 +27,22 @@ import dataclasses
 import random
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from tidelog.client.client_logging import get_logger
-from tidelog.client.cluster_metadata import ClusterMetadata
+from tidelog.client.cluster_metadata import ClusterMetadata, TopicPartition
 from tidelog.client.connections import Connections, client_id_metadata
 from tidelog.client.murmur2 import partition_for_key
 from tidelog.client.producer_batch import BatchState, ProducerBatch
 from tidelog.client.producer_sequences import ProducerSequences
 from tidelog.client.record_accumulator import RecordAccumulator
 from tidelog.client.sender import Sender
-from tidelog.client.transaction_manager import TransactionAbortedError, TransactionManager, TxnClientState
+from tidelog.client.transaction_manager import (
+    ConsumerGroupMetadata,
+    TransactionAbortedError,
+    TransactionManager,
+    TxnClientState,
+)
 from tidelog.common.errors import (
     ErrorCode,
     InvalidConfigError,
@@ -48,6 +53,9 @@ from tidelog.common.errors import (
 )
 from tidelog.common.record.batch import BATCH_OVERHEAD, RECORD_COLUMNS_BYTES, Header, Headers
 from tidelog.common.settings import ProducerSettings, SecuritySettings
+
+if TYPE_CHECKING:
+    from tidelog.client.group_consumer import GroupConsumer
 
 __all__ = ["BulkDelivery", "Producer", "RecordDelivery", "RecordMetadata"]
 
@@ -420,6 +428,22 @@ class Producer:
 
     def begin_transaction(self) -> None:
         self._transactional().begin()
+
+    async def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, int], group: ConsumerGroupMetadata | GroupConsumer | str
+    ) -> None:
+        """Commit a consumer group's offsets (the next offset to read, per partition) with the
+        transaction: consume-transform-produce then reads each input once. Pass the GroupConsumer
+        (or its `ConsumerGroupMetadata`) so a member fenced by a rebalance cannot commit (KIP-447)."""
+        transactions = self._transactional()
+        transactions.require(TxnClientState.IN_TRANSACTION, doing="send offsets to the transaction")
+        if isinstance(group, str):
+            metadata = ConsumerGroupMetadata(group)
+        elif isinstance(group, ConsumerGroupMetadata):
+            metadata = group
+        else:
+            metadata = ConsumerGroupMetadata.of(group)
+        await transactions.send_offsets(offsets, metadata)
 
     async def commit_transaction(self) -> None:
         """Send everything, then commit: every record of the transaction becomes visible to

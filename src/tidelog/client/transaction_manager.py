@@ -16,21 +16,22 @@ partition's sequences restart at 0 in it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import time
 from collections.abc import Collection, Mapping
 from typing import Any, Final
 
 from tidelog.client.client_logging import get_logger
-from tidelog.client.cluster_metadata import ClusterMetadata
+from tidelog.client.cluster_metadata import ClusterMetadata, TopicPartition
 from tidelog.client.connections import Connections
 from tidelog.client.coordinator_link import CoordinatorLink
 from tidelog.client.producer_sequences import ProducerSequences
 from tidelog.common.errors import ErrorCode, ProducerFencedError, TidelogError, error_for
 from tidelog.common.state_machine import Transitions
-from tidelog.v1 import transaction_pb2, transaction_pb2_grpc
+from tidelog.v1 import coordinator_pb2, transaction_pb2, transaction_pb2_grpc
 
-__all__ = ["TRANSITIONS", "TransactionAbortedError", "TransactionManager", "TxnClientState"]
+__all__ = ["TRANSITIONS", "ConsumerGroupMetadata", "TransactionAbortedError", "TransactionManager", "TxnClientState"]
 
 log = get_logger(__name__)
 
@@ -52,6 +53,23 @@ class TransactionAbortedError(TidelogError):
     TransactionAbortedException; no error code of its own)."""
 
     code = ErrorCode.INVALID_TXN_STATE
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """Who consumed what a transaction commits offsets for (Kafka's ConsumerGroupMetadata): with a
+    member's generation, the group coordinator refuses the commit of a member it has fenced
+    (KIP-447), as it refuses its OffsetCommit."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str = ""
+
+    @classmethod
+    def of(cls, consumer: Any) -> ConsumerGroupMetadata:
+        """A GroupConsumer's, as it stands (Kafka's KafkaConsumer.groupMetadata())."""
+        return cls(consumer.group_id, consumer.generation_id, consumer.member_id, consumer.settings.group_instance_id)
 
 
 class TxnClientState(enum.Enum):
@@ -119,6 +137,7 @@ class TransactionManager:
         self.state = TxnClientState.UNINITIALIZED
         self.partitions: set[tuple[str, int]] = set()  # in the open transaction, as the coordinator knows
         self.error: BaseException | None = None  # why the state is ABORTABLE_ERROR or FATAL_ERROR
+        self._group_links: dict[str, CoordinatorLink] = {}
 
     def _move(self, state: TxnClientState) -> None:
         TRANSITIONS.check(self.state, state)
@@ -214,6 +233,42 @@ class TransactionManager:
         )
         await self._call("AddOffsetsToTxn", request)
 
+    async def send_offsets(self, offsets: Mapping[TopicPartition, int], group: ConsumerGroupMetadata) -> None:
+        """AddOffsetsToTxn, then TxnOffsetCommit to the group's coordinator: the offsets commit with
+        the transaction. A refusal (a fenced member, a group rebalancing) makes it abortable."""
+        await self.add_offsets(group.group_id)
+        link = self._group_links.get(group.group_id)
+        if link is None:
+            link = self._group_links[group.group_id] = CoordinatorLink(
+                group.group_id,
+                self.link.metadata,
+                self.link.connections,
+                request_timeout_s=self.link.request_timeout_s,
+                retry_backoff_s=self.retry_backoff_s,
+            )
+        request = coordinator_pb2.TxnOffsetCommitRequest(
+            transactional_id=self.transactional_id,
+            group_id=group.group_id,
+            producer_id=self.sequences.producer_id,
+            producer_epoch=self.sequences.producer_epoch,
+            generation_id=group.generation_id,
+            member_id=group.member_id,
+            group_instance_id=group.group_instance_id,
+            partitions=[
+                coordinator_pb2.OffsetCommitPartition(topic=tp.topic, partition=tp.partition, offset=offset)
+                for tp, offset in sorted(offsets.items())
+            ],
+        )
+        response = await link.call("TxnOffsetCommit", request)
+        codes = [response.error_code, *(entry.error_code for entry in response.partitions)]
+        if code := next((code for code in codes if code), 0):
+            error = error_for(code, response.error_message or f"offsets of group {group.group_id!r} refused")
+            if code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):
+                self.fatal(ProducerFencedError(f"{self.transactional_id!r}: {error}"))
+            else:
+                self.abortable(error)
+            raise error
+
     async def end(self, commit: bool) -> None:
         """EndTxn; the producer goes on in the epoch it answers, its sequences from 0."""
         if commit:
@@ -236,11 +291,3 @@ class TransactionManager:
         self.partitions.clear()
         self.error = None
         self._move(TxnClientState.READY)
-
-    def offsets_request_fields(self) -> Mapping[str, Any]:
-        """The producer's identity, as a TxnOffsetCommit carries it."""
-        return {
-            "transactional_id": self.transactional_id,
-            "producer_id": self.sequences.producer_id,
-            "producer_epoch": self.sequences.producer_epoch,
-        }

@@ -64,6 +64,11 @@ class CoordinatorStub:
                 request_serializer=tidelog_dot_v1_dot_coordinator__pb2.OffsetCommitRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_coordinator__pb2.OffsetCommitResponse.FromString,
                 _registered_method=True)
+        self.TxnOffsetCommit = channel.unary_unary(
+                '/tidelog.v1.Coordinator/TxnOffsetCommit',
+                request_serializer=tidelog_dot_v1_dot_coordinator__pb2.TxnOffsetCommitRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_coordinator__pb2.OffsetCommitResponse.FromString,
+                _registered_method=True)
         self.OffsetFetch = channel.unary_unary(
                 '/tidelog.v1.Coordinator/OffsetFetch',
                 request_serializer=tidelog_dot_v1_dot_coordinator__pb2.OffsetFetchRequest.SerializeToString,
@@ -126,6 +131,13 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TxnOffsetCommit(self, request, context):
+        """Offsets committed inside a producer's transaction (KIP-98, KIP-447): visible once it commits.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def OffsetFetch(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -181,6 +193,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
             'OffsetCommit': grpc.unary_unary_rpc_method_handler(
                     servicer.OffsetCommit,
                     request_deserializer=tidelog_dot_v1_dot_coordinator__pb2.OffsetCommitRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_coordinator__pb2.OffsetCommitResponse.SerializeToString,
+            ),
+            'TxnOffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.TxnOffsetCommit,
+                    request_deserializer=tidelog_dot_v1_dot_coordinator__pb2.TxnOffsetCommitRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_coordinator__pb2.OffsetCommitResponse.SerializeToString,
             ),
             'OffsetFetch': grpc.unary_unary_rpc_method_handler(
@@ -365,6 +382,33 @@ class Coordinator:
             target,
             '/tidelog.v1.Coordinator/OffsetCommit',
             tidelog_dot_v1_dot_coordinator__pb2.OffsetCommitRequest.SerializeToString,
+            tidelog_dot_v1_dot_coordinator__pb2.OffsetCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TxnOffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Coordinator/TxnOffsetCommit',
+            tidelog_dot_v1_dot_coordinator__pb2.TxnOffsetCommitRequest.SerializeToString,
             tidelog_dot_v1_dot_coordinator__pb2.OffsetCommitResponse.FromString,
             options,
             channel_credentials,

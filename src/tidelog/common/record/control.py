@@ -21,9 +21,9 @@ from typing import Final, NamedTuple
 from tidelog.common.errors import CorruptRecordError
 from tidelog.common.record.batch_decoding import decode_batch
 from tidelog.common.record.batch_encoding import encode_batch
-from tidelog.common.record.batch_layout import BatchHeader, Buffer
+from tidelog.common.record.batch_layout import Buffer, RecordBatch
 
-__all__ = ["ControlType", "Marker", "decode_marker", "encode_marker"]
+__all__ = ["ControlType", "Marker", "decode_marker", "encode_marker", "marker_of"]
 
 _KEY: Final = struct.Struct(">hh")
 _VALUE: Final = struct.Struct(">hi")
@@ -66,8 +66,12 @@ def encode_marker(
 
 def decode_marker(buffer: Buffer, position: int = 0, *, verify_crc: bool = False) -> Marker:
     """The marker in the control batch at `position`; CorruptRecordError if it is not one."""
-    batch = decode_batch(buffer, position, verify_crc=verify_crc)
-    header: BatchHeader = batch.header
+    return marker_of(decode_batch(buffer, position, verify_crc=verify_crc))
+
+
+def marker_of(batch: RecordBatch) -> Marker:
+    """The marker a decoded control batch holds; CorruptRecordError if it is not one."""
+    header = batch.header
     if not header.is_control or len(batch) != 1:
         raise CorruptRecordError(f"batch at offset {header.base_offset} is not a one-record control batch")
     key, value = batch.keys[0], batch.values[0]
