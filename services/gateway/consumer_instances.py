@@ -59,6 +59,7 @@ class ConsumerInstance:
         connections: Connections,
         auto_offset_reset: str,
         auto_commit: bool,
+        isolation_level: str = "read_uncommitted",
         fetch_min_bytes: int,
         request_timeout_ms: int,
         instance_timeout_ms: int,
@@ -73,6 +74,7 @@ class ConsumerInstance:
             group,
             client_id=f"rest-{name}",
             auto_offset_reset=auto_offset_reset,
+            isolation_level=isolation_level,
             enable_auto_commit=auto_commit,
             # A REST client polls at its own pace: it stays a member while the instance lives.
             max_poll_interval_ms=instance_timeout_ms,

@@ -87,6 +87,7 @@ async def create_consumer(group: Group, request: Request, ctx: Context, who: Pri
             connections=ctx.connections,
             auto_offset_reset=body.auto_offset_reset,
             auto_commit=body.auto_commit_enable,
+            isolation_level=body.isolation_level,
             fetch_min_bytes=body.fetch_min_bytes,
             request_timeout_ms=request_timeout_ms,
             instance_timeout_ms=ctx.settings.consumer_instance_timeout_ms,

@@ -103,6 +103,10 @@ class CreateConsumer(BaseModel):
     format: Literal["binary", "json"] = "binary"
     auto_offset_reset: Literal["earliest", "latest", "none"] = Field(default="latest", alias="auto.offset.reset")
     auto_commit_enable: bool = Field(default=True, alias="auto.commit.enable")
+    # KIP-98: read_committed reads below the last stable offset and skips aborted transactions.
+    isolation_level: Literal["read_uncommitted", "read_committed"] = Field(
+        default="read_uncommitted", alias="isolation.level"
+    )
     fetch_min_bytes: int = Field(default=1, ge=1, le=2**30, alias="fetch.min.bytes")
     consumer_request_timeout_ms: int | None = Field(default=None, ge=0, le=300_000, alias="consumer.request.timeout.ms")
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from tidelog.client import AdminClient, Consumer, TopicPartition
+from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
 from tidelog.dev.local_cluster import LocalCluster
 
 from ..cluster.conftest import wait_until
@@ -522,3 +522,51 @@ async def test_subscribing_to_a_topic_not_yet_created_answers_no_records_until_i
     await wait_until(arrived, timeout_s=30, what="the record of the topic created after the subscription")
     assert [record["value"] for record in got] == [{"late": True}]
     assert (await gateway.delete(base)).status_code == 204
+
+
+async def test_a_read_committed_instance_reads_committed_transactions_only(
+    gateway_cluster: LocalCluster, gateways: list[httpx.AsyncClient], name: str
+) -> None:
+    """`isolation.level` in the instance's config, as a consumer's (KIP-98)."""
+    await _topic(gateway_cluster, name, 1, 2)
+    async with Producer(gateway_cluster.bootstrap, transactional_id=f"{name}-tx") as producer:
+        await producer.init_transactions()
+        for value, commit in ((b"aborted", False), (b"committed", True)):
+            producer.begin_transaction()
+            await (await producer.send(name, value, partition=0))
+            await (producer.commit_transaction() if commit else producer.abort_transaction())
+        producer.begin_transaction()
+        await (await producer.send(name, b"open", partition=0))  # still open while the instance reads
+        gateway = gateways[0]
+        created = await gateway.post(
+            f"/consumers/{name}",
+            json={
+                "name": "committed",
+                "format": "binary",
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+            },
+            headers={"content-type": V2},
+        )
+        assert created.status_code == 200, created.text
+        base = f"/consumers/{name}/instances/committed"
+        assigned = await gateway.post(
+            f"{base}/assignments", json={"partitions": [{"topic": name, "partition": 0}]}, headers={"content-type": V2}
+        )
+        assert assigned.status_code == 204
+        seen: list[bytes] = []
+
+        async def committed_read() -> bool:
+            page = await gateway.get(f"{base}/records", params={"timeout": 500}, headers={"accept": BINARY_V2})
+            seen.extend(base64.b64decode(record["value"]) for record in page.json())
+            return bool(seen)
+
+        await wait_until(committed_read, what="the committed record")
+        page = await gateway.get(f"{base}/records", params={"timeout": 500}, headers={"accept": BINARY_V2})
+        assert seen + [base64.b64decode(record["value"]) for record in page.json()] == [b"committed"]
+        await producer.abort_transaction()
+        bad = await gateway.post(
+            f"/consumers/{name}", json={"name": "bad", "isolation.level": "serializable"}, headers={"content-type": V2}
+        )
+        assert (bad.status_code, bad.json()["error_code"]) == (422, 42204), bad.text
+        await gateway.delete(base, headers={"content-type": V2})
