@@ -19,25 +19,8 @@ from tidelog.common.record.batch import encode_batch
 from tidelog.dev.local_cluster import LocalCluster
 from tidelog.v1 import broker_pb2, broker_pb2_grpc
 
+from ..transactional_writes import COMMITTED, EVERY_RECORD, end_transactions, write_open_transactions
 from .conftest import COORDINATOR_ARGS, running_cluster, wait_until
-
-
-def _transactional(producer_id: int, values: list[bytes], sequence: int = 0) -> bytes:
-    return encode_batch(values, producer_id=producer_id, producer_epoch=0, base_sequence=sequence, transactional=True)
-
-
-def _marker(producer_id: int, topic: str, *, committed: bool) -> broker_pb2.WriteTxnMarkersRequest:
-    return broker_pb2.WriteTxnMarkersRequest(
-        markers=[
-            broker_pb2.TxnMarker(
-                producer_id=producer_id,
-                producer_epoch=0,
-                committed=committed,
-                coordinator_epoch=0,
-                partitions=[broker_pb2.TxnMarkerPartition(topic=topic, partition=0)],
-            )
-        ]
-    )
 
 
 async def _leader(admin: AdminClient, cluster: LocalCluster, topic: str) -> tuple[int, str]:
@@ -45,17 +28,6 @@ async def _leader(admin: AdminClient, cluster: LocalCluster, topic: str) -> tupl
     assert not isinstance(described, Exception)
     leader = described.partitions[0].leader
     return leader, cluster.broker_endpoint(leader) if leader >= 0 else ""
-
-
-async def _produce(stub: broker_pb2_grpc.BrokerStub, topic: str, data: bytes) -> int:
-    response = await stub.Produce(
-        broker_pb2.ProduceRequest(
-            acks=-1, timeout_ms=10_000, partitions=[broker_pb2.ProducePartition(topic=topic, record_batches=data)]
-        )
-    )
-    result = response.partitions[0]
-    assert result.error_code == 0, result.error_message
-    return int(result.base_offset)
 
 
 async def _read(cluster: LocalCluster, topic: str, isolation: str, end: int) -> list[bytes | None]:
@@ -90,10 +62,7 @@ async def _write_transactions(cluster: LocalCluster, admin: AdminClient, topic: 
     _, endpoint = await wait_until(lambda: _leader(admin, cluster, topic), what="a leader")
     async with grpc.aio.insecure_channel(endpoint) as channel:
         stub = broker_pb2_grpc.BrokerStub(channel)
-        a, b = [(await stub.InitProducerId(broker_pb2.InitProducerIdRequest())).producer_id for _ in range(2)]
-        assert await _produce(stub, topic, _transactional(a, [b"a0", b"a1"])) == 0
-        assert await _produce(stub, topic, _transactional(b, [b"b0"])) == 2
-        assert await _produce(stub, topic, encode_batch([b"plain"])) == 3
+        a, b = await write_open_transactions(stub, topic)
         # Both transactions open: read_committed ends at the first one's start.
         assert await _ends(cluster, topic) == (4, 0)
         refused = await stub.Produce(
@@ -109,9 +78,7 @@ async def _write_transactions(cluster: LocalCluster, admin: AdminClient, topic: 
             )
         )
         assert refused.partitions[0].error_code == ErrorCode.INVALID_TXN_STATE
-        for producer_id, committed in ((a, False), (b, True)):
-            answer = await stub.WriteTxnMarkers(_marker(producer_id, topic, committed=committed))
-            assert [result.error_code for result in answer.markers[0].partitions] == [0]
+        await end_transactions(stub, topic, a, b)
     # Markers go with acks=all: answered, they are below the high watermark and the partition is stable.
     assert await _ends(cluster, topic) == (6, 6)
 
@@ -121,8 +88,8 @@ async def test_read_committed_skips_aborted_transactions_and_no_reader_sees_mark
 ) -> None:
     async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
         await _write_transactions(cluster, admin, topic_name)
-    assert await _read(cluster, topic_name, "read_committed", 6) == [b"b0", b"plain"]
-    assert await _read(cluster, topic_name, "read_uncommitted", 6) == [b"a0", b"a1", b"b0", b"plain"]
+    assert await _read(cluster, topic_name, "read_committed", 6) == COMMITTED
+    assert await _read(cluster, topic_name, "read_uncommitted", 6) == EVERY_RECORD
 
 
 async def test_a_new_leader_answers_read_committed_as_the_old_one(fresh_cluster: LocalCluster) -> None:
@@ -137,7 +104,7 @@ async def test_a_new_leader_answers_read_committed_as_the_old_one(fresh_cluster:
             return found if found not in (leader, -1) else None
 
         await wait_until(moved, what="a new leader")
-    assert await _read(fresh_cluster, "moved", "read_committed", 6) == [b"b0", b"plain"]
+    assert await _read(fresh_cluster, "moved", "read_committed", 6) == COMMITTED
     assert await _ends(fresh_cluster, "moved") == (6, 6)
 
 

@@ -14,12 +14,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from tests.cluster.conftest import wait_until
+from tests.transactional_writes import COMMITTED, EVERY_RECORD, end_transactions, write_open_transactions
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
 from tidelog.dev.local_cluster import LocalCluster
 from tidelog.spark.writing import WRITE_ID_HEADER
+from tidelog.v1 import broker_pb2_grpc
 
 BASE_MS = 1_700_000_000_000  # record timestamps the tests set: 1 s apart from here
 
@@ -110,6 +113,32 @@ def test_a_batch_read_returns_every_record_once_with_the_kafka_schema(
         )
     without = _reader(spark, bootstrap, subscribe=topic)
     assert "headers" not in without.columns and without.count() == 100
+
+
+async def _transactions(cluster: LocalCluster, topic: str) -> None:
+    async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+        await admin.create_topic(topic, 1, 1)
+    async with grpc.aio.insecure_channel(cluster.broker_endpoint(1)) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        await end_transactions(stub, topic, *await write_open_transactions(stub, topic))
+
+
+def test_kafka_isolation_level_read_committed_skips_aborted_transactions(
+    spark: Any, spark_cluster: LocalCluster, bootstrap: str
+) -> None:
+    """As Spark's Kafka source with kafka.isolation.level; no row is ever a transaction marker,
+    and a range that ends in markers ends (its last offsets hold no record)."""
+    topic = _topic()
+    asyncio.run(_transactions(spark_cluster, topic))
+    committed = _reader(spark, bootstrap, subscribe=topic, **{"kafka.isolation.level": "read_committed"})
+    assert [bytes(row.value) for row in committed.orderBy("offset").collect()] == COMMITTED
+    everything = _reader(spark, bootstrap, subscribe=topic)
+    assert [bytes(row.value) for row in everything.orderBy("offset").collect()] == EVERY_RECORD
+    markers_only = json.dumps({topic: {"0": 4}})  # offsets 4-5: the two markers, no record
+    tail = _reader(
+        spark, bootstrap, subscribe=topic, startingOffsets=markers_only, **{"kafkaConsumer.pollTimeoutMs": "5000"}
+    )
+    assert tail.count() == 0
 
 
 def test_offset_and_time_bounded_ranges_and_min_partitions(

@@ -309,6 +309,11 @@ def read_range(options: ReadOptions, piece: OffsetRange) -> Iterator[pa.RecordBa
         while position < piece.end:
             fetched = loop.run_until_complete(consumer.poll_stored(min(POLL_STEP_MS, poll_timeout_ms))).get(tp)
             if fetched is None:
+                # Transaction markers (and, read_committed, aborted batches) move the position
+                # without records: a range may end in them.
+                position = loop.run_until_complete(consumer.position(tp))
+                if position >= piece.end:
+                    break
                 if (time.monotonic() - last_read) * 1000 >= poll_timeout_ms:
                     raise TimeoutError(
                         f"{tp.topic}-{tp.partition}: nothing to read at {position} for {poll_timeout_ms} ms "
