@@ -11,7 +11,15 @@ from __future__ import annotations
 from tidelog.common.record.batch import encode_batch
 from tidelog.v1 import broker_pb2, broker_pb2_grpc
 
-__all__ = ["COMMITTED", "EVERY_RECORD", "end_transactions", "marker_request", "produce", "write_open_transactions"]
+__all__ = [
+    "COMMITTED",
+    "EVERY_RECORD",
+    "end_transactions",
+    "marker_request",
+    "produce",
+    "transactional",
+    "write_open_transactions",
+]
 
 COMMITTED = [b"b0", b"plain"]  # what read_committed readers see
 EVERY_RECORD = [b"a0", b"a1", b"b0", b"plain"]  # what read_uncommitted readers see (never the markers)

@@ -1,9 +1,8 @@
 """The broker's gRPC service (proto/tidelog/v1/broker.proto).
 
-Produce and Fetch carry stored record batches untouched; Fetch long-polls up to `max_wait_ms`
-until `min_bytes` are available. Per-partition problems come back per partition with Kafka's error
-codes; a partition this broker does not lead answers NOT_LEADER_OR_FOLLOWER with the leader it
-knows and its epoch (`leader_hint`, KIP-951) so clients can go straight there.
+Produce and Fetch carry stored record batches untouched; Fetch long-polls up to `max_wait_ms` until `min_bytes`
+are available. Per-partition problems come back per partition with Kafka's error codes; a partition this broker
+does not lead answers NOT_LEADER_OR_FOLLOWER with the leader it knows and its epoch (`leader_hint`, KIP-951).
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from tidelog.broker.delayed_fetch import READ_COMMITTED, full_reads, session_rea
 from tidelog.broker.fetch_session import SessionError
 from tidelog.broker.metadata_cache import MetadataCache, newest_leader
 from tidelog.broker.producer_id_manager import ProducerIdManager
+from tidelog.broker.producer_listing import describe_producers
 from tidelog.broker.quota_manager import QuotaManager
 from tidelog.broker.replica_manager import CoordinatorWrite, ReplicaManager
 from tidelog.broker.request_metrics import REQUESTS, TOTAL_TIME_MS
@@ -475,8 +475,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def WriteTxnMarkers(  # noqa: N802
         self, request: broker_pb2.WriteTxnMarkersRequest, context: Context
     ) -> broker_pb2.WriteTxnMarkersResponse:
-        """Only a transaction coordinator ends transactions (Kafka: ClusterAction on the cluster)."""
-        if not self.access.has_role(self.access.caller(context), Role.COORDINATOR):
+        """Transaction coordinators end transactions, and administrators allowed ClusterAction on the
+        Cluster abort hanging ones (KIP-664)."""
+        caller = self.access.caller(context)
+        if not (
+            self.access.has_role(caller, Role.COORDINATOR)
+            or self.access.allowed(caller, Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+        ):
             REQUESTS.labels("WriteTxnMarkers", ErrorCode.CLUSTER_AUTHORIZATION_FAILED.name).inc()
             return refused_markers(request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
         remaining = context.time_remaining()
@@ -484,3 +489,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         response = await write_txn_markers(self.replicas, request, timeout_s=timeout_s)
         REQUESTS.labels("WriteTxnMarkers", NONE).inc()
         return response
+
+    async def DescribeProducers(  # noqa: N802
+        self, request: broker_pb2.DescribeProducersRequest, context: Context
+    ) -> broker_pb2.DescribeProducersResponse:
+        caller = self.access.caller(context)
+        REQUESTS.labels("DescribeProducers", NONE).inc()
+        return describe_producers(
+            self.replicas, request, lambda topic: self.access.allowed(caller, Operation.READ, ResourceType.TOPIC, topic)
+        )

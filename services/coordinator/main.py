@@ -296,7 +296,7 @@ class _Coordinator:
         service = CoordinatorService(self.coordinator, self.ownership, self.connections, self.txn_offsets, self.access)
         coordinator_pb2_grpc.add_CoordinatorServicer_to_server(service, server)
         transaction_pb2_grpc.add_TransactionCoordinatorServicer_to_server(
-            TxnService(self.transactions, self.access), server
+            TxnService(self.transactions, self.access, ownership=self.ownership, connections=self.connections), server
         )
         return ["tidelog.v1.Coordinator", "tidelog.v1.TransactionCoordinator"]
 

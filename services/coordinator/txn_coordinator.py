@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import Final, Protocol
 
 import structlog
@@ -315,6 +315,31 @@ class TxnCoordinator:
             log.warning("txn_markers_fenced", transactional_id=transactional_id, error=error.message)
         except (TidelogError, KeyError) as error:  # the partition moved: its next owner finishes
             log.info("txn_completion_stopped", transactional_id=transactional_id, error=str(error))
+
+    # ---- admin (KIP-664) ----------------------------------------------------------------------
+
+    def describe(self, transactional_id: str) -> TxnMetadata:
+        partition = self.partition_of(transactional_id)
+        if partition in self.loading:
+            raise _error(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"loading __transaction_state-{partition}")
+        transactions = self.transactions.get(partition)
+        if transactions is None:
+            raise _error(ErrorCode.NOT_COORDINATOR, f"this instance does not serve __transaction_state-{partition}")
+        found = transactions.get(transactional_id)
+        if found is None:
+            raise _error(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"no transactional.id {transactional_id!r}")
+        return found
+
+    def listed(self, states: Collection[str] = (), producer_ids: Collection[int] = ()) -> list[TxnMetadata]:
+        """This instance's transactional ids (of loaded partitions), filtered by state and producer id."""
+        return [
+            metadata
+            for partition, transactions in self.transactions.items()
+            if partition not in self.loading
+            for metadata in transactions.values()
+            if (not states or metadata.state.value in states)
+            and (not producer_ids or metadata.producer_id in producer_ids)
+        ]
 
     # ---- clocks ----------------------------------------------------------------------------
 

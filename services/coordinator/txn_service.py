@@ -16,10 +16,13 @@ from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
+from tidelog.client.connections import Connections
 from tidelog.common.errors import ErrorCode, RemoteError, TidelogError
 from tidelog.common.security.authorization.acl import Operation, ResourceType
 from tidelog.coordinator.coordinator_service import LATENCY, REQUESTS
+from tidelog.coordinator.partition_ownership import PartitionOwnership
 from tidelog.coordinator.txn_coordinator import TxnCoordinator
+from tidelog.server_common.metadata import TRANSACTION_STATE_TOPIC
 from tidelog.server_common.security.authorization.access_control import AccessControl, Role
 from tidelog.v1 import transaction_pb2, transaction_pb2_grpc
 
@@ -27,12 +30,22 @@ __all__ = ["TxnService"]
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 R = TypeVar("R")
+LIST_TIMEOUT_S = 5.0  # each other instance's answer to ListTransactions
 
 
 class TxnService(transaction_pb2_grpc.TransactionCoordinatorServicer):
-    def __init__(self, coordinator: TxnCoordinator, access: AccessControl) -> None:
+    def __init__(
+        self,
+        coordinator: TxnCoordinator,
+        access: AccessControl,
+        *,
+        ownership: PartitionOwnership | None = None,
+        connections: Connections | None = None,
+    ) -> None:
         self.coordinator = coordinator
         self.access = access
+        self.ownership = ownership  # where the other instances are (ListTransactions asks them)
+        self.connections = connections
 
     def _check(self, context: Context, transactional_id: str, *, topics: Collection[str] = (), group: str = "") -> None:
         if not self.access.enabled:
@@ -124,3 +137,67 @@ class TxnService(transaction_pb2_grpc.TransactionCoordinatorServicer):
             return transaction_pb2.EndTxnResponse(producer_id=producer_id, producer_epoch=epoch)
 
         return await self._answer("EndTxn", transaction_pb2.EndTxnResponse(producer_id=-1, producer_epoch=-1), work)
+
+    # ---- admin (KIP-664) ----------------------------------------------------------------------
+
+    def _may_describe(self, context: Context, transactional_id: str) -> bool:
+        if not self.access.enabled:
+            return True
+        caller = self.access.caller(context)
+        return self.access.allowed(caller, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+
+    async def DescribeTransactions(  # noqa: N802
+        self, request: transaction_pb2.DescribeTransactionsRequest, context: Context
+    ) -> transaction_pb2.DescribeTransactionsResponse:
+        response = transaction_pb2.DescribeTransactionsResponse()
+        for transactional_id in request.transactional_ids:
+            described = response.transactions.add(transactional_id=transactional_id, transaction_start_time_ms=-1)
+            if not self._may_describe(context, transactional_id):
+                described.error_code = int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+                continue
+            try:
+                metadata = self.coordinator.describe(transactional_id)
+            except TidelogError as error:
+                described.error_code = int(error.code)
+                continue
+            described.state = metadata.state.value
+            described.producer_id, described.producer_epoch = metadata.producer_id, metadata.producer_epoch
+            described.transaction_timeout_ms = metadata.timeout_ms
+            described.transaction_start_time_ms = metadata.start_ms if metadata.state.value == "Ongoing" else -1
+            described.partitions.extend(
+                transaction_pb2.TxnTopicPartition(topic=topic, partition=partition)
+                for topic, partition in sorted(metadata.partitions)
+            )
+        REQUESTS.labels("DescribeTransactions", "NONE").inc()
+        return response
+
+    async def ListTransactions(  # noqa: N802
+        self, request: transaction_pb2.ListTransactionsRequest, context: Context
+    ) -> transaction_pb2.ListTransactionsResponse:
+        response = transaction_pb2.ListTransactionsResponse()
+        for metadata in self.coordinator.listed(request.state_filters, request.producer_id_filters):
+            response.transactions.add(
+                transactional_id=metadata.transactional_id, producer_id=metadata.producer_id, state=metadata.state.value
+            )
+        if not request.local_only and self.ownership is not None and self.connections is not None:
+            claims = self.ownership.topics[TRANSACTION_STATE_TOPIC].claims.values()
+            local = transaction_pb2.ListTransactionsRequest(
+                state_filters=request.state_filters, producer_id_filters=request.producer_id_filters, local_only=True
+            )
+            for endpoint in sorted({claim.endpoint for claim in claims} - {self.ownership.instance.endpoint}):
+                stub = transaction_pb2_grpc.TransactionCoordinatorStub(self.connections.channel(endpoint))
+                try:
+                    answer = await stub.ListTransactions(local, timeout=LIST_TIMEOUT_S)
+                except grpc.aio.AioRpcError as error:
+                    response.error_code = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                    response.error_message = f"{endpoint} did not answer: {error.code().name}"
+                    continue
+                response.transactions.extend(answer.transactions)
+        listed = sorted(
+            (entry for entry in response.transactions if self._may_describe(context, entry.transactional_id)),
+            key=lambda entry: str(entry.transactional_id),
+        )
+        del response.transactions[:]
+        response.transactions.extend(listed)
+        REQUESTS.labels("ListTransactions", "NONE").inc()
+        return response

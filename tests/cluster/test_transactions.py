@@ -5,9 +5,14 @@ a zombie fenced by a newer instance, a transaction aborted by its timeout."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -19,7 +24,14 @@ from tidelog.common.record.batch import encode_batch
 from tidelog.dev.local_cluster import LocalCluster
 from tidelog.v1 import broker_pb2, broker_pb2_grpc
 
-from ..transactional_writes import COMMITTED, EVERY_RECORD, end_transactions, write_open_transactions
+from ..transactional_writes import (
+    COMMITTED,
+    EVERY_RECORD,
+    end_transactions,
+    produce,
+    transactional,
+    write_open_transactions,
+)
 from .conftest import COORDINATOR_ARGS, running_cluster, wait_until
 
 
@@ -262,3 +274,84 @@ async def test_consume_transform_produce_reads_each_input_once_across_an_abort(
         await wait_until(all_done, timeout_s=60, what="every input processed")
     assert rounds >= 4
     assert await _committed(txn_cluster, sink, 1) == [b"out-%d" % number for number in range(30)]
+
+
+def _cli(cluster: LocalCluster, *arguments: str) -> Any:
+    """`tidelog transactions ...` as a user runs it, its JSON answer."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tidelog.cli.main",
+            "transactions",
+            *arguments,
+            "--bootstrap",
+            ",".join(cluster.bootstrap),
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout) if done.stdout.strip().startswith(("[", "{")) else done.stdout
+
+
+async def test_the_transactions_tool_lists_describes_and_aborts_a_hanging_transaction(
+    txn_cluster: LocalCluster, topic_name: str
+) -> None:
+    async with AdminClient(txn_cluster.bootstrap, controllers=txn_cluster.controller_endpoints) as admin:
+        await admin.create_topic(topic_name, 1, 3, {"min.insync.replicas": "2"})
+    tp = TopicPartition(topic_name, 0)
+    transactional_id = f"{topic_name}-tx"
+    async with Producer(txn_cluster.bootstrap, transactional_id=transactional_id) as producer:
+        await producer.init_transactions()
+        producer.begin_transaction()
+        await (await producer.send(topic_name, b"open", partition=0))
+        listed = await asyncio.to_thread(_cli, txn_cluster, "list", "--state", "Ongoing")
+        assert {
+            "transactional_id": transactional_id,
+            "producer_id": producer.sequences.producer_id,
+            "state": "Ongoing",
+        } in listed
+        described = await asyncio.to_thread(_cli, txn_cluster, "describe", transactional_id)
+        assert (described["state"], described["partitions"]) == ("Ongoing", [str(tp)])
+        producers = await asyncio.to_thread(
+            _cli, txn_cluster, "describe-producers", "--topic", topic_name, "--partition", "0"
+        )
+        assert [(p["producer_id"], p["current_transaction_start_offset"]) for p in producers] == [
+            (producer.sequences.producer_id, 0)
+        ]
+        await producer.commit_transaction()
+    async with Consumer(txn_cluster.bootstrap, isolation_level="read_committed") as consumer:
+
+        async def marked() -> bool:
+            return (await consumer.end_offsets([tp]))[tp] == 2  # the record and its COMMIT marker
+
+        await wait_until(marked, what="the commit's marker")
+    # A transaction no coordinator knows: written straight to the leader by a producer id of its own.
+    async with AdminClient(txn_cluster.bootstrap, controllers=txn_cluster.controller_endpoints) as admin:
+        _, endpoint = await wait_until(lambda: _leader(admin, txn_cluster, topic_name), what="a leader")
+    async with grpc.aio.insecure_channel(endpoint) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        orphan = (await stub.InitProducerId(broker_pb2.InitProducerIdRequest())).producer_id
+        hanging_at = await produce(stub, topic_name, transactional(orphan, [b"hanging"]))
+    async with Consumer(txn_cluster.bootstrap, isolation_level="read_committed") as consumer:
+        assert (await consumer.end_offsets([tp]))[tp] == hanging_at  # stuck at the orphan's start
+        found = await asyncio.to_thread(
+            _cli, txn_cluster, "find-hanging", "--topic", topic_name, "--max-transaction-timeout-ms", "0"
+        )
+        assert [(entry["producer_id"], entry["current_transaction_start_offset"]) for entry in found] == [
+            (orphan, hanging_at)
+        ]
+        await asyncio.to_thread(
+            _cli, txn_cluster, "abort", "--topic", topic_name, "--partition", "0", "--start-offset", str(hanging_at)
+        )
+
+        async def unstuck() -> bool:
+            return (await consumer.end_offsets([tp]))[tp] == hanging_at + 2  # the record and its ABORT marker
+
+        await wait_until(unstuck, what="the last stable offset past the aborted transaction")
+    assert await _committed(txn_cluster, topic_name, 1) == [b"open"]

@@ -14,6 +14,7 @@ from tidelog.cli.dev import add_dev_commands
 from tidelog.cli.group_commands import add_group_commands
 from tidelog.cli.log_tools import add_log_commands
 from tidelog.cli.quota_commands import add_quota_commands
+from tidelog.cli.transaction_commands import add_transaction_commands
 from tidelog.cli.user_commands import add_user_commands
 
 __all__ = ["main"]
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_acl_commands(commands)
     add_user_commands(commands)
     add_quota_commands(commands)
+    add_transaction_commands(commands)
     return parser
 
 

@@ -90,6 +90,11 @@ class BrokerStub:
                 request_serializer=tidelog_dot_v1_dot_broker__pb2.WriteTxnMarkersRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_broker__pb2.WriteTxnMarkersResponse.FromString,
                 _registered_method=True)
+        self.DescribeProducers = channel.unary_unary(
+                '/tidelog.v1.Broker/DescribeProducers',
+                request_serializer=tidelog_dot_v1_dot_broker__pb2.DescribeProducersRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_broker__pb2.DescribeProducersResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -168,6 +173,13 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeProducers(self, request, context):
+        """Admin (KIP-664): the producers a partition's leader knows, with their open transactions.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -225,6 +237,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.WriteTxnMarkers,
                     request_deserializer=tidelog_dot_v1_dot_broker__pb2.WriteTxnMarkersRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_broker__pb2.WriteTxnMarkersResponse.SerializeToString,
+            ),
+            'DescribeProducers': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeProducers,
+                    request_deserializer=tidelog_dot_v1_dot_broker__pb2.DescribeProducersRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_broker__pb2.DescribeProducersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -524,6 +541,33 @@ class Broker:
             '/tidelog.v1.Broker/WriteTxnMarkers',
             tidelog_dot_v1_dot_broker__pb2.WriteTxnMarkersRequest.SerializeToString,
             tidelog_dot_v1_dot_broker__pb2.WriteTxnMarkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeProducers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Broker/DescribeProducers',
+            tidelog_dot_v1_dot_broker__pb2.DescribeProducersRequest.SerializeToString,
+            tidelog_dot_v1_dot_broker__pb2.DescribeProducersResponse.FromString,
             options,
             channel_credentials,
             insecure,

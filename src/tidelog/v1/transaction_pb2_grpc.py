@@ -54,6 +54,16 @@ class TransactionCoordinatorStub:
                 request_serializer=tidelog_dot_v1_dot_transaction__pb2.EndTxnRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_transaction__pb2.EndTxnResponse.FromString,
                 _registered_method=True)
+        self.DescribeTransactions = channel.unary_unary(
+                '/tidelog.v1.TransactionCoordinator/DescribeTransactions',
+                request_serializer=tidelog_dot_v1_dot_transaction__pb2.DescribeTransactionsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_transaction__pb2.DescribeTransactionsResponse.FromString,
+                _registered_method=True)
+        self.ListTransactions = channel.unary_unary(
+                '/tidelog.v1.TransactionCoordinator/ListTransactions',
+                request_serializer=tidelog_dot_v1_dot_transaction__pb2.ListTransactionsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_transaction__pb2.ListTransactionsResponse.FromString,
+                _registered_method=True)
 
 
 class TransactionCoordinatorServicer:
@@ -89,6 +99,20 @@ class TransactionCoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeTransactions(self, request, context):
+        """Admin (KIP-664): the state of transactional ids this instance serves.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTransactions(self, request, context):
+        """Admin (KIP-664): every transactional id (this instance gathers the others' unless local_only).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TransactionCoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +135,16 @@ def add_TransactionCoordinatorServicer_to_server(servicer, server):
                     servicer.EndTxn,
                     request_deserializer=tidelog_dot_v1_dot_transaction__pb2.EndTxnRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_transaction__pb2.EndTxnResponse.SerializeToString,
+            ),
+            'DescribeTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeTransactions,
+                    request_deserializer=tidelog_dot_v1_dot_transaction__pb2.DescribeTransactionsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_transaction__pb2.DescribeTransactionsResponse.SerializeToString,
+            ),
+            'ListTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTransactions,
+                    request_deserializer=tidelog_dot_v1_dot_transaction__pb2.ListTransactionsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_transaction__pb2.ListTransactionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -221,6 +255,60 @@ class TransactionCoordinator:
             '/tidelog.v1.TransactionCoordinator/EndTxn',
             tidelog_dot_v1_dot_transaction__pb2.EndTxnRequest.SerializeToString,
             tidelog_dot_v1_dot_transaction__pb2.EndTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.TransactionCoordinator/DescribeTransactions',
+            tidelog_dot_v1_dot_transaction__pb2.DescribeTransactionsRequest.SerializeToString,
+            tidelog_dot_v1_dot_transaction__pb2.DescribeTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.TransactionCoordinator/ListTransactions',
+            tidelog_dot_v1_dot_transaction__pb2.ListTransactionsRequest.SerializeToString,
+            tidelog_dot_v1_dot_transaction__pb2.ListTransactionsResponse.FromString,
             options,
             channel_credentials,
             insecure,
