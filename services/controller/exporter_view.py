@@ -13,6 +13,9 @@ this view adds the other half as kafka_exporter gathers it — as a client of th
   (`kafka_consumergroup_members`, `_current_offset`, `_lag` and their sums), lag measured against
   the offsets of the same refresh. As kafka_exporter, every partition of a topic a group committed
   to has series: -1 for a partition it never committed (kept out of the sums).
+- beyond kafka_exporter, each group's lag against the partitions' last stable offsets
+  (`tidelog_consumergroup_lag_stable`, `_sum`): a read_committed group's real lag, which the high
+  watermark overstates by the open and aborted transactions' records it never reads.
 
 Nothing else exports these names, so no scrape of every pod counts them twice; a scrape reports
 the latest refresh (kafka_exporter asks at each scrape: here a scrape never waits on the cluster).
@@ -57,6 +60,7 @@ class Snapshot:
 
     latest: dict[TopicPartition, int] = dataclasses.field(default_factory=dict)
     oldest: dict[TopicPartition, int] = dataclasses.field(default_factory=dict)
+    stable: dict[TopicPartition, int] = dataclasses.field(default_factory=dict)  # last stable offsets
     groups: tuple[GroupFigures, ...] = ()
 
 
@@ -98,9 +102,10 @@ class ExporterView:
         partitions = self._partitions()
         latest = await consumer.list_offsets(partitions, LATEST) if partitions else {}
         oldest = await consumer.list_offsets(partitions, EARLIEST) if partitions else {}
+        stable = await consumer.list_offsets(partitions, LATEST, read_committed=True) if partitions else {}
         # The offsets are out before the groups are asked: a cluster whose coordinators are away
         # (or that runs none) still shows its partitions, and its groups' last figures.
-        self.snapshot = Snapshot(latest, oldest, self.snapshot.groups)
+        self.snapshot = Snapshot(latest, oldest, stable, self.snapshot.groups)
         try:
             listed = await groups.list_groups()
         except TidelogError as error:
@@ -115,7 +120,7 @@ class ExporterView:
                 continue
             committed = {lag.partition: lag.committed for lag in described.partitions if lag.committed is not None}
             figures.append(GroupFigures(group.group_id, len(described.members), committed))
-        self.snapshot = Snapshot(latest, oldest, tuple(figures))
+        self.snapshot = Snapshot(latest, oldest, stable, tuple(figures))
 
     async def run(self) -> None:
         while True:
@@ -139,19 +144,21 @@ class ExporterView:
         by_topic: dict[str, list[TopicPartition]] = {}  # once per scrape, not once per group
         for tp in snapshot.latest:
             by_topic.setdefault(tp.topic, []).append(tp)
-        members, offsets, offset_sums, lags, lag_sums = [], [], [], [], []
+        members, offsets, offset_sums, lags, lag_sums, stable_lags, stable_sums = [], [], [], [], [], [], []
         for group in sorted(snapshot.groups, key=lambda g: g.group_id):
             members.append((f'{{consumergroup="{group.group_id}"}}', group.members))
             topics = {tp.topic for tp in group.committed}
             everywhere = set(group.committed).union(*(by_topic.get(topic, ()) for topic in topics))
             offset_by_topic: dict[str, int] = {}
             lag_by_topic: dict[str, int] = {}
+            stable_by_topic: dict[str, int] = {}
             for tp in sorted(everywhere):
                 labels = f'{{consumergroup="{group.group_id}",topic="{tp.topic}",partition="{tp.partition}"}}'
                 offset = group.committed.get(tp)
                 if offset is None:
                     offsets.append((labels, NOT_COMMITTED))
                     lags.append((labels, NOT_COMMITTED))
+                    stable_lags.append((labels, NOT_COMMITTED))
                     continue
                 offsets.append((labels, offset))
                 offset_by_topic[tp.topic] = offset_by_topic.get(tp.topic, 0) + offset
@@ -161,9 +168,14 @@ class ExporterView:
                 behind = max(end - offset, 0)
                 lags.append((labels, behind))
                 lag_by_topic[tp.topic] = lag_by_topic.get(tp.topic, 0) + behind
+                if (stable_end := snapshot.stable.get(tp)) is not None:
+                    stable_behind = max(stable_end - offset, 0)
+                    stable_lags.append((labels, stable_behind))
+                    stable_by_topic[tp.topic] = stable_by_topic.get(tp.topic, 0) + stable_behind
             group_label = f'consumergroup="{group.group_id}"'
             offset_sums += [(f'{{{group_label},topic="{t}"}}', v) for t, v in sorted(offset_by_topic.items())]
             lag_sums += [(f'{{{group_label},topic="{t}"}}', v) for t, v in sorted(lag_by_topic.items())]
+            stable_sums += [(f'{{{group_label},topic="{t}"}}', v) for t, v in sorted(stable_by_topic.items())]
         return "".join(
             [
                 family_text("kafka_topic_partition_current_offset", current),
@@ -173,6 +185,8 @@ class ExporterView:
                 family_text("kafka_consumergroup_current_offset_sum", offset_sums),
                 family_text("kafka_consumergroup_lag", lags),
                 family_text("kafka_consumergroup_lag_sum", lag_sums),
+                family_text("tidelog_consumergroup_lag_stable", stable_lags),
+                family_text("tidelog_consumergroup_lag_stable_sum", stable_sums),
             ]
         )
 

@@ -60,6 +60,23 @@ def test_every_partition_of_a_committed_topic_has_lag_and_one_never_committed_is
     assert found[("kafka_topic_partition_oldest_offset", (("partition", "1"), ("topic", "t")))] == 5
 
 
+def test_a_groups_stable_lag_counts_to_the_last_stable_offset() -> None:
+    """A read_committed group never reads past the last stable offset: its lag against it."""
+    view = _view(active=True)
+    t0, t1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    view.snapshot = Snapshot(
+        latest={t0: 100, t1: 50},
+        oldest={t0: 0, t1: 0},
+        stable={t0: 70, t1: 50},  # an open transaction from offset 70 in partition 0
+        groups=(GroupFigures("g", 1, {t0: 40, t1: 50}),),
+    )
+    found = _samples(view.text())
+    labels = (("consumergroup", "g"), ("partition", "0"), ("topic", "t"))
+    assert found[("kafka_consumergroup_lag", labels)] == 60
+    assert found[("tidelog_consumergroup_lag_stable", labels)] == 30
+    assert found[("tidelog_consumergroup_lag_stable_sum", (("consumergroup", "g"), ("topic", "t")))] == 30
+
+
 def test_a_standby_exports_nothing() -> None:
     view = _view(active=False)
     view.snapshot = Snapshot(latest={TopicPartition("t", 0): 1})

@@ -201,9 +201,13 @@ class Consumer:
         the end means reading up to it."""
         return await self.list_offsets(partitions, LATEST)
 
-    async def list_offsets(self, partitions: Sequence[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
+    async def list_offsets(
+        self, partitions: Sequence[TopicPartition], timestamp: int, *, read_committed: bool | None = None
+    ) -> dict[TopicPartition, int]:
         """Offsets by timestamp (ms since the epoch), or EARLIEST / LATEST (tidelog.client exports
-        both), from each partition's leader."""
+        both), from each partition's leader; below the last stable offset with `read_committed`
+        (default: as the consumer's isolation.level)."""
+        isolation = self.isolation if read_committed is None else READ_COMMITTED if read_committed else READ_UNCOMMITTED
         found: dict[TopicPartition, int] = {}
         for attempt in range(5):
             by_leader: dict[str, list[TopicPartition]] = {}
@@ -221,7 +225,7 @@ class Consumer:
                         broker_pb2.ListOffsetsPartition(topic=tp.topic, partition=tp.partition, timestamp=timestamp)
                         for tp in tps
                     ],
-                    isolation_level=self.isolation,
+                    isolation_level=isolation,
                 )
                 try:
                     response = await self.connections.broker(endpoint).ListOffsets(

@@ -209,6 +209,21 @@ METRICS: Final[tuple[MetricDef, ...]] = (
         KAFKA_EXPORTER,
     ),
     _m(
+        "tidelog_consumergroup_lag_stable",
+        GAUGE,
+        ("consumergroup", *TP),
+        ACTIVE_CONTROLLER,
+        "Last stable offset minus the group's committed offset: the lag of a read_committed group, which never "
+        "reads past it (kafka_exporter's lag counts open and aborted transactions' records it never reads)",
+    ),
+    _m(
+        "tidelog_consumergroup_lag_stable_sum",
+        GAUGE,
+        ("consumergroup", "topic"),
+        ACTIVE_CONTROLLER,
+        "The group's stable lag summed over the topic's partitions (partitions without a commit left out)",
+    ),
+    _m(
         "kafka_consumergroup_members",
         GAUGE,
         ("consumergroup",),
