@@ -60,6 +60,10 @@ TICK_S = 0.1
 
 
 PRODUCER_ID_TIMEOUT_S = 10.0
+FACTOR_SETTING = {
+    CONSUMER_OFFSETS_TOPIC: "offsets.topic.replication.factor",
+    TRANSACTION_STATE_TOPIC: "transaction.state.log.replication.factor",
+}
 OFFSETS_TOPIC_WAIT_S = 60.0  # how long a starting coordinator waits for brokers to know the cluster
 OFFSETS_TOPIC_RETRY_S = 0.2
 
@@ -107,7 +111,7 @@ async def _ensure_offsets_topic(
         while (live := len((await admin.describe_cluster()).brokers)) < factor:
             if time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"{topic} needs a replication factor of {factor} live brokers; "
+                    f"{topic} needs {FACTOR_SETTING.get(topic, 'its replication factor')}={factor} live brokers; "
                     f"{live} registered after {wait_s:.0f} s (set the factor to the cluster's size)"
                 )
             log.info("waiting_for_offsets_topic_brokers", topic=topic, live=live, replication_factor=factor)

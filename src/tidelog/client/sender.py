@@ -26,7 +26,7 @@ from tidelog.client.connections import Connections
 from tidelog.client.producer_batch import BatchState, ProducerBatch
 from tidelog.client.producer_sequences import ProducerSequences
 from tidelog.client.record_accumulator import RecordAccumulator
-from tidelog.client.transaction_manager import TransactionManager, TxnClientState
+from tidelog.client.transaction_manager import StaleTransactionError, TransactionManager, TxnClientState
 from tidelog.common.errors import (
     RETRIABLE_CODES,
     ErrorCode,
@@ -139,6 +139,8 @@ class Sender:
         try:
             await self.transactions.add_partitions(missing)
             return True
+        except StaleTransactionError:
+            return False  # for a transaction an abort ended meanwhile: the next round adds for the new one
         except TidelogError as error:
             for batch in self.accumulator.take_ready():
                 if batch.key in missing:

@@ -31,7 +31,14 @@ from tidelog.common.errors import ErrorCode, ProducerFencedError, TidelogError, 
 from tidelog.common.state_machine import Transitions
 from tidelog.v1 import coordinator_pb2, transaction_pb2, transaction_pb2_grpc
 
-__all__ = ["TRANSITIONS", "ConsumerGroupMetadata", "TransactionAbortedError", "TransactionManager", "TxnClientState"]
+__all__ = [
+    "TRANSITIONS",
+    "ConsumerGroupMetadata",
+    "StaleTransactionError",
+    "TransactionAbortedError",
+    "TransactionManager",
+    "TxnClientState",
+]
 
 log = get_logger(__name__)
 
@@ -70,6 +77,10 @@ class ConsumerGroupMetadata:
     def of(cls, consumer: Any) -> ConsumerGroupMetadata:
         """A GroupConsumer's, as it stands (Kafka's KafkaConsumer.groupMetadata())."""
         return cls(consumer.group_id, consumer.generation_id, consumer.member_id, consumer.settings.group_instance_id)
+
+
+class StaleTransactionError(TransactionAbortedError):
+    """A request for a transaction that ended while it was under way (nothing for the caller to do)."""
 
 
 class TxnClientState(enum.Enum):
@@ -155,13 +166,20 @@ class TransactionManager:
     # ---- requests --------------------------------------------------------------------------
 
     async def _call(self, method: str, request: Any) -> Any:
-        """One request to the coordinator, retried while it asks to; an error for the rest."""
+        """One request to the coordinator, retried while it asks to; an error for the rest.
+
+        A request of an epoch the producer has left (the sender's AddPartitionsToTxn for a
+        transaction an abort ended meanwhile) is given up (StaleTransactionError): its answer, even
+        PRODUCER_FENCED, is about a transaction that is over, not about this producer."""
         deadline = time.monotonic() + self.max_block_s
+        epoch = getattr(request, "producer_epoch", None)
         while True:
             response = await self.link.call(method, request)
             code = response.error_code
             if code == ErrorCode.NONE:
                 return response
+            if epoch is not None and epoch != self.sequences.producer_epoch:
+                raise StaleTransactionError(f"{method} of epoch {epoch}: the transaction ended meanwhile")
             if code in _RETRY and time.monotonic() < deadline:
                 await asyncio.sleep(self.retry_backoff_s)
                 continue
@@ -200,6 +218,15 @@ class TransactionManager:
         self._move(TxnClientState.READY)
         log.info("transactional_producer_ready", producer_id=response.producer_id, epoch=response.producer_epoch)
 
+    def resume(self, producer_id: int, producer_epoch: int) -> None:
+        """Take over a transaction another instance prepared (two-phase commit, as KIP-939's
+        completeTransaction and Flink's resumeTransaction): this producer may then only commit or
+        abort it."""
+        self.require(TxnClientState.UNINITIALIZED, doing="resume a prepared transaction")
+        self.sequences.new_epoch(producer_id, producer_epoch)
+        for state in (TxnClientState.INITIALIZING, TxnClientState.READY, TxnClientState.IN_TRANSACTION):
+            self._move(state)
+
     def begin(self) -> None:
         self.require(TxnClientState.READY, doing="begin a transaction")
         self.partitions.clear()
@@ -221,7 +248,8 @@ class TransactionManager:
             partitions=[transaction_pb2.TxnTopicPartition(topic=topic, partition=p) for topic, p in sorted(wanted)],
         )
         await self._call("AddPartitionsToTxn", request)
-        self.partitions |= wanted
+        if request.producer_epoch == self.sequences.producer_epoch:  # (not a transaction ended meanwhile)
+            self.partitions |= wanted
 
     async def add_offsets(self, group_id: str) -> None:
         self.require(TxnClientState.IN_TRANSACTION, doing="send offsets to the transaction")

@@ -56,7 +56,7 @@ READ_OPTIONS: Final = (
     "fetchOffset.retryIntervalMs",
     "groupIdPrefix",
 )
-WRITE_OPTIONS: Final = ("topic", "includeHeaders", "idempotentRetries", "failFirstAttemptAfterRecords")
+WRITE_OPTIONS: Final = ("topic", "includeHeaders", "idempotentRetries", "exactlyOnce", "failFirstAttemptAfterRecords")
 # Client settings Spark's Kafka source takes that mean nothing to a source which joins no group and
 # commits nothing (kafka.group.id names the group Spark's consumers would use): accepted, unused.
 UNUSED_CLIENT_SETTINGS: Final = frozenset({"group.id"})
@@ -117,6 +117,7 @@ class WriteOptions:
     include_headers: bool = False
     client: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # Producer keyword arguments
     idempotent_retries: bool = False  # a retried task skips the rows an earlier attempt wrote (marker header)
+    exactly_once: bool = False  # streaming: each micro-batch's rows committed once, in transactions (exactly_once.py)
     fail_first_attempt_after: int | None = None  # a test aid: a task's first attempt fails after so many
 
 
@@ -374,7 +375,7 @@ def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     )
 
 
-def write_options(options: Mapping[str, str]) -> WriteOptions:
+def write_options(options: Mapping[str, str], *, streaming: bool = False) -> WriteOptions:
     ours, client_settings, bootstrap = _split(options, WRITE_OPTIONS)
     client = _client(client_settings, Producer.CONFIGS, ProducerSettings.DEFINITIONS, "producer")
     if client.get("acks", "all") not in ("all", "-1"):
@@ -394,9 +395,22 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
         include_headers=_bool("includeHeaders", ours.get("includeHeaders", "false")),
         client=client,
         idempotent_retries=_bool("idempotentRetries", ours.get("idempotentRetries", "false")),
+        exactly_once=_exactly_once(ours, client, streaming),
         fail_first_attempt_after=(
             _positive("failFirstAttemptAfterRecords", ours["failFirstAttemptAfterRecords"])
             if "failFirstAttemptAfterRecords" in ours
             else None
         ),
     )
+
+
+def _exactly_once(ours: Mapping[str, str], client: Mapping[str, Any], streaming: bool) -> bool:
+    if not _bool("exactlyOnce", ours.get("exactlyOnce", "false")):
+        return False
+    if not streaming:
+        raise InvalidOptionError("exactlyOnce", "for streaming writes; a batch write takes idempotentRetries")
+    if _bool("idempotentRetries", ours.get("idempotentRetries", "false")):
+        raise InvalidOptionError("exactlyOnce", "and idempotentRetries exclude each other: choose one")
+    if client.get("transactional_id"):
+        raise InvalidOptionError("tidelog.transactional.id", "the exactly-once sink names its own transactional ids")
+    return True

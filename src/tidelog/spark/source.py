@@ -79,7 +79,7 @@ class TidelogDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
         from tidelog.spark.writing import TopicStreamWriter  # noqa: PLC0415
 
-        return TopicStreamWriter(write_options(self.options), schema)
+        return TopicStreamWriter(write_options(self.options, streaming=True), schema)
 
 
 class BatchReader(DataSourceReader):

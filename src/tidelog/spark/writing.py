@@ -36,6 +36,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructType
 
 from tidelog.client import Consumer, Producer, TopicPartition
+from tidelog.spark.exactly_once import PreparedTransaction, SinkTask, commit_prepared, write_prepared
 from tidelog.spark.options import InvalidOptionError, WriteOptions
 
 __all__ = ["WRITE_ID_HEADER", "TopicStreamWriter", "TopicWriter", "WrittenRecords"]
@@ -177,66 +178,78 @@ async def _already_written(producer: Producer, consumer: Consumer, topic: str, t
 
 
 async def _write(options: WriteOptions, batches: Iterator[pa.RecordBatch], task: TaskWrite) -> int:
-    written = 0
-    row_base = 0  # the task's running row number: the same rows get the same numbers in every attempt
-    done_by_earlier: set[int] = set()
-    scanned: set[str] = set()
     async with (
         Producer(list(options.bootstrap), acks="all", enable_idempotence=True, **options.client) as producer,
         Consumer(list(options.bootstrap), security=options.client.get("security")) as consumer,
     ):
-        deliveries: list[Any] = []
-        for batch in batches:
-            numbers = np.arange(row_base, row_base + batch.num_rows, dtype=np.int64)
-            row_base += batch.num_rows
-            numbered = batch.append_column(ROW_COLUMN, pa.array(numbers))
-            columns = {name.lower(): numbered.column(i) for i, name in enumerate(numbered.schema.names)}
-            if options.topic is not None:
-                columns.pop("topic", None)  # the option wins over the column
-            for topic, partition, group in _groups(numbered, columns, options.topic):
-                rows = group
-                if options.idempotent_retries and task.retry and topic not in scanned:
-                    done_by_earlier |= await _already_written(producer, consumer, topic, task)
-                    scanned.add(topic)
-                picked = {name.lower(): rows.column(i) for i, name in enumerate(rows.schema.names)}
-                numbers = picked[ROW_COLUMN].to_numpy().astype("<i8")
-                if done_by_earlier:
-                    keep = np.flatnonzero(~np.isin(numbers, np.fromiter(done_by_earlier, dtype=np.int64)))
-                    if not len(keep):
-                        continue
-                    if len(keep) < len(numbers):
-                        rows = rows.take(pa.array(keep))
-                        picked = {name.lower(): rows.column(i) for i, name in enumerate(rows.schema.names)}
-                        numbers = numbers[keep]
-                count = rows.num_rows
-                prefix = task.prefix
+        return await _send(options, batches, task, producer, consumer)
 
-                def marker(indexes: list[int], numbers: Any = numbers, prefix: bytes = prefix) -> tuple[str, bytes]:
-                    # which of the task's rows this producer batch holds: written all or none
-                    return (WRITE_ID_HEADER, prefix + numbers[indexes].tobytes())
 
-                user_headers = picked["headers"].to_pylist() if "headers" in picked else None
-                deliveries.append(
-                    await producer.send_batch(
-                        topic,
-                        _bytes(picked.get("value"), count),
-                        keys=_bytes(picked.get("key"), count) if "key" in picked else None,
-                        partition=partition,
-                        headers=(
-                            [tuple((h["key"], h["value"]) for h in extra or ()) for extra in user_headers]
-                            if user_headers is not None and any(user_headers)
-                            else None
-                        ),
-                        batch_header=marker if options.idempotent_retries else None,
-                    )
+async def _send(
+    options: WriteOptions,
+    batches: Iterator[pa.RecordBatch],
+    task: TaskWrite,
+    producer: Producer,
+    consumer: Consumer | None,
+) -> int:
+    """The task's rows through `producer`; `consumer` reads back what an earlier attempt wrote
+    (idempotentRetries)."""
+    written = 0
+    row_base = 0  # the task's running row number: the same rows get the same numbers in every attempt
+    done_by_earlier: set[int] = set()
+    scanned: set[str] = set()
+    deliveries: list[Any] = []
+    for batch in batches:
+        numbers = np.arange(row_base, row_base + batch.num_rows, dtype=np.int64)
+        row_base += batch.num_rows
+        numbered = batch.append_column(ROW_COLUMN, pa.array(numbers))
+        columns = {name.lower(): numbered.column(i) for i, name in enumerate(numbered.schema.names)}
+        if options.topic is not None:
+            columns.pop("topic", None)  # the option wins over the column
+        for topic, partition, group in _groups(numbered, columns, options.topic):
+            rows = group
+            if options.idempotent_retries and task.retry and topic not in scanned and consumer is not None:
+                done_by_earlier |= await _already_written(producer, consumer, topic, task)
+                scanned.add(topic)
+            picked = {name.lower(): rows.column(i) for i, name in enumerate(rows.schema.names)}
+            numbers = picked[ROW_COLUMN].to_numpy().astype("<i8")
+            if done_by_earlier:
+                keep = np.flatnonzero(~np.isin(numbers, np.fromiter(done_by_earlier, dtype=np.int64)))
+                if not len(keep):
+                    continue
+                if len(keep) < len(numbers):
+                    rows = rows.take(pa.array(keep))
+                    picked = {name.lower(): rows.column(i) for i, name in enumerate(rows.schema.names)}
+                    numbers = numbers[keep]
+            count = rows.num_rows
+            prefix = task.prefix
+
+            def marker(indexes: list[int], numbers: Any = numbers, prefix: bytes = prefix) -> tuple[str, bytes]:
+                # which of the task's rows this producer batch holds: written all or none
+                return (WRITE_ID_HEADER, prefix + numbers[indexes].tobytes())
+
+            user_headers = picked["headers"].to_pylist() if "headers" in picked else None
+            deliveries.append(
+                await producer.send_batch(
+                    topic,
+                    _bytes(picked.get("value"), count),
+                    keys=_bytes(picked.get("key"), count) if "key" in picked else None,
+                    partition=partition,
+                    headers=(
+                        [tuple((h["key"], h["value"]) for h in extra or ()) for extra in user_headers]
+                        if user_headers is not None and any(user_headers)
+                        else None
+                    ),
+                    batch_header=marker if options.idempotent_retries else None,
                 )
-                written += count
-                if task.fail_after is not None and written >= task.fail_after:
-                    for delivery in deliveries:  # acknowledged, then the attempt dies mid-way
-                        await delivery
-                    raise RuntimeError(f"failFirstAttemptAfterRecords: failing after {written} records")
-        for delivery in deliveries:
-            await delivery  # raises the first error: the task fails and Spark retries it
+            )
+            written += count
+            if task.fail_after is not None and written >= task.fail_after:
+                for delivery in deliveries:  # acknowledged, then the attempt dies mid-way
+                    await delivery
+                raise RuntimeError(f"failFirstAttemptAfterRecords: failing after {written} records")
+    for delivery in deliveries:
+        await delivery  # raises the first error: the task fails and Spark retries it
     return written
 
 
@@ -259,12 +272,28 @@ class TopicStreamWriter(DataSourceStreamArrowWriter):
         self.write_id = uuid.uuid4().hex[:16]  # replaced by the query and batch ids in each task
         self.since_ms = int(time.time() * 1000)
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRecords:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRecords | PreparedTransaction:
         task = task_write(self.write_id, self.since_ms, self.options.fail_first_attempt_after)
-        return WrittenRecords(asyncio.run(_write(self.options, iterator, task)))
+        if not self.options.exactly_once:
+            return WrittenRecords(asyncio.run(_write(self.options, iterator, task)))
+        context = TaskContext.get()
+        assert context is not None, "an exactly-once write runs in Spark tasks"
+        sink_task = SinkTask(
+            str(context.getLocalProperty(STREAMING_QUERY_ID)),
+            int(context.getLocalProperty(STREAMING_BATCH_ID) or 0),
+            context.partitionId(),
+        )
+
+        async def send_rows(producer: Producer) -> int:
+            return await _send(self.options, iterator, task, producer, None)
+
+        return asyncio.run(write_prepared(self.options, sink_task, send_rows))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's name
-        pass  # acknowledged records are in the log already
+        """At least once: acknowledged records are in the log already. Exactly once: phase two."""
+        if self.options.exactly_once:
+            asyncio.run(commit_prepared(self.options, messages, commit=True))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        pass
+        if self.options.exactly_once:
+            asyncio.run(commit_prepared(self.options, messages, commit=False))
