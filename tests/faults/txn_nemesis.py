@@ -72,6 +72,7 @@ class TxnReport:
     ctp_missing: list[str]
     ctp_duplicated: list[str]
     restarts: collections.Counter[str]
+    faults: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -89,7 +90,8 @@ class TxnReport:
     def details(self) -> str:
         lines = [
             f"seed {self.seed}: transactions committed {self.committed}, aborted {self.aborted}, unknown "
-            f"{self.unknown}; restarts {dict(self.restarts)}"
+            f"{self.unknown}; restarts {dict(self.restarts)}",
+            f"  faults: {self.faults}",
         ]
         for name in (
             "aborted_read",
@@ -428,7 +430,9 @@ async def run_txn_nemesis(data_dir: Path, seed: int, duration_s: float) -> TxnRe
             await nemesis.heal_all()
         await cluster.wait_ready()
         final = await read_committed_everything(cluster, partitions)
-        return check(seed, writers, copier, reader, final)
+        report = check(seed, writers, copier, reader, final)
+        report.faults = [fault.what for fault in nemesis.faults]
+        return report
 
 
 def _committed_count(writers: TransactionalWriters) -> int:
