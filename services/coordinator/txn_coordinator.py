@@ -40,6 +40,7 @@ log = structlog.get_logger(__name__)
 
 TRANSACTIONAL_ID_BYTES_MAX: Final = 1024
 TRANSACTION_PARTITIONS_MAX: Final = 10_000  # partitions one transaction may write
+SETTLE_WAIT_S: Final = 2.0  # the longest a request waits for the id's transaction end under way
 
 
 class StateWriter(Protocol):
@@ -87,6 +88,7 @@ class TxnCoordinator:
         self.writes = ToTheEnd(lambda error: log.info("txn_background_change_failed", error=repr(error)))
         self._next_cleanup = monotonic()
         self.completed = 0  # transactions ended here (metrics)
+        self.settle_wait_s = SETTLE_WAIT_S
 
     # ---- ownership -------------------------------------------------------------------------
 
@@ -124,6 +126,14 @@ class TxnCoordinator:
                 task.cancel()
         self.coordinator_epochs.pop(partition, None)
         log.info("txn_partition_unloaded", partition=partition)
+
+    async def _settled(self, transactional_id: str) -> None:
+        """Wait, a bounded while, for the id's transaction end under way (its markers and
+        completion) rather than answer CONCURRENT_TRANSACTIONS at once: the producer's next
+        transaction starts as soon as the last one is complete, not a retry backoff later."""
+        task = self.completions.get(transactional_id)
+        if task is not None and not task.done():
+            await asyncio.wait({task}, timeout=self.settle_wait_s)
 
     def _lookup(self, transactional_id: str) -> tuple[int, dict[str, TxnMetadata]]:
         if not transactional_id or len(transactional_id.encode()) > TRANSACTIONAL_ID_BYTES_MAX:
@@ -168,6 +178,7 @@ class TxnCoordinator:
                 f"transaction.timeout.ms {timeout_ms} is outside 1..{self.config.transaction_max_timeout_ms} "
                 "(transaction.max.timeout.ms)",
             )
+        await self._settled(transactional_id)
         partition, transactions = self._lookup(transactional_id)
         current = transactions.get(transactional_id)
         now = self.clock_ms()
@@ -219,6 +230,7 @@ class TxnCoordinator:
         self, transactional_id: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartitionKey]
     ) -> None:
         wanted = frozenset(partitions)
+        await self._settled(transactional_id)
         partition, transactions = self._lookup(transactional_id)
         current = self._producer(transactions, transactional_id, producer_id, epoch)
         if current.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):

@@ -85,6 +85,7 @@ class Fixture:
             clock_ms=self.clock.millis,
             monotonic=self.clock,
         )
+        self.coordinator.settle_wait_s = 0.05  # (tests that hold the markers back wait no longer)
         self.coordinator.begin_loading(0, epoch=7)
         self.coordinator.finish_loading(0)
 
@@ -307,3 +308,18 @@ async def test_a_fenced_marker_stops_the_completion() -> None:
     await fixture.coordinator.end_transaction(TXN, producer_id, epoch, commit=True)
     await fixture.completed()
     assert fixture.current.state == TxnState.PREPARE_COMMIT  # left for the partition's next owner
+
+
+async def test_the_next_transaction_waits_for_the_last_ones_end_rather_than_being_told_to_retry() -> None:
+    fixture = Fixture()
+    fixture.coordinator.settle_wait_s = 10
+    producer_id, epoch = await fixture.coordinator.init_producer_id(TXN, 60_000)
+    await fixture.coordinator.add_partitions(TXN, producer_id, epoch, [("t", 0)])
+    fixture.markers.gate.clear()
+    _, bumped = await fixture.coordinator.end_transaction(TXN, producer_id, epoch, commit=True)
+    added = asyncio.create_task(fixture.coordinator.add_partitions(TXN, producer_id, bumped, [("t", 1)]))
+    await until(lambda: fixture.coordinator.completions.get(TXN) is not None)
+    assert not added.done()  # waiting for the markers, not refused
+    fixture.markers.gate.set()
+    await added
+    assert fixture.current.state == TxnState.ONGOING and fixture.current.partitions == {("t", 1)}

@@ -42,7 +42,9 @@ __all__ = [
 
 log = get_logger(__name__)
 
-# A coordinator busy with the id (ending the previous transaction, loading) asks for a retry.
+# A coordinator busy with the id (ending the previous transaction, loading) asks for a retry, soon
+# (Kafka's producer retries AddPartitionsToTxn after 20 ms, not retry.backoff.ms).
+RETRY_BUSY_S: Final = 0.02
 _RETRY: Final = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS})
 # The producer cannot go on: only closing it is left (Kafka's fatal errors).
 _FATAL: Final = frozenset(
@@ -181,7 +183,7 @@ class TransactionManager:
             if epoch is not None and epoch != self.sequences.producer_epoch:
                 raise StaleTransactionError(f"{method} of epoch {epoch}: the transaction ended meanwhile")
             if code in _RETRY and time.monotonic() < deadline:
-                await asyncio.sleep(self.retry_backoff_s)
+                await asyncio.sleep(min(self.retry_backoff_s, RETRY_BUSY_S))
                 continue
             error = error_for(code, response.error_message)
             if code in _FATAL:
