@@ -19,35 +19,23 @@ from tidelog.broker.coordinator_lookup import find_coordinator
 from tidelog.broker.delayed_fetch import READ_COMMITTED, full_reads, session_reads
 from tidelog.broker.fetch_session import SessionError
 from tidelog.broker.metadata_cache import MetadataCache, newest_leader
+from tidelog.broker.produce_rounds import produce_round, refused_produce
 from tidelog.broker.producer_id_manager import ProducerIdManager
 from tidelog.broker.producer_listing import describe_producers
 from tidelog.broker.quota_manager import QuotaManager
-from tidelog.broker.replica_manager import CoordinatorWrite, ReplicaManager
+from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.broker.request_metrics import REQUESTS, TOTAL_TIME_MS
-from tidelog.broker.topic_metrics import topic_meters
 from tidelog.broker.txn_markers import MARKER_TIMEOUT_S, refused_markers, write_txn_markers
+from tidelog.broker.txn_verification import TxnVerifier
+from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode, StaleControllerEpochError, TidelogError
 from tidelog.common.security.authorization.acl import CLUSTER_NAME, Operation, ResourceType
 from tidelog.common.security.quotas.quota import QuotaKind
 from tidelog.common.settings import BrokerSettings, SecuritySettings
-from tidelog.server_common.metadata import CONSUMER_OFFSETS_TOPIC
 from tidelog.server_common.security.authorization.access_control import AccessControl, Role
 from tidelog.v1 import broker_pb2, broker_pb2_grpc, coordinator_pb2
 
 __all__ = ["BrokerService"]
-
-
-def _refused_produce(entry: Any, reason: str) -> broker_pb2.ProducePartitionResult:
-    meters = topic_meters(entry.topic)
-    meters.total_produce.inc()
-    meters.failed_produce.inc()
-    return broker_pb2.ProducePartitionResult(
-        topic=entry.topic,
-        partition=entry.partition,
-        error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
-        error_message=reason,
-        base_offset=-1,
-    )
 
 
 log = structlog.get_logger(__name__)
@@ -71,6 +59,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         settings: BrokerSettings,
         access: AccessControl | None = None,
         quotas: QuotaManager | None = None,
+        channels: ChannelPool | None = None,
     ) -> None:
         self.settings = settings
         self.replicas = replicas
@@ -79,6 +68,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self.etcd = etcd
         self.access = access or AccessControl(SecuritySettings.from_configs())
         self.quotas = quotas or QuotaManager(None, settings)
+        enabled = settings.transaction_partition_verification_enable
+        self.verifier = TxnVerifier(
+            etcd, metadata, channels, self.access, enabled=enabled
+        )  # (channels: to coordinators)
 
     def _leader_hint(self, topic: str, partition: int) -> tuple[int, int]:
         hosted = self.replicas.partitions.get((topic, partition))
@@ -102,6 +95,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             REQUESTS.labels("Produce", ErrorCode.INVALID_REQUIRED_ACKS.name).inc()
             return response
         refused = self._topics_refused(context, Operation.WRITE, (entry.topic for entry in request.partitions))
+        coordinator = self.access.has_role(caller := self.access.caller(context), Role.COORDINATOR)
+        unverified = await self.verifier.refusals(request, caller, coordinator) if self.verifier.enabled else {}
         # Partitions append together (with acks=all they then wait for their ISRs together); the
         # entries of one partition go in request order, a round each, so its batches keep their order.
         timeout_s = min(max(request.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX) / 1000 or 30.0
@@ -110,16 +105,18 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         seen: collections.Counter[tuple[str, int]] = collections.Counter()
         for index, entry in enumerate(request.partitions):
             if entry.topic in refused:
-                results[index] = _refused_produce(entry, refused[entry.topic])
+                results[index] = refused_produce(entry, refused[entry.topic])
+                continue
+            if index in unverified:
+                results[index] = refused_produce(entry, unverified[index].message, unverified[index].code)
                 continue
             turn = seen[(entry.topic, entry.partition)]
             seen[(entry.topic, entry.partition)] += 1
             if turn == len(rounds):
                 rounds.append([])
             rounds[turn].append(index)
-        coordinator = self.access.has_role(self.access.caller(context), Role.COORDINATOR)
         for indexes in rounds:
-            await self._produce_round(request, indexes, results, timeout_s, coordinator)
+            await produce_round(self.replicas, request, indexes, results, timeout_s, coordinator, self._leader_hint)
         response.partitions.extend(result for result in results if result is not None)
         REQUESTS.labels("Produce", NONE).inc()
         elapsed = time.perf_counter() - started
@@ -131,45 +128,6 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 self.quotas.record(quota_client, QuotaKind.REQUEST_PERCENTAGE, elapsed * 100),
             )
         return response
-
-    async def _produce_round(
-        self,
-        request: broker_pb2.ProduceRequest,
-        indexes: list[int],
-        results: list[broker_pb2.ProducePartitionResult | None],
-        timeout_s: float,
-        coordinator: bool,
-    ) -> None:
-        entries = [request.partitions[index] for index in indexes]
-        for entry in entries:
-            topic_meters(entry.topic).total_produce.inc()
-        outcomes = await self.replicas.append_all(
-            [
-                (
-                    entry.topic,
-                    entry.partition,
-                    CoordinatorWrite(entry.record_batches)
-                    if coordinator and entry.topic == CONSUMER_OFFSETS_TOPIC
-                    else entry.record_batches,
-                )
-                for entry in entries
-            ],
-            acks=request.acks,
-            timeout_s=timeout_s,
-        )
-        for index, entry, outcome in zip(indexes, entries, outcomes, strict=True):
-            result = broker_pb2.ProducePartitionResult(topic=entry.topic, partition=entry.partition)
-            if isinstance(outcome, TidelogError):
-                topic_meters(entry.topic).failed_produce.inc()
-                result.error_code = int(outcome.code)
-                result.error_message = outcome.message
-                result.leader_hint, result.leader_hint_epoch = self._leader_hint(entry.topic, entry.partition)
-                result.base_offset = -1
-            else:
-                result.base_offset = outcome.first_offset
-                result.log_append_time_ms = outcome.log_append_time_ms
-                result.log_start_offset = self.replicas.partitions[(entry.topic, entry.partition)].log.log_start_offset
-            results[index] = result
 
     async def InitProducerId(  # noqa: N802
         self, request: broker_pb2.InitProducerIdRequest, context: Context

@@ -124,6 +124,7 @@ class _Broker:
             settings=self.settings,
             access=self.access,
             quotas=self.quotas,
+            channels=self.channels,
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(service, server)
         return ["tidelog.v1.Broker"]

@@ -32,7 +32,19 @@ from ..transactional_writes import (
     transactional,
     write_open_transactions,
 )
-from .conftest import COORDINATOR_ARGS, running_cluster, wait_until
+from .conftest import COORDINATOR_ARGS, running_cluster, started_cluster, wait_until
+
+UNVERIFIED = ["--transaction-partition-verification-enable", "false"]  # writes below the coordinator
+
+
+@pytest.fixture(scope="module")
+def raw_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Brokers that take transactional batches no coordinator verified (as before KIP-890): the
+    tests below the producer API write them, and so does a hanging transaction."""
+    with running_cluster(
+        Path(tmp_path_factory.mktemp("raw")), coordinators=1, coordinator_args=COORDINATOR_ARGS, broker_args=UNVERIFIED
+    ) as cluster:
+        yield cluster
 
 
 async def _leader(admin: AdminClient, cluster: LocalCluster, topic: str) -> tuple[int, str]:
@@ -96,16 +108,21 @@ async def _write_transactions(cluster: LocalCluster, admin: AdminClient, topic: 
 
 
 async def test_read_committed_skips_aborted_transactions_and_no_reader_sees_markers(
-    cluster: LocalCluster, topic_name: str
+    raw_cluster: LocalCluster, topic_name: str
 ) -> None:
-    async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
-        await _write_transactions(cluster, admin, topic_name)
-    assert await _read(cluster, topic_name, "read_committed", 6) == COMMITTED
-    assert await _read(cluster, topic_name, "read_uncommitted", 6) == EVERY_RECORD
+    async with AdminClient(raw_cluster.bootstrap, controllers=raw_cluster.controller_endpoints) as admin:
+        await _write_transactions(raw_cluster, admin, topic_name)
+    assert await _read(raw_cluster, topic_name, "read_committed", 6) == COMMITTED
+    assert await _read(raw_cluster, topic_name, "read_uncommitted", 6) == EVERY_RECORD
 
 
-async def test_a_new_leader_answers_read_committed_as_the_old_one(fresh_cluster: LocalCluster) -> None:
+async def test_a_new_leader_answers_read_committed_as_the_old_one(tmp_path: Path) -> None:
     """Followers replicate the markers and build the aborted-transaction index themselves."""
+    async with started_cluster(tmp_path / "cluster", broker_args=UNVERIFIED) as fresh_cluster:
+        await _new_leader_answers(fresh_cluster)
+
+
+async def _new_leader_answers(fresh_cluster: LocalCluster) -> None:
     async with AdminClient(fresh_cluster.bootstrap, controllers=fresh_cluster.controller_endpoints) as admin:
         await _write_transactions(fresh_cluster, admin, "moved")
         leader, _ = await _leader(admin, fresh_cluster, "moved")
@@ -300,58 +317,93 @@ def _cli(cluster: LocalCluster, *arguments: str) -> Any:
 
 
 async def test_the_transactions_tool_lists_describes_and_aborts_a_hanging_transaction(
-    txn_cluster: LocalCluster, topic_name: str
+    raw_cluster: LocalCluster, topic_name: str
 ) -> None:
-    async with AdminClient(txn_cluster.bootstrap, controllers=txn_cluster.controller_endpoints) as admin:
+    async with AdminClient(raw_cluster.bootstrap, controllers=raw_cluster.controller_endpoints) as admin:
         await admin.create_topic(topic_name, 1, 3, {"min.insync.replicas": "2"})
     tp = TopicPartition(topic_name, 0)
     transactional_id = f"{topic_name}-tx"
-    async with Producer(txn_cluster.bootstrap, transactional_id=transactional_id) as producer:
+    async with Producer(raw_cluster.bootstrap, transactional_id=transactional_id) as producer:
         await producer.init_transactions()
         producer.begin_transaction()
         await (await producer.send(topic_name, b"open", partition=0))
-        listed = await asyncio.to_thread(_cli, txn_cluster, "list", "--state", "Ongoing")
+        listed = await asyncio.to_thread(_cli, raw_cluster, "list", "--state", "Ongoing")
         assert {
             "transactional_id": transactional_id,
             "producer_id": producer.sequences.producer_id,
             "state": "Ongoing",
         } in listed
-        described = await asyncio.to_thread(_cli, txn_cluster, "describe", transactional_id)
+        described = await asyncio.to_thread(_cli, raw_cluster, "describe", transactional_id)
         assert (described["state"], described["partitions"]) == ("Ongoing", [str(tp)])
         producers = await asyncio.to_thread(
-            _cli, txn_cluster, "describe-producers", "--topic", topic_name, "--partition", "0"
+            _cli, raw_cluster, "describe-producers", "--topic", topic_name, "--partition", "0"
         )
         assert [(p["producer_id"], p["current_transaction_start_offset"]) for p in producers] == [
             (producer.sequences.producer_id, 0)
         ]
         await producer.commit_transaction()
-    async with Consumer(txn_cluster.bootstrap, isolation_level="read_committed") as consumer:
+    async with Consumer(raw_cluster.bootstrap, isolation_level="read_committed") as consumer:
 
         async def marked() -> bool:
             return (await consumer.end_offsets([tp]))[tp] == 2  # the record and its COMMIT marker
 
         await wait_until(marked, what="the commit's marker")
     # A transaction no coordinator knows: written straight to the leader by a producer id of its own.
-    async with AdminClient(txn_cluster.bootstrap, controllers=txn_cluster.controller_endpoints) as admin:
-        _, endpoint = await wait_until(lambda: _leader(admin, txn_cluster, topic_name), what="a leader")
+    async with AdminClient(raw_cluster.bootstrap, controllers=raw_cluster.controller_endpoints) as admin:
+        _, endpoint = await wait_until(lambda: _leader(admin, raw_cluster, topic_name), what="a leader")
     async with grpc.aio.insecure_channel(endpoint) as channel:
         stub = broker_pb2_grpc.BrokerStub(channel)
         orphan = (await stub.InitProducerId(broker_pb2.InitProducerIdRequest())).producer_id
         hanging_at = await produce(stub, topic_name, transactional(orphan, [b"hanging"]))
-    async with Consumer(txn_cluster.bootstrap, isolation_level="read_committed") as consumer:
+    async with Consumer(raw_cluster.bootstrap, isolation_level="read_committed") as consumer:
         assert (await consumer.end_offsets([tp]))[tp] == hanging_at  # stuck at the orphan's start
         found = await asyncio.to_thread(
-            _cli, txn_cluster, "find-hanging", "--topic", topic_name, "--max-transaction-timeout-ms", "0"
+            _cli, raw_cluster, "find-hanging", "--topic", topic_name, "--max-transaction-timeout-ms", "0"
         )
         assert [(entry["producer_id"], entry["current_transaction_start_offset"]) for entry in found] == [
             (orphan, hanging_at)
         ]
         await asyncio.to_thread(
-            _cli, txn_cluster, "abort", "--topic", topic_name, "--partition", "0", "--start-offset", str(hanging_at)
+            _cli, raw_cluster, "abort", "--topic", topic_name, "--partition", "0", "--start-offset", str(hanging_at)
         )
 
         async def unstuck() -> bool:
             return (await consumer.end_offsets([tp]))[tp] == hanging_at + 2  # the record and its ABORT marker
 
         await wait_until(unstuck, what="the last stable offset past the aborted transaction")
-    assert await _committed(txn_cluster, topic_name, 1) == [b"open"]
+    assert await _committed(raw_cluster, topic_name, 1) == [b"open"]
+
+
+async def test_a_transaction_the_coordinator_does_not_hold_cannot_start_in_a_partition(
+    txn_cluster: LocalCluster, topic_name: str
+) -> None:
+    """KIP-890 part 1: a transactional batch for a partition the coordinator did not add to the
+    transaction (or without a transactional.id) is refused, and nothing is written there."""
+    async with AdminClient(txn_cluster.bootstrap, controllers=txn_cluster.controller_endpoints) as admin:
+        await admin.create_topic(topic_name, 2, 3, {"min.insync.replicas": "2"})
+        _, endpoint = await wait_until(lambda: _leader(admin, txn_cluster, topic_name), what="a leader")
+    async with Producer(txn_cluster.bootstrap, transactional_id=f"{topic_name}-tx") as producer:
+        await producer.init_transactions()
+        producer.begin_transaction()
+        await (await producer.send(topic_name, b"added", partition=0))  # added, verified, written
+        producer_id, epoch = producer.sequences.producer_id, producer.sequences.producer_epoch
+        async with grpc.aio.insecure_channel(endpoint) as channel:
+            stub = broker_pb2_grpc.BrokerStub(channel)
+            batch = encode_batch(
+                [b"never added"], producer_id=producer_id, producer_epoch=epoch, base_sequence=0, transactional=True
+            )
+            for transactional_id, code in (
+                (f"{topic_name}-tx", ErrorCode.INVALID_TXN_STATE),
+                ("", ErrorCode.INVALID_TXN_STATE),
+            ):
+                answer = await stub.Produce(
+                    broker_pb2.ProduceRequest(
+                        acks=-1,
+                        timeout_ms=10_000,
+                        transactional_id=transactional_id,
+                        partitions=[broker_pb2.ProducePartition(topic=topic_name, partition=1, record_batches=batch)],
+                    )
+                )
+                assert answer.partitions[0].error_code == code, answer.partitions[0].error_message
+        await producer.commit_transaction()
+    assert await _committed(txn_cluster, topic_name, 2, "read_uncommitted") == [b"added"]  # partition 1: nothing

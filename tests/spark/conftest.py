@@ -26,7 +26,12 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
         Path(tmp_path_factory.mktemp("spark-cluster")),
         brokers=1,
         controllers=1,
-        broker_args=["--log-retention-check-interval-ms", "200"],  # retention soon, for the data-loss test
+        broker_args=[
+            "--log-retention-check-interval-ms",
+            "200",  # retention soon, for the data-loss test
+            "--transaction-partition-verification-enable",
+            "false",  # transactions written below the coordinator (tests/transactional_writes.py)
+        ],
     ) as cluster:
         yield cluster
 

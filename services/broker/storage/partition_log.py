@@ -113,11 +113,10 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        """read_committed consumers read below it: the high watermark, or the first offset of a
-        transaction still open or whose marker the high watermark has not passed (KIP-98)."""
+        """read_committed reads below it (KIP-98): the high watermark, or an open or unreplicated
+        transaction's first offset, not below the log start (retention may delete it, as Kafka's)."""
         with self._lock:
-            first_unstable = self.producer_state.first_unstable_offset()
-            return self._high_watermark if first_unstable is None else min(first_unstable, self._high_watermark)
+            return self.producer_state.last_stable_offset(self._high_watermark, self._log_start_offset)
 
     @property
     def recovery_point(self) -> int:

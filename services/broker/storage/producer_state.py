@@ -263,6 +263,11 @@ class ProducerStateManager:
             candidates.append(min(txn.first_offset for txn in self.unreplicated))
         return min(candidates) if candidates else None
 
+    def last_stable_offset(self, high_watermark: int, log_start: int) -> int:
+        """The high watermark, or the first unstable offset below it, never below the log start."""
+        first = self.first_unstable_offset()
+        return high_watermark if first is None else min(max(first, log_start), high_watermark)
+
     def stable_offset_after(self, producer_id: int, marker_offset: int) -> int:
         """The last stable offset once a marker at `marker_offset` ends `producer_id`'s transaction
         (Kafka's lastStableOffset(completedTxn)): another open transaction's first offset, else

@@ -280,6 +280,13 @@ BROKER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
         "A partition forgets an idempotent producer silent this long (its sequences restart unchecked).",
         minimum=1,
     ),
+    ConfigDef(
+        "transaction.partition.verification.enable",
+        ConfigType.BOOLEAN,
+        True,
+        "KIP-890: before a transaction's first batch in a partition, ask its coordinator whether the transaction "
+        "is open and holds the partition (INVALID_TXN_STATE if not), so no hanging transaction can start.",
+    ),
     _int(
         "metrics.partition.series.max",
         10_000,

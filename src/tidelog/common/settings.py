@@ -232,6 +232,7 @@ class BrokerSettings(Settings):
     controlled_shutdown_max_retries: int
     controlled_shutdown_retry_backoff_ms: int
     producer_id_expiration_ms: int
+    transaction_partition_verification_enable: bool
     quota_window_num: int
     quota_window_size_seconds: int
     quota_throttle_max_ms: int

@@ -169,6 +169,16 @@ def test_truncating_a_marker_away_reopens_its_transaction(open_log: OpenLog) -> 
     assert partition_log.last_stable_offset == 0
 
 
+def test_the_last_stable_offset_never_falls_below_the_log_start(open_log: OpenLog) -> None:
+    partition_log = open_log()
+    partition_log.append_as_leader(transactional(1, 0), leader_epoch=0)  # 0: stays open
+    partition_log.append_as_leader(plain(3), leader_epoch=0)  # 1-3
+    replicated(partition_log)
+    assert partition_log.last_stable_offset == 0
+    partition_log.delete_records(2)  # the open transaction's first record is gone
+    assert partition_log.last_stable_offset == 2
+
+
 def test_an_open_transaction_keeps_its_producer_from_expiring(open_log: OpenLog) -> None:
     partition_log = open_log()
     partition_log.append_as_leader(transactional(1, 0, producer_id=1), leader_epoch=0)
