@@ -301,7 +301,15 @@ async def read_committed_everything(
 ) -> dict[TopicPartition, list[tuple[int, bytes]]]:
     records: dict[TopicPartition, list[tuple[int, bytes]]] = {tp: [] for tp in partitions}
     async with Consumer(cluster.bootstrap, isolation_level="read_committed", auto_offset_reset="earliest") as consumer:
-        ends = await consumer.end_offsets(partitions)
+
+        async def quiet() -> dict[TopicPartition, int] | None:
+            """Every transaction ended (a killed member's times out): the last stable offsets are the
+            log ends, and nothing committed is hidden behind an open transaction."""
+            stable = await consumer.list_offsets(partitions, -1, read_committed=True)
+            ends = await consumer.list_offsets(partitions, -1, read_committed=False)
+            return stable if stable == ends else None
+
+        ends = await wait_until(quiet, timeout_s=60, what="every transaction ended")
         consumer.assign(partitions)
 
         async def everything() -> bool:
