@@ -29,7 +29,7 @@ from tidelog.server_common.metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_S
 from tidelog.server_common.security.authorization.access_control import AccessControl
 from tidelog.v1 import coordinator_pb2, coordinator_pb2_grpc
 
-__all__ = ["CoordinatorService"]
+__all__ = ["CoordinatorService", "answered"]
 
 REQUESTS = metrics_catalog.counter("tidelog_coordinator_requests_total")
 LATENCY = metrics_catalog.histogram(
@@ -37,6 +37,23 @@ LATENCY = metrics_catalog.histogram(
 )
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 R = TypeVar("R")
+
+
+async def answered(api: str, response: R, work: Callable[[], Awaitable[R]]) -> R:
+    """`work()`'s answer, or `response` holding the error it raised as Kafka's code; counted and
+    timed by request name (the group and transaction coordinators' services share it)."""
+    started = time.perf_counter()
+    try:
+        result = await work()
+        REQUESTS.labels(api, "NONE").inc()
+        return result
+    except TidelogError as error:
+        REQUESTS.labels(api, error.code.name).inc()
+        response.error_code = int(error.code)  # type: ignore[attr-defined]
+        response.error_message = error.message  # type: ignore[attr-defined]
+        return response
+    finally:
+        LATENCY.labels(api).observe(time.perf_counter() - started)
 
 
 class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
@@ -88,18 +105,7 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         return {topic for topic in topics if not self.access.allowed(caller, operation, ResourceType.TOPIC, topic)}
 
     async def _answer(self, api: str, response: R, work: Callable[[], Awaitable[R]]) -> R:
-        started = time.perf_counter()
-        try:
-            result = await work()
-            REQUESTS.labels(api, "NONE").inc()
-            return result
-        except TidelogError as error:
-            REQUESTS.labels(api, error.code.name).inc()
-            response.error_code = int(error.code)  # type: ignore[attr-defined]
-            response.error_message = error.message  # type: ignore[attr-defined]
-            return response
-        finally:
-            LATENCY.labels(api).observe(time.perf_counter() - started)
+        return await answered(api, response, work)
 
     async def FindCoordinator(  # noqa: N802
         self, request: coordinator_pb2.FindCoordinatorRequest, context: Context

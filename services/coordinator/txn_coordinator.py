@@ -136,16 +136,22 @@ class TxnCoordinator:
             await asyncio.wait({task}, timeout=self.settle_wait_s)
 
     def _lookup(self, transactional_id: str) -> tuple[int, dict[str, TxnMetadata]]:
+        """The id's partition and its transactions, for a change: not while another is in flight."""
         if not transactional_id or len(transactional_id.encode()) > TRANSACTIONAL_ID_BYTES_MAX:
             raise _error(ErrorCode.INVALID_REQUEST, f"a transactional.id is 1 to {TRANSACTIONAL_ID_BYTES_MAX} bytes")
+        partition, transactions = self._served(transactional_id)
+        if transactional_id in self.pending:
+            raise _error(ErrorCode.CONCURRENT_TRANSACTIONS, f"{transactional_id!r} is changing: retry")
+        return partition, transactions
+
+    def _served(self, transactional_id: str) -> tuple[int, dict[str, TxnMetadata]]:
+        """The id's partition and its transactions, if this instance serves it loaded."""
         partition = self.partition_of(transactional_id)
         if partition in self.loading:
             raise _error(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"loading __transaction_state-{partition}")
         transactions = self.transactions.get(partition)
         if transactions is None:
             raise _error(ErrorCode.NOT_COORDINATOR, f"this instance does not serve __transaction_state-{partition}")
-        if transactional_id in self.pending:
-            raise _error(ErrorCode.CONCURRENT_TRANSACTIONS, f"{transactional_id!r} is changing: retry")
         return partition, transactions
 
     async def _write(self, partition: int, metadata: TxnMetadata) -> None:
@@ -331,12 +337,7 @@ class TxnCoordinator:
     # ---- admin (KIP-664) ----------------------------------------------------------------------
 
     def describe(self, transactional_id: str) -> TxnMetadata:
-        partition = self.partition_of(transactional_id)
-        if partition in self.loading:
-            raise _error(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"loading __transaction_state-{partition}")
-        transactions = self.transactions.get(partition)
-        if transactions is None:
-            raise _error(ErrorCode.NOT_COORDINATOR, f"this instance does not serve __transaction_state-{partition}")
+        _, transactions = self._served(transactional_id)
         found = transactions.get(transactional_id)
         if found is None:
             raise _error(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"no transactional.id {transactional_id!r}")

@@ -10,7 +10,6 @@ check needs a broker identity.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any, TypeAlias, TypeVar
 
@@ -19,7 +18,7 @@ import grpc
 from tidelog.client.connections import Connections
 from tidelog.common.errors import ErrorCode, RemoteError, TidelogError
 from tidelog.common.security.authorization.acl import Operation, ResourceType
-from tidelog.coordinator.coordinator_service import LATENCY, REQUESTS
+from tidelog.coordinator.coordinator_service import REQUESTS, answered
 from tidelog.coordinator.partition_ownership import PartitionOwnership
 from tidelog.coordinator.txn_coordinator import TxnCoordinator
 from tidelog.server_common.metadata import TRANSACTION_STATE_TOPIC
@@ -65,18 +64,7 @@ class TxnService(transaction_pb2_grpc.TransactionCoordinatorServicer):
             raise RemoteError(ErrorCode.GROUP_AUTHORIZATION_FAILED, f"{caller} may not Read group {group!r}")
 
     async def _answer(self, api: str, response: R, work: Callable[[], Awaitable[R]]) -> R:
-        started = time.perf_counter()
-        try:
-            result = await work()
-            REQUESTS.labels(api, "NONE").inc()
-            return result
-        except TidelogError as error:
-            REQUESTS.labels(api, error.code.name).inc()
-            response.error_code = int(error.code)  # type: ignore[attr-defined]
-            response.error_message = error.message  # type: ignore[attr-defined]
-            return response
-        finally:
-            LATENCY.labels(api).observe(time.perf_counter() - started)
+        return await answered(api, response, work)
 
     async def InitProducerId(  # noqa: N802
         self, request: transaction_pb2.TxnInitProducerIdRequest, context: Context

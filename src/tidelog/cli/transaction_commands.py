@@ -8,7 +8,12 @@ import argparse
 from tidelog.cli.connection import bootstrap_endpoints, command_security, endpoints, run_command
 from tidelog.cli.output import emit, table
 from tidelog.client import TopicPartition
-from tidelog.client.transaction_admin import MAX_TIMEOUT_MS_DEFAULT, TransactionAdmin, TransactionDescription
+from tidelog.client.transaction_admin import (
+    MAX_TIMEOUT_MS_DEFAULT,
+    ProducerState,
+    TransactionAdmin,
+    TransactionDescription,
+)
 from tidelog.common.errors import ErrorCode, error_for
 
 __all__ = ["add_transaction_commands"]
@@ -53,6 +58,17 @@ async def _describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _producer_row(tp: TopicPartition, p: ProducerState) -> dict[str, object]:
+    return {
+        "partition": str(tp),
+        "producer_id": p.producer_id,
+        "producer_epoch": p.producer_epoch,
+        "last_sequence": p.last_sequence,
+        "coordinator_epoch": p.coordinator_epoch,
+        "current_transaction_start_offset": None if p.current_txn_start_offset < 0 else p.current_txn_start_offset,
+    }
+
+
 def _producer_rows(rows: list[dict[str, object]]) -> str:
     headers = ["partition", "producer id", "epoch", "last sequence", "coordinator epoch", "open transaction from"]
     return table(headers, [list(row.values()) for row in rows]) if rows else "no producers"
@@ -62,17 +78,7 @@ async def _describe_producers(args: argparse.Namespace) -> int:
     tp = TopicPartition(args.topic, args.partition)
     async with _admin(args) as admin:
         producers = await admin.describe_producers(tp)
-    data: list[dict[str, object]] = [
-        {
-            "partition": str(tp),
-            "producer_id": p.producer_id,
-            "producer_epoch": p.producer_epoch,
-            "last_sequence": p.last_sequence,
-            "coordinator_epoch": p.coordinator_epoch,
-            "current_transaction_start_offset": None if p.current_txn_start_offset < 0 else p.current_txn_start_offset,
-        }
-        for p in producers
-    ]
+    data = [_producer_row(tp, p) for p in producers]
     emit(args, data, lambda: _producer_rows(data))
     return 0
 
@@ -84,17 +90,7 @@ async def _find_hanging(args: argparse.Namespace) -> int:
             count = len(await admin.metadata.partitions_of(topic))
             partitions += [TopicPartition(topic, p) for p in range(count)]
         hanging = await admin.find_hanging(partitions, max_timeout_ms=args.max_transaction_timeout_ms)
-    data: list[dict[str, object]] = [
-        {
-            "partition": str(tp),
-            "producer_id": p.producer_id,
-            "producer_epoch": p.producer_epoch,
-            "last_sequence": p.last_sequence,
-            "coordinator_epoch": p.coordinator_epoch,
-            "current_transaction_start_offset": p.current_txn_start_offset,
-        }
-        for tp, p in hanging
-    ]
+    data = [_producer_row(tp, p) for tp, p in hanging]
     emit(args, data, lambda: _producer_rows(data) if data else "no hanging transactions")
     return 0
 
