@@ -10,6 +10,11 @@ controller sees a new life, takes it out of every ISR, moves the leadership it h
 whatever the earlier life still sends (KIP-380). The earlier lease is revoked. A live process that
 finds its key held by another life when it re-registers stops instead of taking the key back: two
 processes configured with one broker id then leave one running, not both alternating.
+
+A lost session is this process's verdict, reached on its own clock, and etcd may expire the lease
+a moment later: a re-registration that finds its own life's key still there moves the key onto the
+new lease. Left on the old one, the key would vanish with it and the broker, alive and believing
+itself registered, would stay out of the controller's view for good.
 """
 
 from __future__ import annotations
@@ -85,9 +90,10 @@ class Registration:
             if not held:
                 continue  # the old lease expired between the compare and the read: try again
             holder = BrokerRegistration.from_json(held[0].value)
-            if holder.incarnation == self.broker.incarnation:
+            ours = holder.incarnation == self.broker.incarnation
+            if ours and int(held[0].lease) == session.lease_id:
                 break  # ours already (a retry after an answer we did not see)
-            if not take_over:
+            if not ours and not take_over:
                 await session.close(revoke=True)
                 log.error(
                     "broker_id_taken_by_another_life",
@@ -101,7 +107,14 @@ class Registration:
                 success=[KVService.txn_op_put(key, self.broker.to_json(), lease=session.lease_id)],
             )
             if replaced.succeeded:
-                log.info("broker_registration_taken_over", broker=self.broker.broker_id, previous=holder.incarnation)
+                # Ours under a lost session too: this session's clock ran out before etcd's, and
+                # the old lease, once etcd expires it, would delete the key it still holds.
+                log.info(
+                    "broker_registration_taken_over",
+                    broker=self.broker.broker_id,
+                    previous=holder.incarnation,
+                    previous_lease=hex(int(held[0].lease)),
+                )
                 assert self.etcd.lease is not None
                 with contextlib.suppress(Exception):  # already expired: nothing to revoke
                     await self.etcd.lease.revoke(int(held[0].lease))

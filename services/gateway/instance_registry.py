@@ -28,6 +28,7 @@ from tidelog.gateway.rest_errors import (
     TOO_MANY_INSTANCES,
     RestError,
 )
+from tidelog.server_common.etcd.compare import compare_mod_revision
 from tidelog.server_common.etcd.session import Session, new_session
 from tidelog.server_common.metadata import GatewayConsumerRecord, gateway_consumer_key
 
@@ -79,16 +80,25 @@ class InstanceRegistry:
         log.info("consumer_instance_created", group=group, instance=name, principal=principal)
         return instance
 
-    async def _register(self, group: str, name: str, principal: str) -> bool:
-        """Create the instance's registration under this gateway's lease; False if it exists."""
+    async def _register(self, group: str, name: str, principal: str, *, again: bool = False) -> bool:
+        """Create the instance's registration under this gateway's lease; False if it exists (`again`:
+        unless it is this gateway's own, left from its lost session)."""
         assert self.etcd.kv is not None
         key = gateway_consumer_key(group, name)
         record = GatewayConsumerRecord(self.gateway_id, self.url, principal)
+        put = KVService.txn_op_put(key, record.to_json(), lease=self.session.lease_id)
         created = await self.etcd.kv.txn(
-            compare=[KVService.txn_compare_create_revision(key, 0)],
-            success=[KVService.txn_op_put(key, record.to_json(), lease=self.session.lease_id)],
+            compare=[KVService.txn_compare_create_revision(key, 0)], success=[put], failure=[KVService.txn_op_get(key)]
         )
-        return bool(created.succeeded)
+        if created.succeeded:
+            return True
+        held = created.responses[0].response_range.kvs
+        if not again or not held or GatewayConsumerRecord.from_json(held[0].value).gateway_id != self.gateway_id:
+            return False
+        # Ours under a lost session (this gateway's clock ran out before etcd's): moved onto the new
+        # lease, or it would vanish when etcd expires the old one, and the instance with it.
+        moved = await self.etcd.kv.txn(compare=[compare_mod_revision(key, int(held[0].mod_revision))], success=[put])
+        return bool(moved.succeeded)
 
     async def keep_registered(self) -> None:
         """When the etcd session is lost (etcd unreachable beyond its TTL, the lease revoked), the
@@ -100,7 +110,7 @@ class InstanceRegistry:
             # etcd still unreachable: keep serving, keep trying
             self.session = await new_session(self.etcd, ttl_s=self.session.ttl_s, holder="gateway")
             for (group, name), instance in list(self.local.items()):
-                if not await self._register(group, name, instance.principal):
+                if not await self._register(group, name, instance.principal, again=True):
                     log.warning("consumer_instance_taken_meanwhile", group=group, instance=name)
                     self.local.pop((group, name), None)
                     async with instance.lock:
