@@ -19,7 +19,7 @@ from tidelog.broker.coordinator_lookup import find_coordinator
 from tidelog.broker.delayed_fetch import READ_COMMITTED, full_reads, session_reads
 from tidelog.broker.fetch_session import SessionError
 from tidelog.broker.metadata_cache import MetadataCache, newest_leader
-from tidelog.broker.produce_rounds import produce_round, refused_produce
+from tidelog.broker.produce_rounds import produce_rounds, refused_produce
 from tidelog.broker.producer_id_manager import ProducerIdManager
 from tidelog.broker.producer_listing import describe_producers
 from tidelog.broker.quota_manager import QuotaManager
@@ -97,8 +97,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         refused = self._topics_refused(context, Operation.WRITE, (entry.topic for entry in request.partitions))
         coordinator = self.access.has_role(caller := self.access.caller(context), Role.COORDINATOR)
         unverified = await self.verifier.refusals(request, caller, coordinator) if self.verifier.enabled else {}
-        # Partitions append together (with acks=all they then wait for their ISRs together); the
-        # entries of one partition go in request order, a round each, so its batches keep their order.
+        # Partitions append together; the entries of one partition go in request order, a round
+        # each, so its batches keep their order; with acks=all every ISR is awaited once, after all.
         timeout_s = min(max(request.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX) / 1000 or 30.0
         results: list[broker_pb2.ProducePartitionResult | None] = [None] * len(request.partitions)
         rounds: list[list[int]] = []
@@ -115,8 +115,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             if turn == len(rounds):
                 rounds.append([])
             rounds[turn].append(index)
-        for indexes in rounds:
-            await produce_round(self.replicas, request, indexes, results, timeout_s, coordinator, self._leader_hint)
+        await produce_rounds(self.replicas, request, rounds, results, timeout_s, coordinator, self._leader_hint)
         response.partitions.extend(result for result in results if result is not None)
         REQUESTS.labels("Produce", NONE).inc()
         elapsed = time.perf_counter() - started

@@ -4,7 +4,8 @@ Kafka's ReplicaManager does for them (the coordinator completes a transaction on
 marker is replicated).
 
 A request may name one partition for several producers; appends to one partition go in rounds,
-each round one append per partition (ReplicaManager.append_all's rule), in request order.
+each round one append per partition (ReplicaManager.append_rounds' rule), in request order, the
+ISRs awaited once after the last round.
 """
 
 from __future__ import annotations
@@ -55,19 +56,20 @@ async def write_txn_markers(
                 outcome.error_code, outcome.error_message = int(error.code), error.message
                 continue
             pending.append((outcome, (entry.topic, entry.partition, write)))
-    while pending:
-        round_: list[Pending] = []
-        rest: list[Pending] = []
-        seen: set[tuple[str, int]] = set()
-        for item in pending:
-            key = item[1][:2]
-            (rest if key in seen else round_).append(item)
-            seen.add(key)
-        outcomes = await replicas.append_all([entry for _, entry in round_], acks=-1, timeout_s=timeout_s)
-        for (result, _), outcome in zip(round_, outcomes, strict=True):
+    rounds: list[list[Pending]] = []
+    turns: dict[tuple[str, int], int] = {}
+    for item in pending:  # a partition's markers a round each, in request order
+        turn = turns[item[1][:2]] = turns.get(item[1][:2], -1) + 1
+        if turn == len(rounds):
+            rounds.append([])
+        rounds[turn].append(item)
+    outcomes = await replicas.append_rounds(
+        [[entry for _, entry in round_] for round_ in rounds], acks=-1, timeout_s=timeout_s
+    )
+    for round_, round_outcomes in zip(rounds, outcomes, strict=True):
+        for (result, _), outcome in zip(round_, round_outcomes, strict=True):
             if isinstance(outcome, TidelogError):
                 result.error_code, result.error_message = int(outcome.code), outcome.message
             else:
                 assert isinstance(outcome, AppendInfo)
-        pending = rest
     return response

@@ -177,6 +177,23 @@ async def test_a_restarted_follower_is_judged_on_its_new_life_only(replicas: Rep
     assert partition.follower_incarnation[OTHER] == "life-2"
 
 
+async def test_a_requests_batches_of_one_partition_append_in_order_then_wait_for_the_isr_once(
+    replicas: ReplicaManager,
+) -> None:
+    """A producer's request may carry several batches of one partition (batch.size splits a large
+    send): they append a round each, in order, and the ISR is waited for once after the last. The
+    old way waited after each round: 8 batches cost 8 follower round trips."""
+    await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER])
+    rounds = [[(TOPIC, 0, encode_batch([b"a", b"b"]))], [(TOPIC, 0, encode_batch([b"c"]))]]
+    waiting = asyncio.create_task(replicas.append_rounds(rounds, acks=-1, timeout_s=10))
+    # Both rounds are in the log before the follower has fetched anything.
+    await wait_until(lambda: _end_is(replicas, 3), timeout_s=5, what="both rounds appended before any replication")
+    assert not waiting.done()
+    replicas.followers.record_fetch(OTHER, "life-1", [_fetch(3, 1)])
+    first, second = await asyncio.wait_for(waiting, 5)
+    assert [(info.first_offset, info.last_offset) for (info,) in (first, second)] == [(0, 1), (2, 2)]
+
+
 async def _end_is(replicas: ReplicaManager, offset: int) -> bool:
     return replicas.partitions[(TOPIC, 0)].log.log_end_offset == offset
 
