@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 import structlog
 
@@ -85,6 +85,9 @@ class TxnCoordinator:
         self.coordinator_epochs: dict[int, int] = {}  # the claim epoch of each owned partition
         self.pending: set[str] = set()  # ids with a change in flight
         self.completions: dict[str, asyncio.Task[None]] = {}  # marker phases under way
+        # AddPartitionsToTxn of the next transaction waiting for a completion under way: written in
+        # the completion's own append (one replicated write, not two in a row).
+        self.joining: dict[str, _Join] = {}
         self.writes = ToTheEnd(lambda error: log.info("txn_background_change_failed", error=repr(error)))
         self._next_cleanup = monotonic()
         self.completed = 0  # transactions ended here (metrics)
@@ -163,16 +166,22 @@ class TxnCoordinator:
         finally:
             self.pending.discard(transactional_id)
 
-    async def _write_and_apply(self, partition: int, metadata: TxnMetadata) -> None:
-        value = None if metadata.state == TxnState.DEAD else txn_value(metadata)
-        await self.writer.append(partition, [(txn_key(metadata.transactional_id), value)])
+    async def _write_and_apply(self, partition: int, metadata: TxnMetadata, *after: TxnMetadata) -> None:
+        """Write the id's next state (and any `after` it, in the same append) and make the last current."""
+        states = [metadata, *after]
+        assert all(state.transactional_id == metadata.transactional_id for state in states)
+        records = [
+            (txn_key(state.transactional_id), None if state.state == TxnState.DEAD else txn_value(state))
+            for state in states
+        ]
+        await self.writer.append(partition, records)
         transactions = self.transactions.get(partition)
         if transactions is None:
             raise _error(ErrorCode.NOT_COORDINATOR, f"__transaction_state-{partition} moved to another coordinator")
-        if value is None:
+        if records[-1][1] is None:
             transactions.pop(metadata.transactional_id, None)
         else:
-            transactions[metadata.transactional_id] = metadata
+            transactions[metadata.transactional_id] = states[-1]
 
     # ---- InitProducerId ----------------------------------------------------------------------
 
@@ -236,6 +245,8 @@ class TxnCoordinator:
         self, transactional_id: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartitionKey]
     ) -> None:
         wanted = frozenset(partitions)
+        if await self._joined(transactional_id, producer_id, epoch, wanted):
+            return
         await self._settled(transactional_id)
         partition, transactions = self._lookup(transactional_id)
         current = self._producer(transactions, transactional_id, producer_id, epoch)
@@ -248,6 +259,46 @@ class TxnCoordinator:
                 ErrorCode.INVALID_REQUEST, f"a transaction writes at most {TRANSACTION_PARTITIONS_MAX} partitions"
             )
         await self._write(partition, current.prepare_add_partitions(wanted, self.clock_ms()))
+
+    async def _joined(
+        self, transactional_id: str, producer_id: int, epoch: int, wanted: frozenset[TopicPartitionKey]
+    ) -> bool:
+        """Whether the partitions were added in the append of the id's completion under way (the
+        producer's next transaction beginning while its last one's markers are written)."""
+        task = self.completions.get(transactional_id)
+        if task is None or task.done() or transactional_id in self.joining:
+            return False
+        join = self.joining[transactional_id] = _Join(producer_id, epoch, wanted)
+        try:
+            either: list[asyncio.Future[Any]] = [join.done, task]
+            await asyncio.wait(either, timeout=self.settle_wait_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if self.joining.get(transactional_id) is join:
+                del self.joining[transactional_id]
+            # Taken but not awaited to its end (timed out, cancelled): its outcome is nobody's.
+            join.done.add_done_callback(lambda done: done.cancelled() or done.exception())
+        if not join.done.done():
+            return False  # not taken: the request goes the usual way
+        return join.done.result()  # (raises the error the request met)
+
+    def _join_next(self, completed: TxnMetadata) -> tuple[_Join, TxnMetadata] | None:
+        """The AddPartitionsToTxn waiting for `completed` and the next transaction's Ongoing state,
+        when the request holds against it; a waiting request that does not hold gets its error."""
+        join = self.joining.pop(completed.transactional_id, None)
+        if join is None or join.done.done():
+            return None
+        try:
+            current = self._producer(
+                {completed.transactional_id: completed}, completed.transactional_id, join.producer_id, join.epoch
+            )
+            if len(join.partitions) > TRANSACTION_PARTITIONS_MAX:
+                raise _error(
+                    ErrorCode.INVALID_REQUEST, f"a transaction writes at most {TRANSACTION_PARTITIONS_MAX} partitions"
+                )
+        except TidelogError as error:
+            join.done.set_exception(error)
+            return None
+        return join, current.prepare_add_partitions(join.partitions, self.clock_ms())
 
     async def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> int:
         """The group's __consumer_offsets partition joins the transaction (its offsets commit with
@@ -327,12 +378,35 @@ class TxnCoordinator:
                 partitions=current.partitions,
             )
             # An `unload` from here on cancels the wait, not the write and its apply (ToTheEnd).
-            await self._write(partition, current.prepare_complete(self.clock_ms()))
+            completed = current.prepare_complete(self.clock_ms())
+            joining = self._join_next(completed)
+            if joining is None:
+                await self._write(partition, completed)
+            else:
+                await self._write_joined(partition, completed, *joining)
             self.completed += 1
         except TxnMarkersFencedError as error:
             log.warning("txn_markers_fenced", transactional_id=transactional_id, error=error.message)
         except (TidelogError, KeyError) as error:  # the partition moved: its next owner finishes
             log.info("txn_completion_stopped", transactional_id=transactional_id, error=str(error))
+
+    async def _write_joined(self, partition: int, completed: TxnMetadata, join: _Join, joined: TxnMetadata) -> None:
+        """The completion and the next transaction's partitions in one append; the waiting
+        AddPartitionsToTxn is answered with the outcome."""
+        transactional_id = completed.transactional_id
+        self.pending.add(transactional_id)
+        try:
+            await self.writes.run(self._write_and_apply(partition, completed, joined))
+        except BaseException as error:
+            if not join.done.done():
+                # Cancelled: the partition was unloaded (the write itself runs to its end).
+                moved = _error(ErrorCode.NOT_COORDINATOR, f"__transaction_state-{partition} moved")
+                join.done.set_exception(error if isinstance(error, TidelogError) else moved)
+            raise
+        finally:
+            self.pending.discard(transactional_id)
+        if not join.done.done():
+            join.done.set_result(True)
 
     # ---- admin (KIP-664) ----------------------------------------------------------------------
 
@@ -381,3 +455,13 @@ class TxnCoordinator:
                 ):
                     with contextlib.suppress(TidelogError):
                         await self._write(partition, metadata.prepare_dead())
+
+
+class _Join:
+    """An AddPartitionsToTxn waiting to be written with the completion of the id's last transaction."""
+
+    def __init__(self, producer_id: int, epoch: int, partitions: frozenset[TopicPartitionKey]) -> None:
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.partitions = partitions
+        self.done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()

@@ -27,9 +27,11 @@ TXN = "tx-1"
 class RecordingWriter:
     def __init__(self) -> None:
         self.records: list[tuple[int, bytes, bytes | None]] = []
+        self.appends: list[list[TxnState | None]] = []  # the states of each append, one replicated write each
 
     async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
         self.records.extend((partition, key, value) for key, value in records)
+        self.appends.append([None if value is None else decode_txn_value(TXN, value).state for _, value in records])
 
     def states(self) -> list[TxnState | None]:
         return [None if value is None else decode_txn_value(TXN, value).state for _, _, value in self.records]
@@ -318,8 +320,32 @@ async def test_the_next_transaction_waits_for_the_last_ones_end_rather_than_bein
     fixture.markers.gate.clear()
     _, bumped = await fixture.coordinator.end_transaction(TXN, producer_id, epoch, commit=True)
     added = asyncio.create_task(fixture.coordinator.add_partitions(TXN, producer_id, bumped, [("t", 1)]))
-    await until(lambda: fixture.coordinator.completions.get(TXN) is not None)
+    await until(lambda: TXN in fixture.coordinator.joining)
     assert not added.done()  # waiting for the markers, not refused
     fixture.markers.gate.set()
     await added
     assert fixture.current.state == TxnState.ONGOING and fixture.current.partitions == {("t", 1)}
+    # The completion and the next transaction's partitions went in one append: one replicated write.
+    assert fixture.writer.appends[-1] == [TxnState.COMPLETE_COMMIT, TxnState.ONGOING]
+    replayed = Fixture()
+    replayed.coordinator.begin_loading(0, epoch=8)
+    for _, key, value in fixture.writer.records:
+        replayed.coordinator.replay(0, key, value)
+    replayed.coordinator.finish_loading(0)
+    assert replayed.current == fixture.current
+
+
+async def test_a_fenced_request_waiting_for_the_last_end_gets_its_error_and_the_completion_goes_alone() -> None:
+    fixture = Fixture()
+    fixture.coordinator.settle_wait_s = 10
+    producer_id, epoch = await fixture.coordinator.init_producer_id(TXN, 60_000)
+    await fixture.coordinator.add_partitions(TXN, producer_id, epoch, [("t", 0)])
+    fixture.markers.gate.clear()
+    await fixture.coordinator.end_transaction(TXN, producer_id, epoch, commit=True)
+    stale = asyncio.create_task(fixture.coordinator.add_partitions(TXN, producer_id, epoch, [("t", 1)]))
+    await until(lambda: TXN in fixture.coordinator.joining)
+    fixture.markers.gate.set()
+    assert await _error(stale) == ErrorCode.PRODUCER_FENCED
+    await fixture.completed()
+    assert fixture.writer.appends[-1] == [TxnState.COMPLETE_COMMIT]
+    assert fixture.current.state == TxnState.COMPLETE_COMMIT
