@@ -39,7 +39,7 @@ from tidelog.common.errors import (
     TopicAuthorizationFailedError,
     error_for,
 )
-from tidelog.common.record.batch import CONTROL_BIT, TRANSACTIONAL_BIT, decode_batches, iter_headers, validate_batch
+from tidelog.common.record.batch import CONTROL_BIT, TRANSACTIONAL_BIT, check_header, decode_batches, iter_headers
 from tidelog.common.settings import ConsumerSettings, SecuritySettings
 from tidelog.v1 import broker_pb2
 
@@ -375,9 +375,9 @@ class Consumer:
         data = result.record_batches  # once: each read of a protobuf bytes field is a copy
         last = None
         transactional = 0
-        for at, _ in iter_headers(data):
+        for at, header in iter_headers(data):
             # Checked here, so a corrupt batch raises before the position moves past it.
-            last = validate_batch(data, at)
+            last = check_header(data, at, header)
             transactional |= last.attributes & (CONTROL_BIT | TRANSACTIONAL_BIT)
         assert last is not None, "a non-empty fetch holds a batch"
         if transactional and not self.control_batches:  # markers (read_committed: aborts too) are not returned

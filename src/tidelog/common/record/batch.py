@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from tidelog.common.record.batch_decoding import (
     BatchColumns,
+    check_header,
     check_records,
     decode_batch,
     decode_batches,
@@ -100,6 +101,7 @@ __all__ = [
     "RecordBatch",
     "TimestampType",
     "batch_crc",
+    "check_header",
     "check_records",
     "decode_batch",
     "decode_batches",

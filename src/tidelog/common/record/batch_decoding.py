@@ -55,7 +55,15 @@ def validate_batch(
     available = len(buffer) - position
     if available < BATCH_OVERHEAD:
         raise CorruptRecordError(f"{available} bytes cannot hold a {BATCH_OVERHEAD}-byte batch header")
-    header = read_header(buffer, position)
+    return check_header(buffer, position, read_header(buffer, position), max_bytes=max_bytes, verify_crc=verify_crc)
+
+
+def check_header(
+    buffer: Buffer, position: int, header: BatchHeader, *, max_bytes: int | None = None, verify_crc: bool = True
+) -> BatchHeader:
+    """validate_batch's checks of a header already read from `buffer` at `position` (one
+    iter_headers gave: reading it again cost a fetch's reader a microsecond a batch)."""
+    available = len(buffer) - position
     if header.batch_length < BATCH_OVERHEAD - LOG_OVERHEAD:
         raise CorruptRecordError(f"batch_length {header.batch_length} is shorter than a header")
     if header.size > available:
@@ -244,6 +252,34 @@ def _small_columns(count: int) -> struct.Struct:
     return struct.Struct(f"<{count}i{count}q{3 * count}i")
 
 
+@functools.lru_cache(maxsize=SMALL_BATCH_RECORDS)
+def _uniform_columns(count: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """0..count-1 and count zeros: a producer's offset deltas, and its timestamp deltas when every
+    record has the batch's timestamp, each recognised by one tuple comparison."""
+    return tuple(range(count)), (0,) * count
+
+
+FIXED_ITEM_LAYOUTS: Final = 256  # (count, length) pairs whose unpacker is kept
+
+
+@functools.lru_cache(maxsize=FIXED_ITEM_LAYOUTS)
+def _fixed_items(count: int, length: int) -> struct.Struct:
+    """`count` items of `length` bytes back to back, cut in one call (fixed-size keys and values)."""
+    return struct.Struct(f"{length}s" * count)
+
+
+def _column_bytes(lengths: tuple[int, ...]) -> int:
+    """The bytes a key or value column's items take (-1 is a null item, taking none)."""
+    first = lengths[0]
+    if lengths.count(first) == len(lengths):  # every item of one size, or every one null: one check
+        if first < -1:
+            raise CorruptRecordError("negative key, value or headers length")
+        return max(first, 0) * len(lengths)
+    if min(lengths) < -1:
+        raise CorruptRecordError("negative key, value or headers length")
+    return sum(lengths) + lengths.count(-1)
+
+
 def _as_int64(values: list[int]) -> list[int]:
     """As numpy's int64 arithmetic leaves them (a hostile batch's deltas can overflow): both
     decoders give one answer for every input."""
@@ -254,7 +290,9 @@ def _as_int64(values: list[int]) -> list[int]:
 
 def _decode_small(buffer: Buffer, position: int, header: BatchHeader) -> RecordBatch:
     """decode_batch for a batch of a few records: the checks and results of `_columns` and
-    `_decode_columnar`, on Python ints (numpy's per-call cost was most of a small batch's decode)."""
+    `_decode_columnar`, on Python ints (numpy's per-call cost was most of a small batch's decode).
+    A producer's batch (offsets 0..N-1, one timestamp, fixed-size or null keys and values) takes
+    the short paths: a tuple comparison each instead of a pass over the records."""
     section = _records_section(buffer, position, header)
     count = header.record_count
     columns_end = count * RECORD_COLUMNS_BYTES
@@ -262,49 +300,55 @@ def _decode_small(buffer: Buffer, position: int, header: BatchHeader) -> RecordB
         raise CorruptRecordError(f"records section of {len(section)} bytes cannot hold {count} records")
     fields = _small_columns(count).unpack_from(section, 0)
     offset_deltas = fields[:count]
+    timestamp_deltas = fields[count : 2 * count]
     key_lengths = fields[2 * count : 3 * count]
     value_lengths = fields[3 * count : 4 * count]
     header_lengths = fields[4 * count :]
-    if min(key_lengths) < -1 or min(value_lengths) < -1 or min(header_lengths) < 0:
-        raise CorruptRecordError("negative key, value or headers length")
-    key_bytes = sum(key_lengths) + key_lengths.count(-1)  # the non-null ones' (-1 is null)
-    value_bytes = sum(value_lengths) + value_lengths.count(-1)
-    payload = key_bytes + value_bytes + sum(header_lengths)
+    key_bytes = _column_bytes(key_lengths)
+    value_bytes = _column_bytes(value_lengths)
+    contiguous, zeros = _uniform_columns(count)
+    if header_lengths == zeros:
+        header_bytes = 0
+    else:
+        if min(header_lengths) < 0:
+            raise CorruptRecordError("negative key, value or headers length")
+        header_bytes = sum(header_lengths)
+    payload = key_bytes + value_bytes + header_bytes
     if columns_end + payload != len(section):
         raise CorruptRecordError(
             f"records section is {len(section)} bytes, its columns account for {columns_end + payload}"
         )
-    if not all(map(operator.lt, offset_deltas, offset_deltas[1:])):
-        raise CorruptRecordError("offset deltas are not strictly increasing")
-    if offset_deltas[0] < 0 or offset_deltas[-1] > header.last_offset_delta:
-        raise CorruptRecordError("offset deltas fall outside the batch's offset range")
+    base = header.base_offset
+    if offset_deltas == contiguous:  # 0..N-1 is strictly increasing and ends within last_offset_delta
+        offsets = list(range(base, base + count))
+    else:
+        if not all(map(operator.lt, offset_deltas, offset_deltas[1:])):
+            raise CorruptRecordError("offset deltas are not strictly increasing")
+        if offset_deltas[0] < 0 or offset_deltas[-1] > header.last_offset_delta:
+            raise CorruptRecordError("offset deltas fall outside the batch's offset range")
+        offsets = list(map(base.__add__, offset_deltas))
+    if not -(2**63) <= base <= 2**63 - 1 - header.last_offset_delta:  # deltas lie in 0..last_offset_delta
+        offsets = _as_int64(offsets)
     keys = _slice_small(section, key_lengths, columns_end)
     values = _slice_small(section, value_lengths, columns_end + key_bytes)
     if header.attributes & TIMESTAMP_TYPE_BIT:
         timestamps = [header.max_timestamp] * count
+    elif timestamp_deltas == zeros:
+        timestamps = [header.first_timestamp] * count
     else:
-        timestamps = _as_int64(list(map(header.first_timestamp.__add__, fields[count : 2 * count])))
-    if payload == key_bytes + value_bytes:
+        timestamps = _as_int64(list(map(header.first_timestamp.__add__, timestamp_deltas)))
+    if header_bytes == 0:
         record_headers = [NO_HEADERS] * count
     else:
         record_headers = _decode_headers(section, list(header_lengths), columns_end + key_bytes + value_bytes)
-    base = header.base_offset
-    offsets = list(map(base.__add__, offset_deltas))
-    if not -(2**63) <= base <= 2**63 - 1 - header.last_offset_delta:  # deltas lie in 0..last_offset_delta
-        offsets = _as_int64(offsets)
-    return RecordBatch(
-        header=header,
-        offsets=offsets,
-        timestamps=timestamps,
-        keys=keys,
-        values=values,
-        headers=record_headers,
-    )
+    return RecordBatch(header, offsets, timestamps, keys, values, record_headers)
 
 
 def _slice_small(blob: bytes, lengths: tuple[int, ...], base: int) -> list[bytes | None]:
-    if max(lengths) < 0:  # the common keyless batch
-        return [None] * len(lengths)
+    """Cut `blob[base:]` into items by `lengths` (checked by `_column_bytes`; -1 = None)."""
+    first = lengths[0]
+    if lengths.count(first) == len(lengths):  # fixed-size items (one unpack) or all null (keyless)
+        return [None] * len(lengths) if first < 0 else list(_fixed_items(len(lengths), first).unpack_from(blob, base))
     if min(lengths) >= 0:
         ends = list(itertools.accumulate(lengths, initial=base))
         return list(map(blob.__getitem__, map(slice, ends, ends[1:])))
@@ -320,7 +364,10 @@ def _slice_small(blob: bytes, lengths: tuple[int, ...], base: int) -> list[bytes
 
 def decode_batch(buffer: Buffer, position: int = 0, *, verify_crc: bool = True) -> RecordBatch:
     """Decode the batch at `position` into columns of Python objects."""
-    header = validate_batch(buffer, position, verify_crc=verify_crc)
+    return _decode_checked(buffer, position, validate_batch(buffer, position, verify_crc=verify_crc))
+
+
+def _decode_checked(buffer: Buffer, position: int, header: BatchHeader) -> RecordBatch:
     if header.record_count <= SMALL_BATCH_RECORDS:
         return _decode_small(buffer, position, header)
     return _decode_columnar(buffer, position, header)
@@ -402,4 +449,7 @@ def decode_headers(columns: BatchColumns, low: int, high: int) -> list[Headers]:
 
 def decode_batches(buffer: Buffer, *, verify_crc: bool = True) -> list[RecordBatch]:
     """Decode every batch in a buffer of batches back to back (CRC-checked unless checked before)."""
-    return [decode_batch(buffer, position, verify_crc=verify_crc) for position, _ in iter_headers(buffer)]
+    return [
+        _decode_checked(buffer, position, check_header(buffer, position, header, verify_crc=verify_crc))
+        for position, header in iter_headers(buffer)
+    ]
