@@ -32,6 +32,7 @@ from tidelog.broker.storage import LogConfig, PartitionLog
 from tidelog.broker.storage_io import StorageIo
 from tidelog.common.clock import Monotonic
 from tidelog.common.errors import ErrorCode, RemoteError, StaleControllerEpochError, TidelogError
+from tidelog.server_common import long_lived_heap
 from tidelog.server_common.to_the_end import ToTheEnd
 from tidelog.v1 import broker_pb2, common_pb2
 
@@ -130,8 +131,6 @@ class PartitionStates:
         return await self._apply_leader_and_isr(request)
 
     async def _apply_leader_and_isr(self, request: broker_pb2.LeaderAndIsrRequest) -> list[broker_pb2.PartitionError]:
-        errors = []
-        wanted = set()
         for endpoint in request.live_leaders:
             self.fetchers.endpoints[endpoint.broker_id] = f"{endpoint.host}:{endpoint.port}"
         topic_configs = {  # parsed once per topic, not per partition
@@ -139,6 +138,17 @@ class PartitionStates:
             for topic in {state.topic for state in request.partitions}
         }
         started = self.clock()
+        new_logs = sum((state.topic, state.partition) not in self.partitions for state in request.partitions)
+        # Thousands of logs to open (a topic created, a broker's restart) are long-lived state: no
+        # collection while they open, then out of the collector's full collections (long_lived_heap.py).
+        with long_lived_heap.loading(new_logs, reason="leader_and_isr"):
+            return await self._apply_states(request, topic_configs, started)
+
+    async def _apply_states(
+        self, request: broker_pb2.LeaderAndIsrRequest, topic_configs: dict[str, dict[str, str]], started: float
+    ) -> list[broker_pb2.PartitionError]:
+        errors = []
+        wanted = set()
         opened = await self._open_new_logs(request.partitions, topic_configs)
         opened_s = self.clock() - started
         new_leaders: dict[PartitionKey, tuple[Partition, int]] = {}
@@ -173,6 +183,7 @@ class PartitionStates:
         for key in unassigned:
             log.warning("replica_not_assigned_any_more", topic=key[0], partition=key[1])
             await self._stop(key, delete=False)
+        long_lived_heap.dropped(len(unassigned), reason="leader_and_isr")
         if opened_s >= SLOW_STATE_CHANGE_S or self.clock() - started >= SLOW_STATE_CHANGE_S:
             log.info(  # a broker's restart at scale: where its first state change spends its time
                 "leader_and_isr_applied",
@@ -338,6 +349,7 @@ class PartitionStates:
             self.check_incarnation(request.broker_incarnation)
             for state in request.partitions:
                 await self._stop((state.topic, state.partition), delete=request.delete_partitions)
+            long_lived_heap.dropped(len(request.partitions), reason="stop_replica")
 
     async def _stop(self, key: PartitionKey, *, delete: bool) -> None:
         self.fetchers.unfollow(key)

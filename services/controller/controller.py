@@ -43,6 +43,7 @@ from tidelog.controller.process_watch import ControllerLiveness
 from tidelog.controller.propagation import Propagation
 from tidelog.controller.reassignments import Reassignments
 from tidelog.controller.topic_admin import TopicAdmin
+from tidelog.server_common import long_lived_heap
 from tidelog.server_common.etcd.active_controller import active_controller_endpoint
 from tidelog.server_common.etcd.election import Election, NotLeaderError
 from tidelog.server_common.etcd.session import ETCD_UNREACHABLE, Session, new_session
@@ -88,6 +89,7 @@ class Controller:
         self.active = self.role.active  # set exactly while the role is ACTIVE
         self.store = MetadataStore(etcd, self.role)
         self.leadership = PartitionLeadership(self.store, self.role)
+        self._heap = long_lived_heap.PartitionCountWatch()
         self.propagation = Propagation(
             self.broker_requests,
             self.store,
@@ -118,6 +120,9 @@ class Controller:
 
     async def propagate(self, brokers: Iterable[int]) -> None:
         await self.propagation.propagate(brokers)
+        # After the push (the collection's pause is not the brokers' wait): thousands of partition
+        # states loaded or created live as long as the term, out of full collections from now on.
+        self._heap.moved_to(len(self.state.partitions), reason="controller_state")
 
     # ---- election loop ---------------------------------------------------------------------
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -23,6 +25,7 @@ from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.common.errors import ErrorCode, NotLeaderOrFollowerError
 from tidelog.common.record.batch import encode_batch, restamp
 from tidelog.common.settings import BrokerSettings
+from tidelog.server_common import long_lived_heap
 from tidelog.v1 import broker_pb2, common_pb2, controller_pb2, controller_pb2_grpc
 
 TOPIC = "t"
@@ -552,3 +555,48 @@ async def test_a_broker_stopping_while_a_cancelled_change_runs_closes_every_log_
     await manager.close()
     assert len(os.listdir("/proc/self/fd")) <= descriptors  # every log opened was closed
     assert manager.clean_shutdown.take() == 40  # and named in the clean-shutdown list
+
+
+async def test_thousands_of_new_logs_open_with_the_collector_off_and_are_frozen_after(
+    replicas: ReplicaManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A full collection at 10,000 partitions walked millions of objects for 0.25-1 s, the event
+    # loop stopped; a topic's creation ran five. The logs a big change opens are long-lived.
+    monkeypatch.setattr(long_lived_heap, "LONG_LIVED_CHANGE_MIN", 8)  # (thousands in a broker)
+    gc.unfreeze()
+    enabled: list[bool] = []
+    opening = replicas.states._open_new_logs
+
+    async def watched(*args: Any) -> Any:
+        enabled.append(gc.isenabled())
+        return await opening(*args)
+
+    monkeypatch.setattr(replicas.states, "_open_new_logs", watched)
+    try:
+        request = broker_pb2.LeaderAndIsrRequest(
+            controller_id=1,
+            controller_epoch=1,
+            broker_incarnation=replicas.incarnation,
+            full=True,
+            partitions=_many_states(8, ME, 1),
+        )
+        assert not await replicas.states.leader_and_isr(request)
+        assert enabled == [False] and gc.isenabled()
+        hosted = replicas.partitions[(TOPIC, 0)]
+        assert gc.get_freeze_count() > 0
+        assert not any(obj is hosted for obj in gc.get_objects())  # frozen: no collection walks it
+        assert not await replicas.states.leader_and_isr(request)  # told again: nothing new, nothing frozen
+        assert enabled == [False, True]
+        await replicas.states.stop_replicas(
+            broker_pb2.StopReplicaRequest(
+                controller_id=1,
+                controller_epoch=1,
+                broker_incarnation=replicas.incarnation,
+                partitions=request.partitions,
+                delete_partitions=True,
+            )
+        )
+        assert gc.get_freeze_count() == 0  # dropped as many: the next full collection reclaims them
+    finally:
+        gc.unfreeze()
+        gc.enable()

@@ -21,17 +21,21 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
+import structlog
+
 from tidelog.server_common import metrics_catalog
 
 __all__ = ["start"]
 
 LAG_SAMPLE_S: Final = 0.5
+GC_PAUSE_LOGGED_S: Final = 0.1  # a collection this long is logged too (a JVM's GC log would show it)
 GC_BUCKETS: Final = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 LAG_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 _GC_PAUSE: Final = metrics_catalog.histogram("tidelog_python_gc_pause_seconds", buckets=GC_BUCKETS)
 _THREADS: Final = metrics_catalog.gauge("tidelog_process_threads")
 _LOOP_LAG: Final = metrics_catalog.histogram("tidelog_event_loop_lag_seconds", buckets=LAG_BUCKETS)
+log = structlog.get_logger(__name__)
 _started: dict[int, float] = {}  # thread → when its collection began (a collection runs on one thread)
 _tasks: set[asyncio.Task[None]] = set()
 
@@ -41,7 +45,16 @@ def _on_gc(phase: str, info: dict[str, Any]) -> None:
     if phase == "start":
         _started[thread] = time.perf_counter()
     elif (began := _started.pop(thread, None)) is not None:
-        _GC_PAUSE.labels(str(info.get("generation", ""))).observe(time.perf_counter() - began)
+        pause = time.perf_counter() - began
+        _GC_PAUSE.labels(str(info.get("generation", ""))).observe(pause)
+        if pause >= GC_PAUSE_LOGGED_S:  # every request of the process waited this long
+            log.warning(
+                "gc_pause",
+                generation=info.get("generation"),
+                seconds=round(pause, 3),
+                collected=info.get("collected"),
+                frozen_objects=gc.get_freeze_count(),
+            )
 
 
 def _threads() -> float:
