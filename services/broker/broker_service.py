@@ -397,6 +397,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             REQUESTS.labels("LeaderAndIsr", ErrorCode.CLUSTER_AUTHORIZATION_FAILED.name).inc()
             return broker_pb2.LeaderAndIsrResponse(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
         try:
+            self.replicas.states.check_controller_epoch(request.controller_epoch)
+            self.metadata.note_shutting_down(request.controller_epoch, request.shutting_down_brokers)
             errors = await self.replicas.states.leader_and_isr(request)
         except TidelogError as error:  # a stale controller epoch, or a request for another broker life
             REQUESTS.labels("LeaderAndIsr", error.code.name).inc()

@@ -90,6 +90,8 @@ class IsrManager:
             if replica not in isr
             and partition.follower_end.get(replica, -1) >= floor
             and now - partition.fetched_s(replica) <= self.lag_s
+            # KIP-841: not a broker on its way out, nor a life the controller does not know
+            and self.metadata.isr_eligible(replica, partition.follower_incarnation.get(replica))
         ]
         return keep + joining
 

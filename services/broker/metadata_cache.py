@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 from tidelog.common.errors import ErrorCode
 from tidelog.v1 import broker_pb2, common_pb2
@@ -22,6 +23,10 @@ class MetadataCache:
         # The controller's automatic leader rebalance (None: it did not say), for readiness.
         self.leader_balance: broker_pb2.LeaderBalance | None = None
         self.version = 0  # counts updates: what was computed from this cache is stale when it moved
+        self.incarnations: dict[int, str] = {}  # live broker id → its registered life
+        # Brokers in controlled shutdown (KIP-841), from the controller's latest UpdateMetadata or
+        # LeaderAndIsr: leaders do not ask to add them to an ISR.
+        self.shutting_down: frozenset[int] = frozenset()
 
     def update(self, request: broker_pb2.UpdateMetadataRequest) -> None:
         if request.controller_epoch < self.controller_epoch:
@@ -34,6 +39,8 @@ class MetadataCache:
         live = list(request.live_brokers)
         if live != self.brokers:
             self.brokers, self.brokers_version = live, self.brokers_version + 1
+            self.incarnations = {broker.broker_id: broker.incarnation for broker in live}
+        self.shutting_down = frozenset(request.shutting_down_brokers)
         if not request.incremental:
             self.topics, self.configs = {}, {}
         for name in request.deleted_topics:
@@ -53,6 +60,24 @@ class MetadataCache:
             merged.update(states)
             self.topics[name] = [merged[partition] for partition in sorted(merged)]
         self.configs.update({name: json.loads(value) for name, value in request.topic_configs_json.items()})
+
+    def note_shutting_down(self, controller_epoch: int, brokers: Iterable[int]) -> None:
+        """The brokers in controlled shutdown as a LeaderAndIsr says (it carries the ISR shrinks a
+        shutdown causes, ahead of the UpdateMetadata that says so too)."""
+        if controller_epoch >= self.controller_epoch:
+            self.shutting_down = frozenset(brokers)
+
+    def isr_eligible(self, broker_id: int, incarnation: str | None) -> bool:
+        """Whether a leader may ask to add `broker_id`'s replica (fetching as `incarnation`, when
+        known) to an ISR (KIP-841): registered in that very life and not in controlled shutdown.
+        Asking for one that is not made the high watermark wait for it (the maximal ISR) until the
+        controller refused: acks=all stalled for seconds at 10,000 partitions during a rolling
+        restart. Before any UpdateMetadata (nothing known yet) every broker is."""
+        if not self.initialised:
+            return True
+        if broker_id in self.shutting_down or broker_id not in self.incarnations:
+            return False
+        return incarnation is None or self.incarnations[broker_id] == incarnation
 
     @property
     def initialised(self) -> bool:

@@ -100,6 +100,7 @@ class Controller:
                 auto_leader_rebalance_enable=config.settings.auto_leader_rebalance_enable,
                 leader_imbalance_per_broker_percentage=config.settings.leader_imbalance_per_broker_percentage,
             ),
+            shutting_down=self.leadership.shutting_down,
         )
         self.topics = TopicAdmin(self.store, self.leadership, config.settings, rng or random.Random())
         self.reassignments = Reassignments(self.store, self.role, self.leadership, self.propagation)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine, Iterable
+from collections.abc import Collection, Coroutine, Iterable
 from typing import Any, Final
 
 from tidelog.controller.broker_requests import BrokerRequests
@@ -38,6 +38,7 @@ class Propagation:
         controller_id: int,
         endpoint: str,
         leader_balance: broker_pb2.LeaderBalance | None = None,
+        shutting_down: Collection[int] = (),
     ) -> None:
         self.broker_requests = broker_requests
         self.store = store
@@ -45,6 +46,7 @@ class Propagation:
         self.controller_id = controller_id
         self.endpoint = endpoint
         self.leader_balance = leader_balance  # told to every broker: its readiness waits for the hand-back
+        self.shutting_down = shutting_down  # (the leadership's live set) told to every broker: KIP-841
         self._push_locks: dict[int, asyncio.Lock] = {}
         self._queued_push: dict[int, asyncio.Future[None]] = {}
         self._background: set[asyncio.Task[Any]] = set()
@@ -127,6 +129,7 @@ class Propagation:
             controller_endpoint=self.endpoint,
             view=self._views.pop(broker_id, None),  # until acknowledged, what it holds is unknown
             leader_balance=self.leader_balance,
+            shutting_down=self.shutting_down,
         )
         if push.empty:
             self._views[broker_id] = push.view

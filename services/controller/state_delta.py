@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Collection
 
 from tidelog.controller.cluster_state import ClusterState, Journal
 from tidelog.v1 import broker_pb2, common_pb2
@@ -35,7 +36,8 @@ class BrokerView:
     seq: int
     topic_ids: dict[str, str]
     mine: dict[str, set[int]]
-    live_brokers: tuple[tuple[int, str, int, str, str], ...]  # as it was told (always sent whole)
+    # as it was told (always sent whole): each live broker, then the ids in controlled shutdown
+    live_brokers: tuple[object, ...]
     retry: set[PartitionKey] = dataclasses.field(default_factory=set)
 
 
@@ -73,6 +75,7 @@ def build_push(
     controller_endpoint: str,
     view: BrokerView | None,
     leader_balance: broker_pb2.LeaderBalance | None = None,
+    shutting_down: Collection[int] = (),
 ) -> StatePush:
     """The requests for `broker_id` as of `state` now: whole without a `view` of the same life
     (and the same journal: one controller term), else only what changed since it. The view is
@@ -121,7 +124,9 @@ def build_push(
         name: json.dumps(state.topics[name].value.configs) for name in dict.fromkeys(proto.topic for proto in protos)
     }
     live = state.broker_protos()
-    live_key = tuple((b.broker_id, b.host, b.port, b.rack, b.incarnation) for b in live)
+    stopping = sorted(shutting_down)
+    # (a broker entering controlled shutdown is news for every broker: a push, as a registration is)
+    live_key = (*((b.broker_id, b.host, b.port, b.rack, b.incarnation) for b in live), tuple(stopping))
     update = broker_pb2.UpdateMetadataRequest(
         controller_id=controller_id,
         controller_epoch=controller_epoch,
@@ -132,6 +137,7 @@ def build_push(
         incremental=not full,
         deleted_topics=deleted_topics,
         leader_balance=leader_balance,
+        shutting_down_brokers=stopping,
     )
     leader_and_isr = broker_pb2.LeaderAndIsrRequest(
         controller_id=controller_id,
@@ -142,6 +148,7 @@ def build_push(
         full=full,
         broker_incarnation=broker.incarnation,
         unassigned=unassigned,
+        shutting_down_brokers=stopping,
     )
     topic_ids = {name: topic.value.topic_id for name, topic in state.topics.items()}
     mine = {name: partitions for name, partitions in mine.items() if partitions}

@@ -345,7 +345,10 @@ async def test_a_joiner_refused_as_ineligible_is_asked_for_again_only_in_a_new_l
         # it fetched again before it had registered again (refused), then registered, same life.
         await isr.check_once()
         assert len(controller.requests) == 2
-        live = [common_pb2.BrokerEndpoint(broker_id=broker, host="127.0.0.1", port=9) for broker in (ME, OTHER, THIRD)]
+        live = [
+            common_pb2.BrokerEndpoint(broker_id=broker, host="127.0.0.1", port=9, incarnation=f"life-{life}")
+            for broker, life in ((ME, 1), (OTHER, 2), (THIRD, 4))
+        ]
         isr.metadata.update(
             broker_pb2.UpdateMetadataRequest(
                 controller_epoch=1, controller_endpoint=isr.metadata.controller_endpoint, live_brokers=live
@@ -358,6 +361,40 @@ async def test_a_joiner_refused_as_ineligible_is_asked_for_again_only_in_a_new_l
         partition.refused_isr = (key, refused_at - INELIGIBLE_RETRY_S)  # and, whatever changed, in time
         await isr.check_once()
         assert len(controller.requests) == 4
+
+
+async def test_a_broker_in_controlled_shutdown_or_of_another_life_is_not_asked_into_the_isr(
+    replicas: ReplicaManager,
+) -> None:
+    # KIP-841, found at 10,000 partitions: leaders asked to add a broker in controlled shutdown
+    # (caught up, it fetched until it stopped); the high watermark then waited for it (the
+    # maximal ISR) until the controller's refusal came back, and every INELIGIBLE_RETRY_S again:
+    # acks=all to a partition stalled 6-11 s during a rolling restart.
+    controller = _RefusingJoiners()
+    async with _leading_with_third_caught_up(replicas, controller) as (isr, partition):
+        live = [
+            common_pb2.BrokerEndpoint(broker_id=broker, host="127.0.0.1", port=9, incarnation=f"life-{broker}")
+            for broker in (ME, OTHER, THIRD)
+        ]
+        update = broker_pb2.UpdateMetadataRequest(
+            controller_epoch=1,
+            controller_endpoint=isr.metadata.controller_endpoint,
+            live_brokers=live,
+            shutting_down_brokers=[THIRD],
+        )
+        isr.metadata.update(update)
+        await isr.check_once()
+        assert not controller.requests and partition.pending_isr is None
+        assert set(partition.maximal_isr()) == {ME, OTHER}  # the HW waits for no one on its way out
+        # A LeaderAndIsr says it first (it brings the shrink a shutdown makes): the same.
+        isr.metadata.note_shutting_down(1, [])
+        isr.metadata.note_shutting_down(0, [THIRD])  # (an older controller's word counts for nothing)
+        await isr.check_once()
+        assert len(controller.requests) == 1  # out of shutdown, in the life it fetches as: asked
+        replicas.followers.record_fetch(THIRD, "life-9", [_fetch(5, 1)])  # fetching as a life not registered
+        partition.refused_isr = None
+        await isr.check_once()
+        assert len(controller.requests) == 1
 
 
 async def test_a_leader_cut_off_from_etcd_leads_on_while_its_followers_fetch(tmp_path: Path) -> None:

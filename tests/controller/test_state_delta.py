@@ -66,9 +66,15 @@ class Cluster:
         for partition in range(topic.partition_count):
             self.state.partitions.pop((name, partition), None)
 
-    def push(self, view: BrokerView | None) -> StatePush:
+    def push(self, view: BrokerView | None, shutting_down: tuple[int, ...] = ()) -> StatePush:
         return build_push(
-            self.state, broker_id=ME, controller_id=100, controller_epoch=3, controller_endpoint="c:1", view=view
+            self.state,
+            broker_id=ME,
+            controller_id=100,
+            controller_epoch=3,
+            controller_endpoint="c:1",
+            view=view,
+            shutting_down=shutting_down,
         )
 
 
@@ -125,6 +131,23 @@ def test_a_new_life_of_the_broker_or_a_new_broker_is_told_again() -> None:
     assert [b.broker_id for b in joined.update_metadata.live_brokers] == [1, 2, 3, 4]
     cluster.state.brokers[ME] = BrokerRegistration(ME, "127.0.0.1", 9001, "", "life-1b")
     assert cluster.push(joined.view).leader_and_isr.full
+
+
+def test_a_broker_entering_controlled_shutdown_is_told_to_every_broker_in_both_requests() -> None:
+    # KIP-841: leaders must know it before they would ask to add it back to an ISR, and the
+    # LeaderAndIsr that shrinks the ISRs arrives before the UpdateMetadata.
+    cluster = Cluster()
+    cluster.create("t", [[1, 2]])
+    view = cluster.push(None).view
+    stopping = cluster.push(view, shutting_down=(3,))
+    assert not stopping.empty
+    assert list(stopping.update_metadata.shutting_down_brokers) == [3]
+    assert list(stopping.leader_and_isr.shutting_down_brokers) == [3]
+    assert cluster.push(stopping.view, shutting_down=(3,)).empty  # told once
+    broker = Broker()
+    broker.apply(cluster.push(None, shutting_down=(3,)))
+    assert not broker.metadata.isr_eligible(3, "life-3") and broker.metadata.isr_eligible(2, None)
+    assert not cluster.push(stopping.view).empty  # and told when it is out of it
 
 
 def test_a_replica_moved_away_is_named_unassigned_with_its_topic_id() -> None:

@@ -248,7 +248,7 @@ class InitProducerIdResponse(_message.Message):
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...
 
 class LeaderAndIsrRequest(_message.Message):
-    __slots__ = ("controller_id", "controller_epoch", "partitions", "topic_configs_json", "live_leaders", "full", "broker_incarnation", "unassigned")
+    __slots__ = ("controller_id", "controller_epoch", "partitions", "topic_configs_json", "live_leaders", "full", "broker_incarnation", "unassigned", "shutting_down_brokers")
     class TopicConfigsJsonEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -264,6 +264,7 @@ class LeaderAndIsrRequest(_message.Message):
     FULL_FIELD_NUMBER: _ClassVar[int]
     BROKER_INCARNATION_FIELD_NUMBER: _ClassVar[int]
     UNASSIGNED_FIELD_NUMBER: _ClassVar[int]
+    SHUTTING_DOWN_BROKERS_FIELD_NUMBER: _ClassVar[int]
     controller_id: int
     controller_epoch: int
     partitions: _containers.RepeatedCompositeFieldContainer[_common_pb2.PartitionState]
@@ -272,7 +273,8 @@ class LeaderAndIsrRequest(_message.Message):
     full: bool
     broker_incarnation: str
     unassigned: _containers.RepeatedCompositeFieldContainer[_common_pb2.PartitionState]
-    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[_common_pb2.PartitionState, _Mapping]]] = ..., topic_configs_json: _Optional[_Mapping[str, str]] = ..., live_leaders: _Optional[_Iterable[_Union[_common_pb2.BrokerEndpoint, _Mapping]]] = ..., full: _Optional[bool] = ..., broker_incarnation: _Optional[str] = ..., unassigned: _Optional[_Iterable[_Union[_common_pb2.PartitionState, _Mapping]]] = ...) -> None: ...
+    shutting_down_brokers: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[_common_pb2.PartitionState, _Mapping]]] = ..., topic_configs_json: _Optional[_Mapping[str, str]] = ..., live_leaders: _Optional[_Iterable[_Union[_common_pb2.BrokerEndpoint, _Mapping]]] = ..., full: _Optional[bool] = ..., broker_incarnation: _Optional[str] = ..., unassigned: _Optional[_Iterable[_Union[_common_pb2.PartitionState, _Mapping]]] = ..., shutting_down_brokers: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class PartitionError(_message.Message):
     __slots__ = ("topic", "partition", "error_code", "error_message")
@@ -317,7 +319,7 @@ class StopReplicaResponse(_message.Message):
     def __init__(self, error_code: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionError, _Mapping]]] = ...) -> None: ...
 
 class UpdateMetadataRequest(_message.Message):
-    __slots__ = ("controller_id", "controller_epoch", "controller_endpoint", "live_brokers", "partitions", "topic_configs_json", "incremental", "deleted_topics", "leader_balance")
+    __slots__ = ("controller_id", "controller_epoch", "controller_endpoint", "live_brokers", "partitions", "topic_configs_json", "incremental", "deleted_topics", "leader_balance", "shutting_down_brokers")
     class TopicConfigsJsonEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -334,6 +336,7 @@ class UpdateMetadataRequest(_message.Message):
     INCREMENTAL_FIELD_NUMBER: _ClassVar[int]
     DELETED_TOPICS_FIELD_NUMBER: _ClassVar[int]
     LEADER_BALANCE_FIELD_NUMBER: _ClassVar[int]
+    SHUTTING_DOWN_BROKERS_FIELD_NUMBER: _ClassVar[int]
     controller_id: int
     controller_epoch: int
     controller_endpoint: str
@@ -343,7 +346,8 @@ class UpdateMetadataRequest(_message.Message):
     incremental: bool
     deleted_topics: _containers.RepeatedScalarFieldContainer[str]
     leader_balance: LeaderBalance
-    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., controller_endpoint: _Optional[str] = ..., live_brokers: _Optional[_Iterable[_Union[_common_pb2.BrokerEndpoint, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[_common_pb2.PartitionState, _Mapping]]] = ..., topic_configs_json: _Optional[_Mapping[str, str]] = ..., incremental: _Optional[bool] = ..., deleted_topics: _Optional[_Iterable[str]] = ..., leader_balance: _Optional[_Union[LeaderBalance, _Mapping]] = ...) -> None: ...
+    shutting_down_brokers: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., controller_endpoint: _Optional[str] = ..., live_brokers: _Optional[_Iterable[_Union[_common_pb2.BrokerEndpoint, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[_common_pb2.PartitionState, _Mapping]]] = ..., topic_configs_json: _Optional[_Mapping[str, str]] = ..., incremental: _Optional[bool] = ..., deleted_topics: _Optional[_Iterable[str]] = ..., leader_balance: _Optional[_Union[LeaderBalance, _Mapping]] = ..., shutting_down_brokers: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class LeaderBalance(_message.Message):
     __slots__ = ("auto_leader_rebalance_enable", "leader_imbalance_per_broker_percentage")
