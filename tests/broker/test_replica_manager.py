@@ -80,6 +80,17 @@ async def _apply(
     assert not errors
 
 
+def _whole_push(manager: ReplicaManager, count: int) -> broker_pb2.LeaderAndIsrRequest:
+    """A controller's whole push to `manager`: partitions 0..count-1 of TOPIC, all led by it."""
+    return broker_pb2.LeaderAndIsrRequest(
+        controller_id=1,
+        controller_epoch=1,
+        broker_incarnation=manager.incarnation,
+        full=True,
+        partitions=_many_states(count, ME, 1),
+    )
+
+
 def _many_states(count: int, leader: int, leader_epoch: int) -> list[common_pb2.PartitionState]:
     """Partitions 0..count-1 of TOPIC, replicas and ISR [ME, OTHER], in one epoch."""
     return [
@@ -546,13 +557,7 @@ async def test_a_leader_and_isr_whose_caller_is_cancelled_ends_anyway_and_leaks_
     # partitions on a slow disk. Cut half-way, the change leaked the logs it had opened (their
     # file descriptors), and the controller's next push opened them all again.
     count = 40
-    request = broker_pb2.LeaderAndIsrRequest(
-        controller_id=1,
-        controller_epoch=1,
-        broker_incarnation=replicas.incarnation,
-        full=True,
-        partitions=_many_states(count, ME, 1),
-    )
+    request = _whole_push(replicas, count)
     call = asyncio.ensure_future(replicas.states.leader_and_isr(request))
     for _ in range(3):
         await asyncio.sleep(0)  # under way: the logs are being opened on the I/O threads
@@ -576,13 +581,7 @@ async def test_a_broker_stopping_while_a_cancelled_change_runs_closes_every_log_
     # waits for it rather than closing the logs under it and missing those it opens after.
     manager = ReplicaManager(ME, tmp_path, _settings())
     descriptors = len(os.listdir("/proc/self/fd"))
-    request = broker_pb2.LeaderAndIsrRequest(
-        controller_id=1,
-        controller_epoch=1,
-        broker_incarnation=manager.incarnation,
-        full=True,
-        partitions=_many_states(40, ME, 1),
-    )
+    request = _whole_push(manager, 40)
     call = asyncio.ensure_future(manager.states.leader_and_isr(request))
     for _ in range(3):
         await asyncio.sleep(0)
@@ -610,13 +609,7 @@ async def test_thousands_of_new_logs_open_with_the_collector_off_and_are_frozen_
 
     monkeypatch.setattr(replicas.states, "_open_new_logs", watched)
     try:
-        request = broker_pb2.LeaderAndIsrRequest(
-            controller_id=1,
-            controller_epoch=1,
-            broker_incarnation=replicas.incarnation,
-            full=True,
-            partitions=_many_states(8, ME, 1),
-        )
+        request = _whole_push(replicas, 8)
         assert not await replicas.states.leader_and_isr(request)
         assert enabled == [False] and gc.isenabled()
         hosted = replicas.partitions[(TOPIC, 0)]

@@ -312,13 +312,20 @@ async def test_a_fenced_marker_stops_the_completion() -> None:
     assert fixture.current.state == TxnState.PREPARE_COMMIT  # left for the partition's next owner
 
 
-async def test_the_next_transaction_waits_for_the_last_ones_end_rather_than_being_told_to_retry() -> None:
+async def _committing_with_markers_held() -> tuple[Fixture, int, int, int]:
+    """A transaction committed whose markers are held back: the fixture, the producer id, the
+    transaction's epoch and the epoch the commit bumped it to."""
     fixture = Fixture()
     fixture.coordinator.settle_wait_s = 10
     producer_id, epoch = await fixture.coordinator.init_producer_id(TXN, 60_000)
     await fixture.coordinator.add_partitions(TXN, producer_id, epoch, [("t", 0)])
     fixture.markers.gate.clear()
     _, bumped = await fixture.coordinator.end_transaction(TXN, producer_id, epoch, commit=True)
+    return fixture, producer_id, epoch, bumped
+
+
+async def test_the_next_transaction_waits_for_the_last_ones_end_rather_than_being_told_to_retry() -> None:
+    fixture, producer_id, _, bumped = await _committing_with_markers_held()
     added = asyncio.create_task(fixture.coordinator.add_partitions(TXN, producer_id, bumped, [("t", 1)]))
     await until(lambda: TXN in fixture.coordinator.joining)
     assert not added.done()  # waiting for the markers, not refused
@@ -336,12 +343,7 @@ async def test_the_next_transaction_waits_for_the_last_ones_end_rather_than_bein
 
 
 async def test_a_fenced_request_waiting_for_the_last_end_gets_its_error_and_the_completion_goes_alone() -> None:
-    fixture = Fixture()
-    fixture.coordinator.settle_wait_s = 10
-    producer_id, epoch = await fixture.coordinator.init_producer_id(TXN, 60_000)
-    await fixture.coordinator.add_partitions(TXN, producer_id, epoch, [("t", 0)])
-    fixture.markers.gate.clear()
-    await fixture.coordinator.end_transaction(TXN, producer_id, epoch, commit=True)
+    fixture, producer_id, epoch, _ = await _committing_with_markers_held()
     stale = asyncio.create_task(fixture.coordinator.add_partitions(TXN, producer_id, epoch, [("t", 1)]))
     await until(lambda: TXN in fixture.coordinator.joining)
     fixture.markers.gate.set()
