@@ -25,6 +25,9 @@ partitions with RF 3, then:
   producer to an RF 3, min.insync.replicas 2 topic: the longest wait for an acknowledgement,
   with the steady second before as its reference, and sends that failed (target: none, and no
   wait above 100 ms);
+- full garbage collections: how many each broker ran from its start through the produce and
+  consume above, their mean pause and the longest (a histogram bucket's bound), from
+  `tidelog_python_gc_pause_seconds` (each stops the broker's event loop: ADR 0028);
 - stop: SIGTERM to every process at once (LocalCluster.stop: the brokers hand leaderships to each
   other, deregister and close every log) → all gone, and how many brokers had to be killed at the
   stop timeout (10 s) instead.
@@ -43,9 +46,11 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
+import re
 import signal
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -281,6 +286,29 @@ async def every_partition_answers(cluster: LocalCluster, partitions: int, timeou
         await asyncio.wait_for(asyncio.gather(*(delivery for delivery in deliveries)), timeout_s)
 
 
+def full_collections(cluster: LocalCluster) -> dict[str, float]:
+    """The brokers' full (generation 2) garbage collections since they started (creation, produce
+    and consume so far), from `tidelog_python_gc_pause_seconds`: each stops the broker's event
+    loop (ADR 0028). The longest is a histogram bucket's upper bound."""
+    counts, longest, total = [], 0.0, 0.0
+    for broker in cluster.broker_ids:
+        text = urllib.request.urlopen(cluster.metrics_endpoint(f"broker-{broker}"), timeout=10).read().decode()
+        buckets = re.findall(r'tidelog_python_gc_pause_seconds_bucket\{generation="2",le="([^"]+)"[^}]*\} (\S+)', text)
+        seen = 0.0
+        for bound, count in buckets:  # cumulative: the last bucket that grew holds the longest
+            if float(count) > seen:
+                longest, seen = max(longest, float(bound)), float(count)  # ("+Inf": past 1 s)
+        found = re.search(r'tidelog_python_gc_pause_seconds_count\{generation="2"[^}]*\} (\S+)', text)
+        summed = re.search(r'tidelog_python_gc_pause_seconds_sum\{generation="2"[^}]*\} (\S+)', text)
+        counts.append(float(found.group(1)) if found else 0.0)
+        total += float(summed.group(1)) if summed else 0.0
+    return {
+        "full GC collections per broker so far, max": max(counts, default=0.0),
+        "full GC pauses, mean (ms)": total / max(sum(counts), 1.0) * 1000,
+        "full GC pause, longest at most (ms)": longest * 1000,
+    }
+
+
 def folders_reference(folder: Path, count: int, threads: int = 8) -> float:
     """Seconds this file system takes to make `count` folders holding what a new replica's log
     starts with (the folder, a segment file, the topic-id marker, the epoch checkpoint written to
@@ -325,7 +353,7 @@ async def measure(folder: Path, partitions: int, idle_seconds: float) -> dict[st
     reference = folder / "reference"
     reference.mkdir(parents=True)
     figures["reference: folders for the replicas (s)"] = folders_reference(reference, partitions * 3)
-    cluster = LocalCluster(folder, brokers=3, controllers=2, session_timeout_ms=6000)
+    cluster = LocalCluster(folder, brokers=3, controllers=2, session_timeout_ms=6000, metrics=True)
     cluster.start()
     try:
         await cluster.wait_ready()
@@ -356,6 +384,7 @@ async def measure(folder: Path, partitions: int, idle_seconds: float) -> dict[st
             figures["consume over all partitions (records/s)"] = await consume_everything(
                 cluster, partitions, partitions * per_partition
             )
+            figures.update(full_collections(cluster))
             asked = time.monotonic()
             await every_partition_answers(cluster, partitions)  # the reference: what answering costs
             figures["every partition answers, no fault (s)"] = time.monotonic() - asked
