@@ -7,7 +7,6 @@ does not lead answers NOT_LEADER_OR_FOLLOWER with the leader it knows and its ep
 
 from __future__ import annotations
 
-import collections
 import time
 from typing import Any, Final, TypeAlias
 
@@ -23,7 +22,7 @@ from tidelog.broker.produce_rounds import produce_rounds, refused_produce
 from tidelog.broker.producer_id_manager import ProducerIdManager
 from tidelog.broker.producer_listing import describe_producers
 from tidelog.broker.quota_manager import QuotaManager
-from tidelog.broker.replica_manager import ReplicaManager
+from tidelog.broker.replica_manager import ReplicaManager, in_rounds
 from tidelog.broker.request_metrics import REQUESTS, TOTAL_TIME_MS
 from tidelog.broker.txn_markers import MARKER_TIMEOUT_S, refused_markers, write_txn_markers
 from tidelog.broker.txn_verification import TxnVerifier
@@ -101,20 +100,16 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         # each, so its batches keep their order; with acks=all every ISR is awaited once, after all.
         timeout_s = min(max(request.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX) / 1000 or 30.0
         results: list[broker_pb2.ProducePartitionResult | None] = [None] * len(request.partitions)
-        rounds: list[list[int]] = []
-        seen: collections.Counter[tuple[str, int]] = collections.Counter()
+        admitted: list[int] = []
         for index, entry in enumerate(request.partitions):
             if entry.topic in refused:
                 results[index] = refused_produce(entry, refused[entry.topic])
-                continue
-            if index in unverified:
+            elif index in unverified:
                 results[index] = refused_produce(entry, unverified[index].message, unverified[index].code)
-                continue
-            turn = seen[(entry.topic, entry.partition)]
-            seen[(entry.topic, entry.partition)] += 1
-            if turn == len(rounds):
-                rounds.append([])
-            rounds[turn].append(index)
+            else:
+                admitted.append(index)
+        entries = request.partitions
+        rounds = in_rounds(admitted, lambda index: (entries[index].topic, entries[index].partition))
         await produce_rounds(self.replicas, request, rounds, results, timeout_s, coordinator, self._leader_hint)
         response.partitions.extend(result for result in results if result is not None)
         REQUESTS.labels("Produce", NONE).inc()

@@ -19,9 +19,9 @@ import dataclasses
 import itertools
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import structlog
 
@@ -57,6 +57,23 @@ from tidelog.v1 import broker_pb2
 __all__ = ["CoordinatorWrite", "MarkerWrite", "ReplicaManager"]
 
 log = structlog.get_logger(__name__)
+
+
+_Item = TypeVar("_Item")
+
+
+def in_rounds(items: Iterable[_Item], partition_of: Callable[[_Item], PartitionKey]) -> list[list[_Item]]:
+    """`items` as `append_rounds` takes them: a partition at most once a round, its items a round
+    each in their order (a produce request's batches, a WriteTxnMarkers request's markers)."""
+    rounds: list[list[_Item]] = []
+    turns: dict[PartitionKey, int] = {}
+    for item in items:
+        key = partition_of(item)
+        turn = turns[key] = turns.get(key, -1) + 1
+        if turn == len(rounds):
+            rounds.append([])
+        rounds[turn].append(item)
+    return rounds
 
 
 class MarkerWrite(NamedTuple):

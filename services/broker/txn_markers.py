@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from tidelog.broker.replica_manager import MarkerWrite, ReplicaManager
+from tidelog.broker.replica_manager import MarkerWrite, ReplicaManager, in_rounds
 from tidelog.broker.storage import AppendInfo
 from tidelog.common.errors import ErrorCode, InvalidRequestError, TidelogError
 from tidelog.common.record.control import ControlType, Marker
@@ -56,13 +56,7 @@ async def write_txn_markers(
                 outcome.error_code, outcome.error_message = int(error.code), error.message
                 continue
             pending.append((outcome, (entry.topic, entry.partition, write)))
-    rounds: list[list[Pending]] = []
-    turns: dict[tuple[str, int], int] = {}
-    for item in pending:  # a partition's markers a round each, in request order
-        turn = turns[item[1][:2]] = turns.get(item[1][:2], -1) + 1
-        if turn == len(rounds):
-            rounds.append([])
-        rounds[turn].append(item)
+    rounds = in_rounds(pending, lambda item: item[1][:2])  # a partition's markers a round each, in order
     outcomes = await replicas.append_rounds(
         [[entry for _, entry in round_] for round_ in rounds], acks=-1, timeout_s=timeout_s
     )

@@ -254,10 +254,7 @@ class TxnCoordinator:
             raise _error(ErrorCode.CONCURRENT_TRANSACTIONS, f"{transactional_id!r} is ending a transaction")
         if current.state == TxnState.ONGOING and wanted <= current.partitions:
             return
-        if len(wanted | current.partitions) > TRANSACTION_PARTITIONS_MAX:
-            raise _error(
-                ErrorCode.INVALID_REQUEST, f"a transaction writes at most {TRANSACTION_PARTITIONS_MAX} partitions"
-            )
+        _check_partition_count(wanted | current.partitions)
         await self._write(partition, current.prepare_add_partitions(wanted, self.clock_ms()))
 
     async def _joined(
@@ -291,10 +288,7 @@ class TxnCoordinator:
             current = self._producer(
                 {completed.transactional_id: completed}, completed.transactional_id, join.producer_id, join.epoch
             )
-            if len(join.partitions) > TRANSACTION_PARTITIONS_MAX:
-                raise _error(
-                    ErrorCode.INVALID_REQUEST, f"a transaction writes at most {TRANSACTION_PARTITIONS_MAX} partitions"
-                )
+            _check_partition_count(join.partitions)  # (the next transaction's first partitions)
         except TidelogError as error:
             join.done.set_exception(error)
             return None
@@ -455,6 +449,11 @@ class TxnCoordinator:
                 ):
                     with contextlib.suppress(TidelogError):
                         await self._write(partition, metadata.prepare_dead())
+
+
+def _check_partition_count(partitions: Collection[TopicPartitionKey]) -> None:
+    if len(partitions) > TRANSACTION_PARTITIONS_MAX:
+        raise _error(ErrorCode.INVALID_REQUEST, f"a transaction writes at most {TRANSACTION_PARTITIONS_MAX} partitions")
 
 
 class _Join:

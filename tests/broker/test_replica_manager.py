@@ -21,7 +21,7 @@ from tests.fake_clock import FakeClock
 from tidelog.broker.isr_manager import INELIGIBLE_RETRY_S, IsrManager
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.partition import Partition
-from tidelog.broker.replica_manager import ReplicaManager
+from tidelog.broker.replica_manager import ReplicaManager, in_rounds
 from tidelog.common.errors import ErrorCode, NotLeaderOrFollowerError
 from tidelog.common.record.batch import encode_batch, restamp
 from tidelog.common.settings import BrokerSettings
@@ -630,3 +630,10 @@ async def test_thousands_of_new_logs_open_with_the_collector_off_and_are_frozen_
     finally:
         gc.unfreeze()
         gc.enable()
+
+
+def test_a_requests_entries_go_in_rounds_of_one_per_partition_each_in_its_order() -> None:
+    entries = [("a", 0, "a0-1"), ("b", 0, "b0-1"), ("a", 0, "a0-2"), ("a", 1, "a1-1"), ("a", 0, "a0-3")]
+    rounds = in_rounds(entries, lambda entry: entry[:2])
+    assert [[name for *_, name in round_] for round_ in rounds] == [["a0-1", "b0-1", "a1-1"], ["a0-2"], ["a0-3"]]
+    assert in_rounds([], lambda entry: entry) == []
