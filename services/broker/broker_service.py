@@ -176,7 +176,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             await self.quotas.wait_unmuted(quota_client)
         session = None
         if request.incremental:
-            owner = "" if follower else self._session_owner(context)
+            owner = "" if follower else self.session_owner(context)
             try:
                 session = self.replicas.fetch_sessions.resolve(request, owner)
             except SessionError as error:
@@ -344,7 +344,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             if not self.access.allowed(caller, operation, ResourceType.TOPIC, topic)
         }
 
-    def _session_owner(self, context: Context) -> str:
+    def session_owner(self, context: Any) -> str:
         """Who a consumer's fetch session belongs to: its principal (and the identity that logged in,
         for a gateway's calls on behalf of a REST caller)."""
         caller = self.access.caller(context)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from tidelog.broker import broker_metrics, server_metrics
 from tidelog.broker.broker_service import BrokerService
 from tidelog.broker.controlled_shutdown import controlled_shutdown
 from tidelog.broker.isr_manager import IsrManager
+from tidelog.broker.kafka_api.listener import KafkaListener
+from tidelog.broker.kafka_api.listener_spec import ListenerSpec, advertised_address, kafka_listener
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.producer_id_manager import ProducerIdManager
 from tidelog.broker.quota_manager import QuotaManager
@@ -28,6 +31,7 @@ from tidelog.common.errors import InvalidConfigError
 from tidelog.common.settings import BrokerSettings, parse_process_args
 from tidelog.server_common.etcd.active_controller import active_controller_endpoint
 from tidelog.server_common.etcd.connect import etcd_client
+from tidelog.server_common.etcd.registry import cluster_id
 from tidelog.server_common.metadata import BrokerRegistration
 from tidelog.server_common.runtime import run_service
 from tidelog.server_common.security.service_security import ServiceSecurity
@@ -64,6 +68,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         LogConfig.from_configs(args.log_defaults)
     except InvalidConfigError as error:
         parser.error(f"--log-config: {error}")
+    try:
+        settings: BrokerSettings = args.settings
+        args.kafka_listener = kafka_listener(
+            settings.listeners, settings.advertised_listeners, args.advertised_host or args.host
+        )
+    except InvalidConfigError as error:
+        parser.error(str(error))
+    if args.kafka_listener is not None and (args.security.tls or args.security.authorizer_class_name):
+        # A Kafka client would be ANONYMOUS there, beside a listener that authenticates everyone:
+        # refused until the Kafka listener speaks TLS and SASL itself.
+        parser.error(
+            "listeners: a KAFKA listener is PLAINTEXT only, so it runs only where security.protocol is "
+            "PLAINTEXT and no authorizer is set (docs/kafka-protocol.md)"
+        )
     return args
 
 
@@ -114,9 +132,11 @@ class _Broker:
         self.readiness = Readiness(args.id, self.metadata, Path(readiness_file) if readiness_file else None)
         self.background: list[asyncio.Task[None]] = []
         self.readiness_task: asyncio.Task[None] | None = None
+        self.service: BrokerService | None = None
+        self.kafka: KafkaListener | None = None
 
     def add_to(self, server: grpc.aio.Server) -> list[str]:
-        service = BrokerService(
+        self.service = service = BrokerService(
             self.replicas,
             self.metadata,
             ProducerIdManager(self.etcd, self.args.id),
@@ -137,6 +157,8 @@ class _Broker:
         # Before any log opens (the controller's first push follows the registration).
         clean_logs = await replicas.io.run(replicas.clean_shutdown.take)
         log.info("clean_shutdown_list_read", logs=clean_logs)
+        if self.args.kafka_listener is not None:
+            await self._start_kafka_listener(*self.args.kafka_listener)
         await self.registration.register()
         replicas.cleaner.start()
         self.readiness_task = asyncio.create_task(self.readiness.run())
@@ -152,6 +174,22 @@ class _Broker:
                 )
             ),
         ]
+
+    async def _start_kafka_listener(self, bound: ListenerSpec, told: ListenerSpec | None) -> None:
+        """Listen for Kafka's protocol before registering, so the registration says where."""
+        assert self.service is not None, "the gRPC service is built first"
+        self.kafka = KafkaListener(
+            self.service,
+            self.args.id,
+            await cluster_id(self.etcd),
+            request_max_bytes=self.settings.socket_request_max_bytes,
+            connections_max=self.settings.max_connections,
+        )
+        port = await self.kafka.start(bound.host, bound.port)
+        host, advertised_port = advertised_address(bound, told, port, self.args.advertised_host or self.args.host)
+        self.registration.broker = dataclasses.replace(
+            self.registration.broker, kafka_host=host, kafka_port=advertised_port
+        )
 
     async def drain(self) -> None:
         if self.readiness_task is not None:  # stopping: not ready for anyone to restart after us
@@ -170,6 +208,8 @@ class _Broker:
             )
 
     async def leave(self) -> None:
+        if self.kafka is not None:
+            await self.kafka.close()
         await self.registration.deregister()  # the controller moves leadership away now, not after a timeout
         self.replicas.end_long_polls()  # the server's stop waits for no fetch's long poll
 

@@ -153,6 +153,8 @@ class ClusterState:
                 port=broker.port,
                 rack=broker.rack,
                 incarnation=broker.incarnation,
+                kafka_host=broker.kafka_host,
+                kafka_port=broker.kafka_port,
             )
             for broker in sorted(self.brokers.values(), key=lambda broker: broker.broker_id)
         ]

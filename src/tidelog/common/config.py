@@ -237,7 +237,28 @@ BROKER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     ),
     _long("log.flush.scheduler.interval.ms", 1000, "How often logs are checked against flush.ms.", minimum=1),
     _long("log.retention.check.interval.ms", 300_000, "How often retention runs over every log.", minimum=1),
-    _int("socket.request.max.bytes", 100 * MIB, "Largest gRPC message any service accepts or sends.", minimum=1024),
+    _int("socket.request.max.bytes", 100 * MIB, "Largest gRPC message any service accepts or sends, and largest Kafka-protocol request a broker reads.", minimum=1024),
+    ConfigDef(
+        "listeners",
+        ConfigType.LIST,
+        (),
+        "The broker's Kafka-protocol listeners in Kafka's syntax, NAME://host:port (KAFKA://0.0.0.0:9092; port 0 "
+        "takes a free one). The gRPC listener is the one --host/--port name; empty: no Kafka listener "
+        "(docs/kafka-protocol.md).",
+    ),
+    ConfigDef(
+        "advertised.listeners",
+        ConfigType.LIST,
+        (),
+        "Where clients are told each listener is, NAME://host:port (empty, or a listener left out: its own address, "
+        "with 0.0.0.0 replaced by --advertised-host).",
+    ),
+    _int(
+        "max.connections",
+        10_000,
+        "Kafka-protocol connections a broker holds at once; one more is closed as soon as it is accepted.",
+        minimum=1,
+    ),
     _int("fetch.max.bytes", 55 * MIB, "Upper bound on the bytes one fetch response carries.", minimum=1024),
     _int(
         "fetch.max.wait.ms.max", 30_000, "Upper bound the broker puts on a fetch's max_wait_ms (long poll).", minimum=0

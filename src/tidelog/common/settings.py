@@ -220,6 +220,9 @@ class BrokerSettings(Settings):
     log_flush_scheduler_interval_ms: int
     log_retention_check_interval_ms: int
     socket_request_max_bytes: int
+    listeners: tuple[str, ...]
+    advertised_listeners: tuple[str, ...]
+    max_connections: int
     fetch_max_bytes: int
     fetch_max_wait_ms_max: int
     replica_lag_time_max_ms: int

@@ -31,7 +31,8 @@ COMPONENTS: Final = {
 # `security.*`; the broker's readiness file is what its readiness probe reads): left out of
 # `config`, so a value there is refused rather than silently overridden.
 CHART_MANAGED: Final = {
-    "broker": frozenset({"broker.readiness.file"}),
+    # (listeners: each pod's own advertised address; the chart does not open a Kafka port yet)
+    "broker": frozenset({"broker.readiness.file", "listeners", "advertised.listeners"}),
     "gateway": frozenset(
         {"authentication.method", "rest.ssl.certificate.location", "rest.ssl.key.location", "rest.ssl.ca.location"}
     ),

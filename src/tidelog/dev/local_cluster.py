@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
-import json
 import os
 import signal
 import subprocess
@@ -27,7 +26,8 @@ from etcd3aio import prefix_range_end
 from tidelog.client.admin import AdminClient
 from tidelog.common.local_endpoints import AnnouncedCluster, announce, announced_cluster, user_state_file
 from tidelog.common.settings import SecuritySettings
-from tidelog.dev.etcd_server import EtcdCluster, EtcdServer, EtcdTls, free_port, port_or_free
+from tidelog.dev.cluster_ports import ClusterPorts
+from tidelog.dev.etcd_server import EtcdCluster, EtcdServer, EtcdTls
 from tidelog.server_common.etcd.connect import etcd_client
 from tidelog.server_common.metadata import (
     CONSUMER_OFFSETS_TOPIC,
@@ -46,17 +46,6 @@ __all__ = ["LocalCluster", "Placement"]
 
 READY_TIMEOUT_S: Final = 60.0
 OFFSETS_REPLICATION_FACTOR: Final = 3  # offsets.topic.replication.factor, lowered to a smaller cluster's size
-# With conventional_ports, the first start takes the ports Kafka's, REST Proxy's and etcd's docs use
-# where they are free (the n-th instance next to the first), so their recipes work unchanged.
-CONVENTIONAL_PORTS: Final = {
-    "etcd_client": 2379,
-    "etcd_peer": 2380,
-    "brokers": 9092,  # Kafka's broker port
-    "controllers": 9190,
-    "coordinators": 9300,
-    "gateways": 8082,  # Confluent REST Proxy's
-    "metrics": 9400,
-}
 STOP_TIMEOUT_S: Final = 15.0
 GRACEFUL: Final = signal.SIGTERM  # (in the class body `signal` is the method of that name)
 
@@ -71,17 +60,6 @@ class Placement:
     namespace: str
     address: str
     advertised: str | None = None
-
-
-@dataclasses.dataclass
-class _Ports:
-    etcd_client: int
-    etcd_peer: int
-    brokers: dict[int, int]
-    controllers: dict[int, int]
-    metrics: dict[str, int]
-    coordinators: dict[int, int] = dataclasses.field(default_factory=dict)
-    gateways: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 class LocalCluster:
@@ -111,6 +89,7 @@ class LocalCluster:
         placements: Mapping[str, Placement] | None = None,
         environments: Mapping[str, Mapping[str, str]] | None = None,
         gateway_tls: bool = False,
+        kafka_listeners: bool | None = None,
     ) -> None:
         self.data_dir = data_dir.resolve()
         self.broker_ids = list(range(1, brokers + 1))
@@ -154,38 +133,17 @@ class LocalCluster:
         self.client_security = client_security
         self.scram_users = dict(scram_users or {})  # written to etcd before any service starts
         self.gateway_tls = gateway_tls  # the gateways serve HTTPS (their rest.ssl.* settings)
+        # Each broker's Kafka-protocol listener; PLAINTEXT only, so not beside secured services.
+        self.kafka_listeners = service_security is None if kafka_listeners is None else kafka_listeners
 
-    def _load_ports(self) -> _Ports:
-        path = self.data_dir / "cluster.json"
-        if path.exists():
-            saved = json.loads(path.read_text())
-            ports = _Ports(
-                saved["etcd_client"],
-                saved["etcd_peer"],
-                {int(k): v for k, v in saved["brokers"].items()},
-                {int(k): v for k, v in saved["controllers"].items()},
-                saved.get("metrics", {}),
-                {int(k): v for k, v in saved.get("coordinators", {}).items()},
-                {int(k): v for k, v in saved.get("gateways", {}).items()},
-            )
-        else:
-            ports = _Ports(self._port("etcd_client", 0), self._port("etcd_peer", 0), {}, {}, {})
-        metrics = iter(range(1000))
-        for role, ids, held in (
-            ("brokers", self.broker_ids, ports.brokers),
-            ("controllers", self.controller_ids, ports.controllers),
-            ("coordinators", self.coordinator_ids, ports.coordinators),
-            ("gateways", self.gateway_ids, ports.gateways),
-        ):
-            for number in ids:
-                if number not in held:
-                    held[number] = self._port(role, number - 1)
-                name = f"{role.removesuffix('s')}-{number}"
-                if name not in ports.metrics:
-                    ports.metrics[name] = self._port("metrics", next(metrics))
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(dataclasses.asdict(ports), indent=2))
-        return ports
+    def _load_ports(self) -> ClusterPorts:
+        roles = {
+            "brokers": self.broker_ids,
+            "controllers": self.controller_ids,
+            "coordinators": self.coordinator_ids,
+            "gateways": self.gateway_ids,
+        }
+        return ClusterPorts.load(self.data_dir / "cluster.json", roles, conventional=self.conventional_ports)
 
     def _announce(self) -> None:
         """Where the cluster is, in the user's state file: `tidelog` commands run from any folder
@@ -199,11 +157,6 @@ class LocalCluster:
                 gateways=self.gateway_urls,
             )
         )
-
-    def _port(self, role: str, offset: int) -> int:
-        if not self.conventional_ports:
-            return free_port()
-        return port_or_free(CONVENTIONAL_PORTS[role] + offset)
 
     # ---- endpoints -------------------------------------------------------------------------
 
@@ -226,6 +179,12 @@ class LocalCluster:
         if placement is not None and placement.advertised:
             return placement.advertised
         return f"{self.host_of(f'broker-{broker_id}')}:{self.ports.brokers[broker_id]}"
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """The brokers' Kafka listeners as Kafka's clients take them: `host:port,host:port`."""
+        assert self.kafka_listeners, "this cluster's brokers have no Kafka listener"
+        return ",".join(f"{self.host_of(f'broker-{number}')}:{self.ports.kafka[number]}" for number in self.broker_ids)
 
     @property
     def controller_endpoints(self) -> list[str]:
@@ -282,6 +241,8 @@ class LocalCluster:
         extra += ["--broker-readiness-file", str(self.readiness_file(broker_id))]
         for name, value in self.broker_log_configs.items():
             extra += ["--log-config", f"{name}={value}"]
+        if self.kafka_listeners:
+            extra += ["--listeners", f"KAFKA://{self.host_of(f'broker-{broker_id}')}:{self.ports.kafka[broker_id]}"]
         self._start_service("broker", broker_id, self.ports.brokers[broker_id], extra + self.broker_args)
 
     def readiness_file(self, broker_id: int) -> Path:

@@ -166,6 +166,8 @@ class BrokerRegistration(_JsonRecord):
     port: int
     rack: str = ""
     incarnation: str = ""  # new at every process start: a re-registration is a new broker life
+    kafka_host: str = ""  # the advertised Kafka-protocol listener (kafka_port 0: none)
+    kafka_port: int = 0
 
     @property
     def endpoint(self) -> str:

@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tidelog/v1/common.proto\x12\ntidelog.v1\"b\n\x0e\x42rokerEndpoint\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12\x0c\n\x04rack\x18\x04 \x01(\t\x12\x13\n\x0bincarnation\x18\x05 \x01(\t\"\xbc\x01\n\x0ePartitionState\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06leader\x18\x03 \x01(\x05\x12\x0b\n\x03isr\x18\x04 \x03(\x05\x12\x10\n\x08replicas\x18\x05 \x03(\x05\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\x07 \x01(\x05\x12\x18\n\x10\x63ontroller_epoch\x18\x08 \x01(\x05\x12\x10\n\x08topic_id\x18\t \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tidelog/v1/common.proto\x12\ntidelog.v1\"\x8a\x01\n\x0e\x42rokerEndpoint\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12\x0c\n\x04rack\x18\x04 \x01(\t\x12\x13\n\x0bincarnation\x18\x05 \x01(\t\x12\x12\n\nkafka_host\x18\x06 \x01(\t\x12\x12\n\nkafka_port\x18\x07 \x01(\x05\"\xbc\x01\n\x0ePartitionState\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06leader\x18\x03 \x01(\x05\x12\x0b\n\x03isr\x18\x04 \x03(\x05\x12\x10\n\x08replicas\x18\x05 \x03(\x05\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\x07 \x01(\x05\x12\x18\n\x10\x63ontroller_epoch\x18\x08 \x01(\x05\x12\x10\n\x08topic_id\x18\t \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tidelog.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_BROKERENDPOINT']._serialized_start=39
-  _globals['_BROKERENDPOINT']._serialized_end=137
-  _globals['_PARTITIONSTATE']._serialized_start=140
-  _globals['_PARTITIONSTATE']._serialized_end=328
+  _globals['_BROKERENDPOINT']._serialized_start=40
+  _globals['_BROKERENDPOINT']._serialized_end=178
+  _globals['_PARTITIONSTATE']._serialized_start=181
+  _globals['_PARTITIONSTATE']._serialized_end=369
 # @@protoc_insertion_point(module_scope)

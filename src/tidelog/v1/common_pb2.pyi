@@ -7,18 +7,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class BrokerEndpoint(_message.Message):
-    __slots__ = ("broker_id", "host", "port", "rack", "incarnation")
+    __slots__ = ("broker_id", "host", "port", "rack", "incarnation", "kafka_host", "kafka_port")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
     RACK_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    KAFKA_HOST_FIELD_NUMBER: _ClassVar[int]
+    KAFKA_PORT_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     host: str
     port: int
     rack: str
     incarnation: str
-    def __init__(self, broker_id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., rack: _Optional[str] = ..., incarnation: _Optional[str] = ...) -> None: ...
+    kafka_host: str
+    kafka_port: int
+    def __init__(self, broker_id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., rack: _Optional[str] = ..., incarnation: _Optional[str] = ..., kafka_host: _Optional[str] = ..., kafka_port: _Optional[int] = ...) -> None: ...
 
 class PartitionState(_message.Message):
     __slots__ = ("topic", "partition", "leader", "isr", "replicas", "leader_epoch", "partition_epoch", "controller_epoch", "topic_id")

@@ -1,0 +1,135 @@
+"""The Kafka-protocol listener: size-prefixed frames over TCP, one request at a time per
+connection (as Kafka's broker mutes a channel until its response is sent, so a producer's
+pipelined requests append in order), answered in order.
+
+A frame larger than `socket.request.max.bytes`, a header or body that does not parse, an unknown
+API key or an unsupported version (but ApiVersions, which answers UNSUPPORTED_VERSION with what is
+supported, as KIP-511 asks) closes the connection: Kafka's broker does the same, and nothing of a
+request that did not parse is ever acted on. At most `max.connections` connections are held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import structlog
+
+from tidelog.broker.broker_service import BrokerService
+from tidelog.broker.kafka_api import cluster_apis, log_apis
+from tidelog.broker.kafka_api.api_table import SERVED, SUPPORTED, ApiKey
+from tidelog.broker.kafka_api.cluster_apis import ClusterApis, api_versions_body
+from tidelog.broker.kafka_api.log_apis import LogApis
+from tidelog.broker.kafka_api.request_context import KafkaRequestContext, RequestAbortedError
+from tidelog.broker.request_metrics import REQUESTS
+from tidelog.common.errors import ErrorCode
+from tidelog.common.kafka_wire.primitives import MalformedFrameError
+from tidelog.common.kafka_wire.request_frames import UnsupportedVersionError, frame_response, parse_request
+
+__all__ = ["KafkaListener"]
+
+log = structlog.get_logger(__name__)
+
+Message = dict[str, Any]
+Handler = Callable[[Message, int, KafkaRequestContext], Awaitable[Message | None]]
+SIZE: Final = struct.Struct(">i")
+
+
+class KafkaListener:
+    def __init__(
+        self,
+        service: BrokerService,
+        broker_id: int,
+        cluster_id: str,
+        *,
+        request_max_bytes: int,
+        connections_max: int,
+    ) -> None:
+        self.request_max_bytes = request_max_bytes
+        self.connections_max = connections_max
+        cluster = ClusterApis(service, broker_id, cluster_id)
+        data = LogApis(service)
+        self.handlers: dict[int, Handler] = {
+            **{int(key): getattr(cluster, name) for key, name in cluster_apis.HANDLED.items()},
+            **{int(key): getattr(data, name) for key, name in log_apis.HANDLED.items()},
+        }
+        assert set(self.handlers) == set(SUPPORTED), "every advertised API has a handler"
+        self.server: asyncio.Server | None = None
+        self.connections: set[asyncio.Task[None]] = set()
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen; the port bound (the one asked for, or a free one for 0)."""
+        self.server = await asyncio.start_server(self._accepted, host or None, port, limit=1 << 16)
+        bound: int = self.server.sockets[0].getsockname()[1]
+        log.info("kafka_listener_started", host=host, port=bound)
+        return bound
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for task in list(self.connections):
+            task.cancel()
+        for task in list(self.connections):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.server is not None:
+            await self.server.wait_closed()
+
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if len(self.connections) >= self.connections_max:
+            log.warning("kafka_connection_refused", reason="max.connections", held=len(self.connections))
+            writer.close()
+            return
+        self.connections.add(task)
+        peer = writer.get_extra_info("peername") or ("", 0)
+        context = KafkaRequestContext(str(peer[0]), int(peer[1]))
+        try:
+            await self._serve(reader, writer, context)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except MalformedFrameError as error:
+            log.info("kafka_request_malformed", peer=context.peer(), error=str(error))
+        except RequestAbortedError as error:
+            log.info("kafka_request_aborted", peer=context.peer(), error=str(error))
+        except Exception:  # a defect: said loudly, and only this connection ends
+            log.exception("kafka_request_failed", peer=context.peer())
+        finally:
+            self.connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, context: KafkaRequestContext
+    ) -> None:
+        while True:
+            size = SIZE.unpack(await reader.readexactly(4))[0]
+            if not 0 <= size <= self.request_max_bytes:
+                limit = self.request_max_bytes
+                raise MalformedFrameError(f"a request of {size} bytes (socket.request.max.bytes {limit})")
+            frame = await reader.readexactly(size)
+            answer = await self._handle(frame, context)
+            if answer is not None:
+                writer.write(answer)
+                await writer.drain()
+
+    async def _handle(self, frame: bytes, context: KafkaRequestContext) -> bytes | None:
+        try:
+            parsed = parse_request(frame, SERVED)
+        except UnsupportedVersionError as error:
+            if error.api_key != ApiKey.API_VERSIONS:
+                raise
+            REQUESTS.labels("ApiVersions", ErrorCode.UNSUPPORTED_VERSION.name).inc()
+            body = api_versions_body(ErrorCode.UNSUPPORTED_VERSION)
+            return frame_response("ApiVersions", error.api_key, 0, error.correlation_id, body)
+        context.client_id = parsed.client_id
+        response = await self.handlers[parsed.api_key](parsed.body, parsed.version, context)
+        if response is None:
+            return None
+        name = SUPPORTED[parsed.api_key].message
+        return frame_response(name, parsed.api_key, parsed.version, parsed.correlation_id, response)

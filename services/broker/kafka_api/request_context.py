@@ -1,0 +1,33 @@
+"""What a Kafka-protocol request is served with: the connection's peer, client id and principal,
+shaped as the gRPC servicer context `BrokerService` reads (`peer()`, `invocation_metadata()`,
+`abort()`), so both listeners share one authorisation and quota path."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NoReturn
+
+from tidelog.common.security.quotas.quota import CLIENT_ID_METADATA
+
+__all__ = ["KafkaRequestContext", "RequestAbortedError"]
+
+
+class RequestAbortedError(Exception):
+    """A service method refused the whole request (as gRPC's `context.abort`): the listener closes
+    the connection, and the client reconnects or asks another broker."""
+
+
+@dataclasses.dataclass(slots=True)
+class KafkaRequestContext:
+    host: str
+    port: int
+    client_id: str = ""
+
+    def peer(self) -> str:
+        return f"ipv6:[{self.host}]:{self.port}" if ":" in self.host else f"ipv4:{self.host}:{self.port}"
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return ((CLIENT_ID_METADATA, self.client_id),) if self.client_id else ()
+
+    async def abort(self, code: Any, details: str = "") -> NoReturn:
+        raise RequestAbortedError(f"{code}: {details}")
