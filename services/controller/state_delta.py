@@ -126,7 +126,10 @@ def build_push(
     live = state.broker_protos()
     stopping = sorted(shutting_down)
     # (a broker entering controlled shutdown is news for every broker: a push, as a registration is)
-    live_key = (*((b.broker_id, b.host, b.port, b.rack, b.incarnation, b.kafka_host, b.kafka_port) for b in live), tuple(stopping))
+    live_key = (
+        *((b.broker_id, b.host, b.port, b.rack, b.incarnation, b.kafka_host, b.kafka_port) for b in live),
+        tuple(stopping),
+    )
     update = broker_pb2.UpdateMetadataRequest(
         controller_id=controller_id,
         controller_epoch=controller_epoch,

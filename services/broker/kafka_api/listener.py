@@ -36,6 +36,7 @@ log = structlog.get_logger(__name__)
 Message = dict[str, Any]
 Handler = Callable[[Message, int, KafkaRequestContext], Awaitable[Message | None]]
 SIZE: Final = struct.Struct(">i")
+FRAME_SHOWN: Final = 48  # bytes of a malformed request put in the log line that reports it
 
 
 class KafkaListener:
@@ -113,7 +114,10 @@ class KafkaListener:
                 limit = self.request_max_bytes
                 raise MalformedFrameError(f"a request of {size} bytes (socket.request.max.bytes {limit})")
             frame = await reader.readexactly(size)
-            answer = await self._handle(frame, context)
+            try:
+                answer = await self._handle(frame, context)
+            except MalformedFrameError as error:
+                raise MalformedFrameError(f"{error} (the request began {frame[:FRAME_SHOWN].hex()})") from None
             if answer is not None:
                 writer.write(answer)
                 await writer.drain()

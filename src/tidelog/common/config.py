@@ -237,7 +237,12 @@ BROKER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     ),
     _long("log.flush.scheduler.interval.ms", 1000, "How often logs are checked against flush.ms.", minimum=1),
     _long("log.retention.check.interval.ms", 300_000, "How often retention runs over every log.", minimum=1),
-    _int("socket.request.max.bytes", 100 * MIB, "Largest gRPC message any service accepts or sends, and largest Kafka-protocol request a broker reads.", minimum=1024),
+    _int(
+        "socket.request.max.bytes",
+        100 * MIB,
+        "Largest gRPC message any service accepts or sends, and largest Kafka-protocol request a broker reads.",
+        minimum=1024,
+    ),
     ConfigDef(
         "listeners",
         ConfigType.LIST,

@@ -182,3 +182,11 @@ def test_api_versions_answers_with_response_header_v0_even_at_a_flexible_version
     assert codec("ApiVersionsResponse", 3).decode(framed[8:])["ApiKeys"][0]["MaxVersion"] == 3
     metadata = frame_response("Metadata", 3, 12, 11, codec("MetadataResponse", 12).default())
     assert metadata[8] == 0  # flexible response header v1: an empty tagged-field section
+
+
+def test_bytes_after_a_body_are_ignored_as_kafka_ignores_them() -> None:
+    # librdkafka 2.x's Metadata v12 for every topic, byte for byte: its compact array count is
+    # written into a four-byte placeholder, so three zero bytes follow what the body holds.
+    frame = bytes.fromhex("0003000c00000003000772646b61666b610000000000010000")
+    parsed = parse_request(frame, SERVED)
+    assert parsed.body["Topics"] is None and parsed.correlation_id == 3

@@ -1,0 +1,196 @@
+"""Real Kafka clients, each driven the same way for the Kafka-listener tests: write records to one
+partition, and read partitions from the beginning to their end. A record is compared as
+(offset, key, value, headers) whoever wrote and whoever read it.
+
+librdkafka (confluent-kafka and kcat), kafka-python and aiokafka are independent implementations
+of Kafka's protocol; the native Tidelog client reads the same records over gRPC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import TopicPartition as AioPartition
+from confluent_kafka import Consumer as RdConsumer
+from confluent_kafka import Producer as RdProducer
+from confluent_kafka import TopicPartition as RdPartition
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as PyPartition
+
+from tidelog.client import Consumer, Producer, TopicPartition
+
+Record = tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
+Sent = tuple[bytes | None, bytes, list[tuple[str, bytes]]]  # key, value, headers
+READ_TIMEOUT_S = 30.0
+KCAT = shutil.which("kcat")
+
+
+def records_to_send(writer: str, count: int) -> list[Sent]:
+    """Printable keys, values and headers (kcat reads and prints text)."""
+    return [
+        (
+            f"{writer}-k{number % 3}".encode() if number % 4 else None,
+            f"{writer}-v{number}".encode(),
+            [("writer", writer.encode())],
+        )
+        for number in range(count)
+    ]
+
+
+def _headers(pairs: Sequence[tuple[str, Any]] | None) -> tuple[tuple[str, bytes | None], ...]:
+    return tuple((name, None if value is None else bytes(value)) for name, value in pairs or ())
+
+
+# ---- writers: each returns once every record is acknowledged -----------------------------------
+
+
+def write_confluent(bootstrap: str, topic: str, partition: int, records: list[Sent], **config: Any) -> None:
+    producer = RdProducer({"bootstrap.servers": bootstrap, "linger.ms": 5, **config})
+    failures: list[Any] = []
+    for key, value, headers in records:
+        producer.produce(
+            topic, value, key, partition, on_delivery=lambda error, _: error and failures.append(error), headers=headers
+        )
+    assert producer.flush(READ_TIMEOUT_S) == 0, "records left undelivered"
+    assert not failures, failures
+
+
+def write_kafka_python(bootstrap: str, topic: str, partition: int, records: list[Sent], **config: Any) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, **config)
+    futures = [producer.send(topic, value, key, headers, partition) for key, value, headers in records]
+    for future in futures:
+        future.get(timeout=READ_TIMEOUT_S)
+    producer.close()
+
+
+async def write_aiokafka(bootstrap: str, topic: str, partition: int, records: list[Sent], **config: Any) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **config)
+    await producer.start()
+    try:
+        deliveries = [
+            await producer.send(topic, value, key, partition, headers=headers) for key, value, headers in records
+        ]
+        await asyncio.gather(*deliveries)
+    finally:
+        await producer.stop()
+
+
+def write_kcat(bootstrap: str, topic: str, partition: int, records: list[Sent], *options: str) -> None:
+    """One kcat run per key and headers (kcat takes them per run), values one per line."""
+    assert KCAT is not None
+    for key, value, headers in records:
+        command = [KCAT, "-b", bootstrap, "-P", "-t", topic, "-p", str(partition), *options]
+        if key is not None:
+            command += ["-k", key.decode()]
+        for name, header in headers:
+            command += ["-H", f"{name}={header.decode()}"]
+        subprocess.run(command, input=value + b"\n", check=True, timeout=READ_TIMEOUT_S, capture_output=True)
+
+
+async def write_native(bootstrap: list[str], topic: str, partition: int, records: list[Sent]) -> None:
+    async with Producer(bootstrap) as producer:
+        deliveries = [
+            await producer.send(topic, value, key=key, partition=partition, headers=tuple(headers))
+            for key, value, headers in records
+        ]
+        await asyncio.gather(*deliveries)
+
+
+# ---- readers: partition → its records, read until each partition's end offset -----------------
+
+
+def read_confluent(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[int, list[Record]]:
+    consumer = RdConsumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False})
+    consumer.assign([RdPartition(topic, partition, 0) for partition in ends])
+    got: dict[int, list[Record]] = {partition: [] for partition in ends}
+    deadline = time.monotonic() + READ_TIMEOUT_S
+    while any(len(got[p]) < end for p, end in ends.items()) and time.monotonic() < deadline:
+        for message in consumer.consume(100, 0.5):
+            assert message.error() is None, message.error()
+            got[message.partition()].append(
+                (message.offset(), message.key(), message.value(), _headers(message.headers()))
+            )
+    consumer.close()
+    return got
+
+
+def read_kafka_python(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[int, list[Record]]:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer.assign([PyPartition(topic, partition) for partition in ends])
+    consumer.seek_to_beginning()
+    got: dict[int, list[Record]] = {partition: [] for partition in ends}
+    deadline = time.monotonic() + READ_TIMEOUT_S
+    while any(len(got[p]) < end for p, end in ends.items()) and time.monotonic() < deadline:
+        for partition, messages in consumer.poll(500).items():
+            got[partition.partition] += [(m.offset, m.key, m.value, _headers(m.headers)) for m in messages]
+    consumer.close()
+    return got
+
+
+async def read_aiokafka(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[int, list[Record]]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    got: dict[int, list[Record]] = {partition: [] for partition in ends}
+    try:
+        consumer.assign([AioPartition(topic, partition) for partition in ends])
+        await consumer.seek_to_beginning()
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        while any(len(got[p]) < end for p, end in ends.items()) and time.monotonic() < deadline:
+            for partition, messages in (await consumer.getmany(timeout_ms=500)).items():
+                got[partition.partition] += [(m.offset, m.key, m.value, _headers(m.headers)) for m in messages]
+    finally:
+        await consumer.stop()
+    return got
+
+
+def read_kcat(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[int, list[Record]]:
+    assert KCAT is not None
+    got: dict[int, list[Record]] = {}
+    for partition, end in ends.items():
+        output = subprocess.run(
+            [
+                KCAT,
+                "-b",
+                bootstrap,
+                "-C",
+                "-t",
+                topic,
+                "-p",
+                str(partition),
+                "-o",
+                "beginning",
+                "-c",
+                str(end),
+                "-e",
+                "-f",
+                "%o\t%k\t%K\t%s\t%h\n",
+            ],
+            check=True,
+            timeout=READ_TIMEOUT_S,
+            capture_output=True,
+        ).stdout.decode()
+        got[partition] = []
+        for line in output.splitlines():
+            offset, key, key_length, value, headers = line.split("\t")
+            pairs = tuple(
+                (name, text.encode()) for name, _, text in (item.partition("=") for item in headers.split(",") if item)
+            )
+            got[partition].append((int(offset), None if key_length == "-1" else key.encode(), value.encode(), pairs))
+    return got
+
+
+async def read_native(bootstrap: list[str], topic: str, ends: dict[int, int]) -> dict[int, list[Record]]:
+    got: dict[int, list[Record]] = {partition: [] for partition in ends}
+    async with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, partition) for partition in ends])
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        while any(len(got[p]) < end for p, end in ends.items()) and time.monotonic() < deadline:
+            for record in await consumer.poll(500):
+                got[record.partition].append((record.offset, record.key, record.value, _headers(record.headers)))
+    return got

@@ -1,0 +1,157 @@
+"""Kafka's own clients against the brokers' Kafka listeners (docs/kafka-protocol.md): librdkafka
+(confluent-kafka and kcat), kafka-python and aiokafka write with every codec, acks level and
+idempotence, and every one of them — and the native client over gRPC — reads back exactly what
+each wrote, offset, key, value and headers."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import subprocess
+import time
+
+import pytest
+from confluent_kafka import Consumer as RdConsumer
+from confluent_kafka import Producer as RdProducer
+from confluent_kafka import TopicPartition as RdPartition
+
+from tests.cluster import kafka_clients
+from tests.cluster.kafka_clients import KCAT, Sent, records_to_send
+from tidelog.client import AdminClient
+from tidelog.common.kafka_wire.message_codec import codec
+from tidelog.dev.local_cluster import LocalCluster
+
+needs_kcat = pytest.mark.skipif(KCAT is None, reason="kcat is not installed (Debian package kcat)")
+COUNT = 12
+
+
+async def _topic(admin: AdminClient, name: str, partitions: int) -> None:
+    await admin.create_topic(name, num_partitions=partitions, replication_factor=3)
+
+
+@needs_kcat
+async def test_kcat_lists_the_brokers_and_the_topics_partitions(
+    cluster: LocalCluster, admin: AdminClient, topic_name: str
+) -> None:
+    await _topic(admin, topic_name, 3)
+    listing = await asyncio.to_thread(
+        subprocess.run,
+        [KCAT, "-b", cluster.kafka_bootstrap.split(",")[0], "-L", "-t", topic_name],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    for broker_id in cluster.broker_ids:
+        assert f"broker {broker_id} at 127.0.0.1:{cluster.ports.kafka[broker_id]}" in listing.stdout
+    assert f'topic "{topic_name}" with 3 partitions' in listing.stdout
+    assert listing.stdout.count("isrs: ") == 3
+
+
+@needs_kcat
+async def test_what_any_client_writes_every_client_reads_back_the_same(
+    cluster: LocalCluster, admin: AdminClient, topic_name: str
+) -> None:
+    await _topic(admin, topic_name, 5)
+    bootstrap = cluster.kafka_bootstrap
+    sent: dict[int, list[Sent]] = {}
+    # Partition 0: librdkafka, idempotent, acks=all, zstd; 1: kafka-python, acks=1, gzip;
+    # 2: aiokafka, idempotent, lz4; 3: kcat, snappy; 4: the native client over gRPC.
+    sent[0] = records_to_send("confluent", COUNT)
+    await asyncio.to_thread(
+        kafka_clients.write_confluent,
+        bootstrap,
+        topic_name,
+        0,
+        sent[0],
+        **{"enable.idempotence": True, "acks": "all", "compression.type": "zstd"},
+    )
+    sent[1] = records_to_send("kafka-python", COUNT)
+    await asyncio.to_thread(
+        kafka_clients.write_kafka_python, bootstrap, topic_name, 1, sent[1], acks=1, compression_type="gzip"
+    )
+    sent[2] = records_to_send("aiokafka", COUNT)
+    await kafka_clients.write_aiokafka(
+        bootstrap, topic_name, 2, sent[2], enable_idempotence=True, compression_type="lz4"
+    )
+    sent[3] = records_to_send("kcat", 4)
+    await asyncio.to_thread(kafka_clients.write_kcat, bootstrap, topic_name, 3, sent[3], "-z", "snappy")
+    sent[4] = records_to_send("native", COUNT)
+    await kafka_clients.write_native(cluster.bootstrap, topic_name, 4, sent[4])
+
+    expected = {
+        partition: [(offset, key, value, tuple(headers)) for offset, (key, value, headers) in enumerate(records)]
+        for partition, records in sent.items()
+    }
+    ends = {partition: len(records) for partition, records in sent.items()}
+    readers = {
+        "confluent-kafka": asyncio.to_thread(kafka_clients.read_confluent, bootstrap, topic_name, ends),
+        "kafka-python": asyncio.to_thread(kafka_clients.read_kafka_python, bootstrap, topic_name, ends),
+        "aiokafka": kafka_clients.read_aiokafka(bootstrap, topic_name, ends),
+        "kcat": asyncio.to_thread(kafka_clients.read_kcat, bootstrap, topic_name, ends),
+        "native": kafka_clients.read_native(cluster.bootstrap, topic_name, ends),
+    }
+    for reader, reading in readers.items():
+        assert await reading == expected, reader
+
+
+async def test_acks_zero_and_one_write_and_offsets_for_times_find_the_first_record_at_or_after(
+    cluster: LocalCluster, admin: AdminClient, topic_name: str
+) -> None:
+    await _topic(admin, topic_name, 1)
+    bootstrap = cluster.kafka_bootstrap
+
+    def produce_and_look_up() -> tuple[int, int, bool]:
+        early = [(None, b"ack-one", [])] * 3
+        kafka_clients.write_confluent(bootstrap, topic_name, 0, early, acks=1)
+        middle_ms = int(time.time() * 1000) + 5
+        while int(time.time() * 1000) <= middle_ms:
+            time.sleep(0.005)  # (the records below are stamped after middle_ms by the producer)
+        kafka_clients.write_confluent(bootstrap, topic_name, 0, [(None, b"ack-zero", [])] * 3, acks=0)
+        consumer = RdConsumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+        deadline = time.monotonic() + 30
+        end = 0
+        while end < 6 and time.monotonic() < deadline:  # acks=0 is not waited for: its records land soon after
+            end = consumer.get_watermark_offsets(RdPartition(topic_name, 0), timeout=10)[1]
+        found = consumer.offsets_for_times([RdPartition(topic_name, 0, middle_ms)], timeout=10)
+        consumer.close()
+        return end, found[0].offset, found[0].error is None
+
+    end, offset, ok = await asyncio.to_thread(produce_and_look_up)
+    assert end == 6
+    assert ok and offset == 3
+
+
+def _raw_request(port: int, frame: bytes) -> bytes:
+    """Send one framed request; the answer's bytes (empty: the broker closed the connection)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall(frame)
+        received = b""
+        while True:
+            chunk = connection.recv(65536)
+            if not chunk:
+                return received
+            received += chunk
+            if len(received) >= 4 and len(received) >= 4 + struct.unpack_from(">i", received)[0]:
+                return received
+
+
+def test_bad_frames_close_the_connection_and_an_unknown_api_versions_version_gets_the_list(
+    cluster: LocalCluster,
+) -> None:
+    port = cluster.ports.kafka[cluster.broker_ids[0]]
+    api_versions_v9 = b"\x00\x12\x00\x09\x00\x00\x00\x2a\xff\xff"
+    answer = _raw_request(port, struct.pack(">i", len(api_versions_v9)) + api_versions_v9)
+    assert answer[4:8] == b"\x00\x00\x00\x2a"  # correlation id 42, response header v0
+    body = codec("ApiVersionsResponse", 0).decode(answer[8:])
+    assert body["ErrorCode"] == 35  # UNSUPPORTED_VERSION
+    assert {entry["ApiKey"] for entry in body["ApiKeys"]} >= {0, 1, 2, 3, 18}
+    unknown_key = b"\x03\xe7\x00\x00\x00\x00\x00\x01\xff\xff"
+    assert _raw_request(port, struct.pack(">i", len(unknown_key)) + unknown_key) == b""
+    assert _raw_request(port, struct.pack(">i", 2**31 - 1)) == b""  # beyond socket.request.max.bytes
+    truncated_metadata = b"\x00\x03\x00\x01\x00\x00\x00\x01\xff\xff\x00\x00\x00\x05"  # 5 topics, none there
+    assert _raw_request(port, struct.pack(">i", len(truncated_metadata)) + truncated_metadata) == b""
+    # ... and the listener serves the next connection as ever.
+    producer = RdProducer({"bootstrap.servers": f"127.0.0.1:{port}"})
+    assert producer.list_topics(timeout=10).brokers
