@@ -182,11 +182,13 @@ class _Broker:
             self.service,
             self.args.id,
             await cluster_id(self.etcd),
+            self.channels,
             request_max_bytes=self.settings.socket_request_max_bytes,
             connections_max=self.settings.max_connections,
         )
         port = await self.kafka.start(bound.host, bound.port)
         host, advertised_port = advertised_address(bound, told, port, self.args.advertised_host or self.args.host)
+        self.kafka.advertised = (host, advertised_port)
         self.registration.broker = dataclasses.replace(
             self.registration.broker, kafka_host=host, kafka_port=advertised_port
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -194,3 +195,107 @@ async def read_native(bootstrap: list[str], topic: str, ends: dict[int, int]) ->
             for record in await consumer.poll(500):
                 got[record.partition].append((record.offset, record.key, record.value, _headers(record.headers)))
     return got
+
+
+# ---- group members: each polls and commits what it read until told to stop ---------------------
+
+
+class GroupMember:
+    """One subscribed consumer of a library, run in its own thread: what it read, its assignment."""
+
+    def __init__(self, library: str, bootstrap: str, group: str, topic: str, **config: Any) -> None:
+        self.library, self.bootstrap, self.group, self.topic, self.config = library, bootstrap, group, topic, config
+        self.values: list[bytes] = []
+        self.assignment: frozenset[int] = frozenset()
+        self.stop = threading.Event()
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name=f"{library}-member", daemon=True)
+
+    def start(self) -> GroupMember:
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=READ_TIMEOUT_S)
+        assert not self.thread.is_alive(), f"{self.library} did not stop"
+        if self.failure is not None:
+            raise self.failure
+
+    def _run(self) -> None:
+        try:
+            if self.library == "aiokafka":
+                asyncio.run(self._aiokafka())
+            else:
+                getattr(self, "_" + self.library.replace("-", "_"))()
+        except BaseException as error:  # reported by close()
+            self.failure = error
+
+    def _confluent(self) -> None:
+        consumer = RdConsumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": self.group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                **self.config,
+            }
+        )
+        consumer.subscribe([self.topic])
+        while not self.stop.is_set():
+            messages = consumer.consume(100, 0.2)
+            for message in messages:
+                assert message.error() is None, message.error()
+                self.values.append(message.value())
+            if messages:
+                consumer.commit(asynchronous=False)
+            self.assignment = frozenset(partition.partition for partition in consumer.assignment())
+        consumer.close()
+
+    def _kafka_python(self) -> None:
+        consumer = KafkaConsumer(
+            self.topic,
+            bootstrap_servers=self.bootstrap,
+            group_id=self.group,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            **self.config,
+        )
+        while not self.stop.is_set():
+            polled = consumer.poll(200)
+            for messages in polled.values():
+                self.values += [message.value for message in messages]
+            if polled:
+                consumer.commit()
+            self.assignment = frozenset(partition.partition for partition in consumer.assignment())
+        consumer.close()
+
+    async def _aiokafka(self) -> None:
+        consumer = AIOKafkaConsumer(
+            self.topic,
+            bootstrap_servers=self.bootstrap,
+            group_id=self.group,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            **self.config,
+        )
+        await consumer.start()
+        try:
+            while not self.stop.is_set():
+                polled = await consumer.getmany(timeout_ms=200)
+                for messages in polled.values():
+                    self.values += [message.value for message in messages]
+                if polled:
+                    await consumer.commit()
+                self.assignment = frozenset(partition.partition for partition in consumer.assignment())
+        finally:
+            await consumer.stop()
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = RdConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        found = consumer.committed([RdPartition(topic, partition) for partition in range(partitions)], timeout=10)
+    finally:
+        consumer.close()
+    return {entry.partition: entry.offset for entry in found}

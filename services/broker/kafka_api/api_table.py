@@ -3,7 +3,8 @@
 A version is listed only when every field it carries is honoured (docs/kafka-protocol.md names
 what is left at its default). Ranges stop where a version needs what Tidelog has not built yet:
 Fetch 13+ names topics by id only, ListOffsets 7+ asks for the max timestamp (KIP-734), Produce
-10+ and Metadata beyond 12 are the next steps.
+10+ and Metadata beyond 12 are the next steps. Group requests are forwarded to the coordinators
+(group_apis).
 """
 
 from __future__ import annotations
@@ -19,9 +20,19 @@ class ApiKey(enum.IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     API_VERSIONS = 18
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    DELETE_GROUPS = 42
     DESCRIBE_CLUSTER = 60
 
 
@@ -40,6 +51,16 @@ SUPPORTED: Final[dict[int, Versions]] = {
     ApiKey.INIT_PRODUCER_ID: Versions("InitProducerId", 0, 4),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: Versions("OffsetForLeaderEpoch", 2, 4),
     ApiKey.DESCRIBE_CLUSTER: Versions("DescribeCluster", 0, 1),
+    ApiKey.FIND_COORDINATOR: Versions("FindCoordinator", 0, 3),  # 4: batched keys
+    ApiKey.JOIN_GROUP: Versions("JoinGroup", 0, 9),
+    ApiKey.SYNC_GROUP: Versions("SyncGroup", 0, 5),
+    ApiKey.HEARTBEAT: Versions("Heartbeat", 0, 4),
+    ApiKey.LEAVE_GROUP: Versions("LeaveGroup", 0, 5),
+    ApiKey.OFFSET_COMMIT: Versions("OffsetCommit", 0, 8),  # 9: KIP-848's member epochs
+    ApiKey.OFFSET_FETCH: Versions("OffsetFetch", 0, 7),  # 8: batched groups
+    ApiKey.DESCRIBE_GROUPS: Versions("DescribeGroups", 0, 5),
+    ApiKey.LIST_GROUPS: Versions("ListGroups", 0, 4),  # 5: group types (KIP-848)
+    ApiKey.DELETE_GROUPS: Versions("DeleteGroups", 0, 2),
 }
 
 

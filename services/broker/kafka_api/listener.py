@@ -19,12 +19,14 @@ from typing import Any, Final
 import structlog
 
 from tidelog.broker.broker_service import BrokerService
-from tidelog.broker.kafka_api import cluster_apis, log_apis
+from tidelog.broker.kafka_api import cluster_apis, group_apis, log_apis
 from tidelog.broker.kafka_api.api_table import SERVED, SUPPORTED, ApiKey
 from tidelog.broker.kafka_api.cluster_apis import ClusterApis, api_versions_body
+from tidelog.broker.kafka_api.group_apis import GroupApis
 from tidelog.broker.kafka_api.log_apis import LogApis
 from tidelog.broker.kafka_api.request_context import KafkaRequestContext, RequestAbortedError
 from tidelog.broker.request_metrics import REQUESTS
+from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode
 from tidelog.common.kafka_wire.primitives import MalformedFrameError
 from tidelog.common.kafka_wire.request_frames import UnsupportedVersionError, frame_response, parse_request
@@ -45,6 +47,7 @@ class KafkaListener:
         service: BrokerService,
         broker_id: int,
         cluster_id: str,
+        channels: ChannelPool,
         *,
         request_max_bytes: int,
         connections_max: int,
@@ -53,9 +56,12 @@ class KafkaListener:
         self.connections_max = connections_max
         cluster = ClusterApis(service, broker_id, cluster_id)
         data = LogApis(service)
+        groups = GroupApis(service, channels, lambda: self.advertised)
+        self.advertised = ("", 0)  # host and port clients are told (set once bound)
         self.handlers: dict[int, Handler] = {
             **{int(key): getattr(cluster, name) for key, name in cluster_apis.HANDLED.items()},
             **{int(key): getattr(data, name) for key, name in log_apis.HANDLED.items()},
+            **{int(key): getattr(groups, name) for key, name in group_apis.HANDLED.items()},
         }
         assert set(self.handlers) == set(SUPPORTED), "every advertised API has a handler"
         self.server: asyncio.Server | None = None

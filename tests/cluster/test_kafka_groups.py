@@ -1,0 +1,98 @@
+"""Consumer groups of Kafka's own clients through the Kafka listener, forwarded to Tidelog's group
+coordinators: librdkafka, kafka-python and aiokafka members share one group's partitions and
+commits; librdkafka's cooperative-sticky rebalances incrementally; groups are listed, described
+and deleted with librdkafka's admin client."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient as RdAdmin
+
+from tests.cluster.conftest import COORDINATOR_ARGS, running_cluster
+from tests.cluster.kafka_clients import GroupMember, committed_offsets, write_confluent
+from tidelog.client.sync import SyncAdminClient
+from tidelog.dev.local_cluster import LocalCluster
+
+PARTITIONS = 6
+PER_PARTITION = 10
+SETTLE_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def group_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    data = Path(tmp_path_factory.mktemp("kafka-groups"))
+    with running_cluster(data, coordinators=1, coordinator_args=COORDINATOR_ARGS) as cluster:
+        yield cluster
+
+
+def _filled_topic(cluster: LocalCluster) -> str:
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    admin = SyncAdminClient(cluster.bootstrap)
+    try:
+        admin.create_topic(topic, num_partitions=PARTITIONS, replication_factor=3)
+    finally:
+        admin.close()
+    for partition in range(PARTITIONS):
+        records = [(None, f"{partition}-{number}".encode(), []) for number in range(PER_PARTITION)]
+        write_confluent(cluster.kafka_bootstrap, topic, partition, records)
+    return topic
+
+
+def _settled(members: list[GroupMember], cluster: LocalCluster, group: str, topic: str) -> bool:
+    """Every member holds some partitions, none twice, all of them; every offset committed."""
+    held = [member.assignment for member in members]
+    if not all(held) or sum(map(len, held)) != PARTITIONS or frozenset().union(*held) != set(range(PARTITIONS)):
+        return False
+    committed = committed_offsets(cluster.kafka_bootstrap, group, topic, PARTITIONS)
+    return all(offset == PER_PARTITION for offset in committed.values())
+
+
+def _run_group(cluster: LocalCluster, members: list[GroupMember], group: str, topic: str) -> None:
+    for member in members:
+        member.start()
+    try:
+        deadline = time.monotonic() + SETTLE_S
+        while not _settled(members, cluster, group, topic):
+            assert time.monotonic() < deadline, [
+                (member.library, member.assignment, len(member.values)) for member in members
+            ]
+            time.sleep(0.2)
+    finally:
+        for member in members:
+            member.close()
+    read = set().union(*(member.values for member in members))
+    assert read == {f"{p}-{n}".encode() for p in range(PARTITIONS) for n in range(PER_PARTITION)}
+
+
+def test_members_of_three_libraries_share_one_groups_partitions_and_commits(group_cluster: LocalCluster) -> None:
+    topic, group = _filled_topic(group_cluster), f"g-{uuid.uuid4().hex[:8]}"
+    bootstrap = group_cluster.kafka_bootstrap
+    members = [
+        # Their assignors in common: roundrobin (aiokafka offers nothing else by default).
+        GroupMember("confluent", bootstrap, group, topic, **{"partition.assignment.strategy": "roundrobin,range"}),
+        GroupMember("kafka-python", bootstrap, group, topic),
+        GroupMember("aiokafka", bootstrap, group, topic),
+    ]
+    _run_group(group_cluster, members, group, topic)
+
+
+def test_librdkafkas_cooperative_sticky_members_rebalance_and_the_group_is_listed_described_and_deleted(
+    group_cluster: LocalCluster,
+) -> None:
+    topic, group = _filled_topic(group_cluster), f"g-{uuid.uuid4().hex[:8]}"
+    bootstrap = group_cluster.kafka_bootstrap
+    cooperative = {"partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": 6000}
+    members = [GroupMember("confluent", bootstrap, group, topic, **cooperative) for _ in range(2)]
+    _run_group(group_cluster, members, group, topic)
+    admin = RdAdmin({"bootstrap.servers": bootstrap})
+    listed = admin.list_consumer_groups().result(timeout=30)
+    assert group in {entry.group_id for entry in listed.valid}
+    described = admin.describe_consumer_groups([group])[group].result(timeout=30)
+    assert described.group_id == group and not described.members  # both left
+    admin.delete_consumer_groups([group])[group].result(timeout=30)
+    assert group not in {entry.group_id for entry in admin.list_consumer_groups().result(timeout=30).valid}
