@@ -13,8 +13,12 @@ import time
 
 import pytest
 from confluent_kafka import Consumer as RdConsumer
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import Producer as RdProducer
 from confluent_kafka import TopicPartition as RdPartition
+from confluent_kafka.admin import AdminClient as RdAdmin
+from confluent_kafka.admin import ConfigResource, NewPartitions, NewTopic
+from kafka.admin import KafkaAdminClient
 
 from tests.cluster import kafka_clients
 from tests.cluster.kafka_clients import KCAT, Sent, records_to_send
@@ -155,3 +159,34 @@ def test_bad_frames_close_the_connection_and_an_unknown_api_versions_version_get
     # ... and the listener serves the next connection as ever.
     producer = RdProducer({"bootstrap.servers": f"127.0.0.1:{port}"})
     assert producer.list_topics(timeout=10).brokers
+
+
+def test_librdkafkas_and_kafka_pythons_admin_clients_create_describe_grow_and_delete_topics(
+    cluster: LocalCluster, topic_name: str
+) -> None:
+    bootstrap = cluster.kafka_bootstrap
+    admin = RdAdmin({"bootstrap.servers": bootstrap})
+    created = admin.create_topics([NewTopic(topic_name, 2, 3, config={"retention.ms": "12345"})])
+    created[topic_name].result(timeout=30)
+    with pytest.raises(KafkaException) as again:
+        admin.create_topics([NewTopic(topic_name, 2, 3)])[topic_name].result(timeout=30)
+    assert again.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+    with pytest.raises(KafkaException) as invalid:
+        admin.create_topics([NewTopic("no spaces allowed", 1, 1)])["no spaces allowed"].result(timeout=30)
+    assert invalid.value.args[0].code() == KafkaError.TOPIC_EXCEPTION
+    admin.create_partitions([NewPartitions(topic_name, 4)])[topic_name].result(timeout=30)
+    configs = admin.describe_configs([ConfigResource("topic", topic_name)])
+    described = next(iter(configs.values())).result(timeout=30)
+    assert described["retention.ms"].value == "12345" and not described["retention.ms"].is_default
+    assert described["cleanup.policy"].is_default
+    # kafka-python's admin client sees the four partitions (metadata through the same listener).
+    python_admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    deadline = time.monotonic() + 30
+    while len(python_admin.describe_topics([topic_name])[0]["partitions"]) != 4:
+        assert time.monotonic() < deadline, "the new partitions never showed"
+        time.sleep(0.1)
+    python_admin.delete_topics([topic_name])
+    python_admin.close()
+    with pytest.raises(KafkaException) as gone:
+        admin.delete_topics([topic_name])[topic_name].result(timeout=30)
+    assert gone.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART

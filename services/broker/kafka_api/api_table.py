@@ -30,8 +30,12 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
     API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_CONFIGS = 32
+    CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     DESCRIBE_CLUSTER = 60
 
@@ -61,6 +65,10 @@ SUPPORTED: Final[dict[int, Versions]] = {
     ApiKey.DESCRIBE_GROUPS: Versions("DescribeGroups", 0, 5),
     ApiKey.LIST_GROUPS: Versions("ListGroups", 0, 4),  # 5: group types (KIP-848)
     ApiKey.DELETE_GROUPS: Versions("DeleteGroups", 0, 2),
+    ApiKey.CREATE_TOPICS: Versions("CreateTopics", 0, 7),
+    ApiKey.DELETE_TOPICS: Versions("DeleteTopics", 0, 6),
+    ApiKey.CREATE_PARTITIONS: Versions("CreatePartitions", 0, 3),
+    ApiKey.DESCRIBE_CONFIGS: Versions("DescribeConfigs", 0, 4),
 }
 
 

@@ -19,7 +19,8 @@ from typing import Any, Final
 import structlog
 
 from tidelog.broker.broker_service import BrokerService
-from tidelog.broker.kafka_api import cluster_apis, group_apis, log_apis
+from tidelog.broker.kafka_api import admin_apis, cluster_apis, group_apis, log_apis
+from tidelog.broker.kafka_api.admin_apis import AdminApis
 from tidelog.broker.kafka_api.api_table import SERVED, SUPPORTED, ApiKey
 from tidelog.broker.kafka_api.cluster_apis import ClusterApis, api_versions_body
 from tidelog.broker.kafka_api.group_apis import GroupApis
@@ -57,11 +58,13 @@ class KafkaListener:
         cluster = ClusterApis(service, broker_id, cluster_id)
         data = LogApis(service)
         groups = GroupApis(service, channels, lambda: self.advertised)
+        admin = AdminApis(service, channels)
         self.advertised = ("", 0)  # host and port clients are told (set once bound)
         self.handlers: dict[int, Handler] = {
             **{int(key): getattr(cluster, name) for key, name in cluster_apis.HANDLED.items()},
             **{int(key): getattr(data, name) for key, name in log_apis.HANDLED.items()},
             **{int(key): getattr(groups, name) for key, name in group_apis.HANDLED.items()},
+            **{int(key): getattr(admin, name) for key, name in admin_apis.HANDLED.items()},
         }
         assert set(self.handlers) == set(SUPPORTED), "every advertised API has a handler"
         self.server: asyncio.Server | None = None

@@ -96,7 +96,8 @@ class _Compiler:
         tagged: dict[int, tuple[str, ReadField, WriteField, Any]] = {}
         defaults: dict[str, Callable[[], Any]] = {}
         for field in fields:
-            name, kind = field["name"], field["type"]
+            # (Kafka's generator capitalises names: a few definitions spell one "timeoutMs")
+            name, kind = field["name"][:1].upper() + field["name"][1:], field["type"]
             nullable = _versions(field.get("nullableVersions"), version)
             read, write, default = self.field(field, kind, nullable)
             defaults[name] = default
