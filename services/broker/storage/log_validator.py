@@ -10,7 +10,15 @@ import dataclasses
 
 from tidelog.broker.storage.log_config import LogConfig
 from tidelog.common.errors import InvalidRecordError, RecordTooLargeError
-from tidelog.common.record.batch import BATCH_OVERHEAD, BatchHeader, check_records, read_header, restamp, validate_batch
+from tidelog.common.record.batch import (
+    BATCH_OVERHEAD,
+    BatchHeader,
+    check_records,
+    counted_size,
+    read_header,
+    restamp,
+    validate_batch,
+)
 
 __all__ = ["AppendInfo", "assign_offsets", "validate_batches"]
 
@@ -39,7 +47,7 @@ def validate_batches(
     while position < len(records):
         if len(records) - position >= BATCH_OVERHEAD:
             # Say "too large" before "torn": a client cut off at a size limit should learn why.
-            size = read_header(records, position).size
+            size = counted_size(read_header(records, position))
             if size > limit:
                 raise RecordTooLargeError(f"batch of {size} bytes exceeds max.message.bytes={limit}")
         header = validate_batch(records, position)

@@ -25,7 +25,14 @@ from typing import Final
 from tidelog.broker.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from tidelog.broker.storage.transaction_index import TXN_INDEX_SUFFIX, TransactionIndex
 from tidelog.common.errors import CorruptRecordError, InvalidRecordError, KafkaStorageError
-from tidelog.common.record.batch import BATCH_OVERHEAD, BatchHeader, decode_batch, read_header, validate_batch
+from tidelog.common.record.batch import (
+    BATCH_OVERHEAD,
+    BatchHeader,
+    counted_size,
+    decode_batch,
+    read_header,
+    validate_batch,
+)
 
 __all__ = ["BadBatchError", "LogSegment", "segment_file_name"]
 
@@ -210,7 +217,7 @@ class LogSegment:
             header = read_header(buffer, local)
             if header.size < BATCH_OVERHEAD or position + header.size > self.size:
                 raise BadBatchError("batch overruns the segment", position)
-            if max_message_bytes is not None and header.size > max_message_bytes:
+            if max_message_bytes is not None and counted_size(header) > max_message_bytes:
                 raise BadBatchError("batch exceeds max.message.bytes", position)
             if validate:
                 if len(buffer) - local < header.size:

@@ -180,6 +180,23 @@ def test_oversized_batch_is_message_too_large(open_log: OpenLog) -> None:
     assert partition_log.log_end_offset == 0
 
 
+def test_max_message_bytes_does_not_count_the_columns_so_a_kafka_sized_batch_fits_and_survives_recovery(
+    open_log: OpenLog,
+) -> None:
+    # 100 records of 10 bytes: 61 + 100 x (24 + 10) = 3,461 bytes stored; Kafka's v2 format holds
+    # them in about 61 + 100 x 18 = 1,861. Within a 2,000-byte limit, as librdkafka expects.
+    limit = 2000
+    partition_log = open_log(max_message_bytes=limit)
+    batch = encode_batch([b"0123456789"] * 100)
+    assert len(batch) > limit
+    partition_log.append_as_leader(batch, leader_epoch=0)
+    with pytest.raises(RecordTooLargeError):  # counted: 61 + 100 x 20 bytes of values
+        partition_log.append_as_leader(encode_batch([b"x" * 20] * 100), leader_epoch=0)
+    partition_log.close_without_flush()  # unclean: the next open recovers the segment
+    reopened = open_log(max_message_bytes=limit)
+    assert reopened.log_end_offset == 100
+
+
 def test_empty_append_is_rejected(open_log: OpenLog) -> None:
     with pytest.raises(InvalidRecordError):
         open_log().append_as_leader(b"", leader_epoch=0)

@@ -1,0 +1,151 @@
+"""Kafka-protocol listener benchmark (issue 35): librdkafka (confluent-kafka) against the brokers'
+Kafka listeners, with the native client over gRPC as the same-run reference.
+
+    .venv/bin/python bench/bench_kafka_protocol.py [--records 1000000] [--replication-factor 3]
+
+Starts etcd, a controller and 3 brokers (tidelog.dev.local_cluster), one 6-partition topic per
+run, 100-byte values, acks=all. Prints:
+- librdkafka's enqueue-only rate: produce() into a producer whose broker does not exist, the
+  client's own ceiling on this machine (no broker, no network);
+- native bulk produce (Producer.send_batch, gRPC): records/s — the reference;
+- confluent-kafka produce (linger.ms 5): records/s, and its ratio to the native rate
+  (targets: >= 70% of native, >= 500,000 records/s);
+- native consume (Consumer.poll of every partition from the start) and confluent-kafka consume
+  (Consumer.consume, assign from the start): records/s and the ratio (target >= 70%).
+The client and the cluster share this machine's cores; both sides of each ratio pay that alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer as RdConsumer
+from confluent_kafka import Producer as RdProducer
+from confluent_kafka import TopicPartition as RdPartition
+
+from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
+from tidelog.dev.local_cluster import LocalCluster
+
+VALUE = b"x" * 100
+PARTITIONS = 6
+NATIVE_CHUNK = 10_000  # records per send_batch call
+RD_CONSUME_BATCH = 10_000
+
+
+def enqueue_only(records: int) -> float:
+    """librdkafka's produce() with no broker at all: what the client alone can do here."""
+    producer = RdProducer(
+        {
+            "bootstrap.servers": "127.0.0.1:1",  # nothing listens: every record stays queued
+            "queue.buffering.max.messages": records + 1,
+            "queue.buffering.max.kbytes": 2**21,
+            "log_level": 0,
+        }
+    )
+    started = time.perf_counter()
+    for number in range(records):
+        producer.produce("t", VALUE, partition=number % PARTITIONS)
+    elapsed = time.perf_counter() - started
+    producer.purge()
+    return records / elapsed
+
+
+async def native_produce(bootstrap: list[str], topic: str, records: int) -> float:
+    values = [VALUE] * NATIVE_CHUNK
+    async with Producer(bootstrap, linger_ms=5) as producer:
+        started = time.perf_counter()
+        deliveries = []
+        for number in range(records // NATIVE_CHUNK):
+            deliveries.append(await producer.send_batch(topic, values, partition=number % PARTITIONS))
+        await asyncio.gather(*deliveries)
+        return records / (time.perf_counter() - started)
+
+
+def confluent_produce(bootstrap: str, topic: str, records: int) -> float:
+    producer = RdProducer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", "queue.buffering.max.messages": 1_000_000}
+    )
+    producer.list_topics(topic, timeout=30)  # metadata first: the timing is of records alone
+    failed: list[object] = []
+
+    def delivered(error: object, _: object) -> None:
+        if error is not None:
+            failed.append(error)
+
+    started = time.perf_counter()
+    for number in range(records):
+        while True:
+            try:
+                producer.produce(topic, VALUE, partition=number % PARTITIONS, on_delivery=delivered)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.01)
+        if number % 10_000 == 0:
+            producer.poll(0)
+    left = producer.flush(120)
+    elapsed = time.perf_counter() - started
+    assert left == 0 and not failed, (left, len(failed), failed[:1])
+    return records / elapsed
+
+
+async def native_consume(bootstrap: list[str], topic: str, records: int) -> float:
+    async with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, partition) for partition in range(PARTITIONS)])
+        got = 0
+        started = time.perf_counter()
+        while got < records:
+            got += len(await consumer.poll(1000))
+        return got / (time.perf_counter() - started)
+
+
+def confluent_consume(bootstrap: str, topic: str, records: int) -> float:
+    consumer = RdConsumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False})
+    consumer.assign([RdPartition(topic, partition, 0) for partition in range(PARTITIONS)])
+    got = 0
+    started = time.perf_counter()
+    while got < records:
+        for message in consumer.consume(RD_CONSUME_BATCH, 1.0):
+            assert message.error() is None, message.error()
+            got += 1
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return got / elapsed
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--replication-factor", type=int, default=3)
+    args = parser.parse_args()
+    records = args.records - args.records % NATIVE_CHUNK
+    print(f"librdkafka enqueue only (no broker): {enqueue_only(records):,.0f} records/s")
+    with tempfile.TemporaryDirectory() as data:
+        cluster = LocalCluster(Path(data), brokers=3, controllers=1)
+        cluster.start()
+        try:
+            await cluster.wait_ready()
+            async with AdminClient(cluster.bootstrap) as admin:
+                for name in ("native", "kafka"):
+                    await admin.create_topic(name, num_partitions=PARTITIONS, replication_factor=args.replication_factor)
+            print(f"{records:,} records of {len(VALUE)} B, {PARTITIONS} partitions, RF {args.replication_factor}, acks=all")
+            native = await native_produce(cluster.bootstrap, "native", records)
+            print(f"native produce (send_batch, gRPC):       {native:,.0f} records/s")
+            kafka = await asyncio.to_thread(confluent_produce, cluster.kafka_bootstrap, "kafka", records)
+            print(f"confluent-kafka produce (linger.ms 5):   {kafka:,.0f} records/s = {kafka / native:.2f} x native")
+            native_read = await native_consume(cluster.bootstrap, "native", records)
+            print(f"native consume (poll):                   {native_read:,.0f} records/s")
+            kafka_read = await asyncio.to_thread(confluent_consume, cluster.kafka_bootstrap, "kafka", records)
+            print(
+                f"confluent-kafka consume:                 {kafka_read:,.0f} records/s = "
+                f"{kafka_read / native_read:.2f} x native"
+            )
+        finally:
+            cluster.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
