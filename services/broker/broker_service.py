@@ -8,6 +8,7 @@ does not lead answers NOT_LEADER_OR_FOLLOWER with the leader it knows and its ep
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Final, TypeAlias
 
 import grpc
@@ -76,7 +77,16 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         hosted = self.replicas.partitions.get((topic, partition))
         return newest_leader(hosted.state if hosted is not None else None, self.metadata.state_of(topic, partition))
 
-    async def Produce(self, request: broker_pb2.ProduceRequest, context: Context) -> broker_pb2.ProduceResponse:  # noqa: N802
+    async def Produce(  # noqa: N802
+        self,
+        request: broker_pb2.ProduceRequest,
+        context: Context,
+        *,
+        on_appended: Callable[[], None] | None = None,
+    ) -> broker_pb2.ProduceResponse:
+        """`on_appended` (the Kafka listener's): called once the request's batches are in the
+        leaders' logs (or refused), before any wait for the ISR, so that the listener may start
+        the connection's next request without reordering appends."""
         quota_client = None
         if self.quotas.active:
             quota_client = self.quotas.client_of(context)
@@ -110,7 +120,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 admitted.append(index)
         entries = request.partitions
         rounds = in_rounds(admitted, lambda index: (entries[index].topic, entries[index].partition))
-        await produce_rounds(self.replicas, request, rounds, results, timeout_s, coordinator, self._leader_hint)
+        await produce_rounds(
+            self.replicas, request, rounds, results, timeout_s, coordinator, self._leader_hint, on_appended=on_appended
+        )
         response.partitions.extend(result for result in results if result is not None)
         REQUESTS.labels("Produce", NONE).inc()
         elapsed = time.perf_counter() - started

@@ -41,6 +41,8 @@ async def produce_rounds(  # noqa: PLR0917 - a request's rounds, and where they 
     timeout_s: float,
     coordinator: bool,
     leader_hint: Callable[[str, int], tuple[int, int]],
+    *,
+    on_appended: Callable[[], None] | None = None,
 ) -> None:
     """Append the entries of a produce request, a round at a time (each round holds the indexes of
     one entry per partition), the ISRs awaited once after the last; each entry's result into
@@ -64,6 +66,7 @@ async def produce_rounds(  # noqa: PLR0917 - a request's rounds, and where they 
         ],
         acks=request.acks,
         timeout_s=timeout_s,
+        on_appended=on_appended,
     )
     for indexes, round_outcomes in zip(rounds, outcomes, strict=True):
         for index, outcome in zip(indexes, round_outcomes, strict=True):

@@ -206,6 +206,7 @@ class ReplicaManager:
         *,
         acks: int = 1,
         timeout_s: float = 30.0,
+        on_appended: Callable[[], None] | None = None,
     ) -> list[list[AppendInfo | TidelogError]]:
         """`append_all` for each round in turn, a partition at most once a round (a request's
         entries of one partition go a round each, in their order); with acks=-1 the ISRs are waited
@@ -222,6 +223,8 @@ class ReplicaManager:
             waits.extend(append for append in appends if isinstance(append.outcome, AppendInfo))
         appended = time.perf_counter()
         LOCAL_TIME_MS.labels("Produce").observe((appended - started) * 1000)
+        if on_appended is not None:
+            on_appended()
         if acks == -1 and waits:
             await asyncio.gather(*(self._replicated(append, timeout_s) for append in waits))
             REMOTE_TIME_MS.labels("Produce").observe((time.perf_counter() - appended) * 1000)

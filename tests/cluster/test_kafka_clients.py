@@ -190,3 +190,28 @@ def test_librdkafkas_and_kafka_pythons_admin_clients_create_describe_grow_and_de
     with pytest.raises(KafkaException) as gone:
         admin.delete_topics([topic_name])[topic_name].result(timeout=30)
     assert gone.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_pipelined_produce_requests_of_one_connection_append_in_their_order(
+    cluster: LocalCluster, topic_name: str
+) -> None:
+    """librdkafka keeps up to five produce requests in flight on a connection; the listener starts
+    the next before the last is replicated. Small batches make hundreds of requests: the records
+    must land in the order sent, each once."""
+    admin = RdAdmin({"bootstrap.servers": cluster.kafka_bootstrap})
+    admin.create_topics([NewTopic(topic_name, 1, 3)])[topic_name].result(timeout=30)
+    count = 20_000
+    for idempotent in (True, False):
+        records = [(None, f"{idempotent}-{number}".encode(), []) for number in range(count)]
+        kafka_clients.write_confluent(
+            cluster.kafka_bootstrap,
+            topic_name,
+            0,
+            records,  # type: ignore[arg-type]
+            **{"enable.idempotence": idempotent, "batch.size": 2000, "linger.ms": 0, "acks": "all"},
+        )
+    read = kafka_clients.read_confluent(cluster.kafka_bootstrap, topic_name, {0: 2 * count})[0]
+    assert [value for _, _, value, _ in read] == [
+        f"{idempotent}-{number}".encode() for idempotent in (True, False) for number in range(count)
+    ]
+    assert [offset for offset, _, _, _ in read] == list(range(2 * count))

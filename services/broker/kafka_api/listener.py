@@ -1,6 +1,12 @@
-"""The Kafka-protocol listener: size-prefixed frames over TCP, one request at a time per
-connection (as Kafka's broker mutes a channel until its response is sent, so a producer's
-pipelined requests append in order), answered in order.
+"""The Kafka-protocol listener: size-prefixed frames over TCP, answered in the order they came.
+
+Kafka's broker serves one request of a connection at a time (it mutes the channel until the
+answer is sent), so a producer's pipelined requests append in order — and an acks=all request
+holds the next one back for a whole replication round trip: librdkafka then sent requests of
+about 38 KB, each waiting some 10 ms. Here the next request starts as soon as the one before lets
+it (`KafkaRequestContext.release`): a Produce once its batches are in the leaders' logs, before the
+ISR wait (so appends keep their order), a Fetch at once; any other once it is answered. At most
+`PIPELINED_REQUESTS_MAX` requests of a connection are in progress; answers go out in order.
 
 A frame larger than `socket.request.max.bytes`, a header or body that does not parse, an unknown
 API key or an unsupported version (but ApiVersions, which answers UNSUPPORTED_VERSION with what is
@@ -12,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import struct
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
@@ -40,6 +47,7 @@ Message = dict[str, Any]
 Handler = Callable[[Message, int, KafkaRequestContext], Awaitable[Message | None]]
 SIZE: Final = struct.Struct(">i")
 FRAME_SHOWN: Final = 48  # bytes of a malformed request put in the log line that reports it
+PIPELINED_REQUESTS_MAX: Final = 8  # requests of one connection in progress at once (librdkafka sends up to 5)
 
 
 class KafkaListener:
@@ -117,19 +125,52 @@ class KafkaListener:
     async def _serve(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, context: KafkaRequestContext
     ) -> None:
+        """Read requests and write answers until either side fails; then both stop."""
+        answers: asyncio.Queue[asyncio.Task[bytes | None]] = asyncio.Queue(maxsize=PIPELINED_REQUESTS_MAX)
+        reading = asyncio.create_task(self._read_requests(reader, context, answers))
+        writing = asyncio.create_task(self._write_answers(writer, answers))
+        try:
+            done, _ = await asyncio.wait({reading, writing}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # the reason the connection ends
+        finally:
+            for task in (reading, writing):
+                task.cancel()
+            while not answers.empty():
+                answers.get_nowait().cancel()
+            await asyncio.gather(reading, writing, return_exceptions=True)
+
+    async def _read_requests(
+        self,
+        reader: asyncio.StreamReader,
+        context: KafkaRequestContext,
+        answers: asyncio.Queue[asyncio.Task[bytes | None]],
+    ) -> None:
         while True:
             size = SIZE.unpack(await reader.readexactly(4))[0]
             if not 0 <= size <= self.request_max_bytes:
                 limit = self.request_max_bytes
                 raise MalformedFrameError(f"a request of {size} bytes (socket.request.max.bytes {limit})")
             frame = await reader.readexactly(size)
-            try:
-                answer = await self._handle(frame, context)
-            except MalformedFrameError as error:
-                raise MalformedFrameError(f"{error} (the request began {frame[:FRAME_SHOWN].hex()})") from None
+            request_context = dataclasses.replace(context, release=asyncio.Event())
+            answer = asyncio.create_task(self._handle_shown(frame, request_context))
+            answer.add_done_callback(_released(request_context.release))
+            await answers.put(answer)  # (bounded: a client far ahead of its answers waits here)
+            await request_context.release.wait()
+
+    @staticmethod
+    async def _write_answers(writer: asyncio.StreamWriter, answers: asyncio.Queue[asyncio.Task[bytes | None]]) -> None:
+        while True:
+            answer = await (await answers.get())
             if answer is not None:
                 writer.write(answer)
                 await writer.drain()
+
+    async def _handle_shown(self, frame: bytes, context: KafkaRequestContext) -> bytes | None:
+        try:
+            return await self._handle(frame, context)
+        except MalformedFrameError as error:
+            raise MalformedFrameError(f"{error} (the request began {frame[:FRAME_SHOWN].hex()})") from None
 
     async def _handle(self, frame: bytes, context: KafkaRequestContext) -> bytes | None:
         try:
@@ -146,3 +187,12 @@ class KafkaListener:
             return None
         name = SUPPORTED[parsed.api_key].message
         return frame_response(name, parsed.api_key, parsed.version, parsed.correlation_id, response)
+
+
+def _released(release: asyncio.Event) -> Callable[[asyncio.Task[bytes | None]], None]:
+    """Let the connection's next request start once this one is over, whatever its handler did."""
+
+    def done(_: asyncio.Task[bytes | None]) -> None:
+        release.set()
+
+    return done

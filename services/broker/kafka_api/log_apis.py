@@ -63,6 +63,7 @@ class LogApis:
                 transactional_id=request["TransactionalId"] or "",
             ),
             context,
+            on_appended=context.release.set,  # the connection's next request may start
         )
         if acks == 0:
             return None  # Kafka sends nothing back to acks=0
@@ -87,6 +88,7 @@ class LogApis:
         }
 
     async def fetch(self, request: Message, version: int, context: KafkaRequestContext) -> Message:
+        context.release.set()  # a fetch changes nothing another request of the connection reads
         session_id, epoch = (request["SessionId"], request["SessionEpoch"]) if version >= 7 else (0, SESSIONLESS)
         if epoch in (SESSIONLESS, OPEN_SESSION) and session_id:
             self._close_session(session_id, context)

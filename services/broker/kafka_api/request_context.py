@@ -4,6 +4,7 @@ shaped as the gRPC servicer context `BrokerService` reads (`peer()`, `invocation
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import Any, NoReturn
 
@@ -19,9 +20,14 @@ class RequestAbortedError(Exception):
 
 @dataclasses.dataclass(slots=True)
 class KafkaRequestContext:
+    """One request's: the connection's peer, the request's client id, and `release`, which the
+    handler sets as soon as the connection's next request may start (a Produce once its batches
+    are in the logs, a Fetch at once; otherwise the listener sets it when the handler ends)."""
+
     host: str
     port: int
     client_id: str = ""
+    release: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
 
     def peer(self) -> str:
         return f"ipv6:[{self.host}]:{self.port}" if ":" in self.host else f"ipv4:{self.host}:{self.port}"
