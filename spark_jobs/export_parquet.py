@@ -1,7 +1,7 @@
 """Batch job: a topic (or a range of it) → Parquet files, one row per record with the Kafka
 source's columns (key and value as the bytes they are), partitioned by topic partition.
 
-    python -m tidelog.spark_jobs.export_parquet --bootstrap localhost:9092 --topic payments \\
+    python -m tidelog.spark_jobs.export_parquet --bootstrap localhost:9292 --topic payments \\
         --path /tmp/payments.parquet [--starting-offsets earliest] [--ending-offsets latest]
 """
 
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--bootstrap",
-        help="broker endpoints host:port,... (default: the local `tidelog dev up` cluster, else localhost:9092)",
+        help="broker endpoints host:port,... (default: the local `tidelog dev up` cluster, else localhost:9292)",
     )
     parser.add_argument("--topic", required=True)
     parser.add_argument("--path", required=True, help="folder the Parquet files go to (replaced)")

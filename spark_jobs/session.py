@@ -26,11 +26,11 @@ def session(app_name: str) -> Any:
 
 def bootstrap_of(given: str | None) -> str:
     """--bootstrap, else the local `tidelog dev up` cluster's brokers (as the `tidelog` commands
-    find them), else localhost:9092 as Kafka's tools default; a guess is said on stderr."""
+    find them), else localhost:9292, the brokers' gRPC port under `dev up`; a guess is said on stderr."""
     if given:
         return given
     found = local_bootstrap()
     if found is None:
-        print("no --bootstrap given and no local cluster found: trying localhost:9092", file=sys.stderr)
-        return "localhost:9092"
+        print("no --bootstrap given and no local cluster found: trying localhost:9292", file=sys.stderr)
+        return "localhost:9292"
     return ",".join(found)

@@ -1,6 +1,6 @@
 """Streaming job: JSON events from a topic → per-user totals over event-time windows → a topic.
 
-    python -m tidelog.spark_jobs.windowed_totals --bootstrap localhost:9092 \\
+    python -m tidelog.spark_jobs.windowed_totals --bootstrap localhost:9292 \\
         --input payments --output payment-totals --checkpoint /tmp/totals-checkpoint
 
 Input records' values are JSON objects {"user": "...", "amount": 12.5, "time": "2026-11-24T10:00:03Z"}.
@@ -82,7 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--bootstrap",
-        help="broker endpoints host:port,... (default: the local `tidelog dev up` cluster, else localhost:9092)",
+        help="broker endpoints host:port,... (default: the local `tidelog dev up` cluster, else localhost:9292)",
     )
     parser.add_argument("--input", required=True, help="topic of JSON events")
     parser.add_argument("--output", required=True, help="topic the window totals go to")

@@ -53,11 +53,11 @@ def _free(port: int) -> bool:
 def dev_cluster(tmp_path: Path) -> Iterator[Path]:
     """`tidelog dev up` in the background until its endpoint table is printed; Ctrl-C at the end."""
     data = tmp_path / "data"
-    conventional_free = _free(9092) and _free(8082)
+    conventional_free = _free(9292) and _free(8082)
     with running_dev_up(data) as output:
         assert "broker-3" in output and "controller-2" in output and "gateway-1" in output, output
         if conventional_free:  # Kafka's and REST Proxy's ports, so their recipes work unchanged
-            assert "127.0.0.1:9092" in output and "http://127.0.0.1:8082" in output, output
+            assert "127.0.0.1:9292" in output and "http://127.0.0.1:8082" in output, output
         if shutil.which("prometheus"):
             # Prometheus 2.42's alerts page (its /alerts is the new UI's, a 404 in Debian's build)
             alerts = next(word for word in output.split() if word.endswith("/classic/alerts"))
@@ -173,9 +173,9 @@ def test_commands_without_a_cluster_say_so(tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     guessed = tidelog("topic", "list", check=False, cwd=elsewhere)
-    assert "trying localhost:9092" in guessed.stderr
-    if _free(9092):  # nothing there: a one-line error at once, not a traceback after a timeout
-        assert guessed.returncode == 1 and "error: no broker answers at localhost:9092" in guessed.stderr
+    assert "trying localhost:9292" in guessed.stderr
+    if _free(9292):  # nothing there: a one-line error at once, not a traceback after a timeout
+        assert guessed.returncode == 1 and "error: no broker answers at localhost:9292" in guessed.stderr
         assert "tidelog dev up" in guessed.stderr and "Traceback" not in guessed.stderr
 
 

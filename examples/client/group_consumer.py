@@ -1,6 +1,6 @@
 """Consume as a member of a group, committing what was processed.
 
-    python examples/client/group_consumer.py [BOOTSTRAP]   (default: localhost:9092)
+    python examples/client/group_consumer.py [BOOTSTRAP]   (default: localhost:9292)
 
 Run it twice at once: the group splits the partitions between the two (a rebalance).
 """
@@ -10,7 +10,7 @@ import sys
 
 from tidelog.client import AdminClient, GroupConsumer, Producer
 
-BOOTSTRAP = (sys.argv[1] if len(sys.argv) > 1 else "localhost:9092").split(",")
+BOOTSTRAP = (sys.argv[1] if len(sys.argv) > 1 else "localhost:9292").split(",")
 
 
 async def main() -> None:

@@ -1,6 +1,6 @@
 """Produce records with acks=all, then read the partition from its beginning to its end.
 
-python examples/client/produce_and_read_to_end.py [BOOTSTRAP]   (default: localhost:9092)
+python examples/client/produce_and_read_to_end.py [BOOTSTRAP]   (default: localhost:9292)
 """
 
 import asyncio
@@ -8,7 +8,7 @@ import sys
 
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
 
-BOOTSTRAP = (sys.argv[1] if len(sys.argv) > 1 else "localhost:9092").split(",")
+BOOTSTRAP = (sys.argv[1] if len(sys.argv) > 1 else "localhost:9292").split(",")
 
 
 async def main() -> None:

@@ -1,6 +1,6 @@
 """The synchronous facade, for scripts and notebooks without asyncio.
 
-python examples/client/sync_script.py [BOOTSTRAP]   (default: localhost:9092)
+python examples/client/sync_script.py [BOOTSTRAP]   (default: localhost:9292)
 """
 
 import sys
@@ -8,7 +8,7 @@ import sys
 from tidelog.client import TopicPartition
 from tidelog.client.sync import SyncAdminClient, SyncConsumer, SyncProducer
 
-BOOTSTRAP = (sys.argv[1] if len(sys.argv) > 1 else "localhost:9092").split(",")
+BOOTSTRAP = (sys.argv[1] if len(sys.argv) > 1 else "localhost:9292").split(",")
 
 admin = SyncAdminClient(BOOTSTRAP)
 producer = SyncProducer(BOOTSTRAP, acks="all")

@@ -5,10 +5,10 @@ twice in a row (docs/spark.md once, twice with `-m soak`), against a real `tidel
 registry, resource blocks against the CRDs. A block that cannot run here says why in the docs
 themselves (markdown_blocks.py).
 
-Where Kafka's or REST Proxy's port was taken and `dev up` chose another, the blocks' 9092 and 8082
-are replaced by the ports it chose; that is the only change made to a block. `sh` blocks run under
-`set -euo pipefail` with `curl` failing on an HTTP error (`--fail-with-body`), so an error answer
-fails the block as a failed command does.
+Where Kafka's or REST Proxy's port was taken and `dev up` chose another, the blocks' 9092 (the Kafka
+listener), 9292 (the brokers' gRPC port) and 8082 are replaced by the ports it chose; that is the
+only change made to a block. `sh` blocks run under `set -euo pipefail` with `curl` failing on an
+HTTP error (`--fail-with-body`), so an error answer fails the block as a failed command does.
 """
 
 from __future__ import annotations
@@ -122,7 +122,9 @@ class Reader:
         """The endpoints the docs name → where this cluster listens, where they differ."""
         saved = json.loads((self.folder / "data" / "cluster.json").read_text())
         broker, gateway = f"127.0.0.1:{saved['brokers']['1']}", f"127.0.0.1:{saved['gateways']['1']}"
-        replaced = {"127.0.0.1:9092": broker, "localhost:9092": broker}
+        kafka = f"127.0.0.1:{saved['kafka']['1']}"
+        replaced = {"127.0.0.1:9292": broker, "localhost:9292": broker}
+        replaced |= {"127.0.0.1:9092": kafka, "localhost:9092": kafka}
         replaced |= {"127.0.0.1:8082": gateway, "localhost:8082": gateway}
         return {written: actual for written, actual in replaced.items() if written != actual}
 
@@ -133,6 +135,8 @@ class Reader:
             text = text.replace(written, actual)
         if ("pyspark" in text or "spark_jobs" in text) and shutil.which("java") is None:
             return f"{block.where}: no Java runtime for Spark"
+        if "kcat " in text and shutil.which("kcat") is None:
+            return f"{block.where}: kcat is not installed (Debian package kcat)"
         if block.language == "sh":
             command = ["bash", "-euo", "pipefail", "-c", CURL_FAILS + text]
         else:

@@ -1,6 +1,6 @@
 """How a `tidelog` command finds and talks to a cluster: the endpoint options every cluster
 command takes (`--bootstrap`, `--command-config`, `--data-dir`), where endpoints come from when
-none are given (TIDELOG_BOOTSTRAP, ./data, the running `tidelog dev up`, localhost:9092), the
+none are given (TIDELOG_BOOTSTRAP, ./data, the running `tidelog dev up`, localhost:9292), the
 client security settings, and running a command with errors said plainly.
 """
 
@@ -34,8 +34,9 @@ KNOCK_TIMEOUT_S: Final = 1.0  # a broker that does not accept a connection withi
 def bootstrap_endpoints(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """The cluster a command talks to: --bootstrap (or $TIDELOG_BOOTSTRAP); else the dev cluster of
     --data-dir; else ./data's; else the one this user's `tidelog dev up` runs, wherever it is; else
-    localhost:9092, as Kafka's tools default. A guess is said on stderr. Before any long wait the
-    brokers are knocked on: when none answers, the command ends at once saying where it looked."""
+    localhost:9292, the brokers' gRPC port under `dev up` (9092 is their Kafka listener's). A guess
+    is said on stderr. Before any long wait the brokers are knocked on: when none answers, the
+    command ends at once saying where it looked."""
     if args.bootstrap or os.environ.get("TIDELOG_BOOTSTRAP"):
         given = (args.bootstrap or os.environ["TIDELOG_BOOTSTRAP"]).split(",")
         return _answering(given, "--bootstrap" if args.bootstrap else "$TIDELOG_BOOTSTRAP"), []
@@ -52,10 +53,10 @@ def bootstrap_endpoints(args: argparse.Namespace) -> tuple[list[str], list[str]]
         args.local_client_config = Path(announced.data_dir) / CLIENT_PROPERTIES
         return _answering(announced.bootstrap, f"the `tidelog dev up` at {announced.data_dir}"), announced.controllers
     print(
-        "no --bootstrap given and no local cluster running (`tidelog dev up`): trying localhost:9092",
+        "no --bootstrap given and no local cluster running (`tidelog dev up`): trying localhost:9292",
         file=sys.stderr,
     )
-    return _answering(["localhost:9092"], "no --bootstrap given, no local cluster found"), []
+    return _answering(["localhost:9292"], "no --bootstrap given, no local cluster found"), []
 
 
 def _answering(endpoints: list[str], source: str) -> list[str]:
@@ -138,7 +139,7 @@ def command_security(args: argparse.Namespace) -> SecuritySettings:
 
 def endpoints(parser: argparse.ArgumentParser, *, top_level: bool = False) -> None:
     """The options every cluster command takes, accepted before the command or after it
-    (`tidelog --bootstrap h:9092 topic list` as `tidelog topic list --bootstrap h:9092`): the top
+    (`tidelog --bootstrap h:9292 topic list` as `tidelog topic list --bootstrap h:9292`): the top
     level holds the defaults, a command's own copies set a value only when given."""
     default: dict[str, Any] = {} if top_level else {"default": argparse.SUPPRESS}
     parser.add_argument(

@@ -18,8 +18,8 @@ __all__ = ["CONVENTIONAL_PORTS", "ClusterPorts"]
 CONVENTIONAL_PORTS: Final = {
     "etcd_client": 2379,
     "etcd_peer": 2380,
-    "brokers": 9092,  # the brokers' gRPC listeners
-    "kafka": 19092,  # the brokers' Kafka-protocol listeners
+    "brokers": 9292,  # the brokers' gRPC listeners
+    "kafka": 9092,  # the brokers' Kafka-protocol listeners: Kafka's port, which its tools default to
     "controllers": 9190,
     "coordinators": 9300,
     "gateways": 8082,  # Confluent REST Proxy's

@@ -1,13 +1,14 @@
 """`tidelog dev up`: the whole platform on this machine, as real processes, on a data folder.
 
 Starts etcd, the controllers, the brokers, the group coordinators and the REST gateway
-(tidelog.dev.local_cluster) on the ports Kafka's and REST Proxy's docs use where they are free (first
-broker 9092, gateway 8082), Prometheus (9090) scraping every process with the alert rules loaded
-when `prometheus` is installed, and Grafana (3000) with the dashboards when a Grafana server is;
-waits until a controller is active and every broker is registered, prints the endpoints, and runs
-until Ctrl-C or SIGTERM, then stops every process cleanly. Run it again on the same folder: same
-endpoints, same data. Every `tidelog` command of this user finds the running cluster from any
-folder (the state file `tidelog.common.local_endpoints.user_state_file()`).
+(tidelog.dev.local_cluster) on the ports Kafka's and REST Proxy's docs use where they are free
+(first broker's Kafka listener 9092, its gRPC listener 9292, gateway 8082), Prometheus (9090)
+scraping every process with the alert rules loaded when `prometheus` is installed, and Grafana
+(3000) with the dashboards when a Grafana server is; waits until a controller is active and every
+broker is registered, prints the endpoints, and runs until Ctrl-C or SIGTERM, then stops every
+process cleanly. Run it again on the same folder: same endpoints, same data. Every `tidelog` command
+of this user finds the running cluster from any folder (the state file
+`tidelog.common.local_endpoints.user_state_file()`).
 """
 
 from __future__ import annotations
@@ -81,6 +82,11 @@ async def _run(cluster: LocalCluster, security: LocalSecurity | None) -> None:
             [f"broker-{i}", endpoint, cluster.metrics_endpoint(f"broker-{i}")]
             for i, endpoint in zip(cluster.broker_ids, cluster.bootstrap, strict=True)
         ]
+        if cluster.kafka_listeners:  # (Kafka's own clients and tools: docs/kafka-protocol.md)
+            rows += [
+                [f"broker-{i} (Kafka protocol)", endpoint, ""]
+                for i, endpoint in zip(cluster.broker_ids, cluster.kafka_bootstrap.split(","), strict=True)
+            ]
         rows += [
             [f"coordinator-{i}", endpoint, cluster.metrics_endpoint(f"coordinator-{i}")]
             for i, endpoint in zip(cluster.coordinator_ids, cluster.coordinator_endpoints, strict=True)
@@ -101,6 +107,11 @@ async def _run(cluster: LocalCluster, security: LocalSecurity | None) -> None:
             + "".join(
                 f"  curl {_curl_security(security)}{url}/topics/demo   # the REST gateway\n"
                 for url in cluster.gateway_urls[:1]
+            )
+            + (
+                f"  kcat -b {cluster.kafka_bootstrap.split(',')[0]} -L   # any Kafka client or tool\n"
+                if cluster.kafka_listeners
+                else ""
             )
             + "Ctrl-C stops everything.",
             flush=True,

@@ -3,7 +3,7 @@ topics as Spark's Kafka source does, with the same options and schema.
 
     import tidelog.spark
     tidelog.spark.register(spark)           # once per session
-    spark.read.format("tidelog").option("tidelog.bootstrap.servers", "localhost:9092") \\
+    spark.read.format("tidelog").option("tidelog.bootstrap.servers", "localhost:9292") \\
         .option("subscribe", "events").load()
 
 Batch reads plan one task per partition's offset range (more with minPartitions), each read from
