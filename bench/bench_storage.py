@@ -7,6 +7,9 @@
 - codec: records/s to encode and to decode batches of 100-byte values, no compression (decode
   hands back every record's offset, timestamp, key and value as Python objects), plus the
   compressed codecs for information.
+- Kafka v2 transcoding (the Kafka listener, issue 35): records/s from a Kafka v2 batch (as
+  librdkafka sends it) to the stored layout, and from a stored batch to Kafka v2 (a fetch), beside
+  the native encode and decode of the same records above.
 - read: raw pread of the log file vs PartitionLog.read in 1 MiB fetches (page cache warm), with
   the CRC check of every batch served.
 
@@ -24,7 +27,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
 from tidelog.broker.storage import LogConfig, PartitionLog
+from tidelog.common.kafka_wire.record_batches import from_kafka_batches, to_kafka_batches
 from tidelog.common.record.batch import decode_batch, encode_batch, iter_headers
 from tidelog.common.record.compression import CompressionType
 
@@ -110,6 +116,29 @@ def bench_codec(rounds: int, compression: CompressionType) -> tuple[float, float
     return records / _median_seconds(encode, rounds), records / _median_seconds(decode, rounds)
 
 
+def bench_kafka_transcoding(rounds: int, compression: CompressionType) -> tuple[float, float]:
+    """Records/s: Kafka v2 → stored (a produce on the Kafka listener), stored → Kafka v2 (a fetch)."""
+    values = [os.urandom(VALUE_BYTES) for _ in range(CODEC_BATCH_RECORDS)]
+    now = time.time_ns() // 1_000_000
+    builder = DefaultRecordBatchBuilder(2, int(compression), 0, 7, 0, 0, 1 << 30)
+    for delta, value in enumerate(values):
+        builder.append(delta, now + delta, None, value, [])
+    kafka_batch = bytes(builder.build())
+    stored = from_kafka_batches(kafka_batch)
+    assert decode_batch(stored).values == values
+
+    def produce_side() -> None:
+        for _ in range(CODEC_BATCHES):
+            from_kafka_batches(kafka_batch)
+
+    def fetch_side() -> None:
+        for _ in range(CODEC_BATCHES):
+            to_kafka_batches(stored)
+
+    records = CODEC_BATCHES * CODEC_BATCH_RECORDS
+    return records / _median_seconds(produce_side, rounds), records / _median_seconds(fetch_side, rounds)
+
+
 def bench_read(log_dir: Path, rounds: int) -> tuple[float, float]:
     partition_log = PartitionLog.open(log_dir, LogConfig.from_configs({"max.message.bytes": 2 * MIB}))
     segment_files = sorted(log_dir.glob("*.log"))
@@ -176,6 +205,13 @@ def main() -> None:
         target = "   (target >= 2,000,000 each)" if codec == CompressionType.NONE else ""
         print(
             f"  {codec.name:<6} encode {encode_rate:12,.0f} records/s   decode {decode_rate:12,.0f} records/s{target}"
+        )
+    print("Kafka v2 transcoding (the Kafka listener), the same batches:")
+    for codec in (CompressionType.NONE, CompressionType.LZ4, CompressionType.ZSTD):
+        produce_rate, fetch_rate = bench_kafka_transcoding(args.rounds, codec)
+        print(
+            f"  {codec.name:<6} v2 -> stored {produce_rate:12,.0f} records/s   "
+            f"stored -> v2 {fetch_rate:12,.0f} records/s"
         )
 
 
