@@ -471,14 +471,17 @@ async def read_everything(cluster: LocalCluster, ends: dict[int, int]) -> dict[i
     return records
 
 
-async def run_nemesis(data_dir: Path, seed: int, duration_s: float) -> Report:
-    """One run: cluster up, writers and reader on, faults for `duration_s`, heal, check."""
+async def run_nemesis(
+    data_dir: Path, seed: int, duration_s: float, writers_of: Callable[[LocalCluster], Writers] | None = None
+) -> Report:
+    """One run: cluster up, writers and reader on, faults for `duration_s`, heal, check.
+    `writers_of`: another kind of writers (tests/faults/rd_writers.py: librdkafka's)."""
     async with (
         started_cluster(data_dir, session_timeout_ms=SESSION_MS, broker_args=BROKER_ARGS) as cluster,
         AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin,
     ):
         await admin.create_topic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
-        writers, reader = Writers(cluster), LiveReader(cluster)
+        writers, reader = (writers_of or Writers)(cluster), LiveReader(cluster)
         nemesis = Nemesis(cluster, admin, seed)
         stalled_note = ""
         tasks = [asyncio.create_task(writers.run()), asyncio.create_task(reader.run())]
