@@ -75,13 +75,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         )
     except InvalidConfigError as error:
         parser.error(str(error))
-    if args.kafka_listener is not None and (args.security.tls or args.security.authorizer_class_name):
-        # A Kafka client would be ANONYMOUS there, beside a listener that authenticates everyone:
-        # refused until the Kafka listener speaks TLS and SASL itself.
-        parser.error(
-            "listeners: a KAFKA listener is PLAINTEXT only, so it runs only where security.protocol is "
-            "PLAINTEXT and no authorizer is set (docs/kafka-protocol.md)"
-        )
     return args
 
 
@@ -185,6 +178,8 @@ class _Broker:
             self.channels,
             request_max_bytes=self.settings.socket_request_max_bytes,
             connections_max=self.settings.max_connections,
+            security=self.args.security,
+            sessions=self.service_security.sessions,
         )
         port = await self.kafka.start(bound.host, bound.port)
         host, advertised_port = advertised_address(bound, told, port, self.args.advertised_host or self.args.host)

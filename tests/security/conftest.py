@@ -116,8 +116,7 @@ def password_of(user: str) -> str:
     return f"{user}-secret-password"
 
 
-@pytest.fixture(scope="module")
-def sasl_cluster(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def sasl_settings(pki: Pki) -> Callable[[str], dict[str, str]]:
     """Every listener on SASL_SSL (TLS, SCRAM-SHA-512 logins), with the ACL authorizer: the
     services log in to each other with their own users, seeded into etcd before they start."""
 
@@ -147,6 +146,14 @@ def sasl_cluster(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator
                 else {}
             ),
         }
+
+    return settings
+
+
+@pytest.fixture(scope="module")
+def sasl_cluster(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Every listener on SASL_SSL (TLS, SCRAM-SHA-512 logins), with the ACL authorizer."""
+    settings = sasl_settings(pki)
 
     with running_cluster(
         tmp_path_factory.mktemp("sasl-cluster"),

@@ -15,7 +15,7 @@ import grpc
 
 from tidelog.broker.broker_service import BrokerService
 from tidelog.broker.kafka_api.api_table import ApiKey
-from tidelog.broker.kafka_api.request_context import KafkaRequestContext
+from tidelog.broker.kafka_api.request_context import KafkaRequestContext, on_behalf_of
 from tidelog.common.channels import ChannelPool
 from tidelog.common.config import LOG_CONFIGS, ConfigDef, ConfigValue
 from tidelog.common.errors import ErrorCode
@@ -47,7 +47,7 @@ class AdminApis:
         self.service = service
         self.channels = channels
 
-    async def _controller(self, method: str, request: Any) -> Any:
+    async def _controller(self, method: str, request: Any, context: KafkaRequestContext) -> Any:
         """The active controller's answer, following one NOT_CONTROLLER redirect; None when no
         controller could be reached (the caller answers NOT_CONTROLLER, which clients retry)."""
         endpoint = self.service.metadata.controller_endpoint
@@ -56,7 +56,8 @@ class AdminApis:
                 return None
             stub = controller_pb2_grpc.ControllerStub(self.channels.channel(endpoint))
             try:
-                answer = await getattr(stub, method)(request, timeout=REQUEST_TIMEOUT_S)
+                metadata = on_behalf_of(self.service.access, context)
+                answer = await getattr(stub, method)(request, timeout=REQUEST_TIMEOUT_S, metadata=metadata)
             except grpc.aio.AioRpcError:
                 return None
             if not any(result.error_code == ErrorCode.NOT_CONTROLLER for result in answer.topics):
@@ -88,7 +89,9 @@ class AdminApis:
         ]
         answer = (
             await self._controller(
-                "CreateTopics", controller_pb2.CreateTopicsRequest(topics=wanted, validate_only=request["ValidateOnly"])
+                "CreateTopics",
+                controller_pb2.CreateTopicsRequest(topics=wanted, validate_only=request["ValidateOnly"]),
+                context,
             )
             if wanted
             else None
@@ -118,7 +121,9 @@ class AdminApis:
         by_id = sum(1 for name in names if name is None)  # v6+: a topic named only by its id
         named = [name for name in names if name is not None]
         answer = (
-            await self._controller("DeleteTopics", controller_pb2.DeleteTopicsRequest(names=named)) if named else None
+            await self._controller("DeleteTopics", controller_pb2.DeleteTopicsRequest(names=named), context)
+            if named
+            else None
         )
         results = self._results(named, answer, {})
         return {
@@ -156,7 +161,7 @@ class AdminApis:
             if topic["Name"] not in refused
         ]
         answer = (
-            await self._controller("CreatePartitions", controller_pb2.CreatePartitionsRequest(topics=wanted))
+            await self._controller("CreatePartitions", controller_pb2.CreatePartitionsRequest(topics=wanted), context)
             if wanted
             else None
         )

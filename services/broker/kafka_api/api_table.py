@@ -29,6 +29,7 @@ class ApiKey(enum.IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -37,6 +38,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_CONFIGS = 32
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    SASL_AUTHENTICATE = 36
     DESCRIBE_CLUSTER = 60
 
 
@@ -69,7 +71,11 @@ SUPPORTED: Final[dict[int, Versions]] = {
     ApiKey.DELETE_TOPICS: Versions("DeleteTopics", 0, 6),
     ApiKey.CREATE_PARTITIONS: Versions("CreatePartitions", 0, 3),
     ApiKey.DESCRIBE_CONFIGS: Versions("DescribeConfigs", 0, 4),
+    ApiKey.SASL_HANDSHAKE: Versions("SaslHandshake", 1, 1),  # 0: raw tokens outside Kafka's framing
+    ApiKey.SASL_AUTHENTICATE: Versions("SaslAuthenticate", 0, 2),
 }
+# Served before a SASL_SSL connection has logged in (anything else closes it).
+BEFORE_LOGIN: Final = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 
 
 SERVED: Final = {int(key): (versions.message, versions.low, versions.high) for key, versions in SUPPORTED.items()}

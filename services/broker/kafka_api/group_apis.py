@@ -21,7 +21,7 @@ import grpc
 from tidelog.broker.broker_service import BrokerService
 from tidelog.broker.coordinator_lookup import find_coordinator
 from tidelog.broker.kafka_api.api_table import ApiKey
-from tidelog.broker.kafka_api.request_context import KafkaRequestContext
+from tidelog.broker.kafka_api.request_context import KafkaRequestContext, on_behalf_of
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode
 from tidelog.v1 import coordinator_pb2, coordinator_pb2_grpc
@@ -73,7 +73,8 @@ class GroupApis:
         (COORDINATOR_NOT_AVAILABLE: the client finds the coordinator again and retries)."""
         stub = await self._stub(group_id, context)
         try:
-            return await getattr(stub, method)(request, timeout=timeout_s)
+            metadata = on_behalf_of(self.service.access, context)
+            return await getattr(stub, method)(request, timeout=timeout_s, metadata=metadata)
         except grpc.aio.AioRpcError as error:
             code = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
             raise _UnavailableError(code, f"{method}: {error.code().name}") from error

@@ -26,18 +26,23 @@ from typing import Any, Final
 import structlog
 
 from tidelog.broker.broker_service import BrokerService
-from tidelog.broker.kafka_api import admin_apis, cluster_apis, group_apis, log_apis
+from tidelog.broker.kafka_api import admin_apis, cluster_apis, group_apis, log_apis, sasl_apis
 from tidelog.broker.kafka_api.admin_apis import AdminApis
-from tidelog.broker.kafka_api.api_table import SERVED, SUPPORTED, ApiKey
+from tidelog.broker.kafka_api.api_table import BEFORE_LOGIN, SERVED, SUPPORTED, ApiKey
 from tidelog.broker.kafka_api.cluster_apis import ClusterApis, api_versions_body
 from tidelog.broker.kafka_api.group_apis import GroupApis
+from tidelog.broker.kafka_api.listener_security import ConnectionLogin, server_ssl_context
 from tidelog.broker.kafka_api.log_apis import LogApis
 from tidelog.broker.kafka_api.request_context import KafkaRequestContext, RequestAbortedError
+from tidelog.broker.kafka_api.sasl_apis import SaslApis
 from tidelog.broker.request_metrics import REQUESTS
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode
 from tidelog.common.kafka_wire.primitives import MalformedFrameError
 from tidelog.common.kafka_wire.request_frames import UnsupportedVersionError, frame_response, parse_request
+from tidelog.common.settings import SecuritySettings
+from tidelog.server_common.security.authentication.interceptor import current_principal
+from tidelog.server_common.security.authentication.sasl_server import SaslSessions
 
 __all__ = ["KafkaListener"]
 
@@ -60,19 +65,25 @@ class KafkaListener:
         *,
         request_max_bytes: int,
         connections_max: int,
+        security: SecuritySettings,
+        sessions: SaslSessions | None = None,
     ) -> None:
+        self.security = security
+        self.sessions = sessions  # SASL_SSL: the SCRAM credentials (the gRPC listener's)
         self.request_max_bytes = request_max_bytes
         self.connections_max = connections_max
         cluster = ClusterApis(service, broker_id, cluster_id)
         data = LogApis(service)
         groups = GroupApis(service, channels, lambda: self.advertised)
         admin = AdminApis(service, channels)
+        sasl = SaslApis()
         self.advertised = ("", 0)  # host and port clients are told (set once bound)
         self.handlers: dict[int, Handler] = {
             **{int(key): getattr(cluster, name) for key, name in cluster_apis.HANDLED.items()},
             **{int(key): getattr(data, name) for key, name in log_apis.HANDLED.items()},
             **{int(key): getattr(groups, name) for key, name in group_apis.HANDLED.items()},
             **{int(key): getattr(admin, name) for key, name in admin_apis.HANDLED.items()},
+            **{int(key): getattr(sasl, name) for key, name in sasl_apis.HANDLED.items()},
         }
         assert set(self.handlers) == set(SUPPORTED), "every advertised API has a handler"
         self.server: asyncio.Server | None = None
@@ -80,7 +91,9 @@ class KafkaListener:
 
     async def start(self, host: str, port: int) -> int:
         """Listen; the port bound (the one asked for, or a free one for 0)."""
-        self.server = await asyncio.start_server(self._accepted, host or None, port, limit=1 << 16)
+        self.server = await asyncio.start_server(
+            self._accepted, host or None, port, limit=1 << 16, ssl=server_ssl_context(self.security)
+        )
         bound: int = self.server.sockets[0].getsockname()[1]
         log.info("kafka_listener_started", host=host, port=bound)
         return bound
@@ -105,7 +118,9 @@ class KafkaListener:
             return
         self.connections.add(task)
         peer = writer.get_extra_info("peername") or ("", 0)
-        context = KafkaRequestContext(str(peer[0]), int(peer[1]))
+        context = KafkaRequestContext(
+            str(peer[0]), int(peer[1]), login=ConnectionLogin(self.security, self.sessions, writer)
+        )
         try:
             await self._serve(reader, writer, context)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -182,6 +197,14 @@ class KafkaListener:
             body = api_versions_body(ErrorCode.UNSUPPORTED_VERSION)
             return frame_response("ApiVersions", error.api_key, 0, error.correlation_id, body)
         context.client_id = parsed.client_id
+        login = context.login
+        assert login is not None
+        if not login.authenticated:
+            if parsed.api_key not in BEFORE_LOGIN:
+                raise MalformedFrameError(f"{SUPPORTED[parsed.api_key].message} before a SASL login")
+        else:
+            assert login.principal is not None
+            current_principal.set(login.principal)  # (this request's task: the authorisation reads it)
         response = await self.handlers[parsed.api_key](parsed.body, parsed.version, context)
         if response is None:
             return None

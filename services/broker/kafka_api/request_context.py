@@ -8,9 +8,15 @@ import asyncio
 import dataclasses
 from typing import Any, NoReturn
 
+from tidelog.broker.kafka_api.listener_security import ConnectionLogin
 from tidelog.common.security.quotas.quota import CLIENT_ID_METADATA
+from tidelog.server_common.security.authorization.access_control import (
+    ON_BEHALF_OF_HOST,
+    ON_BEHALF_OF_PRINCIPAL,
+    AccessControl,
+)
 
-__all__ = ["KafkaRequestContext", "RequestAbortedError"]
+__all__ = ["KafkaRequestContext", "RequestAbortedError", "on_behalf_of"]
 
 
 class RequestAbortedError(Exception):
@@ -28,6 +34,7 @@ class KafkaRequestContext:
     port: int
     client_id: str = ""
     release: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    login: ConnectionLogin | None = None  # the connection's (shared by its requests' contexts)
 
     def peer(self) -> str:
         return f"ipv6:[{self.host}]:{self.port}" if ":" in self.host else f"ipv4:{self.host}:{self.port}"
@@ -37,3 +44,12 @@ class KafkaRequestContext:
 
     async def abort(self, code: Any, details: str = "") -> NoReturn:
         raise RequestAbortedError(f"{code}: {details}")
+
+
+def on_behalf_of(access: AccessControl, context: KafkaRequestContext) -> tuple[tuple[str, str], ...]:
+    """Metadata that names the Kafka client to a coordinator or controller this broker forwards its
+    request to, so that the client's ACLs decide there (none without an authorizer)."""
+    if not access.enabled:
+        return ()
+    caller = access.caller(context)
+    return ((ON_BEHALF_OF_PRINCIPAL, str(caller.principal)), (ON_BEHALF_OF_HOST, caller.host))

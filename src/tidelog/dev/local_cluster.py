@@ -133,8 +133,8 @@ class LocalCluster:
         self.client_security = client_security
         self.scram_users = dict(scram_users or {})  # written to etcd before any service starts
         self.gateway_tls = gateway_tls  # the gateways serve HTTPS (their rest.ssl.* settings)
-        # Each broker's Kafka-protocol listener; PLAINTEXT only, so not beside secured services.
-        self.kafka_listeners = service_security is None if kafka_listeners is None else kafka_listeners
+        # Each broker's Kafka-protocol listener (secured as the broker's gRPC listener is).
+        self.kafka_listeners = True if kafka_listeners is None else kafka_listeners
 
     def _load_ports(self) -> ClusterPorts:
         roles = {

@@ -84,6 +84,11 @@ class SaslSessions:
             return None
         return principal
 
+    def scram_server(self) -> ScramServer:
+        """A new login's server side (the Kafka listener keeps one per connection logging in)."""
+        assert self._secret, "start() first"
+        return ScramServer(self.credentials.get, self._secret, self.credentials.iterations)
+
     def begin(self, peer: str) -> tuple[str, ScramServer]:
         now = time.monotonic()
         while self._exchanges and (

@@ -6,7 +6,8 @@ are not super users: a broker identity may fetch as a follower but not create a 
 create topics (with the ACL) but never fetch as a follower — Kafka gives both to whoever holds
 ClusterAction, which cannot tell a broker from a controller.
 
-A gateway names the REST caller it serves (principal propagation): ACLs are then checked for that
+A gateway names the REST caller it serves, and a broker the Kafka client whose group or admin
+request it forwards from its Kafka listener (principal propagation): ACLs are then checked for that
 principal, but roles only ever for the identity that authenticated, and a propagated principal that
 names a service identity or a super user is refused everything. So the gateway's identity can act
 for REST users, never as a broker, controller or coordinator, nor as a super user.
@@ -116,7 +117,9 @@ class AccessControl:
             return _NOBODY
         principal = current_principal.get()
         host = host_of(context.peer())
-        if str(principal) in self.roles[Role.GATEWAY]:
+        # A gateway names the REST caller it serves; a broker, the Kafka client whose group or admin
+        # request it forwards (its Kafka listener). Either may only name a non-privileged principal.
+        if str(principal) in self.roles[Role.GATEWAY] or str(principal) in self.roles[Role.BROKER]:
             metadata = dict(context.invocation_metadata() or ())
             on_behalf = metadata.get(ON_BEHALF_OF_PRINCIPAL)
             if on_behalf:
