@@ -315,10 +315,10 @@ class TxnCoordinator:
     # ---- EndTxn ----------------------------------------------------------------------------
 
     async def end_transaction(
-        self, transactional_id: str, producer_id: int, epoch: int, commit: bool
+        self, transactional_id: str, producer_id: int, epoch: int, commit: bool, *, keep_epoch: bool = False
     ) -> tuple[int, int]:
         """Commit or abort: answered once the decision is written; returns the producer's next
-        (id, epoch), the epoch bumped (KIP-890)."""
+        (id, epoch), the epoch bumped (KIP-890) unless `keep_epoch` (a client before KIP-890)."""
         partition = self.partition_of(transactional_id)
         known = self.transactions.get(partition, {}).get(transactional_id)
         prepared = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
@@ -336,8 +336,8 @@ class TxnCoordinator:
             raise _error(ErrorCode.CONCURRENT_TRANSACTIONS, f"{transactional_id!r} is ending a transaction")
         if current.state != TxnState.ONGOING and commit:
             raise _error(ErrorCode.INVALID_TXN_STATE, f"{transactional_id!r} has no open transaction to commit")
-        next_id = await self.new_producer_id() if current.needs_new_id else -1
-        new = current.prepare_end(commit, self.clock_ms(), next_id)
+        next_id = await self.new_producer_id() if current.needs_new_id and not keep_epoch else -1
+        new = current.prepare_end(commit, self.clock_ms(), next_id, keep_epoch=keep_epoch)
         await self._write(partition, new)
         self._start_completion(partition, transactional_id)
         return new.producer_after_end

@@ -120,7 +120,11 @@ class TxnService(transaction_pb2_grpc.TransactionCoordinatorServicer):
         async def work() -> transaction_pb2.EndTxnResponse:
             self._check(context, request.transactional_id)
             producer_id, epoch = await self.coordinator.end_transaction(
-                request.transactional_id, request.producer_id, request.producer_epoch, request.committed
+                request.transactional_id,
+                request.producer_id,
+                request.producer_epoch,
+                request.committed,
+                keep_epoch=request.keep_epoch,
             )
             return transaction_pb2.EndTxnResponse(producer_id=producer_id, producer_epoch=epoch)
 

@@ -141,10 +141,22 @@ class TxnMetadata:
         """The next bump reaches the last epoch: the transaction ends with a new producer id."""
         return self.producer_epoch + 1 >= EPOCH_MAX
 
-    def prepare_end(self, commit: bool, now_ms: int, next_producer_id: int = -1) -> TxnMetadata:
+    def prepare_end(
+        self, commit: bool, now_ms: int, next_producer_id: int = -1, *, keep_epoch: bool = False
+    ) -> TxnMetadata:
         """EndTxn (or the coordinator's own abort): prepare, with the epoch bumped (KIP-890), and
-        the id to go on with when the bump reaches the last epoch (`needs_new_id`)."""
+        the id to go on with when the bump reaches the last epoch (`needs_new_id`). `keep_epoch`:
+        a client before KIP-890 (Kafka's EndTxn v0-4) goes on with its epoch, as on Kafka then."""
         assert self.producer_epoch < EPOCH_MAX
+        if keep_epoch:
+            assert next_producer_id < 0, "no new id without a bump"
+            return self._to(
+                TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+                last_producer_epoch=self.producer_epoch,
+                next_producer_id=-1,
+                start_ms=self.start_ms if self.start_ms >= 0 else now_ms,
+                last_update_ms=now_ms,
+            )
         assert (next_producer_id >= 0) == self.needs_new_id, "a new id exactly when the epochs run out"
         return self._to(
             TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,

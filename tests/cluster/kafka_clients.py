@@ -299,3 +299,19 @@ def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -
     finally:
         consumer.close()
     return {entry.partition: entry.offset for entry in found}
+
+
+def read_confluent_from(bootstrap: str, topic: str, partitions: int, config: dict[str, Any]) -> list[bytes]:
+    """Every value a consumer of `config` reads from the partitions' start until it sees no more
+    for two seconds (the end of a read_committed log is not an offset count)."""
+    consumer = RdConsumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False, **config})
+    consumer.assign([RdPartition(topic, partition, 0) for partition in range(partitions)])
+    values: list[bytes] = []
+    quiet_since = time.monotonic()
+    while time.monotonic() - quiet_since < 2.0:
+        messages = [m for m in consumer.consume(500, 0.5) if m.error() is None]
+        if messages:
+            values += [message.value() for message in messages]
+            quiet_since = time.monotonic()
+    consumer.close()
+    return values

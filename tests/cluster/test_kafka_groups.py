@@ -11,8 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer as RdConsumer
+from confluent_kafka import Producer as RdProducer
 from confluent_kafka.admin import AdminClient as RdAdmin
 
+from tests.cluster import kafka_clients
 from tests.cluster.conftest import COORDINATOR_ARGS, running_cluster
 from tests.cluster.kafka_clients import GroupMember, committed_offsets, write_confluent
 from tidelog.client.sync import SyncAdminClient
@@ -96,3 +99,56 @@ def test_librdkafkas_cooperative_sticky_members_rebalance_and_the_group_is_liste
     assert described.group_id == group and not described.members  # both left
     admin.delete_consumer_groups([group])[group].result(timeout=30)
     assert group not in {entry.group_id for entry in admin.list_consumer_groups().result(timeout=30).valid}
+
+
+def test_librdkafka_transactions_commit_abort_and_carry_a_groups_offsets(group_cluster: LocalCluster) -> None:
+    """A transactional librdkafka producer (init, commit, abort, send_offsets_to_transaction) as a
+    consume-transform-produce loop: read_committed readers see what was committed, never what was
+    aborted; the group's offsets commit with the transaction."""
+    source, group = _filled_topic(group_cluster), f"g-{uuid.uuid4().hex[:8]}"
+    target = f"t-{uuid.uuid4().hex[:10]}"
+    admin = SyncAdminClient(group_cluster.bootstrap)
+    try:
+        admin.create_topic(target, num_partitions=2, replication_factor=3)
+    finally:
+        admin.close()
+    bootstrap = group_cluster.kafka_bootstrap
+    producer = RdProducer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex[:6]}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for number in range(5):
+        producer.produce(target, b"aborted-%d" % number, partition=number % 2)
+    assert producer.flush(30) == 0  # written, then aborted (abort alone drops what is still queued)
+    producer.abort_transaction(30)
+    consumer = RdConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.subscribe([source])
+    moved = 0
+    deadline = time.monotonic() + SETTLE_S
+    while moved < PARTITIONS * PER_PARTITION:
+        assert time.monotonic() < deadline, f"moved {moved}"
+        messages = [m for m in consumer.consume(100, 1.0) if m.error() is None]
+        if not messages:
+            continue
+        producer.begin_transaction()
+        for message in messages:
+            producer.produce(target, b"moved-" + message.value(), partition=message.partition() % 2)
+        producer.send_offsets_to_transaction(
+            consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 30
+        )
+        producer.commit_transaction(30)
+        moved += len(messages)
+    consumer.close()
+    committed = committed_offsets(bootstrap, group, source, PARTITIONS)
+    assert all(offset == PER_PARTITION for offset in committed.values()), committed
+    read = kafka_clients.read_confluent_from(bootstrap, target, 2, {"isolation.level": "read_committed"})
+    assert sorted(read) == sorted(b"moved-%d-%d" % (p, n) for p in range(PARTITIONS) for n in range(PER_PARTITION))
+    uncommitted = kafka_clients.read_confluent_from(bootstrap, target, 2, {"isolation.level": "read_uncommitted"})
+    assert {value for value in uncommitted if value.startswith(b"aborted")} == {b"aborted-%d" % n for n in range(5)}

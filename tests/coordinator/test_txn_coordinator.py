@@ -170,6 +170,22 @@ async def test_a_committed_transaction_writes_prepare_then_markers_then_complete
     assert fixture.current.state == TxnState.ONGOING and fixture.current.partitions == {("t", 2)}
 
 
+async def test_a_client_before_kip_890_keeps_its_epoch_through_transactions_and_retries() -> None:
+    """Kafka's EndTxn v0-4 (librdkafka, kafka-python through the Kafka listener): no bump."""
+    fixture = Fixture()
+    producer_id, epoch = await fixture.coordinator.init_producer_id(TXN, 60_000)
+    for commit in (True, False):
+        await fixture.coordinator.add_partitions(TXN, producer_id, epoch, [("t", 0)])
+        answer = await fixture.coordinator.end_transaction(TXN, producer_id, epoch, commit=commit, keep_epoch=True)
+        assert answer == (producer_id, epoch)
+        await fixture.completed()
+        # A retry of the same end is answered, not fenced.
+        again = await fixture.coordinator.end_transaction(TXN, producer_id, epoch, commit=commit, keep_epoch=True)
+        assert again == (producer_id, epoch)
+    assert [(w.producer_epoch, w.commit) for w in fixture.markers.written] == [(epoch, True), (epoch, False)]
+    assert fixture.current.producer_epoch == epoch
+
+
 async def test_a_new_instance_fences_the_old_one_and_aborts_its_open_transaction() -> None:
     fixture = Fixture()
     producer_id, epoch = await fixture.coordinator.init_producer_id(TXN, 60_000)

@@ -35,6 +35,10 @@ class ApiKey(enum.IntEnum):
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
@@ -73,6 +77,12 @@ SUPPORTED: Final[dict[int, Versions]] = {
     ApiKey.DESCRIBE_CONFIGS: Versions("DescribeConfigs", 0, 4),
     ApiKey.SASL_HANDSHAKE: Versions("SaslHandshake", 1, 1),  # 0: raw tokens outside Kafka's framing
     ApiKey.SASL_AUTHENTICATE: Versions("SaslAuthenticate", 0, 2),
+    # Transactions as clients before KIP-890 part 2 speak them (EndTxn 5 bumps the epoch); 4+ of
+    # AddPartitionsToTxn is the brokers' batched verification (KIP-890 part 1).
+    ApiKey.ADD_PARTITIONS_TO_TXN: Versions("AddPartitionsToTxn", 0, 3),
+    ApiKey.ADD_OFFSETS_TO_TXN: Versions("AddOffsetsToTxn", 0, 3),
+    ApiKey.END_TXN: Versions("EndTxn", 0, 4),
+    ApiKey.TXN_OFFSET_COMMIT: Versions("TxnOffsetCommit", 0, 3),
 }
 # Served before a SASL_SSL connection has logged in (anything else closes it).
 BEFORE_LOGIN: Final = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})

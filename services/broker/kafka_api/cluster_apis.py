@@ -1,4 +1,4 @@
-"""ApiVersions, Metadata, DescribeCluster and InitProducerId on the Kafka listener.
+"""ApiVersions, Metadata and DescribeCluster on the Kafka listener.
 
 Metadata names every broker by its Kafka listener (a broker without one is left out of `Brokers`)
 and reports this broker as the controller: Kafka clients send admin requests to the controller
@@ -118,22 +118,9 @@ class ClusterApis:
             "ClusterAuthorizedOperations": AUTHORIZED_OPERATIONS_OMITTED,
         }
 
-    async def init_producer_id(self, request: Message, version: int, context: KafkaRequestContext) -> Message:
-        answer = await self.service.InitProducerId(
-            broker_pb2.InitProducerIdRequest(transactional_id=request["TransactionalId"] or ""),
-            context,
-        )
-        return {
-            "ThrottleTimeMs": 0,
-            "ErrorCode": answer.error_code,
-            "ProducerId": answer.producer_id,
-            "ProducerEpoch": answer.producer_epoch,
-        }
-
 
 HANDLED: Final = {
     ApiKey.API_VERSIONS: "api_versions",
     ApiKey.METADATA: "metadata",
     ApiKey.DESCRIBE_CLUSTER: "describe_cluster",
-    ApiKey.INIT_PRODUCER_ID: "init_producer_id",
 }

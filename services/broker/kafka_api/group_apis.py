@@ -29,7 +29,8 @@ from tidelog.v1 import coordinator_pb2, coordinator_pb2_grpc
 __all__ = ["HANDLED", "GroupApis"]
 
 Message = dict[str, Any]
-GROUP_KEY: Final = 0  # FindCoordinator's KeyType: a consumer group (1: a transactional id)
+GROUP_KEY: Final = 0  # FindCoordinator's KeyType: a consumer group
+TRANSACTION_KEY: Final = 1  # a transactional id
 REQUEST_TIMEOUT_S: Final = 30.0  # a forwarded group request's bound, but JoinGroup's
 JOIN_MARGIN_S: Final = 5.0  # JoinGroup waits up to the rebalance timeout, and this more
 NO_GENERATION: Final = -1
@@ -49,9 +50,16 @@ class GroupApis:
         self.channels = channels
         self.advertised = advertised  # where this broker's Kafka listener is (known once bound)
 
-    async def _stub(self, group_id: str, context: KafkaRequestContext) -> coordinator_pb2_grpc.CoordinatorStub:
+    async def _stub(
+        self, group_id: str, context: KafkaRequestContext, *, transactional_id: str = ""
+    ) -> coordinator_pb2_grpc.CoordinatorStub:
+        lookup = (
+            coordinator_pb2.FindCoordinatorRequest(transactional_id=transactional_id)
+            if transactional_id
+            else coordinator_pb2.FindCoordinatorRequest(group_id=group_id)
+        )
         found = await find_coordinator(
-            coordinator_pb2.FindCoordinatorRequest(group_id=group_id),
+            lookup,
             self.service.access.caller(context),
             self.service.access,
             self.service.metadata,
@@ -81,11 +89,12 @@ class GroupApis:
 
     async def find_coordinator(self, request: Message, version: int, context: KafkaRequestContext) -> Message:
         host, port = self.advertised()
-        if request["KeyType"] != GROUP_KEY:
-            code, message = ErrorCode.INVALID_REQUEST, "transactions are not served on the Kafka listener yet"
+        if request["KeyType"] not in (GROUP_KEY, TRANSACTION_KEY):
+            code, message = ErrorCode.INVALID_REQUEST, f"no coordinator of key type {request['KeyType']}"
         else:
-            try:
-                await self._stub(request["Key"], context)
+            try:  # (a transactional id's requests are forwarded by txn_apis)
+                transactional = request["KeyType"] == TRANSACTION_KEY
+                await self._stub(request["Key"], context, transactional_id=request["Key"] if transactional else "")
                 code, message = ErrorCode.NONE, ""
             except _UnavailableError as error:
                 code, message = ErrorCode(error.code), str(error)

@@ -26,7 +26,7 @@ from typing import Any, Final
 import structlog
 
 from tidelog.broker.broker_service import BrokerService
-from tidelog.broker.kafka_api import admin_apis, cluster_apis, group_apis, log_apis, sasl_apis
+from tidelog.broker.kafka_api import admin_apis, cluster_apis, group_apis, log_apis, sasl_apis, txn_apis
 from tidelog.broker.kafka_api.admin_apis import AdminApis
 from tidelog.broker.kafka_api.api_table import BEFORE_LOGIN, SERVED, SUPPORTED, ApiKey
 from tidelog.broker.kafka_api.cluster_apis import ClusterApis, api_versions_body
@@ -35,6 +35,7 @@ from tidelog.broker.kafka_api.listener_security import ConnectionLogin, server_s
 from tidelog.broker.kafka_api.log_apis import LogApis
 from tidelog.broker.kafka_api.request_context import KafkaRequestContext, RequestAbortedError
 from tidelog.broker.kafka_api.sasl_apis import SaslApis
+from tidelog.broker.kafka_api.txn_apis import TxnApis
 from tidelog.broker.request_metrics import REQUESTS
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode
@@ -77,6 +78,7 @@ class KafkaListener:
         groups = GroupApis(service, channels, lambda: self.advertised)
         admin = AdminApis(service, channels)
         sasl = SaslApis()
+        transactions = TxnApis(service, channels)
         self.advertised = ("", 0)  # host and port clients are told (set once bound)
         self.handlers: dict[int, Handler] = {
             **{int(key): getattr(cluster, name) for key, name in cluster_apis.HANDLED.items()},
@@ -84,6 +86,7 @@ class KafkaListener:
             **{int(key): getattr(groups, name) for key, name in group_apis.HANDLED.items()},
             **{int(key): getattr(admin, name) for key, name in admin_apis.HANDLED.items()},
             **{int(key): getattr(sasl, name) for key, name in sasl_apis.HANDLED.items()},
+            **{int(key): getattr(transactions, name) for key, name in txn_apis.HANDLED.items()},
         }
         assert set(self.handlers) == set(SUPPORTED), "every advertised API has a handler"
         self.server: asyncio.Server | None = None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tidelog.broker.kafka_api import admin_apis, cluster_apis, group_apis, log_apis, sasl_apis
+from tidelog.broker.kafka_api import admin_apis, cluster_apis, group_apis, log_apis, sasl_apis, txn_apis
 from tidelog.broker.kafka_api.api_table import SUPPORTED
 from tidelog.common.kafka_wire.message_codec import codec, valid_versions
 
@@ -14,7 +14,14 @@ DOC = Path(__file__).parents[3] / "docs" / "kafka-protocol.md"
 
 
 def test_every_advertised_api_has_one_handler_and_versions_kafka_defines() -> None:
-    handled = [*cluster_apis.HANDLED, *log_apis.HANDLED, *group_apis.HANDLED, *admin_apis.HANDLED, *sasl_apis.HANDLED]
+    handled = [
+        *cluster_apis.HANDLED,
+        *log_apis.HANDLED,
+        *group_apis.HANDLED,
+        *admin_apis.HANDLED,
+        *sasl_apis.HANDLED,
+        *txn_apis.HANDLED,
+    ]
     assert sorted(handled) == sorted(SUPPORTED)
     for versions in SUPPORTED.values():
         for kind in ("Request", "Response"):
