@@ -11,7 +11,9 @@ import struct
 import subprocess
 import time
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from confluent_kafka import Consumer as RdConsumer
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import Producer as RdProducer
@@ -190,6 +192,17 @@ def test_librdkafkas_and_kafka_pythons_admin_clients_create_describe_grow_and_de
     with pytest.raises(KafkaException) as gone:
         admin.delete_topics([topic_name])[topic_name].result(timeout=30)
     assert gone.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    # Kafka's request metrics count the listener's forwarded requests, by name and error.
+    counted: dict[tuple[str, str], float] = {}
+    for broker_id in cluster.broker_ids:
+        scraped = httpx.get(cluster.metrics_endpoint(f"broker-{broker_id}"), timeout=10).text
+        for family in text_string_to_metric_families(scraped):
+            for sample in family.samples:
+                if sample.name == "kafka_network_requestmetrics_requests_total":
+                    key = (sample.labels["request"], sample.labels["error"])
+                    counted[key] = counted.get(key, 0) + sample.value
+    assert counted.get(("CreateTopics", "NONE"), 0) >= 1
+    assert counted.get(("DeleteTopics", "NONE"), 0) >= 1
 
 
 def test_pipelined_produce_requests_of_one_connection_append_in_their_order(

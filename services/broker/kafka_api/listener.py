@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import dataclasses
 import struct
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -36,7 +37,7 @@ from tidelog.broker.kafka_api.log_apis import LogApis
 from tidelog.broker.kafka_api.request_context import KafkaRequestContext, RequestAbortedError
 from tidelog.broker.kafka_api.sasl_apis import SaslApis
 from tidelog.broker.kafka_api.txn_apis import TxnApis
-from tidelog.broker.request_metrics import REQUESTS
+from tidelog.broker.request_metrics import REQUESTS, TOTAL_TIME_MS
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode
 from tidelog.common.kafka_wire.primitives import MalformedFrameError
@@ -53,6 +54,11 @@ Message = dict[str, Any]
 Handler = Callable[[Message, int, KafkaRequestContext], Awaitable[Message | None]]
 SIZE: Final = struct.Struct(">i")
 FRAME_SHOWN: Final = 48  # bytes of a malformed request put in the log line that reports it
+# Requests served by forwarding (groups, admin, transactions): counted here in Kafka's request
+# metrics (RequestMetrics by request name); the rest are counted by BrokerService as on gRPC.
+FORWARDED: Final = frozenset(
+    set(group_apis.HANDLED) | set(admin_apis.HANDLED) | (set(txn_apis.HANDLED) - {ApiKey.INIT_PRODUCER_ID})
+)
 PIPELINED_REQUESTS_MAX: Final = 8  # requests of one connection in progress at once (librdkafka sends up to 5)
 
 
@@ -208,7 +214,13 @@ class KafkaListener:
         else:
             assert login.principal is not None
             current_principal.set(login.principal)  # (this request's task: the authorisation reads it)
+        started = time.perf_counter()
         response = await self.handlers[parsed.api_key](parsed.body, parsed.version, context)
+        if parsed.api_key in FORWARDED:  # (the others count themselves, in BrokerService as for gRPC)
+            name = SUPPORTED[parsed.api_key].message
+            code = response.get("ErrorCode", 0) if response is not None else 0
+            REQUESTS.labels(name, ErrorCode(code).name if code in ErrorCode._value2member_map_ else str(code)).inc()
+            TOTAL_TIME_MS.labels(name).observe((time.perf_counter() - started) * 1000)
         if response is None:
             return None
         name = SUPPORTED[parsed.api_key].message
