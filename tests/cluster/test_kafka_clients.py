@@ -10,17 +10,19 @@ import socket
 import struct
 import subprocess
 import time
+from collections.abc import Callable
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from confluent_kafka import Consumer as RdConsumer
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import Producer as RdProducer
 from confluent_kafka import TopicPartition as RdPartition
 from confluent_kafka.admin import AdminClient as RdAdmin
-from confluent_kafka.admin import ConfigResource, NewPartitions, NewTopic
-from kafka.admin import KafkaAdminClient
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic
+from kafka.admin import ConfigResource as PyConfigResource
+from kafka.admin import ConfigResourceType, KafkaAdminClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.cluster import kafka_clients
 from tests.cluster.kafka_clients import KCAT, Sent, records_to_send
@@ -228,3 +230,46 @@ def test_pipelined_produce_requests_of_one_connection_append_in_their_order(
         f"{idempotent}-{number}".encode() for idempotent in (True, False) for number in range(count)
     ]
     assert [offset for offset, _, _, _ in read] == list(range(2 * count))
+
+
+def test_configs_altered_whole_and_incrementally_through_librdkafkas_admin_client(
+    cluster: LocalCluster, topic_name: str
+) -> None:
+    admin = RdAdmin({"bootstrap.servers": cluster.kafka_bootstrap})
+    admin.create_topics([NewTopic(topic_name, 1, 3, config={"retention.ms": "100000"})])[topic_name].result(30)
+    resource = ConfigResource("topic", topic_name)
+
+    def described() -> dict[str, tuple[str, bool]]:
+        found = next(iter(admin.describe_configs([resource]).values())).result(timeout=30)
+        return {name: (entry.value, entry.is_default) for name, entry in found.items()}
+
+    def until(condition: Callable[[dict[str, tuple[str, bool]]], bool]) -> dict[str, tuple[str, bool]]:
+        deadline = time.monotonic() + 30  # (the controller's push reaches the broker asked moments later)
+        while not condition(seen := described()):
+            assert time.monotonic() < deadline, seen
+            time.sleep(0.1)
+        return seen
+
+    incremental = ConfigResource(
+        "topic",
+        topic_name,
+        incremental_configs=[
+            ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND),
+            ConfigEntry("segment.ms", "600000", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE),
+        ],
+    )
+    next(iter(admin.incremental_alter_configs([incremental]).values())).result(timeout=30)
+    seen = until(lambda configs: configs["segment.ms"][0] == "600000")
+    assert seen["cleanup.policy"] == ("delete,compact", False)
+    assert seen["retention.ms"][1]  # back to its default
+    # AlterConfigs (kafka-python's; librdkafka deprecates it). kafka-python reads the topic's
+    # configs and sends them whole with the change, as AlterConfigs replaces them whole.
+    python_admin = KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap)
+    python_admin.alter_configs(
+        [PyConfigResource(ConfigResourceType.TOPIC, topic_name, configs={"retention.ms": "5000"})],
+        incremental=False,  # (kafka-python would send IncrementalAlterConfigs)
+    )
+    python_admin.close()
+    seen = until(lambda configs: configs["retention.ms"][0] == "5000")
+    assert seen["segment.ms"] == ("600000", False), seen

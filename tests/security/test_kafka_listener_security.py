@@ -9,6 +9,7 @@ import asyncio
 import socket
 import ssl
 import struct
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -16,8 +17,16 @@ import pytest
 from confluent_kafka import Consumer as RdConsumer
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import Producer as RdProducer
+from confluent_kafka.admin import AclBinding as AclBinding_
+from confluent_kafka.admin import (
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
 from confluent_kafka.admin import AdminClient as RdAdmin
-from confluent_kafka.admin import NewTopic
 from kafka import KafkaConsumer, TopicPartition
 
 from tests.cluster.conftest import COORDINATOR_ARGS, running_cluster
@@ -157,3 +166,73 @@ def test_nothing_but_api_versions_and_the_login_is_served_before_a_login(
     with socket.create_connection((host, int(port)), timeout=10) as raw, context.wrap_socket(raw) as tls:
         tls.sendall(struct.pack(">i", len(metadata_v1)) + metadata_v1)
         assert tls.recv(100) == b""  # closed, nothing answered
+
+
+async def test_librdkafkas_admin_client_creates_describes_and_deletes_acls_that_take_effect(
+    kafka_sasl_cluster: LocalCluster, pki: Pki
+) -> None:
+    cluster, topic = kafka_sasl_cluster, f"k-{uuid.uuid4().hex[:6]}"
+    async with AdminClient(
+        cluster.bootstrap, controllers=cluster.controller_endpoints, security=sasl_client(pki, "admin")
+    ) as native:
+        await native.alter_user_scram_credentials({"kacl": password_of("kacl")})
+        await native.create_topic(topic, 1, 2)
+
+    def scenario() -> None:
+        admin = RdAdmin(_rd(cluster, pki, "admin", password_of("admin")))
+        user = _rd(cluster, pki, "kacl", password_of("kacl"))
+        write = AclBinding_(
+            ResourceType.TOPIC,
+            topic,
+            ResourcePatternType.LITERAL,
+            "User:kacl",
+            "*",
+            AclOperation.WRITE,
+            AclPermissionType.ALLOW,
+        )
+        describe = AclBinding_(
+            ResourceType.TOPIC,
+            topic,
+            ResourcePatternType.LITERAL,
+            "User:kacl",
+            "*",
+            AclOperation.DESCRIBE,
+            AclPermissionType.ALLOW,
+        )
+        for future in admin.create_acls([write, describe]).values():
+            future.result(timeout=30)
+        listed = admin.describe_acls(
+            AclBindingFilter(
+                ResourceType.TOPIC, topic, ResourcePatternType.ANY, None, None, AclOperation.ANY, AclPermissionType.ANY
+            )
+        ).result(timeout=30)
+        assert {(acl.principal, acl.operation) for acl in listed} == {
+            ("User:kacl", AclOperation.WRITE),
+            ("User:kacl", AclOperation.DESCRIBE),
+        }
+        producer = RdProducer({**user, "message.timeout.ms": 20_000})
+        deadline = time.monotonic() + 30
+        outcomes: list[object] = []
+        while True:  # (ACLs reach the brokers through etcd's watch: moments after they are written)
+            outcomes.clear()
+            producer.produce(topic, b"allowed", on_delivery=lambda error, _: outcomes.append(error))
+            producer.flush(25)
+            if outcomes == [None]:
+                break
+            assert time.monotonic() < deadline, outcomes
+        removed = admin.delete_acls(
+            [
+                AclBindingFilter(
+                    ResourceType.TOPIC,
+                    topic,
+                    ResourcePatternType.LITERAL,
+                    "User:kacl",
+                    None,
+                    AclOperation.WRITE,
+                    AclPermissionType.ANY,
+                )
+            ]
+        )
+        assert [acl.operation for acl in next(iter(removed.values())).result(timeout=30)] == [AclOperation.WRITE]
+
+    await asyncio.to_thread(scenario)

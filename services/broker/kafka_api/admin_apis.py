@@ -34,6 +34,13 @@ DEFAULT_CONFIG: Final = 5
 CONFIG_TYPES: Final = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}  # Kafka's ConfigType
 
 
+def _not_controller(answer: Any) -> bool:
+    """The controller asked is not the active one (it says so per topic, or for the request)."""
+    if any(result.error_code == ErrorCode.NOT_CONTROLLER for result in getattr(answer, "topics", ())):
+        return True
+    return int(getattr(answer, "error_code", 0)) == ErrorCode.NOT_CONTROLLER
+
+
 def _text(value: ConfigValue) -> str:
     if isinstance(value, bool):
         return str(value).lower()
@@ -47,7 +54,7 @@ class AdminApis:
         self.service = service
         self.channels = channels
 
-    async def _controller(self, method: str, request: Any, context: KafkaRequestContext) -> Any:
+    async def controller_call(self, method: str, request: Any, context: KafkaRequestContext) -> Any:
         """The active controller's answer, following one NOT_CONTROLLER redirect; None when no
         controller could be reached (the caller answers NOT_CONTROLLER, which clients retry)."""
         endpoint = self.service.metadata.controller_endpoint
@@ -60,9 +67,9 @@ class AdminApis:
                 answer = await getattr(stub, method)(request, timeout=REQUEST_TIMEOUT_S, metadata=metadata)
             except grpc.aio.AioRpcError:
                 return None
-            if not any(result.error_code == ErrorCode.NOT_CONTROLLER for result in answer.topics):
+            if not _not_controller(answer):
                 return answer
-            endpoint = answer.controller_endpoint
+            endpoint = getattr(answer, "controller_endpoint", "") or self.service.metadata.controller_endpoint
         return None
 
     @staticmethod
@@ -88,7 +95,7 @@ class AdminApis:
             if topic["Name"] not in refused
         ]
         answer = (
-            await self._controller(
+            await self.controller_call(
                 "CreateTopics",
                 controller_pb2.CreateTopicsRequest(topics=wanted, validate_only=request["ValidateOnly"]),
                 context,
@@ -121,7 +128,7 @@ class AdminApis:
         by_id = sum(1 for name in names if name is None)  # v6+: a topic named only by its id
         named = [name for name in names if name is not None]
         answer = (
-            await self._controller("DeleteTopics", controller_pb2.DeleteTopicsRequest(names=named), context)
+            await self.controller_call("DeleteTopics", controller_pb2.DeleteTopicsRequest(names=named), context)
             if named
             else None
         )
@@ -161,7 +168,9 @@ class AdminApis:
             if topic["Name"] not in refused
         ]
         answer = (
-            await self._controller("CreatePartitions", controller_pb2.CreatePartitionsRequest(topics=wanted), context)
+            await self.controller_call(
+                "CreatePartitions", controller_pb2.CreatePartitionsRequest(topics=wanted), context
+            )
             if wanted
             else None
         )
@@ -216,6 +225,39 @@ class AdminApis:
                 results.append(self._described(kind, name, code, "only topics and this broker are described"))
         return {"ThrottleTimeMs": 0, "Results": results}
 
+    async def alter_configs(self, request: Message, version: int, context: KafkaRequestContext) -> Message:
+        """AlterConfigs: each topic's own configs become exactly those given."""
+        return await self._alter(request, context, incremental=False)
+
+    async def incremental_alter_configs(self, request: Message, version: int, context: KafkaRequestContext) -> Message:
+        """IncrementalAlterConfigs: SET, DELETE, APPEND and SUBTRACT (list configs) per config."""
+        return await self._alter(request, context, incremental=True)
+
+    async def _alter(self, request: Message, context: KafkaRequestContext, *, incremental: bool) -> Message:
+        responses = []
+        for resource in request["Resources"]:
+            kind, name = resource["ResourceType"], resource["ResourceName"]
+            code, message = int(ErrorCode.NONE), ""
+            if kind != TOPIC_RESOURCE:
+                code, message = int(ErrorCode.INVALID_REQUEST), "only topics' configs change at run time"
+            elif request["ValidateOnly"]:
+                code, message = int(ErrorCode.INVALID_REQUEST), "validate-only is not served for config changes"
+            else:
+                own = dict(self.service.metadata.configs.get(name, {}))
+                try:
+                    change = _change(name, own, resource["Configs"], incremental)
+                except ValueError as error:
+                    code, message = int(ErrorCode.INVALID_CONFIG), str(error)
+                else:
+                    answer = await self.controller_call(
+                        "AlterConfigs", controller_pb2.AlterConfigsRequest(changes=[change]), context
+                    )
+                    code, message = self._results([name], answer, {})[name]
+            responses.append(
+                {"ErrorCode": code, "ErrorMessage": message or None, "ResourceType": kind, "ResourceName": name}
+            )
+        return {"ThrottleTimeMs": 0, "Responses": responses}
+
     @staticmethod
     def _entry(definition: ConfigDef, own: dict[str, str], defaults: dict[str, str], version: int) -> Message:
         if definition.name in own:
@@ -248,9 +290,38 @@ class AdminApis:
         }
 
 
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs' ConfigOperation
+
+
+def _change(topic: str, own: dict[str, str], configs: list[Message], incremental: bool) -> controller_pb2.ConfigChange:
+    """The controller's change for a topic whose own configs are `own` (ValueError: one not served)."""
+    if not incremental:  # the whole set: what is not given goes back to its default
+        given = {config["Name"]: config["Value"] or "" for config in configs}
+        return controller_pb2.ConfigChange(topic=topic, set=given, delete=[key for key in own if key not in given])
+    wanted: dict[str, str] = {}
+    deleted: list[str] = []
+    defaults = {definition.name: _text(definition.default) for definition in LOG_CONFIGS}
+    for config in configs:
+        key, operation, value = config["Name"], config["ConfigOperation"], config["Value"] or ""
+        current = [item for item in own.get(key, defaults.get(key, "")).split(",") if item]
+        if operation == SET:
+            wanted[key] = value
+        elif operation == DELETE:
+            deleted.append(key)
+        elif operation == APPEND:
+            wanted[key] = ",".join(current + [item for item in value.split(",") if item and item not in current])
+        elif operation == SUBTRACT:
+            wanted[key] = ",".join(item for item in current if item not in value.split(","))
+        else:
+            raise ValueError(f"{key}: config operation {operation}")
+    return controller_pb2.ConfigChange(topic=topic, set=wanted, delete=deleted)
+
+
 HANDLED: Final = {
     ApiKey.CREATE_TOPICS: "create_topics",
     ApiKey.DELETE_TOPICS: "delete_topics",
     ApiKey.CREATE_PARTITIONS: "create_partitions",
     ApiKey.DESCRIBE_CONFIGS: "describe_configs",
+    ApiKey.ALTER_CONFIGS: "alter_configs",
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
 }

@@ -39,7 +39,12 @@ class ApiKey(enum.IntEnum):
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    INCREMENTAL_ALTER_CONFIGS = 44
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     SASL_AUTHENTICATE = 36
@@ -83,6 +88,11 @@ SUPPORTED: Final[dict[int, Versions]] = {
     ApiKey.ADD_OFFSETS_TO_TXN: Versions("AddOffsetsToTxn", 0, 3),
     ApiKey.END_TXN: Versions("EndTxn", 0, 4),
     ApiKey.TXN_OFFSET_COMMIT: Versions("TxnOffsetCommit", 0, 3),
+    ApiKey.DESCRIBE_ACLS: Versions("DescribeAcls", 1, 3),  # 1: pattern types (KIP-290)
+    ApiKey.CREATE_ACLS: Versions("CreateAcls", 1, 3),
+    ApiKey.DELETE_ACLS: Versions("DeleteAcls", 1, 3),
+    ApiKey.ALTER_CONFIGS: Versions("AlterConfigs", 0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: Versions("IncrementalAlterConfigs", 0, 1),
 }
 # Served before a SASL_SSL connection has logged in (anything else closes it).
 BEFORE_LOGIN: Final = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})

@@ -27,7 +27,8 @@ from typing import Any, Final
 import structlog
 
 from tidelog.broker.broker_service import BrokerService
-from tidelog.broker.kafka_api import admin_apis, cluster_apis, group_apis, log_apis, sasl_apis, txn_apis
+from tidelog.broker.kafka_api import acl_apis, admin_apis, cluster_apis, group_apis, log_apis, sasl_apis, txn_apis
+from tidelog.broker.kafka_api.acl_apis import AclApis
 from tidelog.broker.kafka_api.admin_apis import AdminApis
 from tidelog.broker.kafka_api.api_table import BEFORE_LOGIN, SERVED, SUPPORTED, ApiKey
 from tidelog.broker.kafka_api.cluster_apis import ClusterApis, api_versions_body
@@ -57,7 +58,10 @@ FRAME_SHOWN: Final = 48  # bytes of a malformed request put in the log line that
 # Requests served by forwarding (groups, admin, transactions): counted here in Kafka's request
 # metrics (RequestMetrics by request name); the rest are counted by BrokerService as on gRPC.
 FORWARDED: Final = frozenset(
-    set(group_apis.HANDLED) | set(admin_apis.HANDLED) | (set(txn_apis.HANDLED) - {ApiKey.INIT_PRODUCER_ID})
+    set(group_apis.HANDLED)
+    | set(admin_apis.HANDLED)
+    | set(acl_apis.HANDLED)
+    | (set(txn_apis.HANDLED) - {ApiKey.INIT_PRODUCER_ID})
 )
 PIPELINED_REQUESTS_MAX: Final = 8  # requests of one connection in progress at once (librdkafka sends up to 5)
 
@@ -84,6 +88,7 @@ class KafkaListener:
         groups = GroupApis(service, channels, lambda: self.advertised)
         admin = AdminApis(service, channels)
         sasl = SaslApis()
+        acls = AclApis(admin)
         transactions = TxnApis(service, channels)
         self.advertised = ("", 0)  # host and port clients are told (set once bound)
         self.handlers: dict[int, Handler] = {
@@ -92,6 +97,7 @@ class KafkaListener:
             **{int(key): getattr(groups, name) for key, name in group_apis.HANDLED.items()},
             **{int(key): getattr(admin, name) for key, name in admin_apis.HANDLED.items()},
             **{int(key): getattr(sasl, name) for key, name in sasl_apis.HANDLED.items()},
+            **{int(key): getattr(acls, name) for key, name in acl_apis.HANDLED.items()},
             **{int(key): getattr(transactions, name) for key, name in txn_apis.HANDLED.items()},
         }
         assert set(self.handlers) == set(SUPPORTED), "every advertised API has a handler"

@@ -9,8 +9,10 @@ ClusterAction, which cannot tell a broker from a controller.
 A gateway names the REST caller it serves, and a broker the Kafka client whose group or admin
 request it forwards from its Kafka listener (principal propagation): ACLs are then checked for that
 principal, but roles only ever for the identity that authenticated, and a propagated principal that
-names a service identity or a super user is refused everything. So the gateway's identity can act
-for REST users, never as a broker, controller or coordinator, nor as a super user.
+names a service identity is refused everything, as is a super user named by a gateway. So the
+gateway's identity can act for REST users, never as a broker, controller or coordinator, nor as a
+super user; a broker's may act for a super user who logged in on its Kafka listener (KIP-590's
+trust in a broker's Envelope), never as a service.
 
 With `authorizer.class.name` empty everything is allowed and nothing is read from etcd.
 """
@@ -95,7 +97,7 @@ class AccessControl:
             role: SecuritySettings.principals(getattr(security, role.value.replace(".", "_"))) for role in Role
         }
         # Identities never taken from propagation: service roles and super users.
-        self.privileged = frozenset(self.super_users).union(*self.roles.values())
+        self.service_identities = frozenset().union(*self.roles.values())
         self._watch: WatchedPrefix | None = None
         if self.enabled:
             assert etcd is not None, "the ACL authorizer reads its bindings from etcd"
@@ -118,20 +120,29 @@ class AccessControl:
         principal = current_principal.get()
         host = host_of(context.peer())
         # A gateway names the REST caller it serves; a broker, the Kafka client whose group or admin
-        # request it forwards (its Kafka listener). Either may only name a non-privileged principal.
+        # request it forwards (its Kafka listener, as Kafka's Envelope, KIP-590). Neither may name a
+        # service identity, and a gateway no super user either (_refused).
         if str(principal) in self.roles[Role.GATEWAY] or str(principal) in self.roles[Role.BROKER]:
             metadata = dict(context.invocation_metadata() or ())
             on_behalf = metadata.get(ON_BEHALF_OF_PRINCIPAL)
             if on_behalf:
                 named = Caller(Principal.parse(on_behalf), metadata.get(ON_BEHALF_OF_HOST) or host, principal)
-                if on_behalf in self.privileged:
+                if self._refused(named):
                     log.warning("refused: %s names a service identity or super user", named)
                 return named
         return Caller(principal, host)
 
     def _refused(self, caller: Caller) -> bool:
-        """A propagated principal that names a privileged identity: refused everything."""
-        return caller.propagated and str(caller.principal) in self.privileged
+        """A propagated principal refused everything: a service identity, or a super user named by
+        a gateway. A broker may name a super user who logged in on its Kafka listener: Kafka's
+        controller trusts a broker's Envelope for any principal (KIP-590), and an admin's requests
+        through Kafka's tools would otherwise be refused."""
+        if not caller.propagated:
+            return False
+        name = str(caller.principal)
+        if name in self.service_identities:
+            return True
+        return name in self.super_users and str(caller.authenticated) not in self.roles[Role.BROKER]
 
     def has_role(self, caller: Caller, role: Role) -> bool:
         if not self.enabled:
