@@ -121,7 +121,13 @@ def test_services_start_with_flags_they_accept(
     service_ports = {
         port["name"]: port["port"] for port in manifests[("Service", f"{RELEASE}-{name}")]["spec"]["ports"]
     }
-    assert service_ports == {"grpc": args.port, "metrics": args.metrics_port}
+    expected = {"grpc": args.port, "metrics": args.metrics_port}
+    if name == "broker":  # and its Kafka listener, advertised under the pod's own name
+        assert args.kafka_listener is not None
+        bound, told = args.kafka_listener
+        assert (told.host, told.port) == (f"pod-0.{RELEASE}-broker", bound.port)
+        expected["kafka"] = bound.port
+    assert service_ports == expected
 
 
 def test_gateways_run_behind_one_service_with_authentication_on(
