@@ -10,6 +10,7 @@ import socket
 import struct
 import subprocess
 import time
+import uuid
 from collections.abc import Callable
 
 import httpx
@@ -273,3 +274,36 @@ def test_configs_altered_whole_and_incrementally_through_librdkafkas_admin_clien
     python_admin.close()
     seen = until(lambda configs: configs["retention.ms"][0] == "5000")
     assert seen["segment.ms"] == ("600000", False), seen
+
+
+def _api_call(port: int, name: str, api_key: int, version: int, body: dict[str, object]) -> dict[str, object]:
+    """One request of Kafka's framing (request header v2: these versions are flexible), decoded answer."""
+    request = codec(name + "Request", version)
+    frame = struct.pack(">hhi", api_key, version, 9) + b"\x00\x04test" + b"\x00" + request.encode(body)
+    answer = _raw_request(port, struct.pack(">i", len(frame)) + frame)
+    assert answer[4:8] == struct.pack(">i", 9) and answer[8] == 0  # correlation id; no header tags
+    return codec(name + "Response", version).decode(answer[9:])
+
+
+def test_client_quotas_are_altered_and_described_as_kip_546_filters_them(cluster: LocalCluster) -> None:
+    """No Python Kafka client has these two APIs: they are sent as Kafka's tools send them."""
+    port = cluster.ports.kafka[cluster.broker_ids[0]]
+    user = f"quota-{uuid.uuid4().hex[:6]}"
+    entity = [{"EntityType": "user", "EntityName": user}]
+    altered = _api_call(
+        port,
+        "AlterClientQuotas",
+        49,
+        1,
+        {
+            "Entries": [{"Entity": entity, "Ops": [{"Key": "producer_byte_rate", "Value": 1024.0, "Remove": False}]}],
+            "ValidateOnly": False,
+        },
+    )
+    assert [entry["ErrorCode"] for entry in altered["Entries"]] == [0]  # type: ignore[union-attr]
+    exact = {"Components": [{"EntityType": "user", "MatchType": 0, "Match": user}], "Strict": True}
+    described = _api_call(port, "DescribeClientQuotas", 48, 1, exact)
+    assert described["ErrorCode"] == 0
+    assert described["Entries"] == [{"Entity": entity, "Values": [{"Key": "producer_byte_rate", "Value": 1024.0}]}]
+    by_client = {"Components": [{"EntityType": "client-id", "MatchType": 2, "Match": None}], "Strict": False}
+    assert user not in str(_api_call(port, "DescribeClientQuotas", 48, 1, by_client)["Entries"])

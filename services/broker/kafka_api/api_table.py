@@ -45,6 +45,8 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     INCREMENTAL_ALTER_CONFIGS = 44
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     SASL_AUTHENTICATE = 36
@@ -93,6 +95,8 @@ SUPPORTED: Final[dict[int, Versions]] = {
     ApiKey.DELETE_ACLS: Versions("DeleteAcls", 1, 3),
     ApiKey.ALTER_CONFIGS: Versions("AlterConfigs", 0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: Versions("IncrementalAlterConfigs", 0, 1),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: Versions("DescribeClientQuotas", 0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: Versions("AlterClientQuotas", 0, 1),
 }
 # Served before a SASL_SSL connection has logged in (anything else closes it).
 BEFORE_LOGIN: Final = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})

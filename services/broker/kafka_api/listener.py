@@ -27,7 +27,16 @@ from typing import Any, Final
 import structlog
 
 from tidelog.broker.broker_service import BrokerService
-from tidelog.broker.kafka_api import acl_apis, admin_apis, cluster_apis, group_apis, log_apis, sasl_apis, txn_apis
+from tidelog.broker.kafka_api import (
+    acl_apis,
+    admin_apis,
+    cluster_apis,
+    group_apis,
+    log_apis,
+    quota_apis,
+    sasl_apis,
+    txn_apis,
+)
 from tidelog.broker.kafka_api.acl_apis import AclApis
 from tidelog.broker.kafka_api.admin_apis import AdminApis
 from tidelog.broker.kafka_api.api_table import BEFORE_LOGIN, SERVED, SUPPORTED, ApiKey
@@ -35,6 +44,7 @@ from tidelog.broker.kafka_api.cluster_apis import ClusterApis, api_versions_body
 from tidelog.broker.kafka_api.group_apis import GroupApis
 from tidelog.broker.kafka_api.listener_security import ConnectionLogin, server_ssl_context
 from tidelog.broker.kafka_api.log_apis import LogApis
+from tidelog.broker.kafka_api.quota_apis import QuotaApis
 from tidelog.broker.kafka_api.request_context import KafkaRequestContext, RequestAbortedError
 from tidelog.broker.kafka_api.sasl_apis import SaslApis
 from tidelog.broker.kafka_api.txn_apis import TxnApis
@@ -61,6 +71,7 @@ FORWARDED: Final = frozenset(
     set(group_apis.HANDLED)
     | set(admin_apis.HANDLED)
     | set(acl_apis.HANDLED)
+    | set(quota_apis.HANDLED)
     | (set(txn_apis.HANDLED) - {ApiKey.INIT_PRODUCER_ID})
 )
 PIPELINED_REQUESTS_MAX: Final = 8  # requests of one connection in progress at once (librdkafka sends up to 5)
@@ -89,6 +100,7 @@ class KafkaListener:
         admin = AdminApis(service, channels)
         sasl = SaslApis()
         acls = AclApis(admin)
+        quotas = QuotaApis(admin)
         transactions = TxnApis(service, channels)
         self.advertised = ("", 0)  # host and port clients are told (set once bound)
         self.handlers: dict[int, Handler] = {
@@ -98,6 +110,7 @@ class KafkaListener:
             **{int(key): getattr(admin, name) for key, name in admin_apis.HANDLED.items()},
             **{int(key): getattr(sasl, name) for key, name in sasl_apis.HANDLED.items()},
             **{int(key): getattr(acls, name) for key, name in acl_apis.HANDLED.items()},
+            **{int(key): getattr(quotas, name) for key, name in quota_apis.HANDLED.items()},
             **{int(key): getattr(transactions, name) for key, name in txn_apis.HANDLED.items()},
         }
         assert set(self.handlers) == set(SUPPORTED), "every advertised API has a handler"

@@ -6,7 +6,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tidelog.broker.kafka_api import acl_apis, admin_apis, cluster_apis, group_apis, log_apis, sasl_apis, txn_apis
+from tidelog.broker.kafka_api import (
+    acl_apis,
+    admin_apis,
+    cluster_apis,
+    group_apis,
+    log_apis,
+    quota_apis,
+    sasl_apis,
+    txn_apis,
+)
 from tidelog.broker.kafka_api.api_table import SUPPORTED
 from tidelog.common.kafka_wire.message_codec import codec, valid_versions
 
@@ -22,6 +31,7 @@ def test_every_advertised_api_has_one_handler_and_versions_kafka_defines() -> No
         *sasl_apis.HANDLED,
         *txn_apis.HANDLED,
         *acl_apis.HANDLED,
+        *quota_apis.HANDLED,
     ]
     assert sorted(handled) == sorted(SUPPORTED)
     for versions in SUPPORTED.values():
