@@ -9,6 +9,7 @@ of Kafka's protocol; the native Tidelog client reads the same records over gRPC.
 from __future__ import annotations
 
 import asyncio
+import base64
 import shutil
 import subprocess
 import threading
@@ -16,6 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import TopicPartition as AioPartition
 from confluent_kafka import Consumer as RdConsumer
@@ -315,3 +317,41 @@ def read_confluent_from(bootstrap: str, topic: str, partitions: int, config: dic
             quiet_since = time.monotonic()
     consumer.close()
     return values
+
+
+def read_rest(gateway: str, topic: str, ends: dict[int, int]) -> dict[int, list[Record]]:
+    """Through the REST gateway (Confluent REST Proxy's v2 API, binary format): base64 keys, values
+    and header values."""
+    v2, binary = "application/vnd.kafka.v2+json", "application/vnd.kafka.binary.v2+json"
+    group = f"rest-{time.monotonic_ns()}"
+    got: dict[int, list[Record]] = {partition: [] for partition in ends}
+    with httpx.Client(base_url=gateway, timeout=READ_TIMEOUT_S) as rest:
+        created = rest.post(
+            f"/consumers/{group}", json={"name": "reader", "format": "binary"}, headers={"content-type": v2}
+        )
+        assert created.status_code == 200, created.text
+        base = f"/consumers/{group}/instances/reader"
+        partitions = {"partitions": [{"topic": topic, "partition": partition} for partition in ends]}
+        assert rest.post(f"{base}/assignments", json=partitions, headers={"content-type": v2}).status_code == 204
+        assert (
+            rest.post(f"{base}/positions/beginning", json=partitions, headers={"content-type": v2}).status_code == 204
+        )
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        while any(len(got[p]) < end for p, end in ends.items()) and time.monotonic() < deadline:
+            page = rest.get(f"{base}/records", params={"timeout": 500}, headers={"accept": binary})
+            assert page.status_code == 200, page.text
+            for record in page.json():
+                decode = base64.b64decode
+                got[record["partition"]].append(
+                    (
+                        record["offset"],
+                        None if record["key"] is None else decode(record["key"]),
+                        None if record["value"] is None else decode(record["value"]),
+                        tuple(
+                            (header["name"], None if header["value"] is None else decode(header["value"]))
+                            for header in record.get("headers") or ()
+                        ),
+                    )
+                )
+        rest.delete(base, headers={"content-type": v2})
+    return got

@@ -29,7 +29,7 @@ SETTLE_S = 60.0
 @pytest.fixture(scope="module")
 def group_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     data = Path(tmp_path_factory.mktemp("kafka-groups"))
-    with running_cluster(data, coordinators=1, coordinator_args=COORDINATOR_ARGS) as cluster:
+    with running_cluster(data, coordinators=1, coordinator_args=COORDINATOR_ARGS, gateways=1) as cluster:
         yield cluster
 
 
@@ -152,3 +152,15 @@ def test_librdkafka_transactions_commit_abort_and_carry_a_groups_offsets(group_c
     assert sorted(read) == sorted(b"moved-%d-%d" % (p, n) for p in range(PARTITIONS) for n in range(PER_PARTITION))
     uncommitted = kafka_clients.read_confluent_from(bootstrap, target, 2, {"isolation.level": "read_uncommitted"})
     assert {value for value in uncommitted if value.startswith(b"aborted")} == {b"aborted-%d" % n for n in range(5)}
+
+
+def test_what_librdkafka_writes_the_rest_gateway_reads_back_the_same(group_cluster: LocalCluster) -> None:
+    """The REST side of the matrix (tests/cluster/test_kafka_clients.py has every Kafka client and
+    the native one): keys, values, headers and offsets as librdkafka wrote them."""
+    topic = _filled_topic(group_cluster)
+    sent = kafka_clients.records_to_send("confluent", 8)
+    write_confluent(group_cluster.kafka_bootstrap, topic, 0, sent, **{"enable.idempotence": True})
+    read = kafka_clients.read_rest(group_cluster.gateway_urls[0], topic, {0: PER_PARTITION + len(sent)})[0]
+    assert read[PER_PARTITION:] == [
+        (PER_PARTITION + number, key, value, tuple(headers)) for number, (key, value, headers) in enumerate(sent)
+    ]
