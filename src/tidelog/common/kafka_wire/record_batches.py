@@ -83,20 +83,24 @@ def from_kafka_batches(data: Buffer) -> bytes:
             codec = CompressionType(batch.compression_type)
         except ValueError:
             raise UnsupportedCompressionTypeError(f"compression codec {batch.compression_type}") from None
-        try:
-            records = list(batch)
+        try:  # one pass over the records, then a column each (zip)
+            rows = [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in batch]
         except Exception as error:  # aiokafka raises its own CorruptRecordException, or a codec's
             raise CorruptRecordError(f"the batch at position {start} does not decode: {error}") from None
-        if not records:
+        if not rows:
             raise InvalidRecordError("a batch holds at least one record")
+        offsets, timestamps, keys, values, headers = zip(*rows, strict=True)
         base = batch.base_offset
+        # A producer's batch: offsets base..base+n-1 (then the encoder's default deltas), often one
+        # timestamp, often no keys, usually no headers — each recognised by one C-level pass.
+        contiguous = offsets == tuple(range(base, base + len(rows)))
         stored.append(
             encode_batch(
-                [record.value for record in records],
-                keys=[record.key for record in records],
-                timestamps=[record.timestamp for record in records],
-                headers=[_stored_headers(record.headers) for record in records],
-                offset_deltas=[record.offset - base for record in records],
+                values,
+                keys=None if keys.count(None) == len(keys) else keys,  # (no key at all: the null column)
+                timestamps=timestamps[0] if min(timestamps) == max(timestamps) else timestamps,
+                headers=[_stored_headers(record_headers) for record_headers in headers] if any(headers) else None,
+                offset_deltas=None if contiguous else [offset - base for offset in offsets],
                 last_offset_delta=batch.last_offset_delta,
                 compression=codec,
                 timestamp_type=batch.timestamp_type,
