@@ -178,6 +178,7 @@ class _Broker:
             self.channels,
             request_max_bytes=self.settings.socket_request_max_bytes,
             connections_max=self.settings.max_connections,
+            idle_ms=self.settings.connections_max_idle_ms,
             security=self.args.security,
             sessions=self.service_security.sessions,
         )

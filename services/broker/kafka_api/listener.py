@@ -87,10 +87,12 @@ class KafkaListener:
         *,
         request_max_bytes: int,
         connections_max: int,
+        idle_ms: int = 600_000,
         security: SecuritySettings,
         sessions: SaslSessions | None = None,
     ) -> None:
         self.security = security
+        self.idle_s = idle_ms / 1000  # connections.max.idle.ms
         self.sessions = sessions  # SASL_SSL: the SCRAM credentials (the gRPC listener's)
         self.request_max_bytes = request_max_bytes
         self.connections_max = connections_max
@@ -190,7 +192,11 @@ class KafkaListener:
         answers: asyncio.Queue[asyncio.Task[bytes | None]],
     ) -> None:
         while True:
-            size = SIZE.unpack(await reader.readexactly(4))[0]
+            try:
+                size = SIZE.unpack(await asyncio.wait_for(reader.readexactly(4), self.idle_s))[0]
+            except TimeoutError:
+                log.info("kafka_connection_idle", peer=context.peer(), idle_s=self.idle_s)
+                return  # connections.max.idle.ms without a request: closed, as Kafka's broker does
             if not 0 <= size <= self.request_max_bytes:
                 limit = self.request_max_bytes
                 raise MalformedFrameError(f"a request of {size} bytes (socket.request.max.bytes {limit})")

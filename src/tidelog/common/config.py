@@ -258,6 +258,12 @@ BROKER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
         "Where clients are told each listener is, NAME://host:port (empty, or a listener left out: its own address, "
         "with 0.0.0.0 replaced by --advertised-host).",
     ),
+    _long(
+        "connections.max.idle.ms",
+        600_000,
+        "A Kafka-protocol connection with no request for this long is closed (the client reconnects).",
+        minimum=1000,
+    ),
     _int(
         "max.connections",
         10_000,

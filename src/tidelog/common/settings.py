@@ -223,6 +223,7 @@ class BrokerSettings(Settings):
     listeners: tuple[str, ...]
     advertised_listeners: tuple[str, ...]
     max_connections: int
+    connections_max_idle_ms: int
     fetch_max_bytes: int
     fetch_max_wait_ms_max: int
     replica_lag_time_max_ms: int
