@@ -409,6 +409,8 @@ class ReplicaFetcherManager:
         for (chunk_done, chunk_failure), chunk in zip(outcomes, self.io.chunks(appends), strict=True):
             for followed, result in chunk[:chunk_done]:
                 followed.log.update_high_watermark(min(result.high_watermark, followed.log.log_end_offset))
+                if result.log_start_offset > followed.log.log_start_offset:  # (rare: DeleteRecords)
+                    await self._follow_log_start(followed, result.log_start_offset)
                 key = (followed.topic, followed.partition)
                 self.on_appended(key)
                 session.changed.add(key)  # its log end moved
@@ -468,7 +470,17 @@ class ReplicaFetcherManager:
             raise TidelogError(f"{followed.topic}-{followed.partition}: {ErrorCode(result.error_code).name}")
         assert not result.record_batches, "appends go together (_append_all)"
         followed.log.update_high_watermark(min(result.high_watermark, followed.log.log_end_offset))
+        await self._follow_log_start(followed, result.log_start_offset)
         self.on_appended((followed.topic, followed.partition))
+
+    async def _follow_log_start(self, followed: FollowedPartition, leader_log_start: int) -> None:
+        """The leader moved its log start (DeleteRecords): move this replica's as far, within its
+        high watermark (Kafka's maybeIncrementLogStartOffset). Retention needs none of this: each
+        replica applies it to its own log."""
+        if leader_log_start > followed.log.log_start_offset:
+            wanted = min(leader_log_start, followed.log.high_watermark)
+            if wanted > followed.log.log_start_offset:
+                await self.io.run(followed.log.delete_records, wanted)
 
     async def close(self) -> None:
         for task in self._fetchers.values():

@@ -314,3 +314,25 @@ async def test_a_partition_whose_leadership_moved_waits_alone_and_the_others_are
             await manager.close()
         for partition_log in (*logs, source):
             partition_log.close()
+
+
+async def test_a_follower_moves_its_log_start_after_the_leaders_within_its_own_high_watermark(
+    tmp_path: Path, io: StorageIo
+) -> None:
+    """DeleteRecords on the leader (the Kafka listener's): a follower's copy of the deleted records
+    goes too, at its next fetch, but never past what it knows committed."""
+    manager = ReplicaFetcherManager(2, io, _patient())
+    follower = _log(tmp_path, "t")
+    try:
+        _write(follower, 0, [b"%d" % n for n in range(10)])
+        follower.update_high_watermark(8)
+        followed = FollowedPartition("t", 0, follower, 1, 9)
+        await manager._apply(followed, broker_pb2.FetchPartitionResult(high_watermark=8, log_start_offset=5))
+        assert follower.log_start_offset == 5
+        await manager._apply(followed, broker_pb2.FetchPartitionResult(high_watermark=8, log_start_offset=10))
+        assert follower.log_start_offset == 8  # its own high watermark bounds it
+        await manager._apply(followed, broker_pb2.FetchPartitionResult(high_watermark=8, log_start_offset=3))
+        assert follower.log_start_offset == 8  # never back
+    finally:
+        await manager.close()
+        follower.close()

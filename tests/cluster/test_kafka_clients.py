@@ -307,3 +307,32 @@ def test_client_quotas_are_altered_and_described_as_kip_546_filters_them(cluster
     assert described["Entries"] == [{"Entity": entity, "Values": [{"Key": "producer_byte_rate", "Value": 1024.0}]}]
     by_client = {"Components": [{"EntityType": "client-id", "MatchType": 2, "Match": None}], "Strict": False}
     assert user not in str(_api_call(port, "DescribeClientQuotas", 48, 1, by_client)["Entries"])
+
+
+def test_delete_records_moves_the_log_start_for_every_reader(cluster: LocalCluster, topic_name: str) -> None:
+    admin = RdAdmin({"bootstrap.servers": cluster.kafka_bootstrap})
+    admin.create_topics([NewTopic(topic_name, 1, 3)])[topic_name].result(timeout=30)
+    records = [(None, b"r-%d" % number, []) for number in range(10)]
+    kafka_clients.write_confluent(cluster.kafka_bootstrap, topic_name, 0, records, acks="all")  # type: ignore[arg-type]
+    deleted = admin.delete_records([RdPartition(topic_name, 0, 6)])
+    assert next(iter(deleted.values())).result(timeout=30).low_watermark == 6
+    consumer = RdConsumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "group.id": "unused",  # (no commit: this cluster runs no group coordinator)
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    assert consumer.get_watermark_offsets(RdPartition(topic_name, 0), timeout=10) == (6, 10)
+    consumer.assign([RdPartition(topic_name, 0, 0)])  # below the log start now: reset to the earliest
+    offsets: list[int] = []
+    deadline = time.monotonic() + 30
+    while len(offsets) < 4 and time.monotonic() < deadline:
+        offsets += [m.offset() for m in consumer.consume(10, 0.5) if m.error() is None]
+    assert offsets == [6, 7, 8, 9]
+    consumer.close()
+    beyond = admin.delete_records([RdPartition(topic_name, 0, 11)])  # past the high watermark
+    with pytest.raises(KafkaException) as refused:
+        next(iter(beyond.values())).result(timeout=30)
+    assert refused.value.args[0].code() == KafkaError.OFFSET_OUT_OF_RANGE

@@ -39,6 +39,7 @@ class ApiKey(enum.IntEnum):
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
     TXN_OFFSET_COMMIT = 28
+    DELETE_RECORDS = 21
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -95,6 +96,7 @@ SUPPORTED: Final[dict[int, Versions]] = {
     ApiKey.DELETE_ACLS: Versions("DeleteAcls", 1, 3),
     ApiKey.ALTER_CONFIGS: Versions("AlterConfigs", 0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: Versions("IncrementalAlterConfigs", 0, 1),
+    ApiKey.DELETE_RECORDS: Versions("DeleteRecords", 0, 2),
     ApiKey.DESCRIBE_CLIENT_QUOTAS: Versions("DescribeClientQuotas", 0, 1),
     ApiKey.ALTER_CLIENT_QUOTAS: Versions("AlterClientQuotas", 0, 1),
 }

@@ -14,8 +14,9 @@ from typing import Any, Final
 from tidelog.broker.broker_service import BrokerService
 from tidelog.broker.kafka_api.api_table import ApiKey
 from tidelog.broker.kafka_api.request_context import KafkaRequestContext
-from tidelog.common.errors import ErrorCode, TidelogError
+from tidelog.common.errors import ErrorCode, OffsetOutOfRangeError, TidelogError
 from tidelog.common.kafka_wire.record_batches import from_kafka_batches, to_kafka_batches
+from tidelog.common.security.authorization.acl import Operation, ResourceType
 from tidelog.v1 import broker_pb2
 
 __all__ = ["HANDLED", "LogApis"]
@@ -24,6 +25,7 @@ Message = dict[str, Any]
 SESSIONLESS: Final = -1  # Kafka's FINAL_EPOCH: a full fetch, no session
 OPEN_SESSION: Final = 0  # Kafka's INITIAL_EPOCH
 CONSUMER: Final = -1
+HIGH_WATERMARK: Final = -1  # DeleteRecords' offset for "up to the high watermark"
 
 
 def _by_topic(entries: Iterable[tuple[str, Message]], topic_field: str, partitions_field: str) -> list[Message]:
@@ -165,6 +167,9 @@ class LogApis:
         ):
             sessions.close(session)
 
+    async def delete_records(self, request: Message, version: int, context: KafkaRequestContext) -> Message:
+        return await delete_records(self.service, request, context)
+
     async def list_offsets(self, request: Message, version: int, context: KafkaRequestContext) -> Message:
         answer = await self.service.ListOffsets(
             broker_pb2.ListOffsetsRequest(
@@ -226,6 +231,35 @@ class LogApis:
         return {"ThrottleTimeMs": 0, "Topics": _by_topic(results, "Topic", "Partitions")}
 
 
+async def delete_records(service: BrokerService, request: Message, context: KafkaRequestContext) -> Message:
+    """Move each partition's log start up to the offset asked (-1: the high watermark), as its
+    leader; the followers follow at their next fetch (replica_fetcher). Answered once the leader's
+    log has moved: Kafka's broker waits for every replica's (the low watermark) up to TimeoutMs."""
+    caller = service.access.caller(context)
+    topics = []
+    for topic in request["Topics"]:
+        name = topic["Name"]
+        allowed = service.access.allowed(caller, Operation.DELETE, ResourceType.TOPIC, name)
+        results = []
+        for entry in topic["Partitions"]:
+            low, code = -1, ErrorCode.NONE
+            if not allowed:
+                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            else:
+                try:
+                    hosted = service.replicas.leader_partition(name, entry["PartitionIndex"])
+                    offset = entry["Offset"] if entry["Offset"] != HIGH_WATERMARK else hosted.log.high_watermark
+                    if offset < 0:
+                        raise OffsetOutOfRangeError(f"offset {offset}")
+                    low = await service.replicas.io.run(hosted.log.delete_records, offset, request="DeleteRecords")
+                    hosted.notify_appended()  # (fetch sessions: the log start moved, news for followers)
+                except TidelogError as error:
+                    code = error.code
+            results.append({"PartitionIndex": entry["PartitionIndex"], "LowWatermark": low, "ErrorCode": int(code)})
+        topics.append({"Name": name, "Partitions": results})
+    return {"ThrottleTimeMs": 0, "Topics": topics}
+
+
 def _produce_error(partition: int, code: ErrorCode, message: str) -> Message:
     return {
         "Index": partition,
@@ -243,4 +277,5 @@ HANDLED: Final = {
     ApiKey.FETCH: "fetch",
     ApiKey.LIST_OFFSETS: "list_offsets",
     ApiKey.OFFSET_FOR_LEADER_EPOCH: "offset_for_leader_epoch",
+    ApiKey.DELETE_RECORDS: "delete_records",
 }
