@@ -14,6 +14,8 @@ import pytest
 from confluent_kafka import Consumer as RdConsumer
 from confluent_kafka import Producer as RdProducer
 from confluent_kafka.admin import AdminClient as RdAdmin
+from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 
 from tests.cluster import kafka_clients
 from tests.cluster.conftest import COORDINATOR_ARGS, running_cluster
@@ -164,3 +166,33 @@ def test_what_librdkafka_writes_the_rest_gateway_reads_back_the_same(group_clust
     assert read[PER_PARTITION:] == [
         (PER_PARTITION + number, key, value, tuple(headers)) for number, (key, value, headers) in enumerate(sent)
     ]
+
+
+@pytest.mark.parametrize(
+    "members",
+    [
+        pytest.param([("confluent", {"partition.assignment.strategy": "range"})] * 2, id="librdkafka-range"),
+        pytest.param(
+            [("kafka-python", {"partition_assignment_strategy": [StickyPartitionAssignor]})] * 2,
+            id="kafka-python-sticky",
+        ),
+        pytest.param(
+            [
+                ("confluent", {"partition.assignment.strategy": "cooperative-sticky"}),
+                ("kafka-python", {"partition_assignment_strategy": [CooperativeStickyAssignor]}),
+            ],
+            id="cooperative-sticky-across-libraries",
+        ),
+    ],
+)
+def test_each_assignor_shares_a_groups_partitions(
+    group_cluster: LocalCluster, members: list[tuple[str, dict[str, object]]]
+) -> None:
+    topic, group = _filled_topic(group_cluster), f"g-{uuid.uuid4().hex[:8]}"
+    bootstrap = group_cluster.kafka_bootstrap
+    _run_group(
+        group_cluster,
+        [GroupMember(library, bootstrap, group, topic, **config) for library, config in members],
+        group,
+        topic,
+    )
