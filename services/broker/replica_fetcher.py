@@ -474,13 +474,10 @@ class ReplicaFetcherManager:
         self.on_appended((followed.topic, followed.partition))
 
     async def _follow_log_start(self, followed: FollowedPartition, leader_log_start: int) -> None:
-        """The leader moved its log start (DeleteRecords): move this replica's as far, within its
-        high watermark (Kafka's maybeIncrementLogStartOffset). Retention needs none of this: each
-        replica applies it to its own log."""
-        if leader_log_start > followed.log.log_start_offset:
-            wanted = min(leader_log_start, followed.log.high_watermark)
-            if wanted > followed.log.log_start_offset:
-                await self.io.run(followed.log.delete_records, wanted)
+        """The leader moved its log start (DeleteRecords): move ours as far, within our high watermark
+        (Kafka's maybeIncrementLogStartOffset); retention, each replica applies itself."""
+        if (wanted := min(leader_log_start, followed.log.high_watermark)) > followed.log.log_start_offset:
+            await self.io.run(followed.log.delete_records, wanted)
 
     async def close(self) -> None:
         for task in self._fetchers.values():
