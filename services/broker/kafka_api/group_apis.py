@@ -16,15 +16,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-import grpc
-
 from tidelog.broker.broker_service import BrokerService
-from tidelog.broker.coordinator_lookup import find_coordinator
 from tidelog.broker.kafka_api.api_table import ApiKey
-from tidelog.broker.kafka_api.request_context import KafkaRequestContext, on_behalf_of
+from tidelog.broker.kafka_api.coordinator_forwarding import (
+    CoordinatorUnavailableError,
+    committed_partitions,
+    coordinator_stub,
+    forward,
+)
+from tidelog.broker.kafka_api.request_context import KafkaRequestContext
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode
-from tidelog.v1 import coordinator_pb2, coordinator_pb2_grpc
+from tidelog.v1 import coordinator_pb2
 
 __all__ = ["HANDLED", "GroupApis"]
 
@@ -36,12 +39,6 @@ JOIN_MARGIN_S: Final = 5.0  # JoinGroup waits up to the rebalance timeout, and t
 NO_GENERATION: Final = -1
 
 
-class _UnavailableError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 class GroupApis:
     def __init__(
         self, service: BrokerService, channels: ChannelPool, advertised: Callable[[], tuple[str, int]]
@@ -49,25 +46,6 @@ class GroupApis:
         self.service = service
         self.channels = channels
         self.advertised = advertised  # where this broker's Kafka listener is (known once bound)
-
-    async def _stub(
-        self, group_id: str, context: KafkaRequestContext, *, transactional_id: str = ""
-    ) -> coordinator_pb2_grpc.CoordinatorStub:
-        lookup = (
-            coordinator_pb2.FindCoordinatorRequest(transactional_id=transactional_id)
-            if transactional_id
-            else coordinator_pb2.FindCoordinatorRequest(group_id=group_id)
-        )
-        found = await find_coordinator(
-            lookup,
-            self.service.access.caller(context),
-            self.service.access,
-            self.service.metadata,
-            self.service.etcd,
-        )
-        if found.error_code:
-            raise _UnavailableError(found.error_code, found.error_message)
-        return coordinator_pb2_grpc.CoordinatorStub(self.channels.channel(found.endpoint))
 
     async def _call(
         self,
@@ -77,15 +55,9 @@ class GroupApis:
         request: Any,
         timeout_s: float = REQUEST_TIMEOUT_S,
     ) -> Any:
-        """The coordinator's answer; _UnavailableError when none serves the group or the call failed
-        (COORDINATOR_NOT_AVAILABLE: the client finds the coordinator again and retries)."""
-        stub = await self._stub(group_id, context)
-        try:
-            metadata = on_behalf_of(self.service.access, context)
-            return await getattr(stub, method)(request, timeout=timeout_s, metadata=metadata)
-        except grpc.aio.AioRpcError as error:
-            code = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-            raise _UnavailableError(code, f"{method}: {error.code().name}") from error
+        """The group coordinator's answer; CoordinatorUnavailableError without one."""
+        lookup = coordinator_pb2.FindCoordinatorRequest(group_id=group_id)
+        return await forward(self.service, self.channels, lookup, context, method, request, timeout_s)
 
     async def find_coordinator(self, request: Message, version: int, context: KafkaRequestContext) -> Message:
         host, port = self.advertised()
@@ -93,10 +65,15 @@ class GroupApis:
             code, message = ErrorCode.INVALID_REQUEST, f"no coordinator of key type {request['KeyType']}"
         else:
             try:  # (a transactional id's requests are forwarded by txn_apis)
-                transactional = request["KeyType"] == TRANSACTION_KEY
-                await self._stub(request["Key"], context, transactional_id=request["Key"] if transactional else "")
+                key = request["Key"]
+                lookup = (
+                    coordinator_pb2.FindCoordinatorRequest(transactional_id=key)
+                    if request["KeyType"] == TRANSACTION_KEY
+                    else coordinator_pb2.FindCoordinatorRequest(group_id=key)
+                )
+                await coordinator_stub(self.service, self.channels, lookup, context)
                 code, message = ErrorCode.NONE, ""
-            except _UnavailableError as error:
+            except CoordinatorUnavailableError as error:
                 code, message = ErrorCode(error.code), str(error)
         node = -1 if code else self.service.replicas.broker_id
         return {
@@ -130,7 +107,7 @@ class GroupApis:
                 ),
                 timeout_s=max(rebalance_ms, 0) / 1000 + JOIN_MARGIN_S,
             )
-        except _UnavailableError as error:
+        except CoordinatorUnavailableError as error:
             return {
                 "ErrorCode": error.code,
                 "GenerationId": -1,
@@ -176,7 +153,7 @@ class GroupApis:
                 ),
             )
             code, assignment = answer.error_code, answer.assignment
-        except _UnavailableError as error:
+        except CoordinatorUnavailableError as error:
             code, assignment = error.code, b""
         return {
             "ThrottleTimeMs": 0,
@@ -200,7 +177,7 @@ class GroupApis:
                 ),
             )
             code = answer.error_code
-        except _UnavailableError as error:
+        except CoordinatorUnavailableError as error:
             code = error.code
         return {"ThrottleTimeMs": 0, "ErrorCode": code}
 
@@ -220,7 +197,7 @@ class GroupApis:
                     ),
                 )
                 code = answer.error_code
-            except _UnavailableError as error:
+            except CoordinatorUnavailableError as error:
                 code = error.code
             results.append(
                 {"MemberId": member["MemberId"], "GroupInstanceId": member["GroupInstanceId"], "ErrorCode": code}
@@ -256,24 +233,9 @@ class GroupApis:
                 (result.topic, result.partition): result.error_code or answer.error_code for result in answer.partitions
             }
             default = answer.error_code
-        except _UnavailableError as error:
+        except CoordinatorUnavailableError as error:
             codes, default = {}, error.code
-        return {
-            "ThrottleTimeMs": 0,
-            "Topics": [
-                {
-                    "Name": topic["Name"],
-                    "Partitions": [
-                        {
-                            "PartitionIndex": partition["PartitionIndex"],
-                            "ErrorCode": codes.get((topic["Name"], partition["PartitionIndex"]), default),
-                        }
-                        for partition in topic["Partitions"]
-                    ],
-                }
-                for topic in topics
-            ],
-        }
+        return {"ThrottleTimeMs": 0, "Topics": committed_partitions(topics, codes, default)}
 
     async def offset_fetch(self, request: Message, version: int, context: KafkaRequestContext) -> Message:
         asked = request["Topics"]
@@ -293,7 +255,7 @@ class GroupApis:
                 ),
             )
             code, found = answer.error_code, list(answer.partitions)
-        except _UnavailableError as error:
+        except CoordinatorUnavailableError as error:
             code, found = error.code, []
         by_topic: dict[str, list[Message]] = {}
         for result in found:
@@ -320,8 +282,12 @@ class GroupApis:
                     group_id, context, "DescribeGroups", coordinator_pb2.DescribeGroupsRequest(group_ids=[group_id])
                 )
                 described = answer.groups[0]
-            except (_UnavailableError, IndexError) as error:
-                code = error.code if isinstance(error, _UnavailableError) else int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            except (CoordinatorUnavailableError, IndexError) as error:
+                code = (
+                    error.code
+                    if isinstance(error, CoordinatorUnavailableError)
+                    else int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                )
                 groups.append(
                     {
                         "ErrorCode": code,
@@ -359,7 +325,7 @@ class GroupApis:
     async def list_groups(self, request: Message, version: int, context: KafkaRequestContext) -> Message:
         try:
             answer = await self._call("", context, "ListGroups", coordinator_pb2.ListGroupsRequest())
-        except _UnavailableError as error:
+        except CoordinatorUnavailableError as error:
             return {"ThrottleTimeMs": 0, "ErrorCode": error.code, "Groups": []}
         wanted = set(request["StatesFilter"]) if version >= 4 else set()
         return {
@@ -380,7 +346,7 @@ class GroupApis:
                     group_id, context, "DeleteGroups", coordinator_pb2.DeleteGroupsRequest(group_ids=[group_id])
                 )
                 code = answer.groups[0].error_code if answer.groups else int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-            except _UnavailableError as error:
+            except CoordinatorUnavailableError as error:
                 code = error.code
             results.append({"GroupId": group_id, "ErrorCode": code})
         return {"ThrottleTimeMs": 0, "Results": results}

@@ -12,26 +12,17 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-import grpc
-
 from tidelog.broker.broker_service import BrokerService
-from tidelog.broker.coordinator_lookup import find_coordinator
 from tidelog.broker.kafka_api.api_table import ApiKey
-from tidelog.broker.kafka_api.request_context import KafkaRequestContext, on_behalf_of
+from tidelog.broker.kafka_api.coordinator_forwarding import CoordinatorUnavailableError, committed_partitions, forward
+from tidelog.broker.kafka_api.request_context import KafkaRequestContext
 from tidelog.common.channels import ChannelPool
-from tidelog.common.errors import ErrorCode
-from tidelog.v1 import broker_pb2, coordinator_pb2, coordinator_pb2_grpc, transaction_pb2, transaction_pb2_grpc
+from tidelog.v1 import broker_pb2, coordinator_pb2, transaction_pb2
 
 __all__ = ["HANDLED", "TxnApis"]
 
 Message = dict[str, Any]
 REQUEST_TIMEOUT_S: Final = 30.0
-
-
-class _UnavailableError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class TxnApis:
@@ -42,30 +33,14 @@ class TxnApis:
     async def _call(
         self, lookup: coordinator_pb2.FindCoordinatorRequest, context: KafkaRequestContext, method: str, request: Any
     ) -> Any:
-        found = await find_coordinator(
-            lookup, self.service.access.caller(context), self.service.access, self.service.metadata, self.service.etcd
-        )
-        if found.error_code:
-            raise _UnavailableError(found.error_code, found.error_message)
-        channel = self.channels.channel(found.endpoint)
-        stub: Any = (
-            transaction_pb2_grpc.TransactionCoordinatorStub(channel)
-            if lookup.transactional_id
-            else coordinator_pb2_grpc.CoordinatorStub(channel)
-        )
-        try:
-            metadata = on_behalf_of(self.service.access, context)
-            return await getattr(stub, method)(request, timeout=REQUEST_TIMEOUT_S, metadata=metadata)
-        except grpc.aio.AioRpcError as error:
-            code = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-            raise _UnavailableError(code, f"{method}: {error.code().name}") from error
+        return await forward(self.service, self.channels, lookup, context, method, request, REQUEST_TIMEOUT_S)
 
     async def _txn(self, transactional_id: str, context: KafkaRequestContext, method: str, request: Any) -> int:
         """The transaction coordinator's error code for `request` (0: done)."""
         lookup = coordinator_pb2.FindCoordinatorRequest(transactional_id=transactional_id)
         try:
             answer = await self._call(lookup, context, method, request)
-        except _UnavailableError as error:
+        except CoordinatorUnavailableError as error:
             return error.code
         return int(answer.error_code)
 
@@ -80,7 +55,7 @@ class TxnApis:
             )
             try:
                 answer = await self._call(lookup, context, "InitProducerId", wanted)
-            except _UnavailableError as error:
+            except CoordinatorUnavailableError as error:
                 return {"ThrottleTimeMs": 0, "ErrorCode": error.code, "ProducerId": -1, "ProducerEpoch": -1}
         return {
             "ThrottleTimeMs": 0,
@@ -175,24 +150,9 @@ class TxnApis:
             answer = await self._call(lookup, context, "TxnOffsetCommit", wanted)
             codes = {(r.topic, r.partition): r.error_code or answer.error_code for r in answer.partitions}
             default = answer.error_code
-        except _UnavailableError as error:
+        except CoordinatorUnavailableError as error:
             codes, default = {}, error.code
-        return {
-            "ThrottleTimeMs": 0,
-            "Topics": [
-                {
-                    "Name": topic["Name"],
-                    "Partitions": [
-                        {
-                            "PartitionIndex": partition["PartitionIndex"],
-                            "ErrorCode": codes.get((topic["Name"], partition["PartitionIndex"]), default),
-                        }
-                        for partition in topic["Partitions"]
-                    ],
-                }
-                for topic in topics
-            ],
-        }
+        return {"ThrottleTimeMs": 0, "Topics": committed_partitions(topics, codes, default)}
 
 
 HANDLED: Final = {
