@@ -16,7 +16,7 @@ from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode
 from tidelog.v1 import coordinator_pb2, coordinator_pb2_grpc, transaction_pb2_grpc
 
-__all__ = ["CoordinatorUnavailableError", "committed_partitions", "coordinator_stub", "forward"]
+__all__ = ["CoordinatorUnavailableError", "committed_partitions", "coordinator_stub", "forward", "offsets_to_commit"]
 
 Message = dict[str, Any]
 
@@ -65,6 +65,20 @@ async def forward(  # noqa: PLR0917 - where to, who for, what, and how long
     except grpc.aio.AioRpcError as error:
         code = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         raise CoordinatorUnavailableError(code, f"{method}: {error.code().name}") from error
+
+
+def offsets_to_commit(topics: Iterable[Message]) -> list[coordinator_pb2.OffsetCommitPartition]:
+    """OffsetCommit's and TxnOffsetCommit's partitions, as the coordinator takes them."""
+    return [
+        coordinator_pb2.OffsetCommitPartition(
+            topic=topic["Name"],
+            partition=partition["PartitionIndex"],
+            offset=partition["CommittedOffset"],
+            metadata=partition["CommittedMetadata"] or "",
+        )
+        for topic in topics
+        for partition in topic["Partitions"]
+    ]
 
 
 def committed_partitions(

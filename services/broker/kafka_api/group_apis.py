@@ -23,6 +23,7 @@ from tidelog.broker.kafka_api.coordinator_forwarding import (
     committed_partitions,
     coordinator_stub,
     forward,
+    offsets_to_commit,
 )
 from tidelog.broker.kafka_api.request_context import KafkaRequestContext
 from tidelog.common.channels import ChannelPool
@@ -217,16 +218,7 @@ class GroupApis:
                     generation_id=request["GenerationIdOrMemberEpoch"] if version >= 1 else NO_GENERATION,
                     member_id=request["MemberId"],
                     group_instance_id=request["GroupInstanceId"] or "",
-                    partitions=[
-                        coordinator_pb2.OffsetCommitPartition(
-                            topic=topic["Name"],
-                            partition=partition["PartitionIndex"],
-                            offset=partition["CommittedOffset"],
-                            metadata=partition["CommittedMetadata"] or "",
-                        )
-                        for topic in topics
-                        for partition in topic["Partitions"]
-                    ],
+                    partitions=offsets_to_commit(topics),
                 ),
             )
             codes = {

@@ -14,7 +14,12 @@ from typing import Any, Final
 
 from tidelog.broker.broker_service import BrokerService
 from tidelog.broker.kafka_api.api_table import ApiKey
-from tidelog.broker.kafka_api.coordinator_forwarding import CoordinatorUnavailableError, committed_partitions, forward
+from tidelog.broker.kafka_api.coordinator_forwarding import (
+    CoordinatorUnavailableError,
+    committed_partitions,
+    forward,
+    offsets_to_commit,
+)
 from tidelog.broker.kafka_api.request_context import KafkaRequestContext
 from tidelog.common.channels import ChannelPool
 from tidelog.v1 import broker_pb2, coordinator_pb2, transaction_pb2
@@ -135,16 +140,7 @@ class TxnApis:
             generation_id=request["GenerationId"] if version >= 3 else -1,
             member_id=request["MemberId"] if version >= 3 else "",
             group_instance_id=(request["GroupInstanceId"] or "") if version >= 3 else "",
-            partitions=[
-                coordinator_pb2.OffsetCommitPartition(
-                    topic=topic["Name"],
-                    partition=partition["PartitionIndex"],
-                    offset=partition["CommittedOffset"],
-                    metadata=partition["CommittedMetadata"] or "",
-                )
-                for topic in topics
-                for partition in topic["Partitions"]
-            ],
+            partitions=offsets_to_commit(topics),
         )
         try:
             answer = await self._call(lookup, context, "TxnOffsetCommit", wanted)

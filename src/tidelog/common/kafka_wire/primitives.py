@@ -12,7 +12,7 @@ import struct
 import uuid
 from typing import Final
 
-__all__ = ["MalformedFrameError", "Reader", "write_uvarint", "write_varint"]
+__all__ = ["MalformedFrameError", "Reader", "write_uvarint"]
 
 _INT8: Final = struct.Struct(">b")
 _INT16: Final = struct.Struct(">h")
@@ -100,29 +100,6 @@ class Reader:
             shift += 7
         raise MalformedFrameError("a varint longer than 5 bytes")
 
-    def uvarlong(self) -> int:
-        value = shift = 0
-        buffer, position = self.buffer, self.position
-        for _ in range(10):
-            if position >= self.end:
-                raise MalformedFrameError("a varlong runs past the frame")
-            byte = buffer[position]
-            position += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                self.position = position
-                return value
-            shift += 7
-        raise MalformedFrameError("a varlong longer than 10 bytes")
-
-    def varint(self) -> int:
-        raw = self.uvarint()
-        return (raw >> 1) ^ -(raw & 1)
-
-    def varlong(self) -> int:
-        raw = self.uvarlong()
-        return (raw >> 1) ^ -(raw & 1)
-
     # -- length-prefixed: `compact` is the flexible versions' unsigned varint of length + 1 --
 
     def _length(self, compact: bool, wide: bool) -> int:
@@ -173,7 +150,3 @@ def write_uvarint(out: bytearray, value: int) -> None:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
-
-
-def write_varint(out: bytearray, value: int) -> None:
-    write_uvarint(out, (value << 1) ^ (value >> 63))
