@@ -153,8 +153,11 @@ class _JsonRecord:
 
     @classmethod
     def from_json(cls, data: bytes) -> Self:
+        """The record; fields it does not know are dropped, so a process reads what a newer one
+        wrote during a rolling upgrade (a broker's registration with its Kafka listener, say)."""
         fields: dict[str, Any] = json.loads(data)
-        return cls(**fields)
+        known = {field.name for field in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        return cls(**{name: value for name, value in fields.items() if name in known})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
