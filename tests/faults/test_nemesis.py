@@ -27,11 +27,12 @@ def _seeds(default: list[int]) -> list[int]:
     return default
 
 
-async def _run_and_check(tmp_path: Path, seed: int, seconds: float) -> None:
-    report = await run_nemesis(tmp_path / f"cluster-{seed}", seed, seconds)
+async def _run_and_check(tmp_path: Path, seed: int, seconds: float, *, librdkafka: bool = False) -> None:
+    writers = RdWriters if librdkafka else None
+    report = await run_nemesis(tmp_path / f"cluster-{seed}", seed, seconds, writers_of=writers)  # type: ignore[arg-type]
     print("\n" + report.details())
     summary.record(
-        f"nemesis seed {seed} ({seconds:.0f} s of overlapping faults)",
+        f"nemesis seed {seed}{', librdkafka producers' if librdkafka else ''} ({seconds:.0f} s of overlapping faults)",
         acknowledged=report.acknowledged,
         lost=len(report.lost),
         duplicated=len(report.duplicated),
@@ -63,14 +64,4 @@ LIBRDKAFKA_SEEDS = [2203]
 async def test_nemesis_with_librdkafka_producers(tmp_path: Path, seed: int) -> None:
     """The same faults and checker with idempotent acks=all librdkafka producers through the
     brokers' Kafka listeners (issue 35)."""
-    report = await run_nemesis(tmp_path / f"cluster-{seed}", seed, SHORT_SECONDS, writers_of=RdWriters)  # type: ignore[arg-type]
-    print("\n" + report.details())
-    summary.record(
-        f"nemesis seed {seed}, librdkafka producers ({SHORT_SECONDS:.0f} s of overlapping faults)",
-        acknowledged=report.acknowledged,
-        lost=len(report.lost),
-        duplicated=len(report.duplicated),
-        reordered=len(report.reordered),
-        longest_unavailability_s=max((s for _, s in report.unavailability), default=0.0),
-    )
-    assert report.ok, f"{report.details()}\\nreplay with TIDELOG_NEMESIS_SEED={seed}"
+    await _run_and_check(tmp_path, seed, SHORT_SECONDS, librdkafka=True)

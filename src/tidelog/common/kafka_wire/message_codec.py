@@ -226,32 +226,28 @@ class _Compiler:
         return read_array, write_array, list
 
 
+def _write_length(out: bytearray, length: int, *, compact: bool, wide: bool) -> None:
+    """A length prefix; -1 for null (compact: the unsigned varint of length + 1, 0 for null)."""
+    if compact:
+        write_uvarint(out, length + 1)
+    else:
+        out.extend((INT32 if wide else INT16).pack(length))
+
+
 def _write_string(out: bytearray, value: str | None, *, compact: bool) -> None:
     if value is None:
-        if compact:
-            out.append(0)
-        else:
-            out.extend(INT16.pack(-1))
+        _write_length(out, -1, compact=compact, wide=False)
         return
     encoded = value.encode()
-    if compact:
-        write_uvarint(out, len(encoded) + 1)
-    else:
-        out.extend(INT16.pack(len(encoded)))
+    _write_length(out, len(encoded), compact=compact, wide=False)
     out += encoded
 
 
 def _write_bytes(out: bytearray, value: bytes | memoryview | None, *, compact: bool) -> None:
     if value is None:
-        if compact:
-            out.append(0)
-        else:
-            out.extend(INT32.pack(-1))
+        _write_length(out, -1, compact=compact, wide=True)
         return
-    if compact:
-        write_uvarint(out, len(value) + 1)
-    else:
-        out.extend(INT32.pack(len(value)))
+    _write_length(out, len(value), compact=compact, wide=True)
     out += value
 
 
