@@ -15,6 +15,7 @@ out gets Kafka's CRC. Pure functions over bytes: safe from any thread.
 from __future__ import annotations
 
 import struct
+import types
 from typing import Final
 
 import crc32c
@@ -23,16 +24,23 @@ from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBat
 from tidelog.common.errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionTypeError
 from tidelog.common.record import batch_layout
 from tidelog.common.record.batch_decoding import decode_batch
-from tidelog.common.record.batch_encoding import encode_batch
+from tidelog.common.record.batch_encoding import assemble_batch, encode_batch
 from tidelog.common.record.batch_layout import (
     CONTROL_BIT,
     TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
     Buffer,
     Headers,
     TimestampType,
     iter_headers,
 )
 from tidelog.common.record.compression import CompressionType
+
+_v2records: types.ModuleType | None
+try:  # the compiled transcoder (setup.py builds it where a C compiler is): else aiokafka's reader
+    from tidelog.common.kafka_wire import _v2records
+except ImportError:  # pragma: no cover - an install without a compiler
+    _v2records = None
 
 __all__ = ["from_kafka_batches", "to_kafka_batches"]
 
@@ -70,48 +78,97 @@ def kafka_batch_spans(data: Buffer) -> list[tuple[int, int]]:
     return spans
 
 
-def from_kafka_batches(data: Buffer) -> bytes:
-    """A produce request's Kafka v2 batches as stored batches, back to back (CRC checked)."""
+def from_kafka_batches(data: Buffer, *, compiled: bool = True) -> bytes:
+    """A produce request's Kafka v2 batches as stored batches, back to back (CRC checked).
+
+    Uncompressed batches of create-time timestamps (what producers send unless asked to
+    compress) go through the compiled transcoder when it is installed; the rest, and every batch
+    with `compiled=False` (the tests' reference), through aiokafka's reader. Both give the same
+    bytes, or both refuse."""
     view = memoryview(data)
     stored: list[bytes] = []
     for start, size in kafka_batch_spans(view):
-        chunk = bytes(view[start : start + size])
-        batch = DefaultRecordBatch(chunk)
-        if not batch.validate_crc():
+        header = KAFKA_HEADER.unpack_from(view, start)
+        if crc32c.crc32c(view[start + CRC_START : start + size]) != header[4]:
             raise CorruptRecordError(f"the batch at position {start} fails its CRC")
+        attributes = header[5]
         try:
-            codec = CompressionType(batch.compression_type)
+            codec = CompressionType(attributes & batch_layout.COMPRESSION_MASK)
         except ValueError:
-            raise UnsupportedCompressionTypeError(f"compression codec {batch.compression_type}") from None
-        try:  # one pass over the records, then a column each (zip)
-            rows = [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in batch]
-        except Exception as error:  # aiokafka raises its own CorruptRecordException, or a codec's
-            raise CorruptRecordError(f"the batch at position {start} does not decode: {error}") from None
-        if not rows:
-            raise InvalidRecordError("a batch holds at least one record")
-        offsets, timestamps, keys, values, headers = zip(*rows, strict=True)
-        base = batch.base_offset
-        # A producer's batch: offsets base..base+n-1 (then the encoder's default deltas), often one
-        # timestamp, often no keys, usually no headers — each recognised by one C-level pass.
-        contiguous = offsets == tuple(range(base, base + len(rows)))
-        stored.append(
-            encode_batch(
-                values,
-                keys=None if keys.count(None) == len(keys) else keys,  # (no key at all: the null column)
-                timestamps=timestamps[0] if min(timestamps) == max(timestamps) else timestamps,
-                headers=[_stored_headers(record_headers) for record_headers in headers] if any(headers) else None,
-                offset_deltas=None if contiguous else [offset - base for offset in offsets],
-                last_offset_delta=batch.last_offset_delta,
-                compression=codec,
-                timestamp_type=batch.timestamp_type,
-                producer_id=batch.producer_id,
-                producer_epoch=batch.producer_epoch,
-                base_sequence=batch.base_sequence,
-                transactional=batch.is_transactional,
-                control=batch.is_control_batch,
-            )
-        )
+            raise UnsupportedCompressionTypeError(f"compression codec {attributes & 7}") from None
+        if (
+            compiled
+            and _v2records is not None
+            and codec == CompressionType.NONE
+            and not attributes & TIMESTAMP_TYPE_BIT
+        ):
+            stored.append(_transcoded(view[start + KAFKA_OVERHEAD : start + size], header, start))
+        else:
+            stored.append(_read_with_aiokafka(bytes(view[start : start + size]), codec, start))
     return b"".join(stored)
+
+
+def _transcoded(records: memoryview, header: tuple[int, ...], start: int) -> bytes:
+    """One uncompressed batch through the compiled transcoder (_v2records.c)."""
+    assert _v2records is not None
+    attributes, last_offset_delta, first_timestamp = header[5], header[6], header[7]
+    count = header[12]
+    if not 0 < count <= batch_layout.RECORDS_PER_BATCH_MAX:
+        raise InvalidRecordError(f"a batch holds 1 to {batch_layout.RECORDS_PER_BATCH_MAX} records, not {count}")
+    try:
+        section, first, largest = _v2records.records_to_section(records, count, first_timestamp)
+    except ValueError as error:
+        raise CorruptRecordError(f"the batch at position {start} does not decode: {error}") from None
+    return assemble_batch(
+        section,
+        count=count,
+        last_offset_delta=last_offset_delta,
+        first_timestamp=first,
+        max_timestamp=largest,
+        base_offset=0,
+        partition_leader_epoch=-1,
+        compression=CompressionType.NONE,
+        timestamp_type=TimestampType.CREATE_TIME,
+        producer_id=header[9],
+        producer_epoch=header[10],
+        base_sequence=header[11],
+        transactional=bool(attributes & TRANSACTIONAL_BIT),
+        control=bool(attributes & CONTROL_BIT),
+    )
+
+
+def _read_with_aiokafka(chunk: bytes, codec: CompressionType, start: int) -> bytes:
+    """One batch through aiokafka's Cython reader and our column encoder."""
+    batch = DefaultRecordBatch(chunk)
+    try:  # one pass over the records, then a column each (zip)
+        rows = [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in batch]
+    except Exception as error:  # aiokafka raises its own CorruptRecordException, or a codec's
+        raise CorruptRecordError(f"the batch at position {start} does not decode: {error}") from None
+    if not rows:
+        raise InvalidRecordError("a batch holds at least one record")
+    offsets, timestamps, keys, values, headers = zip(*rows, strict=True)
+    base = batch.base_offset
+    # A producer's batch: offsets base..base+n-1 (then the encoder's default deltas), often one
+    # timestamp, often no keys, usually no headers — each recognised by one C-level pass.
+    contiguous = offsets == tuple(range(base, base + len(rows)))
+    try:
+        return encode_batch(
+            values,
+            keys=None if keys.count(None) == len(keys) else keys,  # (no key at all: the null column)
+            timestamps=timestamps[0] if min(timestamps) == max(timestamps) else timestamps,
+            headers=[_stored_headers(record_headers) for record_headers in headers] if any(headers) else None,
+            offset_deltas=None if contiguous else [offset - base for offset in offsets],
+            last_offset_delta=batch.last_offset_delta,
+            compression=codec,
+            timestamp_type=batch.timestamp_type,
+            producer_id=batch.producer_id,
+            producer_epoch=batch.producer_epoch,
+            base_sequence=batch.base_sequence,
+            transactional=batch.is_transactional,
+            control=batch.is_control_batch,
+        )
+    except (OverflowError, struct.error) as error:  # a timestamp past 64 bits, a header name past 64 KiB
+        raise CorruptRecordError(f"the batch at position {start} does not fit the stored layout: {error}") from None
 
 
 def _stored_headers(headers: list[tuple[str, bytes | None]]) -> Headers:

@@ -141,6 +141,43 @@ def encode_batch(
             headers_blob,
         )
     )
+    return assemble_batch(
+        section,
+        count=count,
+        last_offset_delta=last_delta,
+        first_timestamp=first_timestamp,
+        max_timestamp=max_timestamp,
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        compression=compression,
+        timestamp_type=timestamp_type,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        transactional=transactional,
+        control=control,
+    )
+
+
+def assemble_batch(
+    section: bytes,
+    *,
+    count: int,
+    last_offset_delta: int,
+    first_timestamp: int,
+    max_timestamp: int,
+    base_offset: int,
+    partition_leader_epoch: int,
+    compression: CompressionType,
+    timestamp_type: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    transactional: bool,
+    control: bool,
+) -> bytes:
+    """A batch around an uncompressed records section already laid out (encode_batch's columns,
+    or the Kafka listener's compiled transcoder): compressed, then the header and CRC."""
     if compression != CompressionType.NONE:
         section = UNCOMPRESSED_LENGTH.pack(len(section)) + compress(compression, section)
     attributes = (
@@ -157,7 +194,7 @@ def encode_batch(
             MAGIC,
             0,
             attributes,
-            last_delta,
+            last_offset_delta,
             first_timestamp,
             max_timestamp,
             producer_id,
