@@ -83,7 +83,10 @@ class FollowerTracking:
                 session.unrecorded.discard(key)
             if hosted.follower_incarnation.get(replica_id) != incarnation:
                 self.isr_watch.add(key)  # a new life: judged afresh
-            if hosted.note_follower_fetch(replica_id, incarnation, fetch.fetch_offset, now, session):
+            log_start = fetch.log_start_offset if fetch.HasField("log_start_offset") else None
+            if hosted.note_follower_fetch(
+                replica_id, incarnation, fetch.fetch_offset, now, session, log_start=log_start
+            ):
                 new_lives.append(key)
             hosted.advance_high_watermark(self.broker_id)
         if new_lives:

@@ -57,6 +57,9 @@ class Partition:
     follower_end: dict[int, int] = dataclasses.field(default_factory=dict)
     follower_caught_up_s: dict[int, float] = dataclasses.field(default_factory=dict)
     follower_fetched_s: dict[int, float] = dataclasses.field(default_factory=dict)  # last fetch, any offset
+    # Each follower's log start as its fetches said (the low watermark: DeleteRecords waits on it).
+    follower_log_start: dict[int, int] = dataclasses.field(default_factory=dict)
+    log_start_moved: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     # Which life of each follower the three maps above describe (KIP-903): a fetch from a new life
     # resets them, so a restarted replica is judged only on what it holds now.
     follower_incarnation: dict[int, str] = dataclasses.field(default_factory=dict)
@@ -98,6 +101,7 @@ class Partition:
         self.follower_end.clear()
         self.follower_caught_up_s.clear()
         self.follower_fetched_s.clear()
+        self.follower_log_start.clear()
         self.follower_incarnation.clear()
         self.follower_sessions.clear()
         self.leader_since_s = now
@@ -123,18 +127,31 @@ class Partition:
         return stored
 
     def note_follower_fetch(
-        self, replica_id: int, incarnation: str, fetch_offset: int, now: float, session: FetchSession | None = None
+        self,
+        replica_id: int,
+        incarnation: str,
+        fetch_offset: int,
+        now: float,
+        session: FetchSession | None = None,
+        *,
+        log_start: int | None = None,
     ) -> bool:
-        """Leader: a follower fetched from `fetch_offset`, so it holds everything below it. True
-        when this fetch came from a new life of a follower known before (the caller logs them, one
-        line a request: a restarted broker's first fetch names thousands)."""
+        """Leader: a follower fetched from `fetch_offset`, so it holds everything below it, and
+        nothing below `log_start` (None: it did not say). True when this fetch came from a new life
+        of a follower known before (the caller logs them, one line a request: a restarted broker's
+        first fetch names thousands)."""
         new_life = False
         if self.follower_incarnation.get(replica_id) != incarnation:
             new_life = replica_id in self.follower_incarnation
             self.follower_end.pop(replica_id, None)
             self.follower_caught_up_s.pop(replica_id, None)
             self.follower_fetched_s.pop(replica_id, None)
+            self.follower_log_start.pop(replica_id, None)
             self.follower_incarnation[replica_id] = incarnation
+        if log_start is not None and self.follower_log_start.get(replica_id) != log_start:
+            self.follower_log_start[replica_id] = log_start
+            self.log_start_moved.set()
+            self.log_start_moved = asyncio.Event()
         self.follower_end[replica_id] = fetch_offset
         self.follower_fetched_s[replica_id] = now
         if session is None:
@@ -144,6 +161,15 @@ class Partition:
         if fetch_offset >= self.log.log_end_offset:
             self.follower_caught_up_s[replica_id] = now
         return new_life
+
+    def low_watermark(self, broker_id: int, live: Collection[int]) -> int:
+        """Leader: the smallest log start among its replicas on live brokers (Kafka's
+        lowWatermarkIfLeader); -1 while a live follower's is unknown."""
+        low = self.log.log_start_offset
+        for replica in self.state.replicas:
+            if replica != broker_id and replica in live:
+                low = min(low, self.follower_log_start.get(replica, -1))
+        return low
 
     def wake_produce_waiters(self) -> None:
         """Wake acks=all requests waiting on this partition: the HW moved or the leadership changed."""

@@ -6,7 +6,7 @@ by leader epoch (KIP-101/279): it asks the leader where its own latest epoch end
 returning replica drops exactly what diverged — never acknowledged data the leader has, and never
 keeps records the leader does not. Then it fetches from its log end offset, appends the leader's
 batches as they are (offsets and epochs included) and takes the leader's high watermark, capped at
-its own log end. The leader learns the follower's log end offset from each fetch's offset.
+its own log end. The leader learns the follower's log end and log start from each fetch.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class FollowerSession:
 
     session_id: int = 0  # 0: none yet, the next fetch is a full one and opens it
     epoch: int = 0
-    sent: dict[tuple[str, int], tuple[int, int]] = dataclasses.field(default_factory=dict)  # (offset, epoch)
+    sent: dict[tuple[str, int], tuple[int, int, int]] = dataclasses.field(default_factory=dict)  # offset, epoch, start
     # Partitions whose position may differ from `sent` (followed, appended to, truncated, dropped):
     # the only ones an incremental request looks at, so an idle round costs nothing per partition.
     changed: set[tuple[str, int]] = dataclasses.field(default_factory=set)
@@ -300,11 +300,10 @@ class ReplicaFetcherManager:
     ) -> None:
         session = self._sessions.setdefault(leader, FollowerSession())
         full = session.session_id == 0
-        # A full fetch lists every partition ready to fetch; an incremental one looks only at those
-        # whose position may have changed, and lists those whose position did.
+        # A full fetch lists every partition ready to fetch; an incremental one only those whose position changed.
         looked_at = list(partitions) if full else list(session.changed)
         session.changed.clear()
-        changes: dict[tuple[str, int], tuple[int, int]] = {}
+        changes: dict[tuple[str, int], tuple[int, int, int]] = {}
         forgotten: list[tuple[str, int]] = []
         # The long poll ends by the time a refused epoch query is due again: that partition is
         # fetched only after its query, so not after a whole replica.fetch.wait.max.ms.
@@ -326,7 +325,7 @@ class ReplicaFetcherManager:
                 if key in session.sent and not full:
                     forgotten.append(key)
                 continue
-            position = (followed.log.log_end_offset, followed.leader_epoch)
+            position = (followed.log.log_end_offset, followed.leader_epoch, followed.log.log_start_offset)
             if full or session.sent.get(key) != position:
                 changes[key] = position
                 request.partitions.add(
@@ -335,6 +334,7 @@ class ReplicaFetcherManager:
                     fetch_offset=position[0],
                     partition_max_bytes=self.settings.replica_fetch_max_bytes,
                     current_leader_epoch=followed.leader_epoch,
+                    log_start_offset=position[2],
                 )
         if not changes and not forgotten and (full or not session.sent):
             # Nothing ready to fetch (every partition waits for its epoch query): a fetch would

@@ -336,3 +336,44 @@ async def test_a_follower_moves_its_log_start_after_the_leaders_within_its_own_h
     finally:
         await manager.close()
         follower.close()
+
+
+class _DeletedRecords(_EpochAnswers):
+    """A leader whose DeleteRecords moved its log start to 6: its first fetch answer says so;
+    later fetches long-poll. Each fetch's (fetch offset, log start) of partition 0 is kept."""
+
+    def __init__(self) -> None:
+        super().__init__({0: (0, 10)})
+        self.listed: list[tuple[int, int | None]] = []
+
+    async def Fetch(self, request: broker_pb2.FetchRequest, timeout: float) -> broker_pb2.FetchResponse:  # noqa: N802
+        for entry in request.partitions:
+            self.listed.append(
+                (entry.fetch_offset, entry.log_start_offset if entry.HasField("log_start_offset") else None)
+            )
+        if len(self.listed) > 1:
+            await asyncio.sleep(request.max_wait_ms / 1000)
+            return broker_pb2.FetchResponse(session_id=7)
+        response = broker_pb2.FetchResponse(session_id=7)
+        response.partitions.add(topic="t", partition=0, high_watermark=10, log_end_offset=10, log_start_offset=6)
+        return response
+
+
+async def test_a_follower_tells_the_leader_its_new_log_start_in_the_next_fetch(tmp_path: Path, io: StorageIo) -> None:
+    """The leader's low watermark (DeleteRecords waits for it) comes from its followers' fetches:
+    a follower that moved its log start lists the partition again in its incremental session,
+    though its log end did not move."""
+    manager = ReplicaFetcherManager(2, io, _patient())
+    leader = _DeletedRecords()
+    manager._stub = lambda leader_id: leader  # type: ignore[method-assign,assignment,return-value]
+    follower = _log(tmp_path, "t")
+    try:
+        _write(follower, 0, [b"%d" % n for n in range(10)])
+        manager.follow(FollowedPartition("t", 0, follower, 1, 0))
+        await until(lambda: len(leader.listed) >= 2)
+        assert leader.listed == [(10, 0), (10, 6)]
+        assert follower.log_start_offset == 6
+    finally:
+        async with asyncio.timeout(10):
+            await manager.close()
+        follower.close()

@@ -13,10 +13,10 @@ from typing import Any, Final
 
 from tidelog.broker.broker_service import BrokerService
 from tidelog.broker.kafka_api.api_table import ApiKey
+from tidelog.broker.kafka_api.delete_records import delete_records
 from tidelog.broker.kafka_api.request_context import KafkaRequestContext
-from tidelog.common.errors import ErrorCode, OffsetOutOfRangeError, TidelogError
+from tidelog.common.errors import ErrorCode, TidelogError
 from tidelog.common.kafka_wire.record_batches import from_kafka_batches, to_kafka_batches
-from tidelog.common.security.authorization.acl import Operation, ResourceType
 from tidelog.v1 import broker_pb2
 
 __all__ = ["HANDLED", "LogApis"]
@@ -25,7 +25,6 @@ Message = dict[str, Any]
 SESSIONLESS: Final = -1  # Kafka's FINAL_EPOCH: a full fetch, no session
 OPEN_SESSION: Final = 0  # Kafka's INITIAL_EPOCH
 CONSUMER: Final = -1
-HIGH_WATERMARK: Final = -1  # DeleteRecords' offset for "up to the high watermark"
 
 
 def _by_topic(entries: Iterable[tuple[str, Message]], topic_field: str, partitions_field: str) -> list[Message]:
@@ -229,35 +228,6 @@ class LogApis:
             for result in answer.partitions
         ]
         return {"ThrottleTimeMs": 0, "Topics": _by_topic(results, "Topic", "Partitions")}
-
-
-async def delete_records(service: BrokerService, request: Message, context: KafkaRequestContext) -> Message:
-    """Move each partition's log start up to the offset asked (-1: the high watermark), as its
-    leader; the followers follow at their next fetch (replica_fetcher). Answered once the leader's
-    log has moved: Kafka's broker waits for every replica's (the low watermark) up to TimeoutMs."""
-    caller = service.access.caller(context)
-    topics = []
-    for topic in request["Topics"]:
-        name = topic["Name"]
-        allowed = service.access.allowed(caller, Operation.DELETE, ResourceType.TOPIC, name)
-        results = []
-        for entry in topic["Partitions"]:
-            low, code = -1, ErrorCode.NONE
-            if not allowed:
-                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            else:
-                try:
-                    hosted = service.replicas.leader_partition(name, entry["PartitionIndex"])
-                    offset = entry["Offset"] if entry["Offset"] != HIGH_WATERMARK else hosted.log.high_watermark
-                    if offset < 0:
-                        raise OffsetOutOfRangeError(f"offset {offset}")
-                    low = await service.replicas.io.run(hosted.log.delete_records, offset, request="DeleteRecords")
-                    hosted.notify_appended()  # (fetch sessions: the log start moved, news for followers)
-                except TidelogError as error:
-                    code = error.code
-            results.append({"PartitionIndex": entry["PartitionIndex"], "LowWatermark": low, "ErrorCode": int(code)})
-        topics.append({"Name": name, "Partitions": results})
-    return {"ThrottleTimeMs": 0, "Topics": topics}
 
 
 def _produce_error(partition: int, code: ErrorCode, message: str) -> Message:

@@ -61,18 +61,20 @@ class ProduceResponse(_message.Message):
     def __init__(self, partitions: _Optional[_Iterable[_Union[ProducePartitionResult, _Mapping]]] = ..., throttle_time_ms: _Optional[int] = ...) -> None: ...
 
 class FetchPartition(_message.Message):
-    __slots__ = ("topic", "partition", "fetch_offset", "partition_max_bytes", "current_leader_epoch")
+    __slots__ = ("topic", "partition", "fetch_offset", "partition_max_bytes", "current_leader_epoch", "log_start_offset")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     FETCH_OFFSET_FIELD_NUMBER: _ClassVar[int]
     PARTITION_MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     CURRENT_LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     fetch_offset: int
     partition_max_bytes: int
     current_leader_epoch: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., partition_max_bytes: _Optional[int] = ..., current_leader_epoch: _Optional[int] = ...) -> None: ...
+    log_start_offset: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., partition_max_bytes: _Optional[int] = ..., current_leader_epoch: _Optional[int] = ..., log_start_offset: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
     __slots__ = ("replica_id", "max_wait_ms", "min_bytes", "max_bytes", "partitions", "replica_incarnation", "incremental", "session_id", "session_epoch", "forgotten", "isolation_level")
