@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import shutil
 import struct
+import sysconfig
+from pathlib import Path
 
 import crc32c
 import pytest
@@ -119,9 +121,16 @@ def _kafka_rules(batch: bytes) -> bytes:
     )
 
 
-def test_the_transcoder_is_compiled_wherever_a_c_compiler_is() -> None:
-    if shutil.which("cc") or shutil.which("gcc"):
-        assert compiled is not None, "setup.py's extension did not build: the Kafka listener reads with aiokafka"
+def can_compile() -> bool:
+    """A C compiler and this Python's headers: what setup.py's optional extension needs."""
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    return bool(shutil.which("cc") or shutil.which("gcc")) and headers.exists()
+
+
+def test_the_transcoder_is_compiled_wherever_it_can_be() -> None:
+    if not can_compile():
+        pytest.skip("no C compiler or no Python headers here: the Kafka listener reads with aiokafka")
+    assert compiled is not None, "setup.py's extension did not build: the Kafka listener reads with aiokafka"
 
 
 @needs_compiled
