@@ -90,7 +90,7 @@ async def _until_replicas_moved(service: BrokerService, waiting: list[_Waiting],
         # a follower's fetch reporting its log start, or the leadership moving (which also wakes
         # acks=all waiters), or a broker's death changing who counts: at the latest, a second on
         events = {
-            event for entry in waiting for event in (entry.hosted.log_start_moved, entry.hosted.high_watermark_moved)
+            event for entry in waiting for event in (entry.hosted.log_start_waiter(), entry.hosted.high_watermark_moved)
         }
         waits = [asyncio.ensure_future(event.wait()) for event in events]
         try:
