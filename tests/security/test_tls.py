@@ -3,8 +3,11 @@ TLS (replication, controller requests, the coordinator), and what should be refu
 
 from __future__ import annotations
 
+import asyncio
 import shutil
+import ssl
 import uuid
+from pathlib import Path
 
 import grpc
 import pytest
@@ -14,6 +17,7 @@ from prometheus_client import REGISTRY
 
 from tests.cluster.conftest import poll_until
 from tests.security.conftest import Pki
+from tidelog.broker.kafka_api.listener_security import server_ssl_context
 from tidelog.client import AdminClient, Consumer, GroupConsumer, Producer, TopicPartition
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import InvalidConfigError
@@ -157,6 +161,44 @@ async def test_a_rotated_listener_certificate_applies_to_new_connections(pki: Pk
         assert not await check(str(pki.ca_file))
     finally:
         await server.stop(0)
+
+
+async def test_a_rotated_kafka_listener_certificate_applies_to_new_connections(pki: Pki, tmp_path) -> None:
+    """The Kafka listener's files rotate as the gRPC listener's do: a half-written rotation (a new
+    key beside the old certificate) is not taken; once the certificate follows, a client trusting
+    only the new CA connects, without the listener restarting. The clients connect by address,
+    sending no server name: the handshake still looks at the files."""
+    listener = pki.mutual("rotating-kafka")
+    settings = SecuritySettings.from_configs({**listener, "ssl.client.auth": "none"})
+
+    async def served(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    server = await asyncio.start_server(served, "127.0.0.1", 0, ssl=server_ssl_context(settings))
+    port = server.sockets[0].getsockname()[1]
+
+    async def check(ca_file: Path) -> bool:
+        trusting = ssl.create_default_context(cafile=str(ca_file))
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port, ssl=trusting), 10)
+        except ssl.SSLError:
+            return False
+        writer.close()
+        return True
+
+    try:
+        new = Pki(tmp_path, trustme.CA(organization_name="next CA"))
+        assert await check(pki.ca_file)
+        assert not await check(new.ca_file)
+        certificate, key = new.issue("rotating-kafka-next")
+        shutil.copy(key, listener["ssl.key.location"])  # the key first: not a pair with the old certificate
+        assert await check(pki.ca_file), "a half-written rotation is not taken: the last good files serve"
+        shutil.copy(certificate, listener["ssl.certificate.location"])
+        assert await check(new.ca_file)
+        assert not await check(pki.ca_file)
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 def test_settings_that_cannot_make_a_tls_identity_are_refused(pki: Pki, tmp_path) -> None:

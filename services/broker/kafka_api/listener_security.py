@@ -19,12 +19,14 @@ import hmac
 import ssl
 from typing import Final
 
+import structlog
 from cryptography import x509
 
-from tidelog.common.errors import ErrorCode
+from tidelog.common.errors import ErrorCode, InvalidConfigError
 from tidelog.common.security.authentication.principal import ANONYMOUS, Principal, PrincipalMapper
 from tidelog.common.security.authentication.scram import ScramCredential, ScramError, ScramServer, salted_password
 from tidelog.common.security.protocol import SecurityProtocol
+from tidelog.common.security.tls.credentials import pem_files_of
 from tidelog.common.settings import SecuritySettings
 from tidelog.server_common.security.authentication.sasl_server import SaslSessions
 
@@ -33,13 +35,39 @@ __all__ = ["ConnectionLogin", "server_ssl_context"]
 SCRAM: Final = "SCRAM-SHA-512"
 PLAIN: Final = "PLAIN"
 MECHANISMS: Final = (SCRAM, PLAIN)
+log = structlog.get_logger(__name__)
 CLIENT_AUTH: Final = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 
 
 def server_ssl_context(security: SecuritySettings) -> ssl.SSLContext | None:
-    """The listener's TLS context (None for PLAINTEXT): the gRPC listener's files and rule."""
+    """The listener's TLS context (None for PLAINTEXT): the gRPC listener's files and rule, re-read
+    when they change, as the gRPC listener's are (tls/credentials.py). OpenSSL calls the context's
+    SNI callback in every handshake, with or without a server name: there a stat of each file
+    tells whether they changed, and the handshake goes on with a context of the newest files that
+    read well. A rotated Secret applies to the next connection without a restart; a half-written
+    one (a key that is not the certificate's) is logged and the last good files serve on."""
     if not security.tls:
         return None
+    files = pem_files_of(security)
+    files.read()  # (checked: an InvalidConfigError names the setting; and the files' stamp noted)
+    listening = _context(security)
+    current = [listening]
+
+    def newest(ssl_object: ssl.SSLObject, server_name: str | None, context: ssl.SSLContext) -> None:
+        if files.changed():
+            try:
+                files.read()
+                current[0] = _context(security)
+                log.info("tls_certificate_reloaded", listener="kafka", certificate=security.ssl_certificate_location)
+            except (InvalidConfigError, ssl.SSLError, OSError) as error:
+                log.error("tls_reload_failed", listener="kafka", error=str(error))  # the last good one serves
+        ssl_object.context = current[0]
+
+    listening.sni_callback = newest
+    return listening
+
+
+def _context(security: SecuritySettings) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(security.ssl_certificate_location, security.ssl_key_location)
