@@ -15,6 +15,7 @@ import crc32c
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kafka.record.default_records import DefaultRecordBatch as TheirBatch
 from kafka.record.default_records import DefaultRecordBatchBuilder as TheirBuilder
 
 from tidelog.common.errors import CorruptRecordError, InvalidRecordError, TidelogError
@@ -35,10 +36,12 @@ rows = st.lists(
 )
 
 
-def _batch(batch_rows: list, *, producer: tuple[int, int, int] = (-1, -1, -1), txn: bool = False) -> bytes:
+def _batch(
+    batch_rows: list, *, producer: tuple[int, int, int] = (-1, -1, -1), txn: bool = False, codec: int = 0
+) -> bytes:
     """kafka-python's builder (pure Python); the first field of each row is the gap before its
     offset delta (a compacted batch's deltas skip)."""
-    builder = TheirBuilder(2, 0, txn, *producer, batch_size=1 << 30)
+    builder = TheirBuilder(2, codec, txn, *producer, batch_size=1 << 30)
     delta = -1
     for gap, key, value, timestamp, record_headers in batch_rows:
         delta += 1 + gap
@@ -134,11 +137,26 @@ def test_the_transcoder_is_compiled_wherever_it_can_be() -> None:
 
 
 @needs_compiled
-@settings(max_examples=150, deadline=None)
-@given(batch_rows=rows, txn=st.booleans())
-def test_a_well_formed_batch_is_stored_byte_for_byte_as_aiokafka_reads_it(batch_rows: list, txn: bool) -> None:
-    sent = _batch(batch_rows, producer=(4711, 3, 100), txn=txn)
+@settings(max_examples=200, deadline=None)
+@given(batch_rows=rows, txn=st.booleans(), codec=st.sampled_from([0, 1, 2, 3, 4]))
+def test_a_well_formed_batch_is_stored_byte_for_byte_as_aiokafka_reads_it(
+    batch_rows: list, txn: bool, codec: int
+) -> None:
+    """Every codec: a compressed batch is inflated by aiokafka's codecs, then transcoded."""
+    sent = _batch(batch_rows, producer=(4711, 3, 100), txn=txn, codec=codec)
     assert from_kafka_batches(sent) == from_kafka_batches(sent, compiled=False)
+
+
+@needs_compiled
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_a_compressed_batch_that_does_not_inflate_is_refused_as_corrupt(codec: int) -> None:
+    batch = bytearray(_batch([(0, None, b"value" * 50, 0, [])] * 20, codec=codec))
+    if TheirBatch(bytes(batch)).compression_type != codec:
+        pytest.skip("kafka-python left this batch uncompressed")
+    batch[KAFKA_OVERHEAD : KAFKA_OVERHEAD + 8] = b"\xff" * 8  # the codec's framing broken
+    struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
+    with pytest.raises(CorruptRecordError):
+        from_kafka_batches(bytes(batch))
 
 
 @needs_compiled

@@ -19,6 +19,7 @@ import types
 from typing import Final
 
 import crc32c
+from aiokafka.codec import gzip_decode, lz4_decode, snappy_decode, zstd_decode
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder  # the C one, when built
 
 from tidelog.common.errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionTypeError
@@ -57,6 +58,12 @@ CRC_POSITION: Final = 17
 CRC_START: Final = 21
 OFFSET_AND_EPOCH: Final = struct.Struct(">qiib")  # base offset, batch length, leader epoch, magic
 BATCH_SIZE_UNBOUNDED: Final = 1 << 31  # the builder's own limit; the broker's limits come first
+KAFKA_INFLATE: Final = {
+    CompressionType.GZIP: gzip_decode,
+    CompressionType.SNAPPY: snappy_decode,
+    CompressionType.LZ4: lz4_decode,
+    CompressionType.ZSTD: zstd_decode,
+}
 
 
 def kafka_batch_spans(data: Buffer) -> list[tuple[int, int]]:
@@ -81,10 +88,10 @@ def kafka_batch_spans(data: Buffer) -> list[tuple[int, int]]:
 def from_kafka_batches(data: Buffer, *, compiled: bool = True) -> bytes:
     """A produce request's Kafka v2 batches as stored batches, back to back (CRC checked).
 
-    Uncompressed batches of create-time timestamps (what producers send unless asked to
-    compress) go through the compiled transcoder when it is installed; the rest, and every batch
-    with `compiled=False` (the tests' reference), through aiokafka's reader. Both give the same
-    bytes, or both refuse."""
+    Batches of create-time timestamps (what producers send) go through the compiled transcoder
+    when it is installed, inflated first by aiokafka's codecs if compressed; log-append-time ones,
+    and every batch with `compiled=False` (the tests' reference), through aiokafka's reader. Both
+    give the same bytes, or both refuse."""
     view = memoryview(data)
     stored: list[bytes] = []
     for start, size in kafka_batch_spans(view):
@@ -96,20 +103,28 @@ def from_kafka_batches(data: Buffer, *, compiled: bool = True) -> bytes:
             codec = CompressionType(attributes & batch_layout.COMPRESSION_MASK)
         except ValueError:
             raise UnsupportedCompressionTypeError(f"compression codec {attributes & 7}") from None
-        if (
-            compiled
-            and _v2records is not None
-            and codec == CompressionType.NONE
-            and not attributes & TIMESTAMP_TYPE_BIT
-        ):
-            stored.append(_transcoded(view[start + KAFKA_OVERHEAD : start + size], header, start))
+        if compiled and _v2records is not None and not attributes & TIMESTAMP_TYPE_BIT:
+            records: Buffer = view[start + KAFKA_OVERHEAD : start + size]
+            if codec != CompressionType.NONE:
+                records = _inflated(records, codec, start)
+            stored.append(_transcoded(records, header, start, codec))
         else:
             stored.append(_read_with_aiokafka(bytes(view[start : start + size]), codec, start))
     return b"".join(stored)
 
 
-def _transcoded(records: memoryview, header: tuple[int, ...], start: int) -> bytes:
-    """One uncompressed batch through the compiled transcoder (_v2records.c)."""
+def _inflated(records: Buffer, codec: CompressionType, start: int) -> bytes:
+    """A compressed batch's records, inflated by aiokafka's codecs (Kafka's framings: gzip, snappy
+    raw or xerial-framed, lz4 frames, zstd), as its reader inflates them."""
+    try:
+        return bytes(KAFKA_INFLATE[codec](bytes(records)))
+    except Exception as error:  # each codec raises its own
+        raise CorruptRecordError(f"the batch at position {start} does not inflate ({codec.name}): {error}") from None
+
+
+def _transcoded(records: Buffer, header: tuple[int, ...], start: int, codec: CompressionType) -> bytes:
+    """One batch's uncompressed records through the compiled transcoder (_v2records.c), stored
+    compressed with the codec it came with."""
     assert _v2records is not None
     attributes, last_offset_delta, first_timestamp = header[5], header[6], header[7]
     count = header[12]
@@ -127,7 +142,7 @@ def _transcoded(records: memoryview, header: tuple[int, ...], start: int) -> byt
         max_timestamp=largest,
         base_offset=0,
         partition_leader_epoch=-1,
-        compression=CompressionType.NONE,
+        compression=codec,
         timestamp_type=TimestampType.CREATE_TIME,
         producer_id=header[9],
         producer_epoch=header[10],
