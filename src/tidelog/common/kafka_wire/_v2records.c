@@ -1,4 +1,4 @@
-/* Kafka v2 records → Tidelog's stored record columns, in one compiled pass (issue 35).
+/* Kafka v2 records ↔ Tidelog's stored record columns, in compiled passes (issue 35, ADR 0029).
  *
  * A produce on the Kafka listener turns each record batch's records (varint-framed rows, Kafka's
  * DefaultRecord) into the stored batch's records section (batch_layout.py, ADR 0002): the offset
@@ -289,9 +289,180 @@ done:
     return result;
 }
 
+/* ---- stored → Kafka v2 (a fetch on the Kafka listener) ---------------------------------- */
+
+static inline int32_t get32(const uint8_t *at) {
+    return (int32_t)((uint32_t)at[0] | (uint32_t)at[1] << 8 | (uint32_t)at[2] << 16 | (uint32_t)at[3] << 24);
+}
+
+static inline int64_t get64(const uint8_t *at) {
+    return (int64_t)((uint64_t)(uint32_t)get32(at) | (uint64_t)(uint32_t)get32(at + 4) << 32);
+}
+
+static int varint_size(uint64_t zigzag) {
+    int size = 1;
+    while (zigzag >= 0x80) {
+        zigzag >>= 7;
+        size++;
+    }
+    return size;
+}
+
+static inline uint64_t zigzag(int64_t value) { return ((uint64_t)value << 1) ^ (uint64_t)(value >> 63); }
+
+static uint8_t *put_varint(uint8_t *at, int64_t value) {
+    uint64_t z = zigzag(value);
+    while (z >= 0x80) {
+        *at++ = (uint8_t)(z | 0x80);
+        z >>= 7;
+    }
+    *at++ = (uint8_t)z;
+    return at;
+}
+
+/* One record's stored headers (name length uint16, name, value length int32, value), checked to
+ * fill exactly `size` bytes: their count, and the size they take in Kafka's layout. */
+static int stored_headers(const uint8_t *at, int64_t size, int64_t *count, int64_t *kafka_size) {
+    int64_t used = 0;
+    *count = 0;
+    *kafka_size = 0;
+    while (used < size) {
+        if (size - used < 6) {
+            return -1;
+        }
+        int64_t name = (int64_t)at[used] | (int64_t)at[used + 1] << 8;
+        if (size - used - 2 < name + 4) {
+            return -1;
+        }
+        int64_t value = get32(at + used + 2 + name);
+        if (value < -1 || (value > 0 && size - used - 6 - name < value)) {
+            return -1;
+        }
+        *kafka_size += varint_size(zigzag(name)) + name + varint_size(zigzag(value)) + (value > 0 ? value : 0);
+        used += 6 + name + (value > 0 ? value : 0);
+        (*count)++;
+    }
+    return 0;
+}
+
+/* section_to_records(section, count) -> records
+ *
+ * A stored batch's uncompressed records section (its five columns, then keys, values and
+ * headers) as Kafka v2 records, back to back, each with its offset delta and timestamp delta (the
+ * stored one: relative to the batch's first timestamp, as Kafka's). The columns are checked
+ * against the section's size before anything is read by them: a corrupt section is a ValueError. */
+static PyObject *section_to_records(PyObject *self, PyObject *args) {
+    Py_buffer buffer;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "y*n", &buffer, &count)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    const uint8_t *data = (const uint8_t *)buffer.buf;
+    const char *error = NULL;
+    if (count <= 0 || count > buffer.len / 24) {
+        error = "the records section cannot hold its records' columns";
+        goto fail;
+    }
+    const uint8_t *deltas = data, *stamps = data + count * 4, *key_lengths = data + count * 12;
+    const uint8_t *value_lengths = key_lengths + count * 4, *header_lengths = value_lengths + count * 4;
+    int64_t keys = 0, values = 0, headers = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int32_t key = get32(key_lengths + i * 4), value = get32(value_lengths + i * 4);
+        int32_t record_headers = get32(header_lengths + i * 4);
+        if (key < -1 || value < -1 || record_headers < 0) {
+            error = "negative key, value or headers length";
+            goto fail;
+        }
+        keys += key > 0 ? key : 0;
+        values += value > 0 ? value : 0;
+        headers += record_headers;
+    }
+    if (count * 24 + keys + values + headers != buffer.len) {
+        error = "the records section's size is not what its columns account for";
+        goto fail;
+    }
+    /* Pass 1: each record's size in Kafka's layout. */
+    const uint8_t *key_at = data + count * 24, *value_at = key_at + keys, *headers_at = value_at + values;
+    int64_t total = 0;
+    const uint8_t *h = headers_at;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int32_t key = get32(key_lengths + i * 4), value = get32(value_lengths + i * 4);
+        int64_t record_headers = get32(header_lengths + i * 4), header_count, header_size;
+        if (stored_headers(h, record_headers, &header_count, &header_size) < 0) {
+            error = "a record's headers do not fill their length";
+            goto fail;
+        }
+        h += record_headers;
+        int64_t body = 1 + varint_size(zigzag(get64(stamps + i * 8))) + varint_size(zigzag(get32(deltas + i * 4))) +
+                       varint_size(zigzag(key)) + (key > 0 ? key : 0) + varint_size(zigzag(value)) +
+                       (value > 0 ? value : 0) + varint_size(zigzag(header_count)) + header_size;
+        total += varint_size(zigzag(body)) + body;
+    }
+    if (total > PY_SSIZE_T_MAX) {
+        error = "the batch is too large";
+        goto fail;
+    }
+    PyObject *records = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (records == NULL) {
+        goto done;
+    }
+    /* Pass 2: write them (the columns are known good now). */
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(records);
+    h = headers_at;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int32_t key = get32(key_lengths + i * 4), value = get32(value_lengths + i * 4);
+        int64_t record_headers = get32(header_lengths + i * 4), header_count, header_size;
+        stored_headers(h, record_headers, &header_count, &header_size);
+        int64_t stamp = get64(stamps + i * 8);
+        int32_t delta = get32(deltas + i * 4);
+        int64_t body = 1 + varint_size(zigzag(stamp)) + varint_size(zigzag(delta)) + varint_size(zigzag(key)) +
+                       (key > 0 ? key : 0) + varint_size(zigzag(value)) + (value > 0 ? value : 0) +
+                       varint_size(zigzag(header_count)) + header_size;
+        out = put_varint(out, body);
+        *out++ = 0; /* the record's attributes */
+        out = put_varint(out, stamp);
+        out = put_varint(out, delta);
+        out = put_varint(out, key);
+        if (key > 0) {
+            memcpy(out, key_at, (size_t)key);
+            out += key;
+            key_at += key;
+        }
+        out = put_varint(out, value);
+        if (value > 0) {
+            memcpy(out, value_at, (size_t)value);
+            out += value;
+            value_at += value;
+        }
+        out = put_varint(out, header_count);
+        for (int64_t n = 0; n < header_count; n++) {
+            int64_t name = (int64_t)h[0] | (int64_t)h[1] << 8;
+            int64_t header_value = get32(h + 2 + name);
+            out = put_varint(out, name);
+            memcpy(out, h + 2, (size_t)name);
+            out += name;
+            out = put_varint(out, header_value);
+            if (header_value > 0) {
+                memcpy(out, h + 6 + name, (size_t)header_value);
+                out += header_value;
+            }
+            h += 6 + name + (header_value > 0 ? header_value : 0);
+        }
+    }
+    result = records;
+    goto done;
+fail:
+    PyErr_SetString(PyExc_ValueError, error);
+done:
+    PyBuffer_Release(&buffer);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"records_to_section", records_to_section, METH_VARARGS,
      "records_to_section(records, count, first_timestamp) -> (section, first_timestamp, max_timestamp)"},
+    {"section_to_records", section_to_records, METH_VARARGS, "section_to_records(section, count) -> records"},
     {NULL, NULL, 0, NULL},
 };
 

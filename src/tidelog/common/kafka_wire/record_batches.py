@@ -19,12 +19,21 @@ import types
 from typing import Final
 
 import crc32c
-from aiokafka.codec import gzip_decode, lz4_decode, snappy_decode, zstd_decode
+from aiokafka.codec import (
+    gzip_decode,
+    gzip_encode,
+    lz4_decode,
+    lz4_encode,
+    snappy_decode,
+    snappy_encode,
+    zstd_decode,
+    zstd_encode,
+)
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder  # the C one, when built
 
 from tidelog.common.errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionTypeError
 from tidelog.common.record import batch_layout
-from tidelog.common.record.batch_decoding import decode_batch
+from tidelog.common.record.batch_decoding import decode_batch, records_section
 from tidelog.common.record.batch_encoding import assemble_batch, encode_batch
 from tidelog.common.record.batch_layout import (
     CONTROL_BIT,
@@ -58,6 +67,12 @@ CRC_POSITION: Final = 17
 CRC_START: Final = 21
 OFFSET_AND_EPOCH: Final = struct.Struct(">qiib")  # base offset, batch length, leader epoch, magic
 BATCH_SIZE_UNBOUNDED: Final = 1 << 31  # the builder's own limit; the broker's limits come first
+KAFKA_DEFLATE: Final = {  # as aiokafka's batch builder compresses (lz4 level 9, zstd 3, xerial snappy)
+    CompressionType.GZIP: gzip_encode,
+    CompressionType.SNAPPY: snappy_encode,
+    CompressionType.LZ4: lz4_encode,
+    CompressionType.ZSTD: zstd_encode,
+}
 KAFKA_INFLATE: Final = {
     CompressionType.GZIP: gzip_decode,
     CompressionType.SNAPPY: snappy_decode,
@@ -202,11 +217,16 @@ def _whole_batches_end(data: Buffer) -> int:
     return position
 
 
-def to_kafka_batches(data: Buffer) -> bytes:
+def to_kafka_batches(data: Buffer, *, compiled: bool = True) -> bytes:
     """Stored batches (a fetch's bytes) as Kafka v2 batches, each under its own offset, leader
-    epoch and producer fields, with Kafka's CRC."""
+    epoch and producer fields, with Kafka's CRC: through the compiled transcoder where installed
+    (create-time batches), else, and with `compiled=False` (the tests' reference), through
+    aiokafka's batch builder. Both give batches a Kafka reader reads the same."""
     out: list[bytes] = []
     for position, header in iter_headers(memoryview(data)[: _whole_batches_end(data)]):
+        if compiled and _v2records is not None and header.timestamp_type == TimestampType.CREATE_TIME:
+            out.append(_built(data, position, header))
+            continue
         batch = decode_batch(data, position, verify_crc=False)  # checked where it was stored and read
         builder = DefaultRecordBatchBuilder(
             KAFKA_MAGIC,
@@ -238,3 +258,44 @@ def to_kafka_batches(data: Buffer) -> bytes:
         struct.pack_into(">i", built, 12, header.partition_leader_epoch)
         out.append(bytes(built))
     return b"".join(out)
+
+
+def _built(data: Buffer, position: int, header: batch_layout.BatchHeader) -> bytes:
+    """One stored batch as a Kafka v2 batch through the compiled transcoder (_v2records.c), then
+    compressed with its codec by aiokafka's codecs, and sent uncompressed where that is no smaller
+    (as aiokafka's builder does)."""
+    assert _v2records is not None
+    try:
+        records = _v2records.section_to_records(records_section(data, position, header), header.record_count)
+    except ValueError as error:  # (checked where it was stored: a broken disk or a bug)
+        raise CorruptRecordError(f"stored batch at offset {header.base_offset}: {error}") from None
+    codec = header.attributes & batch_layout.COMPRESSION_MASK
+    if codec:
+        compressed = KAFKA_DEFLATE[CompressionType(codec)](records)
+        if len(compressed) < len(records):
+            records = compressed
+        else:
+            codec = 0
+    attributes = (
+        codec | (TRANSACTIONAL_BIT if header.is_transactional else 0) | (CONTROL_BIT if header.is_control else 0)
+    )
+    batch = bytearray(
+        KAFKA_HEADER.pack(
+            header.base_offset,
+            KAFKA_OVERHEAD - 12 + len(records),
+            header.partition_leader_epoch,
+            KAFKA_MAGIC,
+            0,
+            attributes,
+            header.last_offset_delta,
+            header.first_timestamp,
+            header.max_timestamp,
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence,
+            header.record_count,
+        )
+    )
+    batch += records
+    CRC.pack_into(batch, CRC_POSITION, crc32c.crc32c(memoryview(batch)[CRC_START:]))
+    return bytes(batch)

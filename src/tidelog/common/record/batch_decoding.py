@@ -87,7 +87,8 @@ def check_header(
     return header
 
 
-def _records_section(buffer: Buffer, position: int, header: BatchHeader) -> bytes:
+def records_section(buffer: Buffer, position: int, header: BatchHeader) -> bytes:
+    """The batch's records section (its columns and blobs), inflated if compressed."""
     start = position + BATCH_OVERHEAD
     end = position + header.size
     codec = header.attributes & COMPRESSION_MASK  # an int compare: the enum costs µs a batch
@@ -181,7 +182,7 @@ class _Columns(NamedTuple):
 
 def _columns(buffer: Buffer, position: int, header: BatchHeader) -> _Columns:
     """Inflate the records section and check that its columns agree with each other."""
-    section = _records_section(buffer, position, header)
+    section = records_section(buffer, position, header)
     count = header.record_count
     columns_end = count * RECORD_COLUMNS_BYTES
     if len(section) < columns_end:
@@ -293,7 +294,7 @@ def _decode_small(buffer: Buffer, position: int, header: BatchHeader) -> RecordB
     `_decode_columnar`, on Python ints (numpy's per-call cost was most of a small batch's decode).
     A producer's batch (offsets 0..N-1, one timestamp, fixed-size or null keys and values) takes
     the short paths: a tuple comparison each instead of a pass over the records."""
-    section = _records_section(buffer, position, header)
+    section = records_section(buffer, position, header)
     count = header.record_count
     columns_end = count * RECORD_COLUMNS_BYTES
     if len(section) < columns_end:
