@@ -63,6 +63,8 @@ class Group:
         self.empty_since_ms = 0
         self.rebalance_deadline = 0.0  # PreparingRebalance: members not rejoined by then are removed
         self.join_ready_at = 0.0  # group.initial.rebalance.delay.ms: the first join waits for others
+        # KIP-394: member ids handed to first joins, until when (monotonic s): members once they join
+        self.pending_members: dict[str, float] = {}
 
     def transition(self, target: GroupState) -> None:
         check_transition(self.state, target)
@@ -78,6 +80,16 @@ class Group:
             self.static_members[member.group_instance_id] = member.member_id
         if not self.leader:
             self.leader = member.member_id
+
+    def hand_out(self, member_id: str, now: float, session_s: float) -> None:
+        """KIP-394: `member_id` given to a first join; forgotten after a session timeout unused
+        (the expired ones go here, so the map holds at most a session's worth)."""
+        self.pending_members = {pending: until for pending, until in self.pending_members.items() if until > now}
+        self.pending_members[member_id] = now + session_s
+
+    def take_pending(self, member_id: str, now: float) -> bool:
+        """True if `member_id` was handed out and has not expired: it may join now."""
+        return self.pending_members.pop(member_id, 0.0) > now
 
     def remove(self, member_id: str) -> Member | None:
         member = self.members.pop(member_id, None)

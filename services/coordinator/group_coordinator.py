@@ -29,7 +29,7 @@ from tidelog.common.clock import wall_clock_ms
 from tidelog.common.errors import ErrorCode, RemoteError, TidelogError
 from tidelog.common.record.batch import RecordBatch
 from tidelog.common.settings import CoordinatorSettings
-from tidelog.coordinator import group_replay
+from tidelog.coordinator import group_replay, group_views
 from tidelog.coordinator.group import Group, Member
 from tidelog.coordinator.group_replay import OffsetsWriter, Record, group_record, offset_commit_records
 from tidelog.coordinator.group_state import GroupState
@@ -120,10 +120,7 @@ class GroupCoordinator:
         config = self.config
         low, high = config.group_min_session_timeout_ms, config.group_max_session_timeout_ms
         if not low <= request.session_timeout_ms <= high:
-            raise _error(
-                ErrorCode.INVALID_SESSION_TIMEOUT,
-                f"session.timeout.ms must be within [{low}, {high}]",
-            )
+            raise _error(ErrorCode.INVALID_SESSION_TIMEOUT, f"session.timeout.ms must be within [{low}, {high}]")
         protocols = [(protocol.name, bytes(protocol.metadata)) for protocol in request.protocols]
         if not protocols or not request.protocol_type:
             raise _error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "a join names a protocol type and assignors")
@@ -138,15 +135,18 @@ class GroupCoordinator:
                 raise _error(ErrorCode.FENCED_INSTANCE_ID, f"instance {instance_id!r} joined again as another member")
             if not member_id and known:
                 return self._static_rejoin(group, known, request, protocols)
-        if member_id and member_id not in group.members:
+        pending = bool(member_id) and group.take_pending(member_id, self.monotonic())  # KIP-394's second join
+        if member_id and not pending and member_id not in group.members:
             raise _error(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {group.group_id!r}")
+        if not member_id and not instance_id and request.require_known_member_id:
+            return group_views.member_id_required(group, request, self.monotonic())
         if not member_id and len(group.members) >= config.group_max_size:
             raise _error(ErrorCode.REBALANCE_IN_PROGRESS, f"group.max.size={config.group_max_size} reached")
         future: asyncio.Future[coordinator_pb2.JoinGroupResponse] = asyncio.get_running_loop().create_future()
         member = group.members.get(member_id) if member_id else None
         if member is None:
             member = Member(
-                f"{request.client_id or 'member'}-{uuid.uuid4()}",
+                member_id or f"{request.client_id or 'member'}-{uuid.uuid4()}",
                 instance_id,
                 request.client_id,
                 request.session_timeout_ms,

@@ -1,15 +1,37 @@
 """How groups are shown to clients: a JoinGroup answer, ListGroups' entries, DescribeGroups'
-description. Built from the group's state; nothing here changes it."""
+description. Built from the group's state; nothing here changes it, but for the member id KIP-394's
+answer hands out (kept pending in the group)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Collection, Iterable, Mapping
 
 from tidelog.common.errors import ErrorCode
 from tidelog.coordinator.group import Group, Member
 from tidelog.v1 import coordinator_pb2
 
-__all__ = ["described_group", "fetched_offsets", "join_response", "listed_group", "listed_groups"]
+__all__ = [
+    "described_group",
+    "fetched_offsets",
+    "join_response",
+    "listed_group",
+    "listed_groups",
+    "member_id_required",
+]
+
+
+def member_id_required(
+    group: Group, request: coordinator_pb2.JoinGroupRequest, now: float
+) -> coordinator_pb2.JoinGroupResponse:
+    """KIP-394's answer to a first join: the member id to join with (the group keeps it pending)."""
+    member_id = f"{request.client_id or 'member'}-{uuid.uuid4()}"
+    group.hand_out(member_id, now, request.session_timeout_ms / 1000)
+    return coordinator_pb2.JoinGroupResponse(
+        error_code=int(ErrorCode.MEMBER_ID_REQUIRED),
+        error_message="join again with this member id",
+        member_id=member_id,
+    )
 
 
 def join_response(group: Group, member: Member, *, with_members: bool) -> coordinator_pb2.JoinGroupResponse:

@@ -104,6 +104,27 @@ async def test_two_members_join_vote_sync_and_a_stale_generation_is_refused() ->
     assert outsider.value.code == ErrorCode.UNKNOWN_MEMBER_ID  # the group has members: commit as one
 
 
+async def test_a_kafka_clients_first_join_gets_a_member_id_and_a_lost_answer_leaves_no_member_behind() -> None:
+    """KIP-394 (JoinGroup v4+): the first join only hands out a member id. Without it, a join whose
+    answer was lost (the client gave up and joined again) stayed a member, got partitions in the
+    next generation and held them, unread, until its session timed out."""
+    clock = FakeClock()
+    group_coordinator = coordinator(RecordingWriter(), clock)
+    first_try = join()
+    first_try.require_known_member_id = True
+    lost = await group_coordinator.join_group(first_try)  # its answer never reaches the client
+    assert lost.error_code == ErrorCode.MEMBER_ID_REQUIRED and lost.member_id.startswith("c-")
+    again = await group_coordinator.join_group(first_try)
+    assert again.error_code == ErrorCode.MEMBER_ID_REQUIRED and again.member_id != lost.member_id
+    joined = await group_coordinator.join_group(join(again.member_id))
+    assert (joined.error_code, joined.member_id, joined.leader) == (0, again.member_id, again.member_id)
+    assert [member.member_id for member in joined.members] == [again.member_id]  # no phantom of the lost one
+    clock.advance(10.0)  # past the session timeout: a handed-out id not used by then is forgotten
+    with pytest.raises(TidelogError) as expired:
+        await group_coordinator.join_group(join(lost.member_id))
+    assert expired.value.code == ErrorCode.UNKNOWN_MEMBER_ID
+
+
 async def test_bad_joins_are_refused() -> None:
     group_coordinator = coordinator(RecordingWriter())
     short = join()

@@ -105,6 +105,7 @@ class GroupApis:
                         for protocol in request["Protocols"]
                     ],
                     client_id=context.client_id,
+                    require_known_member_id=version >= 4,  # KIP-394, as Kafka's broker from v4
                 ),
                 timeout_s=max(rebalance_ms, 0) / 1000 + JOIN_MARGIN_S,
             )

@@ -35,7 +35,7 @@ class Protocol(_message.Message):
     def __init__(self, name: _Optional[str] = ..., metadata: _Optional[bytes] = ...) -> None: ...
 
 class JoinGroupRequest(_message.Message):
-    __slots__ = ("group_id", "session_timeout_ms", "rebalance_timeout_ms", "member_id", "group_instance_id", "protocol_type", "protocols", "client_id")
+    __slots__ = ("group_id", "session_timeout_ms", "rebalance_timeout_ms", "member_id", "group_instance_id", "protocol_type", "protocols", "client_id", "require_known_member_id")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +44,7 @@ class JoinGroupRequest(_message.Message):
     PROTOCOL_TYPE_FIELD_NUMBER: _ClassVar[int]
     PROTOCOLS_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUIRE_KNOWN_MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     session_timeout_ms: int
     rebalance_timeout_ms: int
@@ -52,7 +53,8 @@ class JoinGroupRequest(_message.Message):
     protocol_type: str
     protocols: _containers.RepeatedCompositeFieldContainer[Protocol]
     client_id: str
-    def __init__(self, group_id: _Optional[str] = ..., session_timeout_ms: _Optional[int] = ..., rebalance_timeout_ms: _Optional[int] = ..., member_id: _Optional[str] = ..., group_instance_id: _Optional[str] = ..., protocol_type: _Optional[str] = ..., protocols: _Optional[_Iterable[_Union[Protocol, _Mapping]]] = ..., client_id: _Optional[str] = ...) -> None: ...
+    require_known_member_id: bool
+    def __init__(self, group_id: _Optional[str] = ..., session_timeout_ms: _Optional[int] = ..., rebalance_timeout_ms: _Optional[int] = ..., member_id: _Optional[str] = ..., group_instance_id: _Optional[str] = ..., protocol_type: _Optional[str] = ..., protocols: _Optional[_Iterable[_Union[Protocol, _Mapping]]] = ..., client_id: _Optional[str] = ..., require_known_member_id: _Optional[bool] = ...) -> None: ...
 
 class JoinGroupMember(_message.Message):
     __slots__ = ("member_id", "group_instance_id", "metadata")
