@@ -11,6 +11,7 @@ import asyncio
 import collections
 import dataclasses
 import time
+import uuid
 
 from tidelog.coordinator.group_state import GroupState, check_transition
 from tidelog.v1 import coordinator_pb2
@@ -44,6 +45,11 @@ class OffsetEntry:
     offset: int
     metadata: str
     commit_timestamp_ms: int
+
+
+def new_member_id(client_id: str) -> str:
+    """A member id as Kafka's coordinator makes them: the client id, "-", a UUID."""
+    return f"{client_id or 'member'}-{uuid.uuid4()}"
 
 
 class Group:
@@ -81,11 +87,13 @@ class Group:
         if not self.leader:
             self.leader = member.member_id
 
-    def hand_out(self, member_id: str, now: float, session_s: float) -> None:
-        """KIP-394: `member_id` given to a first join; forgotten after a session timeout unused
-        (the expired ones go here, so the map holds at most a session's worth)."""
+    def hand_out(self, client_id: str, now: float, session_s: float) -> str:
+        """KIP-394: a member id for a first join, pending until it joins with it; forgotten after a
+        session timeout unused (the expired ones go here: the map holds at most a session's worth)."""
         self.pending_members = {pending: until for pending, until in self.pending_members.items() if until > now}
+        member_id = new_member_id(client_id)
         self.pending_members[member_id] = now + session_s
+        return member_id
 
     def take_pending(self, member_id: str, now: float) -> bool:
         """True if `member_id` was handed out and has not expired: it may join now."""

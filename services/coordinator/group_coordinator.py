@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Final
 
@@ -30,7 +29,7 @@ from tidelog.common.errors import ErrorCode, RemoteError, TidelogError
 from tidelog.common.record.batch import RecordBatch
 from tidelog.common.settings import CoordinatorSettings
 from tidelog.coordinator import group_replay, group_views
-from tidelog.coordinator.group import Group, Member
+from tidelog.coordinator.group import Group, Member, new_member_id
 from tidelog.coordinator.group_replay import OffsetsWriter, Record, group_record, offset_commit_records
 from tidelog.coordinator.group_state import GroupState
 from tidelog.coordinator.group_views import described_group, fetched_offsets, join_response, listed_groups
@@ -139,14 +138,15 @@ class GroupCoordinator:
         if member_id and not pending and member_id not in group.members:
             raise _error(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {group.group_id!r}")
         if not member_id and not instance_id and request.require_known_member_id:
-            return group_views.member_id_required(group, request, self.monotonic())
+            handed_out = group.hand_out(request.client_id, self.monotonic(), request.session_timeout_ms / 1000)
+            return group_views.member_id_required(handed_out)
         if not member_id and len(group.members) >= config.group_max_size:
             raise _error(ErrorCode.REBALANCE_IN_PROGRESS, f"group.max.size={config.group_max_size} reached")
         future: asyncio.Future[coordinator_pb2.JoinGroupResponse] = asyncio.get_running_loop().create_future()
         member = group.members.get(member_id) if member_id else None
         if member is None:
             member = Member(
-                member_id or f"{request.client_id or 'member'}-{uuid.uuid4()}",
+                member_id or new_member_id(request.client_id),
                 instance_id,
                 request.client_id,
                 request.session_timeout_ms,
@@ -187,7 +187,7 @@ class GroupCoordinator:
     ) -> coordinator_pb2.JoinGroupResponse:
         """KIP-345: a static member back within its session takes its old place, usually without a rebalance."""
         old = group.members[old_member_id]
-        new_id = f"{request.client_id or 'member'}-{uuid.uuid4()}"
+        new_id = new_member_id(request.client_id)
         was_leader = group.leader == old_member_id
         self._fail_member(old, ErrorCode.FENCED_INSTANCE_ID, "a newer process took this group.instance.id")
         group.remove(old_member_id)

@@ -1,10 +1,8 @@
 """How groups are shown to clients: a JoinGroup answer, ListGroups' entries, DescribeGroups'
-description. Built from the group's state; nothing here changes it, but for the member id KIP-394's
-answer hands out (kept pending in the group)."""
+description. Built from the group's state; nothing here changes it."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Collection, Iterable, Mapping
 
 from tidelog.common.errors import ErrorCode
@@ -21,12 +19,8 @@ __all__ = [
 ]
 
 
-def member_id_required(
-    group: Group, request: coordinator_pb2.JoinGroupRequest, now: float
-) -> coordinator_pb2.JoinGroupResponse:
-    """KIP-394's answer to a first join: the member id to join with (the group keeps it pending)."""
-    member_id = f"{request.client_id or 'member'}-{uuid.uuid4()}"
-    group.hand_out(member_id, now, request.session_timeout_ms / 1000)
+def member_id_required(member_id: str) -> coordinator_pb2.JoinGroupResponse:
+    """KIP-394's answer to a first join: the member id to join with."""
     return coordinator_pb2.JoinGroupResponse(
         error_code=int(ErrorCode.MEMBER_ID_REQUIRED),
         error_message="join again with this member id",

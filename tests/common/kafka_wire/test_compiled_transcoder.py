@@ -22,7 +22,7 @@ from tidelog.common.errors import CorruptRecordError, InvalidRecordError, Tidelo
 from tidelog.common.kafka_wire import record_batches
 from tidelog.common.kafka_wire.record_batches import KAFKA_HEADER, KAFKA_OVERHEAD, from_kafka_batches, to_kafka_batches
 from tidelog.common.record.batch_encoding import encode_batch
-from tidelog.common.record.batch_layout import restamp
+from tidelog.common.record.batch_layout import TimestampType, restamp
 from tidelog.common.record.control import ControlType, Marker, encode_marker
 
 compiled = record_batches._v2records
@@ -276,6 +276,12 @@ def test_a_control_batch_goes_out_with_its_bit_and_a_corrupt_stored_section_is_r
     restamp(memoryview(marker), base_offset=40, partition_leader_epoch=3)
     assert _read_back(to_kafka_batches(bytes(marker))) == _read_back(to_kafka_batches(bytes(marker), compiled=False))
     assert _read_back(to_kafka_batches(bytes(marker)))[0][1][1]  # is_control_batch
+    append_time = encode_batch(
+        [b"a", b"b"], timestamps=[BASE_TIME, BASE_TIME + 5], timestamp_type=TimestampType.LOG_APPEND_TIME
+    )
+    read = _read_back(to_kafka_batches(append_time))
+    assert read == _read_back(to_kafka_batches(append_time, compiled=False))
+    assert read[0][1][2] == TimestampType.LOG_APPEND_TIME and {r[1] for r in read[0][3]} == {BASE_TIME + 5}
     broken = bytearray(encode_batch([b"a", b"b"], timestamps=BASE_TIME))
     struct.pack_into("<i", broken, 61 + 2 * 12, 1_000)  # the first value's length: past the section
     with pytest.raises(CorruptRecordError, match="columns account"):

@@ -219,12 +219,12 @@ def _whole_batches_end(data: Buffer) -> int:
 
 def to_kafka_batches(data: Buffer, *, compiled: bool = True) -> bytes:
     """Stored batches (a fetch's bytes) as Kafka v2 batches, each under its own offset, leader
-    epoch and producer fields, with Kafka's CRC: through the compiled transcoder where installed
-    (create-time batches), else, and with `compiled=False` (the tests' reference), through
-    aiokafka's batch builder. Both give batches a Kafka reader reads the same."""
+    epoch and producer fields, with Kafka's CRC: through the compiled transcoder where installed,
+    else, and with `compiled=False` (the tests' reference), through aiokafka's batch builder. Both
+    give batches a Kafka reader reads the same."""
     out: list[bytes] = []
     for position, header in iter_headers(memoryview(data)[: _whole_batches_end(data)]):
-        if compiled and _v2records is not None and header.timestamp_type == TimestampType.CREATE_TIME:
+        if compiled and _v2records is not None:
             out.append(_built(data, position, header))
             continue
         batch = decode_batch(data, position, verify_crc=False)  # checked where it was stored and read
@@ -276,9 +276,9 @@ def _built(data: Buffer, position: int, header: batch_layout.BatchHeader) -> byt
             records = compressed
         else:
             codec = 0
-    attributes = (
-        codec | (TRANSACTIONAL_BIT if header.is_transactional else 0) | (CONTROL_BIT if header.is_control else 0)
-    )
+    # Log-append time: the bit and the batch's max timestamp say it (Kafka's readers take every
+    # record's timestamp from there); the first timestamp and deltas are kept, as Kafka's broker keeps them.
+    attributes = codec | (header.attributes & (TRANSACTIONAL_BIT | CONTROL_BIT | TIMESTAMP_TYPE_BIT))
     batch = bytearray(
         KAFKA_HEADER.pack(
             header.base_offset,
