@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import itertools
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import NamedTuple, TypeVar
+from typing import TypeVar
 
 import structlog
 
@@ -29,6 +28,7 @@ from tidelog.broker.broker_fencing import BrokerFencing
 from tidelog.broker.clean_shutdown import CleanShutdown
 from tidelog.broker.fetch_session import FetchSession, FetchSessionCache
 from tidelog.broker.follower_tracking import FollowerTracking
+from tidelog.broker.leader_appends import CoordinatorWrite, LeaderAppend, MarkerWrite, append_leader_groups
 from tidelog.broker.partition import Partition, PartitionKey, PartitionRead
 from tidelog.broker.partition_states import PartitionStates
 from tidelog.broker.replica_fetcher import ReplicaFetcherManager
@@ -50,7 +50,6 @@ from tidelog.common.errors import (
     UnknownTopicOrPartitionError,
 )
 from tidelog.common.record.batch import iter_headers
-from tidelog.common.record.control import Marker
 from tidelog.common.settings import BrokerSettings
 from tidelog.v1 import broker_pb2
 
@@ -74,21 +73,6 @@ def in_rounds(items: Iterable[_Item], partition_of: Callable[[_Item], PartitionK
             rounds.append([])
         rounds[turn].append(item)
     return rounds
-
-
-class MarkerWrite(NamedTuple):
-    """A transaction marker to append as leader (WriteTxnMarkers), in place of a producer's batches."""
-
-    producer_id: int
-    producer_epoch: int
-    marker: Marker
-
-
-class CoordinatorWrite(NamedTuple):
-    """A group coordinator's batches for __consumer_offsets: its transactional offset commits carry
-    no sequence (Kafka's AppendOrigin.COORDINATOR)."""
-
-    data: bytes
 
 
 class ReplicaManager:
@@ -208,24 +192,16 @@ class ReplicaManager:
         timeout_s: float = 30.0,
         on_appended: Callable[[], None] | None = None,
     ) -> list[list[AppendInfo | TidelogError]]:
-        """`append_all` for each round in turn, a partition at most once a round (a request's
-        entries of one partition go a round each, in their order); with acks=-1 the ISRs are waited
-        for once, after the last round. Waiting after each round made a producer's batches of one
-        partition replicate one after another: 8 batches of 16 KB took 8 follower round trips."""
-        outcomes: list[list[AppendInfo | TidelogError | None]] = []
-        waits: list[_LeaderAppend] = []
-        all_appends: list[list[_LeaderAppend]] = []
+        """`append_all` for rounds of entries, a partition at most once a round (its entries a round
+        each, in order); with acks=-1 the ISRs are waited for once, after the last round (a wait a
+        round took 8 batches of one partition 8 follower round trips)."""
         started = time.perf_counter()
-        for entries in rounds:
-            round_outcomes, appends = await self._append_locally(entries, acks)
-            outcomes.append(round_outcomes)
-            all_appends.append(appends)
-            waits.extend(append for append in appends if isinstance(append.outcome, AppendInfo))
+        outcomes, all_appends = await self._append_locally(rounds, acks)
         appended = time.perf_counter()
         LOCAL_TIME_MS.labels("Produce").observe((appended - started) * 1000)
         if on_appended is not None:
             on_appended()
-        if acks == -1 and waits:
+        if acks == -1 and (waits := [a for round_ in all_appends for a in round_ if isinstance(a.outcome, AppendInfo)]):
             await asyncio.gather(*(self._replicated(append, timeout_s) for append in waits))
             REMOTE_TIME_MS.labels("Produce").observe((time.perf_counter() - appended) * 1000)
         answered: list[list[AppendInfo | TidelogError]] = []
@@ -242,44 +218,54 @@ class ReplicaManager:
         return answered
 
     async def _append_locally(
-        self, entries: Sequence[tuple[str, int, bytes | MarkerWrite | CoordinatorWrite]], acks: int
-    ) -> tuple[list[AppendInfo | TidelogError | None], list[_LeaderAppend]]:
-        """One round's appends to the leaders' logs, high watermarks moved and followers woken: the
-        outcomes known before any wait (refusals), and the appends made (outcome each)."""
-        assert len({(topic, partition) for topic, partition, _ in entries}) == len(entries), "one entry a partition"
-        outcomes: list[AppendInfo | TidelogError | None] = [None] * len(entries)
-        appends: list[_LeaderAppend] = []
-        for index, (topic, partition, batches) in enumerate(entries):
-            try:
-                hosted = self.leader_partition(topic, partition)
-                min_insync = hosted.log.config.min_insync_replicas
-                if acks == -1 and len(hosted.state.isr) < min_insync:
-                    raise NotEnoughReplicasError(
-                        f"{topic}-{partition} has {len(hosted.state.isr)} in-sync replicas; "
-                        f"min.insync.replicas={min_insync}"
-                    )
-            except TidelogError as error:
-                outcomes[index] = error
-                continue
-            appends.append(_LeaderAppend(index, hosted, hosted.state.leader_epoch, batches))
-        if appends:
-            await self.io.each_chunk(_append_leader_chunk, appends, request="Produce")
+        self, rounds: Sequence[Sequence[tuple[str, int, bytes | MarkerWrite | CoordinatorWrite]]], acks: int
+    ) -> tuple[list[list[AppendInfo | TidelogError | None]], list[list[LeaderAppend]]]:
+        """Every round's appends to the leaders' logs, high watermarks moved and followers woken: per
+        round, the outcomes known before any wait (refusals) and the appends made. One pass of I/O
+        tasks, a partition's entries on one thread in order: a hop a round (each waits for the GIL
+        and the loop) cost 8 batches of one partition 7.7 ms of local time for 0.4 ms of appends."""
+        outcomes: list[list[AppendInfo | TidelogError | None]] = []
+        all_appends: list[list[LeaderAppend]] = []
+        by_partition: dict[PartitionKey, list[LeaderAppend]] = {}
+        for entries in rounds:
+            assert len({(topic, partition) for topic, partition, _ in entries}) == len(entries), "one entry a partition"
+            round_outcomes: list[AppendInfo | TidelogError | None] = [None] * len(entries)
+            appends: list[LeaderAppend] = []
+            for index, (topic, partition, batches) in enumerate(entries):
+                try:
+                    hosted = self.leader_partition(topic, partition)
+                    min_insync = hosted.log.config.min_insync_replicas
+                    if acks == -1 and len(hosted.state.isr) < min_insync:
+                        raise NotEnoughReplicasError(
+                            f"{topic}-{partition} has {len(hosted.state.isr)} in-sync replicas; "
+                            f"min.insync.replicas={min_insync}"
+                        )
+                except TidelogError as error:
+                    round_outcomes[index] = error
+                    continue
+                append = LeaderAppend(index, hosted, hosted.state.leader_epoch, batches)
+                appends.append(append)
+                by_partition.setdefault((topic, partition), []).append(append)
+            outcomes.append(round_outcomes)
+            all_appends.append(appends)
+        if by_partition:
+            await self.io.each_chunk(append_leader_groups, list(by_partition.values()), request="Produce")
         unexpected: BaseException | None = None
-        for append in appends:
-            if isinstance(append.outcome, AppendInfo):
-                hosted = append.hosted
+        for key, appends in by_partition.items():
+            if any(isinstance(append.outcome, AppendInfo) for append in appends):
+                hosted = appends[0].hosted
                 if not hosted.advance_high_watermark(self.broker_id):  # a moved HW already woke the waiters
                     hosted.notify_appended()
-                key = (hosted.topic, hosted.partition)
                 self.followers.isr_watch.add(key)  # its followers are behind until they fetch it
                 self._unflushed.add(key)
-            elif not isinstance(append.outcome, TidelogError):
-                unexpected = unexpected or append.outcome  # a bug or a disk error: the request fails, as before
+            for append in appends:
+                if not isinstance(append.outcome, AppendInfo | TidelogError):
+                    unexpected = unexpected or append.outcome  # a bug or a disk error: the request fails, as before
         if unexpected is not None:
             raise unexpected
-        return outcomes, appends
+        return outcomes, all_appends
 
-    async def _replicated(self, append: _LeaderAppend, timeout_s: float) -> None:
+    async def _replicated(self, append: LeaderAppend, timeout_s: float) -> None:
         """An acks=-1 append's wait for its ISR; a failed wait becomes its outcome."""
         hosted = append.hosted
         assert isinstance(append.outcome, AppendInfo)
@@ -472,27 +458,3 @@ class ReplicaManager:
         # (a sync waits for everything dirty on the file system, other processes' writes too)
         log.info("logs_closed", logs=len(logs), seconds=[round(b - a, 3) for a, b in itertools.pairwise(steps)])
         self.io.shutdown()
-
-
-@dataclasses.dataclass(slots=True)
-class _LeaderAppend:
-    index: int  # in the request
-    hosted: Partition
-    leader_epoch: int  # led in when appended: the wait for the ISR checks it has not ended
-    batches: bytes | MarkerWrite | CoordinatorWrite
-    outcome: AppendInfo | BaseException | None = None
-
-
-def _append_leader_chunk(appends: list[_LeaderAppend]) -> None:
-    """On an I/O thread: each append in turn, its outcome kept (one failing stops no other)."""
-    for append in appends:
-        try:
-            partition_log, batches = append.hosted.log, append.batches
-            if isinstance(batches, MarkerWrite):
-                append.outcome = partition_log.append_marker(*batches, leader_epoch=append.leader_epoch)
-            elif isinstance(batches, CoordinatorWrite):
-                append.outcome = partition_log.append_as_leader(batches.data, append.leader_epoch, unsequenced=True)
-            else:
-                append.outcome = partition_log.append_as_leader(batches, append.leader_epoch)
-        except Exception as error:
-            append.outcome = error

@@ -16,13 +16,14 @@ from typing import Any
 import grpc
 import pytest
 
+from tests.broker.storage.conftest import read_all
 from tests.cluster.conftest import wait_until
 from tests.fake_clock import FakeClock
 from tidelog.broker.isr_manager import INELIGIBLE_RETRY_S, IsrManager
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.partition import Partition
 from tidelog.broker.replica_manager import ReplicaManager, in_rounds
-from tidelog.common.errors import ErrorCode, NotLeaderOrFollowerError
+from tidelog.common.errors import ErrorCode, NotLeaderOrFollowerError, TidelogError
 from tidelog.common.record.batch import encode_batch, restamp
 from tidelog.common.settings import BrokerSettings
 from tidelog.server_common import long_lived_heap
@@ -206,6 +207,39 @@ async def test_a_requests_batches_of_one_partition_append_in_order_then_wait_for
     replicas.followers.record_fetch(OTHER, "life-1", [_fetch(3, 1)])
     first, second = await asyncio.wait_for(waiting, 5)
     assert [(info.first_offset, info.last_offset) for (info,) in (first, second)] == [(0, 1), (2, 2)]
+
+
+async def test_a_requests_rounds_go_to_the_io_threads_in_one_pass_each_partitions_in_order(
+    replicas: ReplicaManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """All rounds of a request are appended by one pass of I/O tasks, a partition's entries in
+    their order, each with its own outcome: a thread hop a round (each waits for the GIL and the
+    event loop) made 8 batches of one partition cost 7.7 ms of local time for 0.4 ms of appends."""
+    await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME])
+    passes: list[int] = []
+    each_chunk = replicas.io.each_chunk
+
+    async def counted(work: Any, items: list[Any], **options: Any) -> list[Any]:
+        passes.append(len(items))
+        return await each_chunk(work, items, **options)
+
+    monkeypatch.setattr(replicas.io, "each_chunk", counted)
+    sequenced = [encode_batch([b"s"], producer_id=7, producer_epoch=0, base_sequence=n) for n in (0, 1, 5)]
+    rounds = [[(TOPIC, 0, encode_batch([bytes([n])] * (n + 1)))] for n in range(8)]
+    rounds[1].append((TOPIC, 1, b"not a batch"))  # refused on its own; the others append
+    outcomes = await replicas.append_rounds(rounds, acks=1)
+    assert passes == [1], "one pass for every round (partition 1 is not led here: refused before it)"
+    assert [(outcome.first_offset, outcome.last_offset) for outcome, *_ in outcomes] == [
+        (n * (n + 1) // 2, n * (n + 1) // 2 + n)
+        for n in range(8)  # round n's n + 1 records, in order
+    ]
+    assert isinstance(outcomes[1][1], TidelogError)
+    stored = read_all(replicas.partitions[(TOPIC, 0)].log)
+    assert [batch.values[0] for batch in stored] == [bytes([n]) for n in range(8)]
+    # A sequence gap in one round fails that entry only; the rounds before it stand.
+    gapped = await replicas.append_rounds([[(TOPIC, 0, batch)] for batch in sequenced], acks=1)
+    assert [isinstance(outcome, TidelogError) for (outcome,) in gapped] == [False, False, True]
+    assert gapped[2][0].code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, gapped[2][0]
 
 
 async def _end_is(replicas: ReplicaManager, offset: int) -> bool:
