@@ -22,7 +22,7 @@ from typing import Any, Final
 import grpc
 import structlog
 
-from tidelog.broker.storage import PartitionLog
+from tidelog.broker.follower_io import EpochAnswer, FollowedPartition, append_chunk, cut, needs_cut
 from tidelog.broker.storage_io import StorageIo
 from tidelog.common.channels import ChannelPool
 from tidelog.common.clock import Monotonic, monotonic
@@ -35,7 +35,6 @@ __all__ = ["FollowedPartition", "ReplicaFetcherManager"]
 
 log = structlog.get_logger(__name__)
 
-UNDEFINED: Final = -1
 # A refused epoch query is asked again this soon, then twice as late each time up to
 # replica.fetch.backoff.ms. The usual refusal is a race: the controller tells leader and followers
 # at once, and a follower's query can reach the new leader before its own LeaderAndIsr does; it
@@ -55,16 +54,6 @@ LEADERSHIP_ERRORS: Final = frozenset(
 APPEND_MS: Final = metrics_catalog.histogram(
     "tidelog_replica_fetch_append_ms", buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 1000)
 )
-
-
-@dataclasses.dataclass(slots=True)
-class FollowedPartition:
-    topic: str
-    partition: int
-    log: PartitionLog
-    leader: int
-    leader_epoch: int
-    truncated: bool = False  # set once the KIP-279 truncation for this leader epoch is done
 
 
 @dataclasses.dataclass(slots=True)
@@ -101,6 +90,8 @@ class ReplicaFetcherManager:
         self.followed: dict[tuple[str, int], FollowedPartition] = {}
         self._by_leader: dict[int, dict[tuple[str, int], FollowedPartition]] = {}  # the same, by leader
         self._untruncated: dict[int, set[tuple[str, int]]] = {}  # by leader: KIP-279 truncation to do
+        self._cutting: dict[int, set[tuple[str, int]]] = {}  # by leader: ... under way (_cut)
+        self._cuts: set[asyncio.Task[None]] = set()
         self._query_after: dict[tuple[str, int], float] = {}  # refused epoch queries: not before then
         self._query_delay: dict[tuple[str, int], float] = {}  # ... and the delay that set it
         self._wakeups: dict[int, asyncio.Event] = {}  # by leader: its partitions changed
@@ -175,6 +166,7 @@ class ReplicaFetcherManager:
                 self._fetchers.pop(leader, None)
                 self._by_leader.pop(leader, None)
                 self._untruncated.pop(leader, None)
+                self._cutting.pop(leader, None)
                 self._sessions.pop(leader, None)
                 self._wakeups.pop(leader, None)
                 return
@@ -183,10 +175,11 @@ class ReplicaFetcherManager:
                 if stub is None:
                     raise ConnectionError(f"no endpoint known for leader {leader}")
                 now = self.clock()
+                cutting = self._cutting.get(leader, ())
                 due = [
                     partitions[key]
                     for key in self._untruncated.get(leader, ())
-                    if key in partitions and self._query_after.get(key, 0.0) <= now
+                    if key in partitions and key not in cutting and self._query_after.get(key, 0.0) <= now
                 ]
                 if due:
                     await self._truncate(stub, leader, due)
@@ -202,9 +195,11 @@ class ReplicaFetcherManager:
 
     async def _truncate(
         self, stub: broker_pb2_grpc.BrokerStub, leader: int, partitions: list[FollowedPartition]
-    ) -> None:
+    ) -> asyncio.Task[None] | None:
+        """Ask `leader` where each partition's epoch ended; mark those that keep everything ready
+        to fetch; cut the others in a task of their own, returned (None when no log needs a cut)."""
         if not partitions:
-            return
+            return None
         request = broker_pb2.OffsetsForLeaderEpochRequest(replica_id=self.broker_id)
         for followed in partitions:
             request.partitions.add(
@@ -217,7 +212,7 @@ class ReplicaFetcherManager:
         by_key = {(followed.topic, followed.partition): followed for followed in partitions}
         refused: collections.Counter[str] = collections.Counter()
         refused_sample: list[str] = []
-        answered: list[tuple[FollowedPartition, int, int]] = []
+        answered: list[EpochAnswer] = []
         for answer in response.partitions:
             asked = by_key.get((answer.topic, answer.partition))
             if asked is None or self.followed.get((answer.topic, answer.partition)) is not asked:
@@ -237,17 +232,47 @@ class ReplicaFetcherManager:
         if refused:
             log.info("epoch_query_refused", leader=leader, errors=dict(refused), sample=refused_sample)
 
-        def truncate_chunk(chunk: list[tuple[FollowedPartition, int, int]]) -> None:
+        # Which logs hold records past their cut: read side by side on the I/O threads, a chunk a
+        # task. Those that keep everything are fetched at once; the cuts go on meanwhile (_cut). A
+        # broker back from a restart follows thousands of partitions; the leadership its crash
+        # moved cut a third of them (records acks=1 never replicated), and the rest waited seconds
+        # for those cuts before their first fetch, and so for the ISR.
+        flags = [flag for chunk in await self.io.each_chunk(needs_cut, answered) for flag in chunk]
+        self._mark_truncated(leader, [asked for (asked, _, _), flag in zip(answered, flags, strict=True) if not flag])
+        to_cut = [answer for answer, flag in zip(answered, flags, strict=True) if flag]
+        if not to_cut:
+            return None
+        self._cutting.setdefault(leader, set()).update((asked.topic, asked.partition) for asked, _, _ in to_cut)
+        task = asyncio.create_task(self._cut(leader, to_cut), name=f"follower-cuts-{leader}")
+        self._cuts.add(task)
+        task.add_done_callback(self._cuts.discard)
+        return task
+
+    async def _cut(self, leader: int, to_cut: list[EpochAnswer]) -> None:
+        """Cut these logs side by side on the I/O threads, then let the fetcher take them (one
+        interrupted long poll for all). A failed cut leaves its partitions to be asked again."""
+
+        def cut_chunk(chunk: list[EpochAnswer]) -> None:
             for followed, leader_epoch, end_offset in chunk:
                 # Still followed from that leader, looked at just before (no wider window than
                 # one task per partition had): a leadership taken meanwhile is not truncated.
                 if self.followed.get((followed.topic, followed.partition)) is followed:
-                    self._truncate_one(followed, leader_epoch, end_offset)
+                    cut(followed, leader_epoch, end_offset)
 
-        # Side by side on the I/O threads, a chunk a task: a broker back from a restart follows
-        # thousands of partitions, and one awaited I/O task each took seconds.
-        await self.io.each_chunk(truncate_chunk, answered)
-        for asked, _, _ in answered:
+        keys = {(asked.topic, asked.partition) for asked, _, _ in to_cut}
+        try:
+            await self.io.each_chunk(cut_chunk, to_cut)
+        except Exception:
+            log.exception("follower_truncation_failed", leader=leader, partitions=len(to_cut))
+            return
+        finally:
+            self._cutting.get(leader, set()).difference_update(keys)
+        self._mark_truncated(leader, [asked for asked, _, _ in to_cut])
+        self._wakeups.setdefault(leader, asyncio.Event()).set()
+        self._interrupt(leader)
+
+    def _mark_truncated(self, leader: int, partitions: list[FollowedPartition]) -> None:
+        for asked in partitions:
             key = (asked.topic, asked.partition)
             if self.followed.get(key) is not asked:
                 continue  # followed anew meanwhile: that one truncates again
@@ -274,26 +299,6 @@ class ReplicaFetcherManager:
         self._untruncated.setdefault(followed.leader, set()).add(key)
         self._query_later(key)
         self._changed(followed.leader, key)
-
-    @staticmethod
-    def _truncate_one(followed: FollowedPartition, leader_epoch: int, leader_end_offset: int) -> None:
-        partition_log = followed.log
-        if UNDEFINED in (leader_epoch, leader_end_offset):
-            if partition_log.leader_epochs.latest_epoch == UNDEFINED:
-                return  # nothing of ours to compare: an empty or epoch-less log fetches from its end
-            target = partition_log.high_watermark  # the leader knows none of our epochs: keep what was committed
-        else:
-            _, own_end = partition_log.end_offset_for_epoch(leader_epoch)
-            target = min(leader_end_offset, own_end) if own_end != UNDEFINED else leader_end_offset
-        if target < partition_log.log_end_offset:
-            log.warning(
-                "follower_truncated",
-                topic=followed.topic,
-                partition=followed.partition,
-                from_offset=partition_log.log_end_offset,
-                to_offset=target,
-            )
-            partition_log.truncate_to(target)
 
     async def _fetch(
         self, stub: broker_pb2_grpc.BrokerStub, leader: int, partitions: dict[tuple[str, int], FollowedPartition]
@@ -403,7 +408,7 @@ class ReplicaFetcherManager:
         catching-up follower's time. A failed append stops its task's later ones and is raised
         once the others' high watermarks are applied."""
         started = time.perf_counter()
-        outcomes = await self.io.each_chunk(_append_chunk, appends)
+        outcomes = await self.io.each_chunk(append_chunk, appends)
         APPEND_MS.observe((time.perf_counter() - started) * 1000)
         failure: BaseException | None = None
         for (chunk_done, chunk_failure), chunk in zip(outcomes, self.io.chunks(appends), strict=True):
@@ -438,8 +443,10 @@ class ReplicaFetcherManager:
             self._interrupted.discard(leader)
 
     def _next_query_in_s(self, leader: int) -> float | None:
-        """Seconds until the first epoch query to `leader` is due (0 for one due now); None for none."""
-        untruncated = self._untruncated.get(leader)
+        """Seconds until the first epoch query to `leader` is due (0 for one due now); None for none
+        (a partition being cut is asked nothing: _cut ends the long poll when it is done)."""
+        cutting = self._cutting.get(leader, ())
+        untruncated = [key for key in self._untruncated.get(leader, ()) if key not in cutting]
         if not untruncated:
             return None
         now = self.clock()
@@ -480,21 +487,10 @@ class ReplicaFetcherManager:
             await self.io.run(followed.log.delete_records, wanted)
 
     async def close(self) -> None:
-        for task in self._fetchers.values():
+        for task in [*self._fetchers.values(), *self._cuts]:
             task.cancel()
-        for task in list(self._fetchers.values()):
+        for task in [*self._fetchers.values(), *self._cuts]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._fetchers.clear()
         await self._channels.close()
-
-
-def _append_chunk(appends: list[tuple[FollowedPartition, Any]]) -> tuple[int, BaseException | None]:
-    """On an I/O thread: append each partition's fetched batches in turn; how many were appended,
-    and the error that stopped the rest."""
-    for done, (followed, result) in enumerate(appends):
-        try:
-            followed.log.append_as_follower(result.record_batches)
-        except Exception as error:
-            return done, error
-    return len(appends), None

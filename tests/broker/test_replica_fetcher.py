@@ -4,6 +4,7 @@ is cut, and many partitions' truncations at once."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import pytest
 
 from tests.fake_clock import FakeClock
 from tests.waiting import until
+from tidelog.broker import replica_fetcher
+from tidelog.broker.follower_io import cut
 from tidelog.broker.replica_fetcher import EPOCH_QUERY_RETRY_FIRST_S, FollowedPartition, ReplicaFetcherManager
 from tidelog.broker.storage import LogConfig, PartitionLog
 from tidelog.broker.storage_io import StorageIo
@@ -47,7 +50,7 @@ def _write(partition_log: PartitionLog, epoch: int, values: list[bytes]) -> None
 
 def _truncate_against(follower: PartitionLog, leader: PartitionLog) -> None:
     epoch, end = leader.end_offset_for_epoch(follower.leader_epochs.latest_epoch)
-    ReplicaFetcherManager._truncate_one(FollowedPartition("t", 0, follower, 1, 9), epoch, end)
+    cut(FollowedPartition("t", 0, follower, 1, 9), epoch, end)
 
 
 def test_divergent_tail_is_cut_exactly_where_the_logs_split(tmp_path: Path) -> None:
@@ -132,7 +135,9 @@ async def test_many_partitions_truncate_together_and_a_refused_one_is_asked_agai
         manager.followed[(one.topic, one.partition)] = one
         manager._by_leader[1][(one.topic, one.partition)] = one
     manager._untruncated[1] = {(one.topic, one.partition) for one in followed}
-    await manager._truncate(stub, 1, followed)  # type: ignore[arg-type]
+    cuts = await manager._truncate(stub, 1, followed)  # type: ignore[arg-type]
+    assert cuts is not None
+    await cuts
     for one in followed:
         if one.partition == 7:
             assert not one.truncated and one.log.log_end_offset == 3
@@ -151,7 +156,9 @@ async def test_many_partitions_truncate_together_and_a_refused_one_is_asked_agai
     assert delays[:3] == [EPOCH_QUERY_RETRY_FIRST_S, 2 * EPOCH_QUERY_RETRY_FIRST_S, 4 * EPOCH_QUERY_RETRY_FIRST_S]
     assert delays[-1] == 60.0 and manager._query_after[key] == clock() + 60.0
     answers[7] = (1, 1)  # it leads now
-    await manager._truncate(stub, 1, [followed[7]])  # type: ignore[arg-type]
+    cuts = await manager._truncate(stub, 1, [followed[7]])  # type: ignore[arg-type]
+    assert cuts is not None
+    await cuts
     assert followed[7].truncated and followed[7].log.log_end_offset == 1
     assert key not in manager._query_delay and key not in manager._query_after
     for one in followed:
@@ -377,3 +384,45 @@ async def test_a_follower_tells_the_leader_its_new_log_start_in_the_next_fetch(t
         async with asyncio.timeout(10):
             await manager.close()
         follower.close()
+
+
+async def test_partitions_that_keep_everything_are_fetched_while_the_others_are_cut(
+    tmp_path: Path, io: StorageIo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A broker back from a crash: the leaderships its crash moved cut a third of its logs (records
+    # acks=1 never replicated); the rest keep everything and must not wait for those cuts.
+    release = threading.Event()
+
+    def held_cut(*answer: object) -> None:
+        assert release.wait(30), "never released"
+        cut(*answer)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(replica_fetcher, "cut", held_cut)
+    manager = ReplicaFetcherManager(2, io, _patient(), clock=FakeClock())
+    followed = []
+    for partition in range(10):
+        partition_log = PartitionLog.open(tmp_path / f"t-{partition}", LogConfig.from_configs({}))
+        for value in (b"a", b"b", b"c"):
+            _write(partition_log, 1, [value])
+        followed.append(FollowedPartition("t", partition, partition_log, 1, 2))
+    stub = _EpochAnswers({partition: (1, 3 if partition % 2 == 0 else 1) for partition in range(10)})
+    manager._by_leader[1] = {}
+    for one in followed:
+        manager.followed[(one.topic, one.partition)] = one
+        manager._by_leader[1][(one.topic, one.partition)] = one
+    manager._untruncated[1] = {(one.topic, one.partition) for one in followed}
+    cuts = await manager._truncate(stub, 1, followed)  # type: ignore[arg-type]
+    assert cuts is not None
+    kept, to_cut = followed[0::2], followed[1::2]
+    assert all(one.truncated and one.log.log_end_offset == 3 for one in kept)  # fetched from now on
+    assert not any(one.truncated for one in to_cut)
+    assert manager._untruncated[1] == {("t", one.partition) for one in to_cut}
+    assert manager._next_query_in_s(1) is None  # nothing is asked again while the cuts run
+    assert stub.asked == [list(range(10))]
+    release.set()
+    await cuts
+    assert all(one.truncated and one.log.log_end_offset == 1 for one in to_cut)
+    assert manager._untruncated[1] == set() and manager._cutting[1] == set()
+    assert manager._wakeups[1].is_set()  # the fetcher takes them without waiting out a long poll
+    for one in followed:
+        one.log.close()
