@@ -89,6 +89,21 @@ def test_a_follower_with_an_epoch_the_leader_never_had(tmp_path: Path) -> None:
     assert follower.leader_epochs.entries() == [(4, 0)]
 
 
+def _following_leader_1(manager: ReplicaFetcherManager, tmp_path: Path, count: int) -> list[FollowedPartition]:
+    """`count` partitions of topic t, offsets 0-2 in epoch 1 (a batch each: truncation cuts whole
+    batches), followed from leader 1 at epoch 2, none truncated yet."""
+    followed = []
+    for partition in range(count):
+        partition_log = PartitionLog.open(tmp_path / f"t-{partition}", LogConfig.from_configs({}))
+        for value in (b"a", b"b", b"c"):
+            _write(partition_log, 1, [value])
+        followed.append(FollowedPartition("t", partition, partition_log, 1, 2))
+    manager._by_leader[1] = {(one.topic, one.partition): one for one in followed}
+    manager.followed.update(manager._by_leader[1])
+    manager._untruncated[1] = set(manager._by_leader[1])
+    return followed
+
+
 class _EpochAnswers:
     """OffsetsForLeaderEpoch of a leader: each partition's answer, or NOT_LEADER_OR_FOLLOWER."""
 
@@ -121,20 +136,10 @@ async def test_many_partitions_truncate_together_and_a_refused_one_is_asked_agai
     # side on the I/O threads; a leader that refuses is asked again, ever later up to the backoff.
     clock = FakeClock()
     manager = ReplicaFetcherManager(2, io, _settings(**{"replica.fetch.backoff.ms": 60_000}), clock=clock)
-    followed = []
-    for partition in range(150):
-        partition_log = PartitionLog.open(tmp_path / f"t-{partition}", LogConfig.from_configs({}))
-        for value in (b"a", b"b", b"c"):  # a batch each: truncation cuts whole batches
-            _write(partition_log, 1, [value])
-        followed.append(FollowedPartition("t", partition, partition_log, 1, 2))
+    followed = _following_leader_1(manager, tmp_path, 150)
     answers: dict[int, tuple[int, int] | None] = {partition: (1, partition % 3) for partition in range(150)}
     answers[7] = None  # this leader does not lead partition 7 (yet)
     stub = _EpochAnswers(answers)
-    manager._by_leader[1] = {}
-    for one in followed:
-        manager.followed[(one.topic, one.partition)] = one
-        manager._by_leader[1][(one.topic, one.partition)] = one
-    manager._untruncated[1] = {(one.topic, one.partition) for one in followed}
     cuts = await manager._truncate(stub, 1, followed)  # type: ignore[arg-type]
     assert cuts is not None
     await cuts
@@ -399,18 +404,8 @@ async def test_partitions_that_keep_everything_are_fetched_while_the_others_are_
 
     monkeypatch.setattr(replica_fetcher, "cut", held_cut)
     manager = ReplicaFetcherManager(2, io, _patient(), clock=FakeClock())
-    followed = []
-    for partition in range(10):
-        partition_log = PartitionLog.open(tmp_path / f"t-{partition}", LogConfig.from_configs({}))
-        for value in (b"a", b"b", b"c"):
-            _write(partition_log, 1, [value])
-        followed.append(FollowedPartition("t", partition, partition_log, 1, 2))
+    followed = _following_leader_1(manager, tmp_path, 10)
     stub = _EpochAnswers({partition: (1, 3 if partition % 2 == 0 else 1) for partition in range(10)})
-    manager._by_leader[1] = {}
-    for one in followed:
-        manager.followed[(one.topic, one.partition)] = one
-        manager._by_leader[1][(one.topic, one.partition)] = one
-    manager._untruncated[1] = {(one.topic, one.partition) for one in followed}
     cuts = await manager._truncate(stub, 1, followed)  # type: ignore[arg-type]
     assert cuts is not None
     kept, to_cut = followed[0::2], followed[1::2]
