@@ -44,6 +44,7 @@ ISR_EXPANDS: Final = metrics_catalog.counter("kafka_server_replicamanager_isrexp
 ISR_CHANGES_PER_REQUEST: Final = 1000  # one AlterPartition carries at most this many (the controller takes 10,000)
 ALTER_TIMEOUT_S: Final = 5.0
 INELIGIBLE_RETRY_S: Final = 5.0  # an ISR change refused as INELIGIBLE_REPLICA is asked again after this at the latest
+CHECKS_BETWEEN_YIELDS: Final = 500  # partitions the check looks at before the event loop runs others
 ALTER_PER_CHANGE_S: Final = 0.002  # the deadline grows with the batch: the controller commits 100 per transaction
 
 
@@ -105,7 +106,9 @@ class IsrManager:
         # (they leave the ISR once quiet for the whole lag time, judged by the session's last fetch).
         quiet_s = self.lag_s / 2
         self.replicas.followers.watch_quiet_sessions(quiet_s)
-        for key in list(watch):
+        for index, key in enumerate(list(watch)):
+            if index % CHECKS_BETWEEN_YIELDS == CHECKS_BETWEEN_YIELDS - 1:
+                await asyncio.sleep(0)  # thousands to look at: requests run in between
             partition = self.replicas.partitions.get(key)
             if partition is None or partition.role is not ReplicaRole.LEADER:
                 watch.discard(key)

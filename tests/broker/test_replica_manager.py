@@ -671,3 +671,36 @@ def test_a_requests_entries_go_in_rounds_of_one_per_partition_each_in_its_order(
     rounds = in_rounds(entries, lambda entry: entry[:2])
     assert [[name for *_, name in round_] for round_ in rounds] == [["a0-1", "b0-1", "a1-1"], ["a0-2"], ["a0-3"]]
     assert in_rounds([], lambda entry: entry) == []
+
+
+async def test_a_partition_missing_a_replica_that_is_not_fetching_leaves_the_isr_watch_until_it_fetches(
+    tmp_path: Path,
+) -> None:
+    # A broker down or restarting (a rolling restart): the thousands of partitions it was missing
+    # from were judged again at every ISR check, every 0.5 s, holding the event loop 0.1-0.2 s
+    # each time at 10,000 partitions. Nothing can change for them until that broker fetches.
+    clock = FakeClock()
+    manager = ReplicaManager(ME, tmp_path, _settings(**{"replica.lag.time.max.ms": 1000}), clock=clock)
+    isr = IsrManager(manager, MetadataCache())  # no controller: nothing is asked, only looked at
+    watch, key = manager.followers.isr_watch, (TOPIC, 0)
+    try:
+        await _apply(manager, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER], extra=[THIRD])
+        await manager.append(TOPIC, 0, encode_batch([b"x"] * 5), acks=1)
+        session = manager.followers.sessions.resolve(broker_pb2.FetchRequest(replica_id=OTHER, session_id=0))
+        assert session is not None
+        session.update([_fetch(5, 1)], [])
+        manager.followers.record_fetch(OTHER, "life-2", [_fetch(5, 1)], session)
+        manager.followers.record_fetch(THIRD, "life-3", [_fetch(2, 1)])  # broker 3 behind, then gone
+        await isr.check_once()
+        assert key in watch, "broker 3 fetched just now: it may join"
+        clock.advance(0.6)  # past half replica.lag.time.max.ms since broker 3's fetch
+        session.fetched()  # broker 2 fetches on, at the log end
+        await isr.check_once()
+        assert key not in watch, "broker 3 is not fetching: nothing to look at"
+        manager.followers.record_fetch(THIRD, "life-3", [_fetch(5, 1)])  # back, caught up
+        assert key in watch
+        await isr.check_once()
+        assert key in watch, "fetching again: looked at until it joins or stops"
+    finally:
+        await isr.close()
+        await manager.close()
