@@ -264,6 +264,8 @@ class ReplicaFetcherManager:
             await self.io.each_chunk(cut_chunk, to_cut)
         except Exception:
             log.exception("follower_truncation_failed", leader=leader, partitions=len(to_cut))
+            for key in keys:  # asked again after a delay that doubles, not at once (a failing disk)
+                self._query_later(key)
             return
         finally:
             self._cutting.get(leader, set()).difference_update(keys)

@@ -421,3 +421,23 @@ async def test_partitions_that_keep_everything_are_fetched_while_the_others_are_
     assert manager._wakeups[1].is_set()  # the fetcher takes them without waiting out a long poll
     for one in followed:
         one.log.close()
+
+
+async def test_a_cut_that_fails_is_asked_again_later_not_at_once(
+    tmp_path: Path, io: StorageIo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing_cut(*answer: object) -> None:
+        raise OSError("the disk failed")
+
+    monkeypatch.setattr(replica_fetcher, "cut", failing_cut)
+    clock = FakeClock()
+    manager = ReplicaFetcherManager(2, io, _patient(), clock=clock)
+    followed = _following_leader_1(manager, tmp_path, 2)
+    cuts = await manager._truncate(_EpochAnswers({0: (1, 1), 1: (1, 1)}), 1, followed)  # type: ignore[arg-type]
+    assert cuts is not None
+    await cuts
+    assert not any(one.truncated for one in followed) and all(one.log.log_end_offset == 3 for one in followed)
+    assert manager._untruncated[1] == {("t", 0), ("t", 1)} and manager._cutting[1] == set()
+    assert all(manager._query_after[("t", p)] == clock() + EPOCH_QUERY_RETRY_FIRST_S for p in (0, 1))
+    for one in followed:
+        one.log.close()
