@@ -1,10 +1,9 @@
 """The docs run as written: every `sh` and `python` block of README.md and docs/*.md, in order,
 twice in a row (docs/spark.md once, and README's Spark block on the first pass only: both twice
-with `-m soak`), against a real `tidelog dev up` (`dev up
---secure` for docs/security.md), from a folder laid out as the repository's root is for a reader
-(`.venv`, and `data` holding the running cluster). Settings blocks are checked against the settings
-registry, resource blocks against the CRDs. A block that cannot run here says why in the docs
-themselves (markdown_blocks.py).
+with `-m soak`), against a real `tidelog dev up` (`dev up --secure` for docs/security.md), from a
+folder laid out as the repository's root is for a reader (`.venv`, and `data` holding the running
+cluster). Settings blocks are checked against the settings registry, resource blocks against the
+CRDs. A block that cannot run here says why in the docs themselves (markdown_blocks.py).
 
 Where Kafka's or REST Proxy's port was taken and `dev up` chose another, the blocks' 9092 (the Kafka
 listener), 9292 (the brokers' gRPC port) and 8082 are replaced by the ports it chose; that is the
