@@ -164,6 +164,24 @@ class Partition:
             self.follower_caught_up_s[replica_id] = now
         return new_life
 
+    def note_log_end_moved(self, previous_end: int) -> None:
+        """Leader: an append moved the log end past `previous_end`. A follower that held up to it
+        at its session's last fetch was caught up then, which `caught_up_s` read from the session
+        until now: kept, as Kafka's lastCaughtUpTime ("fetched at least the leader's log end as of
+        the previous fetch"). Without it a follower last naming this partition longer than
+        replica.lag.time.max.ms ago (quiet since) left the ISR at a check between this append and
+        its next fetch."""
+        key = (self.topic, self.partition)
+        for replica, end in self.follower_end.items():
+            session = self.follower_sessions.get(replica)
+            if (
+                end >= previous_end
+                and session is not None
+                and session.holds(key)
+                and session.last_fetch_s > self.follower_caught_up_s.get(replica, -math.inf)
+            ):
+                self.follower_caught_up_s[replica] = session.last_fetch_s
+
     def low_watermark(self, broker_id: int, live: Collection[int]) -> int:
         """Leader: the smallest log start among its replicas on live brokers (Kafka's
         lowWatermarkIfLeader); -1 while a live follower's is unknown."""

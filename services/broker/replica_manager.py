@@ -252,8 +252,12 @@ class ReplicaManager:
             await self.io.each_chunk(append_leader_groups, list(by_partition.values()), request="Produce")
         unexpected: BaseException | None = None
         for key, appends in by_partition.items():
-            if any(isinstance(append.outcome, AppendInfo) for append in appends):
+            firsts = [
+                a.outcome.first_offset for a in appends if isinstance(a.outcome, AppendInfo) and not a.outcome.duplicate
+            ]
+            if firsts:
                 hosted = appends[0].hosted
+                hosted.note_log_end_moved(min(firsts))
                 if not hosted.advance_high_watermark(self.broker_id):  # a moved HW already woke the waiters
                     hosted.notify_appended()
                 self.followers.isr_watch.add(key)  # its followers are behind until they fetch it

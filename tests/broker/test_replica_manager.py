@@ -704,3 +704,37 @@ async def test_a_partition_missing_a_replica_that_is_not_fetching_leaves_the_isr
     finally:
         await isr.close()
         await manager.close()
+
+
+async def test_a_follower_at_the_log_end_through_its_session_stays_in_the_isr_when_a_quiet_partition_is_written(
+    tmp_path: Path,
+) -> None:
+    # A partition written once, then quiet for longer than replica.lag.time.max.ms: its follower
+    # fetches on in its session (not naming it: nothing changed) and stays in the ISR. The next
+    # append moves the log end past the follower until its next fetch; an ISR check in between
+    # must see a follower that was caught up at its last fetch, as Kafka's lastCaughtUpTime does
+    # ("fetch offset ≥ the leader's log end at the previous fetch"), not one last caught up at the
+    # first write.
+    clock = FakeClock()
+    manager = ReplicaManager(ME, tmp_path, _settings(**{"replica.lag.time.max.ms": 1000}), clock=clock)
+    isr = IsrManager(manager, MetadataCache())
+    try:
+        await _apply(manager, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER])
+        partition = manager.partitions[(TOPIC, 0)]
+        await manager.append(TOPIC, 0, encode_batch([b"x"] * 5), acks=1)
+        session = manager.followers.sessions.resolve(broker_pb2.FetchRequest(replica_id=OTHER, session_id=0))
+        assert session is not None
+        session.update([_fetch(5, 1)], [])
+        manager.followers.record_fetch(OTHER, "life-2", [_fetch(5, 1)], session)
+        for _ in range(10):  # 3 s of fetches at the log end, naming nothing
+            clock.advance(0.3)
+            session.fetched()
+        assert isr.wanted_isr(partition, clock()) == [ME, OTHER]
+        await manager.append(TOPIC, 0, encode_batch([b"y"]), acks=1)
+        clock.advance(0.001)  # the ISR check runs before the follower's next fetch
+        assert isr.wanted_isr(partition, clock()) == [ME, OTHER]
+        clock.advance(1.5)  # and then it stops fetching: it leaves once the lag time has passed
+        assert isr.wanted_isr(partition, clock()) == [ME]
+    finally:
+        await isr.close()
+        await manager.close()
