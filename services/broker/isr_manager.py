@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import math
 from typing import Final
 
 import grpc
@@ -105,6 +106,7 @@ class IsrManager:
         # (they leave the ISR once quiet for the whole lag time, judged by the session's last fetch).
         quiet_s = self.lag_s / 2
         self.replicas.followers.watch_quiet_sessions(quiet_s)
+        self.replicas.followers.watch_due(now)
         # No await from here until `_alter` has marked the changes pending: a LeaderAndIsr or
         # UpdateMetadata taken in between would leave changes computed from a state they replaced.
         # (Letting requests run every 500 partitions of this loop made acks=all wait 7-9 s in 4 of 7
@@ -128,11 +130,27 @@ class IsrManager:
                 changes.append((partition, list(pending[1])))
                 continue
             wanted = self.wanted_isr(partition, now)
-            if set(wanted) != set(partition.state.isr) and not self._refused_before(partition, wanted, now):
-                changes.append((partition, wanted))
+            if set(wanted) != set(partition.state.isr):
+                if not self._refused_before(partition, wanted, now):
+                    changes.append((partition, wanted))
+            elif (due := self._unchangeable_until(partition)) > now + self.interval_s:
+                self.replicas.followers.defer(key, due)
         if changes:
             step = ISR_CHANGES_PER_REQUEST
             await asyncio.gather(*(self._alter(changes[i : i + step]) for i in range(0, len(changes), step)))
+
+    def _unchangeable_until(self, partition: Partition) -> float:
+        """The earliest time the ISR of `partition`, judged unchanged just now, could change with
+        nothing else happening: every replica in it, the first member to lag replica.lag.time.max.ms
+        from its last catch-up (which only moves on; a follower's new life, a replica leaving the
+        ISR, a state change put the partition back in the watch themselves). -inf if it may change
+        at any time."""
+        isr = partition.state.isr
+        if partition.pending_isr is not None or len(isr) != len(partition.state.replicas):
+            return -math.inf
+        me = self.replicas.broker_id
+        caught_up = [partition.caught_up_s(member, partition.leader_since_s) for member in isr if member != me]
+        return min(caught_up) + self.lag_s if caught_up else -math.inf
 
     def _stub(self) -> controller_pb2_grpc.ControllerStub | None:
         endpoint = self.metadata.controller_endpoint

@@ -260,7 +260,7 @@ class ReplicaManager:
                 hosted.note_log_end_moved(min(firsts))
                 if not hosted.advance_high_watermark(self.broker_id):  # a moved HW already woke the waiters
                     hosted.notify_appended()
-                self.followers.isr_watch.add(key)  # its followers are behind until they fetch it
+                self.followers.appended(key)
                 self._unflushed.add(key)
             for append in appends:
                 if not isinstance(append.outcome, AppendInfo | TidelogError):

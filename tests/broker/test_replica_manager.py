@@ -738,3 +738,43 @@ async def test_a_follower_at_the_log_end_through_its_session_stays_in_the_isr_wh
     finally:
         await isr.close()
         await manager.close()
+
+
+async def test_a_partition_written_on_in_sync_is_judged_once_a_lag_time_not_at_every_check(tmp_path: Path) -> None:
+    # Under a produce to every one of 10,000 partitions the ISR check judged them all every 0.5 s,
+    # a quarter of a leader's event-loop time. With every replica in sync, no ISR change can come
+    # before a member has lagged replica.lag.time.max.ms from its last catch-up.
+    clock = FakeClock()
+    manager = ReplicaManager(ME, tmp_path, _settings(**{"replica.lag.time.max.ms": 1000}), clock=clock)
+    isr = IsrManager(manager, MetadataCache())
+    watch, key = manager.followers.isr_watch, (TOPIC, 0)
+    try:
+        await _apply(manager, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER])
+        partition = manager.partitions[(TOPIC, 0)]
+        session = manager.followers.sessions.resolve(broker_pb2.FetchRequest(replica_id=OTHER, session_id=0))
+        assert session is not None
+        session.update([_fetch(0, 1)], [])
+        manager.followers.record_fetch(OTHER, "life-2", [_fetch(0, 1)], session)
+        await manager.append(TOPIC, 0, encode_batch([b"x"]), acks=1)  # the follower behind: not settled
+        await isr.check_once()
+        assert key not in watch, "in sync, caught up just now: nothing can change for a lag time"
+        for offset in range(2, 5):  # written on, the follower keeping up: not judged meanwhile
+            clock.advance(0.2)
+            await manager.append(TOPIC, 0, encode_batch([b"x"]), acks=1)
+            assert key not in watch
+            manager.followers.record_fetch(OTHER, "life-2", [_fetch(offset, 1)], session)
+            session.fetched()
+        clock.advance(0.5)  # 1.1 s since the first catch-up: judged again, and deferred again
+        await isr.check_once()
+        assert key not in watch and partition.state.isr == [ME, OTHER]
+        clock.advance(1.1)  # the follower stopped fetching: it leaves a lag time after its last catch-up
+        assert isr.wanted_isr(partition, clock()) == [ME]
+        await isr.check_once()
+        assert partition.pending_isr is not None or key in watch, "judged, and its change asked for"
+        # A follower's new life is judged at its first fetch, deferred or not.
+        manager.followers.defer(key, clock() + 100)
+        manager.followers.record_fetch(OTHER, "life-3", [_fetch(4, 1)], session)
+        assert key in watch
+    finally:
+        await isr.close()
+        await manager.close()
