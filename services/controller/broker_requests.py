@@ -9,6 +9,7 @@ gets the whole state at the next push.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable, Mapping
 from typing import Final
 
@@ -25,6 +26,7 @@ __all__ = ["BrokerRequests"]
 
 log = structlog.get_logger(__name__)
 NEW_REPLICA_ALLOWANCE_S: Final = 0.003  # added to a LeaderAndIsr deadline per partition it carries
+SLOW_PUSH_S: Final = 0.5  # a push this slow is logged, with where its time went
 
 
 class BrokerRequests:
@@ -49,7 +51,9 @@ class BrokerRequests:
             # millisecond apiece): the deadline grows with the request, or a big first push would be
             # cut off and sent again and again, never done.
             timeout = self.timeout_s + len(leader_and_isr.partitions) * NEW_REPLICA_ALLOWANCE_S
+            started = time.perf_counter()
             response = await stub.LeaderAndIsr(leader_and_isr, timeout=timeout)
+            applied = time.perf_counter()
             if response.error_code:
                 log.warning(
                     "leader_and_isr_refused", broker=broker.broker_id, error=ErrorCode(response.error_code).name
@@ -57,6 +61,14 @@ class BrokerRequests:
                 return None
             refused = {(error.topic, error.partition) for error in response.partitions}
             metadata_response = await stub.UpdateMetadata(update, timeout=self.timeout_s)
+            if time.perf_counter() - started >= SLOW_PUSH_S:
+                log.info(
+                    "slow_push",
+                    broker=broker.broker_id,
+                    partitions=len(leader_and_isr.partitions),
+                    leader_and_isr_s=round(applied - started, 3),
+                    update_metadata_s=round(time.perf_counter() - applied, 3),
+                )
             if metadata_response.error_code:
                 log.warning(
                     "update_metadata_refused",

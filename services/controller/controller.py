@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from collections.abc import Coroutine, Iterable
 from typing import Any, Final
 
@@ -450,17 +451,34 @@ class Controller:
         """Move the broker's leaderships to other in-sync replicas and take it out of the ISRs.
 
         Returns the partitions it still leads (no other replica in sync); the broker may ask again.
+        Two steps, each written and pushed before the next: out of the ISRs of the partitions it
+        follows, then its leaderships (and the ISRs of those). In one step of 10,006 states at
+        10,000 partitions, a leader of a partition it followed waited for its fetches while it
+        took its new roles (0.5 s of etcd writes, then 0.6-1 s for each broker to apply them):
+        every acks=all producer stood still for 1.6-1.8 s.
         """
         self._require_active()
         self.leadership.announce_shutdown(broker_id, incarnation)  # seen by the requests ahead of it
-        async with self._mutex:
-            self._require_active()
-            changes, remaining = self.leadership.shutdown_changes(broker_id, incarnation)
-            if changes:
-                await self.store.write_states(changes)
-            log.info("controlled_shutdown", broker=broker_id, moved=len(changes), remaining=len(remaining))
-        if changes:  # (nothing moved, nothing to wait for: the brokers of a stopping cluster go at once)
-            await self.propagate(self.state.brokers)  # the new leaders serve before the broker goes
+        figures: dict[str, float] = {}
+        moved = 0
+        remaining: list[tuple[str, int]] = []
+        for step in ("followed", "led"):
+            asked = time.perf_counter()
+            async with self._mutex:
+                self._require_active()
+                changes, remaining = self.leadership.shutdown_changes(
+                    broker_id, incarnation, followed_only=step == "followed"
+                )
+                if changes:
+                    await self.store.write_states(changes)
+            written = time.perf_counter()
+            if changes:  # (nothing moved, nothing to wait for: the brokers of a stopping cluster go at once)
+                await self.propagate(self.state.brokers)  # the new leaders serve before the broker goes
+            moved += len(changes)
+            figures[f"{step}_written_s"] = round(written - asked, 3)
+            figures[f"{step}_pushed_s"] = round(time.perf_counter() - written, 3)
+        # where a broker's shutdown at scale waits: each step's seconds
+        log.info("controlled_shutdown", broker=broker_id, moved=moved, remaining=len(remaining), **figures)
         return remaining
 
     async def controllers(self) -> list[str]:

@@ -161,11 +161,14 @@ class PartitionLeadership:
             raise RemoteError(ErrorCode.STALE_BROKER_EPOCH, f"broker {broker_id} is not registered as this process")
         self.shutting_down.add(broker_id)
 
-    def shutdown_changes(self, broker_id: int, incarnation: str) -> tuple[Changes, list[tuple[str, int]]]:
+    def shutdown_changes(
+        self, broker_id: int, incarnation: str, *, followed_only: bool = False
+    ) -> tuple[Changes, list[tuple[str, int]]]:
         """A broker in controlled shutdown: its leaderships to other in-sync replicas and it out of
-        every ISR; the partitions it must keep leading (no other replica in sync) come back too.
-        A partition whose leader stops too keeps its ISR: that leader hands it over, or stops with
-        it, itself (when a whole cluster stops, 10,000 ISR changes per broker bought nothing)."""
+        every ISR (only those of partitions it does not lead with `followed_only`); the partitions it must
+        keep leading (no other replica in sync) come back too. A partition whose leader stops too
+        keeps its ISR: that leader hands it over, or stops with it, itself (when a whole cluster
+        stops, 10,000 ISR changes per broker bought nothing)."""
         self.announce_shutdown(broker_id, incarnation)
         state = self.store.state
         live = self.live
@@ -174,6 +177,8 @@ class PartitionLeadership:
         for key, versioned in sorted(state.partitions.items()):
             record = versioned.value
             if broker_id not in record.isr or key[0] not in state.topics:
+                continue
+            if followed_only and record.leader == broker_id:
                 continue
             isr = [broker for broker in record.isr if broker != broker_id]
             leader = record.leader
