@@ -185,7 +185,7 @@ class IsrManager:
             response = await stub.AlterPartition(request, timeout=ALTER_TIMEOUT_S + len(batch) * ALTER_PER_CHANGE_S)
             if response.error_code:  # refused whole (not the controller, ...): nothing was committed
                 for partition, _ in batch:
-                    partition.pending_isr = None
+                    self._no_change(partition)
                 log.info("alter_partition_refused", partitions=len(batch), error=ErrorCode(response.error_code).name)
                 return
             refused: collections.Counter[str] = collections.Counter()
@@ -224,11 +224,18 @@ class IsrManager:
         (FENCED_LEADER_EPOCH is checked first and proves nothing: we are deposed, and the next
         LeaderAndIsr replaces the state and with it the pending change.)"""
         if result.error_code != ErrorCode.FENCED_LEADER_EPOCH:
-            partition.pending_isr = None
+            self._no_change(partition)
         if result.error_code == ErrorCode.INELIGIBLE_REPLICA:
             # A joiner the controller will not take (shutting down, or not registered): the same
             # is not asked again until something differs (`_refused_before`).
             partition.refused_isr = (self._isr_request_key(partition, wanted), self.clock())
+
+    def _no_change(self, partition: Partition) -> None:
+        """The pending change was not committed: the HW follows the committed ISR alone again. (It
+        moves only on a fetch or an append otherwise: a partition whose producer waited for a
+        refused joiner, every follower at its end, waited until that broker came back.)"""
+        partition.pending_isr = None
+        partition.advance_high_watermark(self.replicas.broker_id)
 
     def _refused_before(self, partition: Partition, wanted: list[int], now: float) -> bool:
         """Whether this very change was refused as ineligible, and nothing since can make it

@@ -63,9 +63,13 @@ class MetadataCache:
 
     def note_shutting_down(self, controller_epoch: int, brokers: Iterable[int]) -> None:
         """The brokers in controlled shutdown as a LeaderAndIsr says (it carries the ISR shrinks a
-        shutdown causes, ahead of the UpdateMetadata that says so too)."""
+        shutdown causes, ahead of the UpdateMetadata that says so too). Only added here: a broker
+        leaves the list when it is gone, and the live brokers come with the UpdateMetadata. Set from
+        a LeaderAndIsr, the list had lost a broker that had just deregistered while the live
+        brokers still held it: leaders asked to add it back to thousands of ISRs, and their high
+        watermarks waited for it (10,000 partitions, a rolling restart: acks=all stood 5 s)."""
         if controller_epoch >= self.controller_epoch:
-            self.shutting_down = frozenset(brokers)
+            self.shutting_down = self.shutting_down | frozenset(brokers)
 
     def isr_eligible(self, broker_id: int, incarnation: str | None) -> bool:
         """Whether a leader may ask to add `broker_id`'s replica (fetching as `incarnation`, when

@@ -372,6 +372,43 @@ async def test_an_unanswered_isr_change_is_asked_again_until_settled(replicas: R
         assert partition.log.high_watermark == 10
 
 
+class _RefusingWhenReleased(_RefusingJoiners):
+    def __init__(self) -> None:
+        super().__init__()
+        self.released = asyncio.Event()
+
+    async def AlterPartition(  # noqa: N802
+        self, request: controller_pb2.AlterPartitionRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> controller_pb2.AlterPartitionResponse:
+        await self.released.wait()
+        return await super().AlterPartition(request, context)
+
+
+async def test_a_refused_joiner_releases_the_writes_that_waited_for_it(replicas: ReplicaManager) -> None:
+    # Found in a rolling restart at 10,000 partitions: a leader asked to add a broker on its way
+    # out, and its acks=all writes waited for it (the maximal ISR). The refusal dropped the change
+    # but did not move the high watermark, which moves on a fetch or an append: every follower was
+    # at the log end and the producer waited for its one record, so it stood 5 s, until that broker
+    # came back and fetched.
+    controller = _RefusingWhenReleased()
+    async with _leading_with_third_caught_up(replicas, controller) as (isr, partition):
+        checking = asyncio.create_task(isr.check_once())  # asks for {1, 2, 3}
+        await wait_until(lambda: _true(partition.pending_isr is not None), timeout_s=5, what="the change asked")
+        waiting = asyncio.create_task(replicas.append(TOPIC, 0, encode_batch([b"y"]), acks=-1, timeout_s=30))
+        await wait_until(lambda: _true(partition.log.log_end_offset == 6), timeout_s=5, what="the append")
+        replicas.followers.record_fetch(OTHER, "life-2", [_fetch(6, 1)])
+        assert partition.log.high_watermark == 5 and not waiting.done(), "broker 3 may be joining: waited for"
+        controller.released.set()
+        await checking
+        assert partition.pending_isr is None
+        info = await asyncio.wait_for(waiting, 5)
+        assert info.first_offset == 5 and partition.log.high_watermark == 6
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
 async def test_a_joiner_refused_as_ineligible_is_asked_for_again_only_in_a_new_life(replicas: ReplicaManager) -> None:
     # Stopping all brokers of a 10,000-partition cluster at once: each leader asked every ISR
     # check to add followers the controller knew to be shutting down, and logged each refusal
@@ -431,8 +468,14 @@ async def test_a_broker_in_controlled_shutdown_or_of_another_life_is_not_asked_i
         await isr.check_once()
         assert not controller.requests and partition.pending_isr is None
         assert set(partition.maximal_isr()) == {ME, OTHER}  # the HW waits for no one on its way out
-        # A LeaderAndIsr says it first (it brings the shrink a shutdown makes): the same.
+        # A LeaderAndIsr only adds to the list: it brings the shrinks a shutdown makes ahead of
+        # the UpdateMetadata, but not the live brokers. Taking a list without a broker that had
+        # just deregistered left it live and not shutting down: asked back into thousands of ISRs.
         isr.metadata.note_shutting_down(1, [])
+        await isr.check_once()
+        assert not controller.requests
+        update.ClearField("shutting_down_brokers")
+        isr.metadata.update(update)
         isr.metadata.note_shutting_down(0, [THIRD])  # (an older controller's word counts for nothing)
         await isr.check_once()
         assert len(controller.requests) == 1  # out of shutdown, in the life it fetches as: asked
