@@ -255,13 +255,14 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 continue
             try:
                 partition_log = self.replicas.leader_partition(entry.topic, entry.partition).log
+                result.log_start_offset = partition_log.log_start_offset
+                result.high_watermark = partition_log.high_watermark
+                result.last_stable_offset = partition_log.last_stable_offset
                 readable_end = (  # Kafka's fetchOffsetForTimestamp bounds each by the isolation level
-                    partition_log.last_stable_offset
-                    if request.isolation_level == READ_COMMITTED
-                    else partition_log.high_watermark
+                    result.last_stable_offset if request.isolation_level == READ_COMMITTED else result.high_watermark
                 )
                 if entry.timestamp == EARLIEST:
-                    result.offset = partition_log.log_start_offset
+                    result.offset = result.log_start_offset
                 elif entry.timestamp == LATEST:
                     result.offset = readable_end
                 else:

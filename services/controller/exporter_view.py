@@ -8,7 +8,8 @@ this view adds the other half as kafka_exporter gathers it — as a client of th
 `controller.metrics.exporter.refresh.ms`:
 
 - each partition's log end and log start offsets: ListOffsets to the leaders, one request per
-  broker (`kafka_topic_partition_current_offset` / `_oldest_offset`);
+  broker, whose answers carry log start, high watermark and last stable offset together
+  (`Consumer.offset_ranges`; `kafka_topic_partition_current_offset` / `_oldest_offset`);
 - each group: ListGroups, then DescribeGroups and OffsetFetch at its coordinator
   (`kafka_consumergroup_members`, `_current_offset`, `_lag` and their sums), lag measured against
   the offsets of the same refresh. As kafka_exporter, every partition of a topic a group committed
@@ -42,8 +43,6 @@ from tidelog.server_common.metrics_http import add_text_source, family_text
 __all__ = ["ExporterView", "GroupFigures", "register"]
 
 log = structlog.get_logger(__name__)
-LATEST: Final = -1
-EARLIEST: Final = -2
 NOT_COMMITTED: Final = -1  # kafka_exporter's current offset and lag of a partition never committed
 
 
@@ -100,9 +99,12 @@ class ExporterView:
         groups = self._admin
         consumer = groups.consumer
         partitions = self._partitions()
-        latest = await consumer.list_offsets(partitions, LATEST) if partitions else {}
-        oldest = await consumer.list_offsets(partitions, EARLIEST) if partitions else {}
-        stable = await consumer.list_offsets(partitions, LATEST, read_committed=True) if partitions else {}
+        # One round for all three: three rounds over 10,000 partitions every refresh were half of
+        # an idle broker's CPU (1.6 of 3.3 % a broker).
+        ranges = await consumer.offset_ranges(partitions) if partitions else {}
+        latest = {tp: offsets.high_watermark for tp, offsets in ranges.items()}
+        oldest = {tp: offsets.log_start_offset for tp, offsets in ranges.items()}
+        stable = {tp: offsets.last_stable_offset for tp, offsets in ranges.items()}
         # The offsets are out before the groups are asked: a cluster whose coordinators are away
         # (or that runs none) still shows its partitions, and its groups' last figures.
         self.snapshot = Snapshot(latest, oldest, stable, self.snapshot.groups)

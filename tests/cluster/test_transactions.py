@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import pytest
 
-from tidelog.client import AdminClient, Consumer, GroupConsumer, Producer, TopicPartition
+from tidelog.client import EARLIEST, LATEST, AdminClient, Consumer, GroupConsumer, OffsetRange, Producer, TopicPartition
 from tidelog.client.transaction_manager import TransactionAbortedError
 from tidelog.common.errors import ErrorCode, ProducerFencedError
 from tidelog.common.record.batch import encode_batch
@@ -198,6 +198,36 @@ async def test_committed_transactions_are_read_and_aborted_ones_never(
     assert committed == [b"txn1-p0", b"txn3-p0", b"txn1-p1", b"txn3-p1"]
     everything = await _committed(txn_cluster, topic_name, 2, "read_uncommitted")
     assert everything == [b"txn1-p0", b"txn2-p0", b"txn3-p0", b"txn1-p1", b"txn2-p1", b"txn3-p1"]
+
+
+async def test_offset_ranges_answer_what_three_list_offsets_rounds_did(
+    txn_cluster: LocalCluster, topic_name: str
+) -> None:
+    # The controller's kafka_exporter view asked three rounds (earliest, latest, latest
+    # read_committed) over every partition each refresh: at 10,000 partitions, half of an idle
+    # broker's CPU. One round's answers carry all three.
+    async with AdminClient(txn_cluster.bootstrap, controllers=txn_cluster.controller_endpoints) as admin:
+        await admin.create_topic(topic_name, 2, 3, {"min.insync.replicas": "2"})
+    async with Producer(txn_cluster.bootstrap) as plain:
+        await (await plain.send_batch(topic_name, [b"committed"] * 4, partition=0))
+    tps = [TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)]
+    async with Producer(txn_cluster.bootstrap, transactional_id=f"{topic_name}-tx") as producer:
+        await producer.init_transactions()
+        producer.begin_transaction()
+        await (await producer.send_batch(topic_name, [b"open"] * 2, partition=0))  # written, not committed
+        async with Consumer(txn_cluster.bootstrap) as consumer:
+            ranges = await consumer.offset_ranges(tps)
+            assert ranges[tps[0]] == OffsetRange(log_start_offset=0, high_watermark=6, last_stable_offset=4)
+            assert ranges[tps[1]] == OffsetRange(0, 0, 0)
+            assert {tp: offsets.log_start_offset for tp, offsets in ranges.items()} == await consumer.list_offsets(
+                tps, EARLIEST
+            )
+            assert {tp: offsets.high_watermark for tp, offsets in ranges.items()} == await consumer.list_offsets(
+                tps, LATEST
+            )
+            stable = await consumer.list_offsets(tps, LATEST, read_committed=True)
+            assert {tp: offsets.last_stable_offset for tp, offsets in ranges.items()} == stable
+        await producer.abort_transaction()
 
 
 async def test_a_new_instance_fences_the_zombie_and_aborts_what_it_left_open(

@@ -3,6 +3,7 @@
 from tidelog.client.admin import AdminClient, NewTopic, TopicDescription
 from tidelog.client.cluster_metadata import TopicPartition
 from tidelog.client.consumer import EARLIEST, LATEST, Consumer, ConsumerRecord, FetchedPartition, StoredPartition
+from tidelog.client.consumer_records import OffsetRange
 from tidelog.client.group_consumer import GroupConsumer, RebalanceListener
 from tidelog.client.producer import BulkDelivery, Producer, RecordDelivery, RecordMetadata
 from tidelog.client.transaction_manager import ConsumerGroupMetadata, TransactionAbortedError
@@ -29,6 +30,7 @@ __all__ = [
     "FetchedPartition",
     "GroupConsumer",
     "NewTopic",
+    "OffsetRange",
     "Operation",
     "PatternType",
     "Permission",

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from typing import ClassVar, Final
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import ClassVar, Final, TypeVar
 
 import grpc
 
@@ -25,6 +25,7 @@ from tidelog.client.connections import Connections, client_id_metadata
 from tidelog.client.consumer_records import (
     ConsumerRecord,
     FetchedPartition,
+    OffsetRange,
     RecordRun,
     StoredPartition,
     records_of,
@@ -52,6 +53,7 @@ LATEST: Final = -1
 READ_UNCOMMITTED: Final = 0  # isolation levels, as the requests carry them
 READ_COMMITTED: Final = 1
 DEFAULTS: Final = ConsumerSettings.from_configs()  # the registry's (docs/configuration.md)
+T = TypeVar("T")
 
 
 class Consumer:
@@ -208,7 +210,29 @@ class Consumer:
         both), from each partition's leader; below the last stable offset with `read_committed`
         (default: as the consumer's isolation.level)."""
         isolation = self.isolation if read_committed is None else READ_COMMITTED if read_committed else READ_UNCOMMITTED
-        found: dict[TopicPartition, int] = {}
+        return await self._ask_offsets(partitions, timestamp, isolation, lambda result: int(result.offset))
+
+    async def offset_ranges(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, OffsetRange]:
+        """Each partition's log start, high watermark and last stable offset, in one ListOffsets
+        round (a monitoring view asked three rounds for them: at 10,000 partitions, every 5 s, half
+        of an idle broker's CPU)."""
+        return await self._ask_offsets(
+            partitions,
+            LATEST,
+            READ_UNCOMMITTED,
+            lambda result: OffsetRange(result.log_start_offset, result.high_watermark, result.last_stable_offset),
+        )
+
+    async def _ask_offsets(
+        self,
+        partitions: Sequence[TopicPartition],
+        timestamp: int,
+        isolation: int,
+        take: Callable[[broker_pb2.ListOffsetsPartitionResult], T],
+    ) -> dict[TopicPartition, T]:
+        """ListOffsets to each partition's leader, `take` of each answer; retried with the
+        metadata refreshed for partitions without one."""
+        found: dict[TopicPartition, T] = {}
         for attempt in range(5):
             by_leader: dict[str, list[TopicPartition]] = {}
             for tp in partitions:
@@ -235,7 +259,7 @@ class Consumer:
                     continue
                 for result in response.partitions:
                     if not result.error_code:
-                        found[TopicPartition(result.topic, result.partition)] = result.offset
+                        found[TopicPartition(result.topic, result.partition)] = take(result)
             if len(found) == len(set(partitions)):
                 return found
             await asyncio.sleep(self.retry_backoff_s * (attempt + 1))  # retry.backoff.ms, growing

@@ -19,6 +19,7 @@ from tidelog.common.record.batch import Headers, RecordBatch
 __all__ = [
     "ConsumerRecord",
     "FetchedPartition",
+    "OffsetRange",
     "RecordRun",
     "StoredPartition",
     "first_offsets",
@@ -46,6 +47,16 @@ class FetchedPartition:
 
     start_offset: int
     batches: list[RecordBatch]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OffsetRange:
+    """A partition's offsets as its leader holds them: the first readable, the high watermark
+    (read_uncommitted's end) and the last stable offset (read_committed's end)."""
+
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

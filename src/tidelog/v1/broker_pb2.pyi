@@ -171,7 +171,7 @@ class ListOffsetsRequest(_message.Message):
     def __init__(self, partitions: _Optional[_Iterable[_Union[ListOffsetsPartition, _Mapping]]] = ..., isolation_level: _Optional[int] = ...) -> None: ...
 
 class ListOffsetsPartitionResult(_message.Message):
-    __slots__ = ("topic", "partition", "error_code", "offset", "timestamp", "leader_hint", "leader_hint_epoch")
+    __slots__ = ("topic", "partition", "error_code", "offset", "timestamp", "leader_hint", "leader_hint_epoch", "log_start_offset", "high_watermark", "last_stable_offset")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -179,6 +179,9 @@ class ListOffsetsPartitionResult(_message.Message):
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     LEADER_HINT_FIELD_NUMBER: _ClassVar[int]
     LEADER_HINT_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    LAST_STABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     error_code: int
@@ -186,7 +189,10 @@ class ListOffsetsPartitionResult(_message.Message):
     timestamp: int
     leader_hint: int
     leader_hint_epoch: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[int] = ..., offset: _Optional[int] = ..., timestamp: _Optional[int] = ..., leader_hint: _Optional[int] = ..., leader_hint_epoch: _Optional[int] = ...) -> None: ...
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[int] = ..., offset: _Optional[int] = ..., timestamp: _Optional[int] = ..., leader_hint: _Optional[int] = ..., leader_hint_epoch: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., last_stable_offset: _Optional[int] = ...) -> None: ...
 
 class ListOffsetsResponse(_message.Message):
     __slots__ = ("partitions",)
