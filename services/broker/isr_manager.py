@@ -235,7 +235,8 @@ class IsrManager:
         moves only on a fetch or an append otherwise: a partition whose producer waited for a
         refused joiner, every follower at its end, waited until that broker came back.)"""
         partition.pending_isr = None
-        partition.advance_high_watermark(self.replicas.broker_id)
+        if partition.role is ReplicaRole.LEADER:  # (a follower's HW is the leader's to say)
+            partition.advance_high_watermark(self.replicas.broker_id)
 
     def _refused_before(self, partition: Partition, wanted: list[int], now: float) -> bool:
         """Whether this very change was refused as ineligible, and nothing since can make it

@@ -405,6 +405,23 @@ async def test_a_refused_joiner_releases_the_writes_that_waited_for_it(replicas:
         assert info.first_offset == 5 and partition.log.high_watermark == 6
 
 
+async def test_a_refusal_that_comes_once_we_follow_leaves_the_high_watermark_alone(replicas: ReplicaManager) -> None:
+    # The refusal of a change asked while we led may come after a LeaderAndIsr made us a follower:
+    # a follower's high watermark is the leader's to say, not one computed from the positions its
+    # followers had when it led.
+    controller = _RefusingWhenReleased()
+    async with _leading_with_third_caught_up(replicas, controller) as (isr, partition):
+        checking = asyncio.create_task(isr.check_once())  # asks for {1, 2, 3}
+        await wait_until(lambda: _true(partition.pending_isr is not None), timeout_s=5, what="the change asked")
+        await replicas.append(TOPIC, 0, encode_batch([b"y"] * 3), acks=1)
+        replicas.followers.record_fetch(OTHER, "life-2", [_fetch(8, 1)])
+        assert partition.log.high_watermark == 5, "broker 3 may be joining: waited for"
+        await _apply(replicas, leader=OTHER, leader_epoch=2, partition_epoch=2, isr=[OTHER, ME], extra=[THIRD])
+        controller.released.set()
+        await checking
+        assert partition.pending_isr is None and partition.log.high_watermark == 5
+
+
 async def _true(value: bool) -> bool:
     return value
 
