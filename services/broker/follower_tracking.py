@@ -12,10 +12,15 @@ A partition written on, every replica in its ISR and none behind for long, is *d
 the watch until the earliest time a member could have lagged for replica.lag.time.max.ms, its
 appends meanwhile not putting it back. Under a produce to every one of 10,000 partitions the check
 judged them all again every 0.5 s, a quarter of a leader's event-loop time (py-spy).
+
+A replica outside the ISR whose fetch reaches the high watermark is *caught up*: its partition goes
+to `caught_up` and `caught_up_news` is set, so the ISR check judges those partitions at once rather
+than at its next round (Kafka expands the ISR in the very fetch that catches up).
 """
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 from collections.abc import Mapping
 
@@ -48,6 +53,9 @@ class FollowerTracking:
         self.isr_watch: set[PartitionKey] = set()
         self._deferred: dict[PartitionKey, float] = {}  # out of the watch until then (monotonic s)
         self._deferred_due: list[tuple[float, PartitionKey]] = []  # a heap; stale entries skipped
+        # Partitions where a replica outside the ISR reached the HW since the ISR check last took them.
+        self.caught_up: set[PartitionKey] = set()
+        self.caught_up_news = asyncio.Event()
         sessions.on_close = self.session_closed
 
     def appended(self, key: PartitionKey) -> None:
@@ -118,7 +126,8 @@ class FollowerTracking:
                 continue
             if session is not None:
                 session.unrecorded.discard(key)
-            if replica_id not in hosted.state.isr or hosted.follower_incarnation.get(replica_id) != incarnation:
+            outside = replica_id not in hosted.state.isr
+            if outside or hosted.follower_incarnation.get(replica_id) != incarnation:
                 self.isr_watch.add(key)  # it may join (settled); a new life is judged afresh
             log_start = fetch.log_start_offset if fetch.HasField("log_start_offset") else None
             if hosted.note_follower_fetch(
@@ -126,6 +135,9 @@ class FollowerTracking:
             ):
                 new_lives.append(key)
             hosted.advance_high_watermark(self.broker_id)
+            if outside and fetch.fetch_offset >= hosted.log.high_watermark:
+                self.caught_up.add(key)
+                self.caught_up_news.set()
         if new_lives:
             log.info("follower_new_life", replica=replica_id, partitions=len(new_lives), sample=new_lives[:5])
         return errors

@@ -326,6 +326,40 @@ async def test_the_high_watermark_waits_for_a_replica_joining_the_isr(replicas: 
         assert set(partition.state.isr) == {ME, OTHER, THIRD} and partition.state.partition_epoch == 2
 
 
+async def test_a_replica_that_catches_up_is_asked_into_the_isr_at_once_not_at_the_next_round(
+    replicas: ReplicaManager,
+) -> None:
+    # A restarted broker caught up with thousands of partitions waited up to a whole check
+    # interval on each leader before it was asked back into their ISRs; Kafka asks in the very
+    # fetch that catches up. Here no whole round comes during the test: only the catch-up can ask.
+    controller = _SlowController()
+    controller.release.set()  # answers at once
+    async with _leading_with_third_caught_up(replicas, controller) as (isr, partition):
+        isr.interval_s = 3600.0
+        followers = replicas.followers
+        followers.caught_up.clear()
+        followers.caught_up_news.clear()
+        followers.record_fetch(THIRD, "life-3", [_fetch(3, 1)])
+        assert not followers.caught_up and not followers.caught_up_news.is_set(), "below the HW: not caught up"
+        followers.record_fetch(THIRD, "life-3", [_fetch(5, 1)])
+        assert followers.caught_up == {(TOPIC, 0)} and followers.caught_up_news.is_set()
+        running = asyncio.create_task(isr.run())
+        try:
+            await asyncio.wait_for(controller.received.wait(), 5)
+            assert controller.request is not None
+            assert set(controller.request.partitions[0].new_isr) == {ME, OTHER, THIRD}
+            await wait_until(lambda: _isr_is(partition, {ME, OTHER, THIRD}), timeout_s=5, what="broker 3 in the ISR")
+            assert not followers.caught_up, "taken by the check"
+        finally:
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+
+
+async def _isr_is(partition: Partition, isr: set[int]) -> bool:
+    return set(partition.state.isr) == isr
+
+
 class _RefusingJoiners(controller_pb2_grpc.ControllerServicer):
     """Refuses ISR changes as INELIGIBLE_REPLICA (a joiner gone, or in controlled shutdown), after
     leaving the first `unanswered` requests without an answer (UNAVAILABLE)."""
