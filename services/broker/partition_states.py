@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,7 +30,7 @@ from tidelog.broker.partition import Partition, PartitionKey
 from tidelog.broker.replica_fetcher import FollowedPartition, ReplicaFetcherManager
 from tidelog.broker.replica_role import ReplicaRole, role_in
 from tidelog.broker.storage import LogConfig, PartitionLog
-from tidelog.broker.storage_io import StorageIo
+from tidelog.broker.storage_io import BULK_CHUNKS_AT_ONCE, NEW_LOGS_CHUNKS_AT_ONCE, StorageIo
 from tidelog.common.clock import Monotonic
 from tidelog.common.errors import ErrorCode, RemoteError, StaleControllerEpochError, TidelogError
 from tidelog.server_common import long_lived_heap
@@ -227,7 +228,15 @@ class PartitionStates:
                 opened.append(((state.topic, state.partition), partition_log))
             return opened
 
-        chunks = await self.io.each_chunk(open_chunk, new)
+        # Logs a restart finds are opened a chunk at a time, new ones two (storage_io.py says why).
+        folders = set(await self.io.run(_listing, self.data_dir))
+        there = [log_folder(self.data_dir, state.topic, state.partition).name in folders for state in new]
+        found = [state for state, is_there in zip(new, there, strict=True) if is_there]
+        created = [state for state, is_there in zip(new, there, strict=True) if not is_there]
+        chunks = [
+            *await self.io.each_chunk(open_chunk, found, parallel=BULK_CHUNKS_AT_ONCE),
+            *await self.io.each_chunk(open_chunk, created, parallel=NEW_LOGS_CHUNKS_AT_ONCE),
+        ]
         return {key: opened for chunk in chunks for key, opened in chunk}
 
     async def _start_leader_epochs(self, new_leaders: list[tuple[Partition, int]]) -> None:
@@ -245,7 +254,7 @@ class PartitionStates:
             for partition, epoch in new_leaders
             if self.partitions.get((partition.topic, partition.partition)) is partition
         ]
-        await self.io.each_chunk(start_chunk, hosted)
+        await self.io.each_chunk(start_chunk, hosted, parallel=BULK_CHUNKS_AT_ONCE)
 
     async def _apply_state(
         self,
@@ -362,3 +371,11 @@ class PartitionStates:
         partition.notify_appended()
         partition.wake_produce_waiters()
         await self.io.run(partition.log.delete if delete else partition.log.close)
+
+
+def _listing(data_dir: Path) -> list[str]:
+    """The data directory's entries (none when it is not there yet)."""
+    try:
+        return os.listdir(data_dir)
+    except FileNotFoundError:
+        return []

@@ -23,7 +23,7 @@ import grpc
 import structlog
 
 from tidelog.broker.follower_io import EpochAnswer, FollowedPartition, append_chunk, cut, needs_cut
-from tidelog.broker.storage_io import StorageIo
+from tidelog.broker.storage_io import BULK_CHUNKS_AT_ONCE, StorageIo
 from tidelog.common.channels import ChannelPool
 from tidelog.common.clock import Monotonic, monotonic
 from tidelog.common.errors import ErrorCode, TidelogError
@@ -237,7 +237,8 @@ class ReplicaFetcherManager:
         # broker back from a restart follows thousands of partitions; the leadership its crash
         # moved cut a third of them (records acks=1 never replicated), and the rest waited seconds
         # for those cuts before their first fetch, and so for the ISR.
-        flags = [flag for chunk in await self.io.each_chunk(needs_cut, answered) for flag in chunk]
+        judged = await self.io.each_chunk(needs_cut, answered, parallel=BULK_CHUNKS_AT_ONCE)
+        flags = [flag for chunk in judged for flag in chunk]
         self._mark_truncated(leader, [asked for (asked, _, _), flag in zip(answered, flags, strict=True) if not flag])
         to_cut = [answer for answer, flag in zip(answered, flags, strict=True) if flag]
         if not to_cut:
@@ -261,7 +262,7 @@ class ReplicaFetcherManager:
 
         keys = {(asked.topic, asked.partition) for asked, _, _ in to_cut}
         try:
-            await self.io.each_chunk(cut_chunk, to_cut)
+            await self.io.each_chunk(cut_chunk, to_cut, parallel=BULK_CHUNKS_AT_ONCE)
         except Exception:
             log.exception("follower_truncation_failed", leader=leader, partitions=len(to_cut))
             for key in keys:  # asked again after a delay that doubles, not at once (a failing disk)
