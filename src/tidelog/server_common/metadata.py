@@ -227,6 +227,19 @@ class PartitionStateRecord(_JsonRecord):
         assert self.leader == -1 or self.leader in self.isr, "the leader is always in the ISR"
         assert self.leader_epoch >= 0 and self.partition_epoch >= 0
 
+    def to_json(self) -> bytes:
+        """The same bytes as every record's `to_json`, written out: `dataclasses.asdict` took 10.7 µs
+        of its 11 (3.4 µs this way), and a controller writes thousands at once (a restarted broker
+        back in 6,700 ISRs: 13% of the controller's time then, py-spy)."""
+        fields = {
+            "controller_epoch": self.controller_epoch,
+            "isr": list(self.isr),
+            "leader": self.leader,
+            "leader_epoch": self.leader_epoch,
+            "partition_epoch": self.partition_epoch,
+        }
+        return json.dumps(fields, sort_keys=True).encode()
+
     def changed(
         self, *, controller_epoch: int, leader: int | None = None, isr: list[int] | None = None
     ) -> PartitionStateRecord:
