@@ -10,6 +10,7 @@ mutex and pushes the result to the brokers.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import structlog
@@ -206,21 +207,24 @@ class PartitionLeadership:
                 request, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{request.topic}-{request.partition} is unknown"
             )
         record = held.value
-        current = state.partition_proto(*key)
+        # The state in force, built for a refusal only: thousands of changes are accepted at once.
+        current = functools.partial(state.partition_proto, *key)
         if broker_id != record.leader or request.leader_epoch != record.leader_epoch:
-            return None, isr_refusal(request, ErrorCode.FENCED_LEADER_EPOCH, "not the leader of this epoch", current)
+            return None, isr_refusal(request, ErrorCode.FENCED_LEADER_EPOCH, "not the leader of this epoch", current())
         if request.partition_epoch != record.partition_epoch:
-            return None, isr_refusal(request, ErrorCode.INVALID_UPDATE_VERSION, "the partition state changed", current)
+            return None, isr_refusal(
+                request, ErrorCode.INVALID_UPDATE_VERSION, "the partition state changed", current()
+            )
         replicas = state.topics[request.topic].value.replicas(request.partition)
         new_isr = [broker for broker in replicas if broker in set(request.new_isr)]
         if record.leader not in new_isr or len(new_isr) != len(set(request.new_isr)):
             return None, isr_refusal(
-                request, ErrorCode.INELIGIBLE_REPLICA, "the ISR must hold the leader and only replicas", current
+                request, ErrorCode.INELIGIBLE_REPLICA, "the ISR must hold the leader and only replicas", current()
             )
         joining = set(new_isr) - set(record.isr)
         if any(broker not in state.brokers or broker in self.shutting_down for broker in joining):
             return None, isr_refusal(
-                request, ErrorCode.INELIGIBLE_REPLICA, "only live brokers not shutting down join the ISR", current
+                request, ErrorCode.INELIGIBLE_REPLICA, "only live brokers not shutting down join the ISR", current()
             )
         stale = sorted(
             broker
@@ -229,7 +233,10 @@ class PartitionLeadership:
         )
         if stale:  # the leader judged them on fetches of a life that is over (KIP-903)
             return None, isr_refusal(
-                request, ErrorCode.INELIGIBLE_REPLICA, f"brokers {stale} joined on fetches of an earlier life", current
+                request,
+                ErrorCode.INELIGIBLE_REPLICA,
+                f"brokers {stale} joined on fetches of an earlier life",
+                current(),
             )
         return record.changed(isr=new_isr, controller_epoch=self.role.epoch), None
 
