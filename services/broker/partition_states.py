@@ -230,9 +230,11 @@ class PartitionStates:
 
         # Logs a restart finds are opened a chunk at a time, new ones two (storage_io.py says why).
         folders = set(await self.io.run(_listing, self.data_dir))
-        there = [log_folder(self.data_dir, state.topic, state.partition).name in folders for state in new]
-        found = [state for state, is_there in zip(new, there, strict=True) if is_there]
-        created = [state for state, is_there in zip(new, there, strict=True) if not is_there]
+        found: list[common_pb2.PartitionState] = []
+        created: list[common_pb2.PartitionState] = []
+        for state in new:
+            there = log_folder(self.data_dir, state.topic, state.partition).name in folders
+            (found if there else created).append(state)
         chunks = [
             *await self.io.each_chunk(open_chunk, found, parallel=BULK_CHUNKS_AT_ONCE),
             *await self.io.each_chunk(open_chunk, created, parallel=NEW_LOGS_CHUNKS_AT_ONCE),
