@@ -34,6 +34,7 @@ from pathlib import Path
 from etcd3aio import Etcd3Client, prefix_range_end
 
 from tests.cluster.conftest import started_cluster, wait_until
+from tests.faults.log_files import batches_holding
 from tidelog.client import AdminClient, Consumer, Producer, TopicPartition
 from tidelog.dev.local_cluster import LocalCluster
 from tidelog.server_common.metadata import BROKERS_PREFIX, BrokerRegistration
@@ -54,7 +55,9 @@ class Ack:
     producer: int
     number: int
     partition: int
-    offset: int
+    # None: librdkafka's implicit acknowledgement. A batch whose answer was lost (the leader died)
+    # counts as written once a later batch of the producer succeeds; its offset is never learnt.
+    offset: int | None
     sent_at: float
     acked_at: float
 
@@ -78,6 +81,7 @@ class Report:
     unavailability: list[tuple[str, float]]
     stalled: str = ""  # set when a partition acknowledged nothing for long after everything healed
     send_errors: list[str] = dataclasses.field(default_factory=list)  # what send() itself raised
+    duplicate_batches: list[str] = dataclasses.field(default_factory=list)  # their headers, on each replica
 
     @property
     def safe(self) -> bool:
@@ -107,7 +111,7 @@ class Report:
         ]
         if self.stalled:
             lines.append(f"  stalled after healing: {self.stalled}")
-        for name in ("lost", "duplicated", "reordered", "unsent", "replaced", "send_errors"):
+        for name in ("lost", "duplicated", "reordered", "unsent", "replaced", "send_errors", "duplicate_batches"):
             items: list[str] = getattr(self, name)
             if items:
                 lines.append(f"  {name}: {items[:10]}")
@@ -395,10 +399,15 @@ def check(
     writers: Writers, reader: LiveReader, final: dict[int, list[tuple[int, bytes]]], faults: list[Fault], seed: int
 ) -> Report:
     at_offset = {(partition, offset): value for partition, records in final.items() for offset, value in records}
+    in_partition = {(partition, value) for partition, records in final.items() for _, value in records}
     lost = [
         f"{ack.partition}@{ack.offset}:{value_of(ack.producer, ack.number).decode()}"
         for ack in writers.acks
-        if at_offset.get((ack.partition, ack.offset)) != value_of(ack.producer, ack.number)
+        if (
+            at_offset.get((ack.partition, ack.offset)) != value_of(ack.producer, ack.number)
+            if ack.offset is not None
+            else (ack.partition, value_of(ack.producer, ack.number)) not in in_partition
+        )
     ]
     counts = collections.Counter(value for records in final.values() for _, value in records)
     duplicated = [value.decode(errors="replace") for value, count in counts.items() if count > 1]
@@ -517,11 +526,18 @@ async def run_nemesis(
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(tasks[1], 30)
             await nemesis.heal_all()
-        ends = {p: max((a.offset + 1 for a in writers.acks if a.partition == p), default=0) for p in range(PARTITIONS)}
+        ends = {
+            p: max((a.offset + 1 for a in writers.acks if a.partition == p and a.offset is not None), default=0)
+            for p in range(PARTITIONS)
+        }
         final = await read_everything(cluster, ends)
         report = check(writers, reader, final, nemesis.faults, seed)
         report.stalled = stalled_note
         report.send_errors = writers.send_errors
+        for partition, records in final.items():
+            duplicated = {value for value in map(str.encode, report.duplicated)} & {value for _, value in records}
+            if duplicated:
+                report.duplicate_batches += batches_holding(cluster.data_dir, TOPIC, partition, duplicated)
         return report
 
 

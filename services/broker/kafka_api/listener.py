@@ -44,6 +44,7 @@ from tidelog.broker.kafka_api.cluster_apis import ClusterApis, api_versions_body
 from tidelog.broker.kafka_api.group_apis import GroupApis
 from tidelog.broker.kafka_api.listener_security import ConnectionLogin, server_ssl_context
 from tidelog.broker.kafka_api.log_apis import LogApis
+from tidelog.broker.kafka_api.produce_sequences import ProduceSequences
 from tidelog.broker.kafka_api.quota_apis import QuotaApis
 from tidelog.broker.kafka_api.request_context import KafkaRequestContext, RequestAbortedError
 from tidelog.broker.kafka_api.sasl_apis import SaslApis
@@ -149,7 +150,10 @@ class KafkaListener:
         self.connections.add(task)
         peer = writer.get_extra_info("peername") or ("", 0)
         context = KafkaRequestContext(
-            str(peer[0]), int(peer[1]), login=ConnectionLogin(self.security, self.sessions, writer)
+            str(peer[0]),
+            int(peer[1]),
+            login=ConnectionLogin(self.security, self.sessions, writer),
+            produce_sequences=ProduceSequences(),
         )
         try:
             await self._serve(reader, writer, context)

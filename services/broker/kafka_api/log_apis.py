@@ -8,6 +8,7 @@ Fetch sessions (KIP-227) map onto the broker's own: SessionEpoch -1 fetches with
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from typing import Any, Final
 
@@ -17,6 +18,7 @@ from tidelog.broker.kafka_api.delete_records import delete_records
 from tidelog.broker.kafka_api.request_context import KafkaRequestContext
 from tidelog.common.errors import ErrorCode, TidelogError
 from tidelog.common.kafka_wire.record_batches import from_kafka_batches, to_kafka_batches
+from tidelog.common.record.batch_layout import read_header
 from tidelog.v1 import broker_pb2
 
 __all__ = ["HANDLED", "LogApis"]
@@ -40,9 +42,21 @@ class LogApis:
         self.service = service
 
     async def produce(self, request: Message, version: int, context: KafkaRequestContext) -> Message | None:
+        sequences = context.produce_sequences
+        previous, settled = sequences.turn() if sequences is not None else (None, None)
+        try:
+            return await self._produce(request, context, previous)
+        finally:
+            if settled is not None:
+                settled.set()
+
+    async def _produce(
+        self, request: Message, context: KafkaRequestContext, previous: asyncio.Event | None
+    ) -> Message | None:
         acks = request["Acks"]
         refused: list[tuple[str, Message]] = []
         partitions = []
+        producers: dict[tuple[str, int], tuple[int, int] | None] = {}
         for topic in request["TopicData"]:
             for data in topic["PartitionData"]:
                 try:
@@ -55,6 +69,10 @@ class LogApis:
                     continue
                 partitions.append(
                     broker_pb2.ProducePartition(topic=topic["Name"], partition=data["Index"], record_batches=stored)
+                )
+                header = read_header(stored) if stored else None
+                producers[(topic["Name"], data["Index"])] = (
+                    (header.producer_id, header.producer_epoch) if header and header.producer_id >= 0 else None
                 )
         answer = await self.service.Produce(
             broker_pb2.ProduceRequest(
@@ -83,6 +101,12 @@ class LogApis:
             )
             for result in answer.partitions
         ]
+        if context.produce_sequences is not None:
+            if previous is not None:
+                await previous.wait()
+            for topic_name, result in results:
+                producer = producers.get((topic_name, result["Index"]))
+                context.produce_sequences.settle(topic_name, result["Index"], producer, result)
         return {
             "Responses": _by_topic([*results, *refused], "Name", "PartitionResponses"),
             "ThrottleTimeMs": answer.throttle_time_ms,

@@ -9,6 +9,7 @@ import dataclasses
 from typing import Any, NoReturn
 
 from tidelog.broker.kafka_api.listener_security import ConnectionLogin
+from tidelog.broker.kafka_api.produce_sequences import ProduceSequences
 from tidelog.common.security.quotas.quota import CLIENT_ID_METADATA
 from tidelog.server_common.security.authorization.access_control import (
     ON_BEHALF_OF_HOST,
@@ -35,6 +36,7 @@ class KafkaRequestContext:
     client_id: str = ""
     release: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     login: ConnectionLogin | None = None  # the connection's (shared by its requests' contexts)
+    produce_sequences: ProduceSequences | None = None  # the connection's (produce_sequences.py)
 
     def peer(self) -> str:
         return f"ipv6:[{self.host}]:{self.port}" if ":" in self.host else f"ipv4:{self.host}:{self.port}"
