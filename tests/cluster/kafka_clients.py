@@ -212,6 +212,15 @@ class GroupMember:
         self.stop = threading.Event()
         self.failure: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name=f"{library}-member", daemon=True)
+        self.polling_since: float | None = None  # kafka-python: when its current poll() began
+
+    def hung_for(self) -> float:
+        """How long the current kafka-python poll() has lasted (0 outside one). kafka-python 3.0's
+        poll() can wait forever on its own I/O thread (`net.run` waits on an event without a
+        timeout: dpkp/kafka-python#3121; 3.0.12 has no fix): seen here once in five runs right after
+        a rebalance, the I/O thread idle, the member then expired by the coordinator."""
+        since = self.polling_since
+        return 0.0 if since is None else time.monotonic() - since
 
     def start(self) -> GroupMember:
         self.thread.start()
@@ -264,7 +273,9 @@ class GroupMember:
             **self.config,
         )
         while not self.stop.is_set():
+            self.polling_since = time.monotonic()
             polled = consumer.poll(200)
+            self.polling_since = None
             for messages in polled.values():
                 self.values += [message.value for message in messages]
             if polled:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,7 @@ from tidelog.dev.local_cluster import LocalCluster
 PARTITIONS = 6
 PER_PARTITION = 10
 SETTLE_S = 60.0
+CLIENT_HUNG_S = 20.0  # one poll(200) of kafka-python this long is its hang (GroupMember.hung_for)
 
 
 @pytest.fixture(scope="module")
@@ -57,33 +58,59 @@ def _settled(members: list[GroupMember], cluster: LocalCluster, group: str, topi
     return all(offset == PER_PARTITION for offset in committed.values())
 
 
-def _run_group(cluster: LocalCluster, members: list[GroupMember], group: str, topic: str) -> None:
+class _ClientHungError(Exception):
+    """A kafka-python member hung inside poll() (GroupMember.hung_for): the client's fault."""
+
+
+def _run_group(cluster: LocalCluster, start: Callable[[str, str], list[GroupMember]]) -> None:
+    """A group of the members `start(group, topic)` makes on a fresh filled topic, until it settles.
+    Once, and only for kafka-python's known hang (GroupMember.hung_for), the whole run starts
+    again with a new topic, group and members; the hung thread is left behind (a daemon)."""
+    try:
+        topic, group = _filled_topic(cluster), f"g-{uuid.uuid4().hex[:8]}"
+        _run_group_once(cluster, start(group, topic), group, topic)
+    except _ClientHungError as hung:
+        print(f"kafka-python hung ({hung}); the run starts again once")
+        topic, group = _filled_topic(cluster), f"g-{uuid.uuid4().hex[:8]}"
+        _run_group_once(cluster, start(group, topic), group, topic)
+
+
+def _run_group_once(cluster: LocalCluster, members: list[GroupMember], group: str, topic: str) -> None:
     for member in members:
         member.start()
+    hung: list[GroupMember] = []
     try:
         deadline = time.monotonic() + SETTLE_S
         while not _settled(members, cluster, group, topic):
+            hung = [member for member in members if member.hung_for() > CLIENT_HUNG_S]
+            if hung:
+                raise _ClientHungError(f"poll() of a {hung[0].library} member running for {hung[0].hung_for():.0f} s")
             assert time.monotonic() < deadline, [
                 (member.library, member.assignment, len(member.values)) for member in members
             ]
             time.sleep(0.2)
     finally:
         for member in members:
-            member.close()
+            if member not in hung:
+                member.close()
+            else:
+                member.stop.set()
     read = set().union(*(member.values for member in members))
     assert read == {f"{p}-{n}".encode() for p in range(PARTITIONS) for n in range(PER_PARTITION)}
 
 
 def test_members_of_three_libraries_share_one_groups_partitions_and_commits(group_cluster: LocalCluster) -> None:
-    topic, group = _filled_topic(group_cluster), f"g-{uuid.uuid4().hex[:8]}"
     bootstrap = group_cluster.kafka_bootstrap
-    members = [
-        # Their assignors in common: roundrobin (aiokafka offers nothing else by default).
-        GroupMember("confluent", bootstrap, group, topic, **{"partition.assignment.strategy": "roundrobin,range"}),
-        GroupMember("kafka-python", bootstrap, group, topic),
-        GroupMember("aiokafka", bootstrap, group, topic),
-    ]
-    _run_group(group_cluster, members, group, topic)
+
+    def start(group: str, topic: str) -> list[GroupMember]:
+        return [
+            # Their assignors in common: roundrobin (aiokafka offers nothing else by default).
+            GroupMember("confluent", bootstrap, group, topic, **{"partition.assignment.strategy": "roundrobin,range"}),
+            GroupMember("kafka-python", bootstrap, group, topic),
+            GroupMember("aiokafka", bootstrap, group, topic),
+        ]
+
+    _run_group(group_cluster, start)
 
 
 def test_librdkafkas_cooperative_sticky_members_rebalance_and_the_group_is_listed_described_and_deleted(
@@ -93,7 +120,7 @@ def test_librdkafkas_cooperative_sticky_members_rebalance_and_the_group_is_liste
     bootstrap = group_cluster.kafka_bootstrap
     cooperative = {"partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": 6000}
     members = [GroupMember("confluent", bootstrap, group, topic, **cooperative) for _ in range(2)]
-    _run_group(group_cluster, members, group, topic)
+    _run_group_once(group_cluster, members, group, topic)
     admin = RdAdmin({"bootstrap.servers": bootstrap})
     listed = admin.list_consumer_groups().result(timeout=30)
     assert group in {entry.group_id for entry in listed.valid}
@@ -188,11 +215,8 @@ def test_what_librdkafka_writes_the_rest_gateway_reads_back_the_same(group_clust
 def test_each_assignor_shares_a_groups_partitions(
     group_cluster: LocalCluster, members: list[tuple[str, dict[str, object]]]
 ) -> None:
-    topic, group = _filled_topic(group_cluster), f"g-{uuid.uuid4().hex[:8]}"
     bootstrap = group_cluster.kafka_bootstrap
     _run_group(
         group_cluster,
-        [GroupMember(library, bootstrap, group, topic, **config) for library, config in members],
-        group,
-        topic,
+        lambda group, topic: [GroupMember(library, bootstrap, group, topic, **config) for library, config in members],
     )
