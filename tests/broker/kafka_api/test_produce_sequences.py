@@ -147,7 +147,8 @@ async def _answers(port: int, count: int) -> list[tuple[int, int]]:
             size = struct.unpack(">i", await reader.readexactly(4))[0]
             frame = await reader.readexactly(size)
             body = codec("ProduceResponse", PRODUCE_VERSION).decode(frame[4:])
-            answers.append((struct.unpack(">i", frame[:4])[0], body["Responses"][0]["PartitionResponses"][0]["ErrorCode"]))
+            code = body["Responses"][0]["PartitionResponses"][0]["ErrorCode"]
+            answers.append((struct.unpack(">i", frame[:4])[0], code))
         return answers
     finally:
         writer.close()
