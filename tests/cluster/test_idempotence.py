@@ -7,6 +7,7 @@ import signal
 
 import grpc
 
+from tests.kafka_frames import idempotent_batch, produce_frame, read_produce_answer
 from tidelog.client import AdminClient, Producer
 from tidelog.common.errors import ErrorCode
 from tidelog.common.record.batch import encode_batch
@@ -126,3 +127,60 @@ async def test_the_client_turns_idempotence_on_with_acks_all(cluster: LocalClust
         assert sorted(offsets[0::2]) == list(range(50)) and sorted(offsets[1::2]) == list(range(50))
     async with Producer(cluster.bootstrap, acks=1) as producer:
         assert not producer.settings.idempotent
+
+
+async def test_a_kafka_connection_hears_a_refused_batchs_error_not_out_of_order_for_the_next_one(
+    cluster: LocalCluster, topic_name: str
+) -> None:
+    """The librdkafka window (kafka_api/produce_sequences.py) on real brokers: a batch refused for
+    too small an ISR, the ISR large enough again, the next batch of the same producer on the same
+    connection. It would fail the sequence check (OUT_OF_ORDER: librdkafka bumps its epoch and can
+    write twice); it gets NOT_ENOUGH_REPLICAS, as the refused one did, and both go in when resent.
+    The ISR size is moved by min.insync.replicas (4 of 3 replicas refuses every acks=all batch)."""
+    async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+        await admin.create_topic(topic_name, 1, 3, {"min.insync.replicas": "2"})
+        leader, endpoint = await _leader_endpoint(admin, cluster, topic_name)
+        channel, stub = await _stub(endpoint)
+        producer_id = (await stub.InitProducerId(broker_pb2.InitProducerIdRequest())).producer_id
+        await channel.close()
+        host, port = cluster.host_of(f"broker-{leader}"), cluster.ports.kafka[leader]
+        reader, writer = await asyncio.open_connection(host, port)
+        correlation = iter(range(1000))
+
+        async def send(sequence: int, on: tuple[asyncio.StreamReader, asyncio.StreamWriter] = (reader, writer)) -> dict:
+            on[1].write(produce_frame(next(correlation), topic_name, 0, idempotent_batch(producer_id, sequence)))
+            return (await read_produce_answer(on[0]))[1]
+
+        async def min_insync(value: str, answers: int) -> None:
+            """Set it, and wait until the leader answers a plain acks=all batch with `answers`."""
+            assert (await admin.alter_configs(topic_name, {"min.insync.replicas": value}))[topic_name] is None
+            probe_reader, probe_writer = await asyncio.open_connection(host, port)
+
+            async def applied() -> bool:
+                probe_writer.write(produce_frame(next(correlation), topic_name, 0, encode_batch([b"probe"])))
+                return (await read_produce_answer(probe_reader))[1]["ErrorCode"] == answers
+
+            try:
+                await wait_until(applied, what=f"min.insync.replicas={value} in force")
+            finally:
+                probe_writer.close()
+
+        try:
+            assert (await send(0))["ErrorCode"] == 0
+            await min_insync("4", ErrorCode.NOT_ENOUGH_REPLICAS)
+            assert (await send(2))["ErrorCode"] == ErrorCode.NOT_ENOUGH_REPLICAS
+            await min_insync("2", 0)
+            held = await send(4)  # sequence 2 is missing: the sequence check would say OUT_OF_ORDER
+            assert held["ErrorCode"] == ErrorCode.NOT_ENOUGH_REPLICAS, held
+            assert "refused on this connection" in held["ErrorMessage"]
+            resent, then = await send(2), await send(4)
+            assert (resent["ErrorCode"], then["ErrorCode"]) == (0, 0)
+            assert then["BaseOffset"] == resent["BaseOffset"] + 2
+            # Another connection has no refusal behind it: a real gap is OUT_OF_ORDER there.
+            other = await asyncio.open_connection(host, port)
+            try:
+                assert (await send(10, other))["ErrorCode"] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+            finally:
+                other[1].close()
+        finally:
+            writer.close()

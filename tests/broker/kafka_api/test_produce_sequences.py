@@ -8,23 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import struct
 import types
 from collections.abc import AsyncIterator
 from typing import Any
 
+from tests.kafka_frames import idempotent_batch, produce_frame, read_produce_answer
 from tidelog.broker.kafka_api.listener import KafkaListener
 from tidelog.broker.kafka_api.produce_sequences import OUT_OF_ORDER_HELD_MAX, ProduceSequences
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode
-from tidelog.common.kafka_wire.message_codec import codec
-from tidelog.common.kafka_wire.record_batches import to_kafka_batches
-from tidelog.common.record.batch_encoding import encode_batch
 from tidelog.common.settings import SecuritySettings
 from tidelog.v1 import broker_pb2
 
 OOO = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-PRODUCE_VERSION = 8
 
 
 def _answer(code: int) -> dict[str, Any]:
@@ -121,34 +117,20 @@ async def _listening(service: Any) -> AsyncIterator[int]:
         await served.close()
 
 
-def _produce_frame(correlation_id: int, sequence: int) -> bytes:
-    batch = encode_batch([b"v"] * 10, producer_id=7, producer_epoch=0, base_sequence=sequence)
-    body = codec("ProduceRequest", PRODUCE_VERSION).encode(
-        {
-            "TransactionalId": None,
-            "Acks": -1,
-            "TimeoutMs": 30_000,
-            "TopicData": [{"Name": "t", "PartitionData": [{"Index": 0, "Records": to_kafka_batches(batch)}]}],
-        }
-    )
-    client = b"test"
-    frame = struct.pack(">hhih", 0, PRODUCE_VERSION, correlation_id, len(client)) + client + body
-    return struct.pack(">i", len(frame)) + frame
-
-
 async def _answers(port: int, count: int) -> list[tuple[int, int]]:
     """Send `count` produce requests at once (sequences 0, 10, 20, ...); (correlation id, code) of
     each answer, in the order they came."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
-        writer.write(b"".join(_produce_frame(number, number * 10) for number in range(count)))
+        writer.write(
+            b"".join(
+                produce_frame(number, "t", 0, idempotent_batch(7, number * 10, count=10)) for number in range(count)
+            )
+        )
         answers = []
         for _ in range(count):
-            size = struct.unpack(">i", await reader.readexactly(4))[0]
-            frame = await reader.readexactly(size)
-            body = codec("ProduceResponse", PRODUCE_VERSION).decode(frame[4:])
-            code = body["Responses"][0]["PartitionResponses"][0]["ErrorCode"]
-            answers.append((struct.unpack(">i", frame[:4])[0], code))
+            correlation_id, answer = await read_produce_answer(reader)
+            answers.append((correlation_id, answer["ErrorCode"]))
         return answers
     finally:
         writer.close()
