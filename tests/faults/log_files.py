@@ -1,6 +1,9 @@
 """The batches that hold given values, read straight from every replica's segment files after a
 run: how a duplicate came to be (which producer epoch and sequence each copy carries, which leader
-epoch wrote it) is in the batch headers, not in what a consumer returns."""
+epoch wrote it) is in the batch headers, not in what a consumer returns.
+
+Read-only and raw, not through `tidelog log dump` (cli/log_tools.py): that opens the log with the
+storage engine, which recovers it and writes checkpoints, and the brokers still hold these logs."""
 
 from __future__ import annotations
 

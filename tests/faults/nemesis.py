@@ -535,7 +535,7 @@ async def run_nemesis(
         report.stalled = stalled_note
         report.send_errors = writers.send_errors
         for partition, records in final.items():
-            duplicated = {value for value in map(str.encode, report.duplicated)} & {value for _, value in records}
+            duplicated = set(map(str.encode, report.duplicated)) & {value for _, value in records}
             if duplicated:
                 report.duplicate_batches += batches_holding(cluster.data_dir, TOPIC, partition, duplicated)
         return report

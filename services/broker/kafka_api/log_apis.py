@@ -15,6 +15,7 @@ from typing import Any, Final
 from tidelog.broker.broker_service import BrokerService
 from tidelog.broker.kafka_api.api_table import ApiKey
 from tidelog.broker.kafka_api.delete_records import delete_records
+from tidelog.broker.kafka_api.produce_sequences import ProduceSequences
 from tidelog.broker.kafka_api.request_context import KafkaRequestContext
 from tidelog.common.errors import ErrorCode, TidelogError
 from tidelog.common.kafka_wire.record_batches import from_kafka_batches, to_kafka_batches
@@ -45,13 +46,17 @@ class LogApis:
         sequences = context.produce_sequences
         previous, settled = sequences.turn() if sequences is not None else (None, None)
         try:
-            return await self._produce(request, context, previous)
+            return await self._produce(request, context, sequences, previous)
         finally:
             if settled is not None:
                 settled.set()
 
     async def _produce(
-        self, request: Message, context: KafkaRequestContext, previous: asyncio.Event | None
+        self,
+        request: Message,
+        context: KafkaRequestContext,
+        sequences: ProduceSequences | None,
+        previous: asyncio.Event | None,
     ) -> Message | None:
         acks = request["Acks"]
         refused: list[tuple[str, Message]] = []
@@ -101,12 +106,11 @@ class LogApis:
             )
             for result in answer.partitions
         ]
-        if context.produce_sequences is not None:
+        if sequences is not None:
             if previous is not None:
                 await previous.wait()
             for topic_name, result in results:
-                producer = producers.get((topic_name, result["Index"]))
-                context.produce_sequences.settle(topic_name, result["Index"], producer, result)
+                sequences.settle(topic_name, result["Index"], producers.get((topic_name, result["Index"])), result)
         return {
             "Responses": _by_topic([*results, *refused], "Name", "PartitionResponses"),
             "ThrottleTimeMs": answer.throttle_time_ms,

@@ -6,38 +6,14 @@ unknown API closing its connection."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import struct
-import types
-from collections.abc import AsyncIterator
 
-from tidelog.broker.kafka_api.listener import KafkaListener
-from tidelog.common.channels import ChannelPool
+from tests.broker.kafka_api.listening import listening
 from tidelog.common.kafka_wire.message_codec import codec
-from tidelog.common.settings import SecuritySettings
 
 API_VERSIONS_V3 = b"\x00\x12\x00\x03\x00\x00\x00\x05\x00\x00\x00" + codec("ApiVersionsRequest", 3).encode(
     {"ClientSoftwareName": "test", "ClientSoftwareVersion": "1"}
 )
-
-
-@contextlib.asynccontextmanager
-async def _listening(idle_ms: int) -> AsyncIterator[int]:
-    security = SecuritySettings.from_configs({})
-    served = KafkaListener(
-        types.SimpleNamespace(),  # type: ignore[arg-type]  # (nothing here reaches the service)
-        1,
-        "cluster",
-        ChannelPool(security),
-        request_max_bytes=1 << 20,
-        connections_max=2,
-        idle_ms=idle_ms,
-        security=security,
-    )
-    try:
-        yield await served.start("127.0.0.1", 0)
-    finally:
-        await served.close()
 
 
 async def _closed(reader: asyncio.StreamReader, within_s: float) -> bool:
@@ -52,7 +28,7 @@ async def _closed(reader: asyncio.StreamReader, within_s: float) -> bool:
 
 
 async def test_api_versions_is_answered_and_an_idle_connection_is_closed() -> None:
-    async with _listening(idle_ms=300) as port:
+    async with listening(idle_ms=300) as port:
         await _answered_then_closed_when_idle(port)
 
 
@@ -68,7 +44,7 @@ async def _answered_then_closed_when_idle(port: int) -> None:
 
 
 async def test_a_connection_beyond_max_connections_is_closed_and_an_unknown_api_closes_its_own() -> None:
-    async with _listening(idle_ms=60_000) as port:  # (no connection here closes for being idle)
+    async with listening(idle_ms=60_000) as port:  # (no connection here closes for being idle)
         await _limits(port)
 
 

@@ -7,17 +7,13 @@ in request order even when a later request finishes first."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import types
-from collections.abc import AsyncIterator
 from typing import Any
 
+from tests.broker.kafka_api.listening import listening
 from tests.kafka_frames import idempotent_batch, produce_frame, read_produce_answer
-from tidelog.broker.kafka_api.listener import KafkaListener
 from tidelog.broker.kafka_api.produce_sequences import OUT_OF_ORDER_HELD_MAX, ProduceSequences
-from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode
-from tidelog.common.settings import SecuritySettings
 from tidelog.v1 import broker_pb2
 
 OOO = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
@@ -99,24 +95,6 @@ class _ScriptedBroker:
         )
 
 
-@contextlib.asynccontextmanager
-async def _listening(service: Any) -> AsyncIterator[int]:
-    security = SecuritySettings.from_configs({})
-    served = KafkaListener(
-        service,
-        1,
-        "cluster",
-        ChannelPool(security),
-        request_max_bytes=1 << 20,
-        connections_max=2,
-        security=security,
-    )
-    try:
-        yield await served.start("127.0.0.1", 0)
-    finally:
-        await served.close()
-
-
 async def _answers(port: int, count: int) -> list[tuple[int, int]]:
     """Send `count` produce requests at once (sequences 0, 10, 20, ...); (correlation id, code) of
     each answer, in the order they came."""
@@ -138,7 +116,7 @@ async def _answers(port: int, count: int) -> list[tuple[int, int]]:
 
 async def test_pipelined_requests_are_settled_in_order_through_the_listener() -> None:
     service = _ScriptedBroker([ErrorCode.NOT_ENOUGH_REPLICAS, OOO, ErrorCode.NONE, OOO])
-    async with _listening(types.SimpleNamespace(Produce=service.Produce)) as port:
+    async with listening(types.SimpleNamespace(Produce=service.Produce)) as port:
         answers = await asyncio.wait_for(_answers(port, 4), 30)
     assert answers == [
         (0, ErrorCode.NOT_ENOUGH_REPLICAS),
