@@ -20,7 +20,7 @@ from typing import Any, Final
 from tidelog.controller.broker_requests import BrokerRequests
 from tidelog.controller.controller_role import ControllerRole
 from tidelog.controller.metadata_store import MetadataStore
-from tidelog.controller.state_delta import BrokerView, build_push
+from tidelog.controller.state_delta import BrokerView, WholeState, build_push
 from tidelog.v1 import broker_pb2, common_pb2
 
 __all__ = ["Propagation"]
@@ -52,6 +52,7 @@ class Propagation:
         self._background: set[asyncio.Task[Any]] = set()
         self._unsynced: set[int] = set()  # live brokers the last push did not reach
         self._views: dict[int, BrokerView] = {}  # what each broker acknowledged in this term
+        self._whole: WholeState | None = None  # shared by the whole pushes of one propagation
 
     def forget(self, broker_id: int) -> None:
         """The next push to `broker_id` is whole: it registered (again) and may hold anything. (A
@@ -61,7 +62,10 @@ class Propagation:
 
     async def propagate(self, brokers: Iterable[int]) -> None:
         """Bring `brokers` up to the current state (LeaderAndIsr, then UpdateMetadata; see above)."""
-        await asyncio.gather(*(self._push(broker_id) for broker_id in set(brokers)))
+        try:
+            await asyncio.gather(*(self._push(broker_id) for broker_id in set(brokers)))
+        finally:
+            self._whole = None  # (megabytes at 10,000 partitions: not kept for the whole term)
 
     def propagate_soon(self, brokers: Iterable[int]) -> None:
         """`propagate` in the background: for callers that must not wait on a slow broker."""
@@ -130,7 +134,10 @@ class Propagation:
             view=self._views.pop(broker_id, None),  # until acknowledged, what it holds is unknown
             leader_balance=self.leader_balance,
             shutting_down=self.shutting_down,
+            whole=self._whole,
         )
+        if push.whole is not None:
+            self._whole = push.whole
         if push.empty:
             self._views[broker_id] = push.view
             return True

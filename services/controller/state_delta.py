@@ -21,7 +21,7 @@ from collections.abc import Collection
 from tidelog.controller.cluster_state import ClusterState, Journal
 from tidelog.v1 import broker_pb2, common_pb2
 
-__all__ = ["BrokerView", "StatePush", "build_push"]
+__all__ = ["BrokerView", "StatePush", "WholeState", "build_push", "whole_state"]
 
 PartitionKey = tuple[str, int]
 
@@ -42,11 +42,37 @@ class BrokerView:
 
 
 @dataclasses.dataclass(slots=True)
+class WholeState:
+    """Every partition's state as of one journal position. The brokers told the whole state at
+    that position share it: a new controller's first push builds 10,000 protos once, not once per
+    broker (three times 0.07 s of the loop, during which no client learns of the new controller)."""
+
+    journal: Journal
+    seq: int
+    keys: list[PartitionKey]
+    protos: list[common_pb2.PartitionState]
+
+    def current(self, state: ClusterState) -> bool:
+        # Every change of a partition state or a topic record moves the journal (a partition goes
+        # only with its topic), so an unmoved journal is an unchanged set of protos.
+        return self.journal is state.journal and self.seq == state.journal.seq
+
+
+def whole_state(state: ClusterState, last: WholeState | None = None) -> WholeState:
+    """`last` when it is still current, else built anew."""
+    if last is not None and last.current(state):
+        return last
+    keys = _all_partitions(state)
+    return WholeState(state.journal, state.journal.seq, keys, [state.partition_proto(*key) for key in keys])
+
+
+@dataclasses.dataclass(slots=True)
 class StatePush:
     leader_and_isr: broker_pb2.LeaderAndIsrRequest
     update_metadata: broker_pb2.UpdateMetadataRequest
     view: BrokerView  # the broker's view once it acknowledged both
     brokers_changed: bool
+    whole: WholeState | None = None  # what a whole push was built from (for the next broker's)
 
     @property
     def empty(self) -> bool:
@@ -76,18 +102,22 @@ def build_push(
     view: BrokerView | None,
     leader_balance: broker_pb2.LeaderBalance | None = None,
     shutting_down: Collection[int] = (),
+    whole: WholeState | None = None,
 ) -> StatePush:
     """The requests for `broker_id` as of `state` now: whole without a `view` of the same life
     (and the same journal: one controller term), else only what changed since it. The view is
-    consumed: pass the one the broker acknowledged last, keep the returned one."""
+    consumed: pass the one the broker acknowledged last, keep the returned one. A whole push uses
+    `whole` when it is current (`StatePush.whole` is what it used)."""
     broker = state.brokers[broker_id]
     full = view is None or view.incarnation != broker.incarnation or view.journal is not state.journal
     unassigned: list[common_pb2.PartitionState] = []
     if full or view is None:
-        changed = _all_partitions(state)
+        whole = whole_state(state, whole)
+        changed, protos = whole.keys, whole.protos
         deleted_topics: list[str] = []
         mine: dict[str, set[int]] = {}
     else:
+        whole = None
         partitions, topics = state.journal.since(view.seq)
         candidates = set(partitions) | view.retry
         for name in topics:
@@ -108,21 +138,23 @@ def build_push(
                             topic=name, partition=partition, topic_id=view.topic_ids.get(name, "")
                         )
                     )
-    protos = [state.partition_proto(*key) for key in changed]
+        protos = [state.partition_proto(*key) for key in changed]
+    # Whose replica each is, from the topic records: a proto's fields cost an attribute access each.
+    records = {name: state.topics[name].value for name in dict.fromkeys(name for name, _ in changed)}
     mine_protos = []
-    for proto in protos:
-        held = mine.setdefault(proto.topic, set())
-        if broker_id in proto.replicas:
+    mine_topics: dict[str, None] = {}
+    for (name, partition), proto in zip(changed, protos, strict=True):
+        held = mine.setdefault(name, set())
+        if broker_id in records[name].replicas(partition):
             mine_protos.append(proto)
-            held.add(proto.partition)
-        elif proto.partition in held:  # moved away from this broker
-            held.discard(proto.partition)
+            mine_topics[name] = None
+            held.add(partition)
+        elif partition in held:  # moved away from this broker
+            held.discard(partition)
             unassigned.append(
-                common_pb2.PartitionState(topic=proto.topic, partition=proto.partition, topic_id=proto.topic_id)
+                common_pb2.PartitionState(topic=name, partition=partition, topic_id=records[name].topic_id)
             )
-    configs = {
-        name: json.dumps(state.topics[name].value.configs) for name in dict.fromkeys(proto.topic for proto in protos)
-    }
+    configs = {name: json.dumps(record.configs) for name, record in records.items()}
     live = state.broker_protos()
     stopping = sorted(shutting_down)
     # (a broker entering controlled shutdown is news for every broker: a push, as a registration is)
@@ -146,7 +178,7 @@ def build_push(
         controller_id=controller_id,
         controller_epoch=controller_epoch,
         partitions=mine_protos,
-        topic_configs_json={name: configs[name] for name in dict.fromkeys(proto.topic for proto in mine_protos)},
+        topic_configs_json={name: configs[name] for name in mine_topics},
         live_leaders=live,
         full=full,
         broker_incarnation=broker.incarnation,
@@ -156,4 +188,4 @@ def build_push(
     topic_ids = {name: topic.value.topic_id for name, topic in state.topics.items()}
     mine = {name: partitions for name, partitions in mine.items() if partitions}
     view_after = BrokerView(broker.incarnation, state.journal, state.journal.seq, topic_ids, mine, live_key)
-    return StatePush(leader_and_isr, update, view_after, view is None or view.live_brokers != live_key)
+    return StatePush(leader_and_isr, update, view_after, view is None or view.live_brokers != live_key, whole)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.controller.cluster_state import ClusterState, Versioned
-from tidelog.controller.state_delta import BrokerView, StatePush, build_push
+from tidelog.controller.state_delta import BrokerView, StatePush, WholeState, build_push
 from tidelog.server_common.metadata import BrokerRegistration, PartitionStateRecord, TopicRecord
 from tidelog.v1 import broker_pb2, common_pb2
 
@@ -105,6 +105,38 @@ def test_a_first_push_is_whole_and_an_unchanged_state_sends_nothing() -> None:
     assert [(p.topic, p.partition) for p in first.leader_and_isr.partitions] == [("t", 0), ("t", 2)]
     assert len(first.update_metadata.partitions) == 3
     assert cluster.push(first.view).empty
+
+
+def test_whole_pushes_share_the_partitions_until_the_state_changes_and_equal_those_built_alone() -> None:
+    cluster = Cluster()
+    cluster.create("t", [[1, 2], [2, 3], [3, 1]] * 10)
+    cluster.create("u", [[2, 3]])
+
+    def whole_push(broker: int, whole: WholeState | None) -> StatePush:
+        return build_push(
+            cluster.state,
+            broker_id=broker,
+            controller_id=100,
+            controller_epoch=3,
+            controller_endpoint="c:1",
+            view=None,
+            whole=whole,
+        )
+
+    first = whole_push(1, None)
+    assert first.whole is not None
+    for broker in (2, 3):
+        shared = whole_push(broker, first.whole)
+        assert shared.whole is first.whole
+        alone = whole_push(broker, None)
+        assert shared.leader_and_isr == alone.leader_and_isr and shared.update_metadata == alone.update_metadata
+    cluster.shrink("t", 1)  # the journal moves: the next whole push is built anew, with the change
+    after = whole_push(2, first.whole)
+    assert after.whole is not first.whole
+    assert after.update_metadata == whole_push(2, None).update_metadata
+    assert list(after.update_metadata.partitions[1].isr) == [2]
+    # A delta uses none.
+    assert cluster.push(first.view).whole is None
 
 
 def test_a_delta_carries_only_the_changed_partition() -> None:
