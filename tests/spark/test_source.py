@@ -25,6 +25,7 @@ from tidelog.spark.writing import WRITE_ID_HEADER
 from tidelog.v1 import broker_pb2_grpc
 
 BASE_MS = 1_700_000_000_000  # record timestamps the tests set: 1 s apart from here
+RETENTION_SETTLED_S = 0.6  # three of the test cluster's retention runs (log.retention.check.interval.ms 200)
 
 
 def _topic() -> str:
@@ -62,12 +63,19 @@ def _trimmed(cluster: LocalCluster, topic: str) -> int:
             for _ in range(40):  # 40 batches of ~1 KiB: segments roll, retention deletes the oldest
                 await (await producer.send_batch(topic, [b"x" * 100] * 10, partition=0))
         tp = TopicPartition(topic, 0)
+        held: list[tuple[int, float]] = [(0, time.monotonic())]  # the log start, and since when
         async with Consumer(cluster.bootstrap) as consumer:
 
-            async def log_start() -> int:
-                return (await consumer.beginning_offsets([tp]))[tp]
+            async def settled_log_start() -> int | None:
+                # Retention runs every 200 ms here and deleted segments while they were written:
+                # a log start taken at once (30) moved on at the next run (360: a test failed on it).
+                # Taken once it has held above 0 through three runs, it is where retention ends.
+                start = (await consumer.beginning_offsets([tp]))[tp]
+                if start != held[-1][0]:
+                    held.append((start, time.monotonic()))
+                return start if start > 0 and time.monotonic() - held[-1][1] >= RETENTION_SETTLED_S else None
 
-            return await wait_until(log_start, what="retention deleting the oldest segment")
+            return await wait_until(settled_log_start, what="retention deleting the oldest segments")
 
     return asyncio.run(trim())
 
