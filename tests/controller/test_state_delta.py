@@ -66,15 +66,23 @@ class Cluster:
         for partition in range(topic.partition_count):
             self.state.partitions.pop((name, partition), None)
 
-    def push(self, view: BrokerView | None, shutting_down: tuple[int, ...] = ()) -> StatePush:
+    def push(
+        self,
+        view: BrokerView | None,
+        shutting_down: tuple[int, ...] = (),
+        *,
+        broker: int = ME,
+        whole: WholeState | None = None,
+    ) -> StatePush:
         return build_push(
             self.state,
-            broker_id=ME,
+            broker_id=broker,
             controller_id=100,
             controller_epoch=3,
             controller_endpoint="c:1",
             view=view,
             shutting_down=shutting_down,
+            whole=whole,
         )
 
 
@@ -112,28 +120,17 @@ def test_whole_pushes_share_the_partitions_until_the_state_changes_and_equal_tho
     cluster.create("t", [[1, 2], [2, 3], [3, 1]] * 10)
     cluster.create("u", [[2, 3]])
 
-    def whole_push(broker: int, whole: WholeState | None) -> StatePush:
-        return build_push(
-            cluster.state,
-            broker_id=broker,
-            controller_id=100,
-            controller_epoch=3,
-            controller_endpoint="c:1",
-            view=None,
-            whole=whole,
-        )
-
-    first = whole_push(1, None)
+    first = cluster.push(None)
     assert first.whole is not None
     for broker in (2, 3):
-        shared = whole_push(broker, first.whole)
+        shared = cluster.push(None, broker=broker, whole=first.whole)
         assert shared.whole is first.whole
-        alone = whole_push(broker, None)
+        alone = cluster.push(None, broker=broker)
         assert shared.leader_and_isr == alone.leader_and_isr and shared.update_metadata == alone.update_metadata
     cluster.shrink("t", 1)  # the journal moves: the next whole push is built anew, with the change
-    after = whole_push(2, first.whole)
+    after = cluster.push(None, broker=2, whole=first.whole)
     assert after.whole is not first.whole
-    assert after.update_metadata == whole_push(2, None).update_metadata
+    assert after.update_metadata == cluster.push(None, broker=2).update_metadata
     assert list(after.update_metadata.partitions[1].isr) == [2]
     # A delta uses none.
     assert cluster.push(first.view).whole is None
