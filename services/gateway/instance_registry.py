@@ -6,7 +6,8 @@ registrations of a gateway that dies vanish with its lease. A request for an ins
 gateway holds is forwarded there (instance_forwarding.py): clients may talk to any replica behind
 one Service. Instances idle for `consumer.instance.timeout.ms` are closed and deregistered. If the
 lease is lost while the gateway lives (etcd unreachable beyond the TTL), a new session registers
-every instance again.
+every instance again. etcd may expire the lease a moment before the gateway's keep-alive sees it:
+an instance created then is registered under the new session instead of failing.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import contextlib
 import time
 from collections.abc import Callable
 
+import grpc
 import structlog
 from etcd3aio import Etcd3Client
 from etcd3aio.kv import KVService
@@ -25,11 +27,12 @@ from tidelog.gateway.consumer_instances import ConsumerInstance
 from tidelog.gateway.rest_errors import (
     CONSUMER_ALREADY_EXISTS,
     CONSUMER_INSTANCE_NOT_FOUND,
+    KAFKA_RETRIABLE_ERROR,
     TOO_MANY_INSTANCES,
     RestError,
 )
 from tidelog.server_common.etcd.compare import compare_mod_revision
-from tidelog.server_common.etcd.session import Session, new_session
+from tidelog.server_common.etcd.session import ETCD_UNREACHABLE, Session, lease_gone, new_session
 from tidelog.server_common.metadata import GatewayConsumerRecord, gateway_consumer_key
 
 __all__ = ["InstanceRegistry"]
@@ -57,6 +60,7 @@ class InstanceRegistry:
         self.instances_max = settings.consumer_instances_max
         self.local: dict[tuple[str, str], ConsumerInstance] = {}
         self._creating: set[tuple[str, str]] = set()
+        self._renewed = asyncio.Event()  # set (and replaced) each time keep_registered has a new session
 
     async def add(
         self, group: str, name: str, principal: str, make: Callable[[], ConsumerInstance]
@@ -70,7 +74,7 @@ class InstanceRegistry:
             )
         self._creating.add(key)
         try:
-            if not await self._register(group, name, principal):
+            if not await self._register_new(group, name, principal):
                 raise RestError(
                     CONSUMER_ALREADY_EXISTS, f"consumer instance {name!r} already exists in group {group!r}"
                 )
@@ -79,6 +83,33 @@ class InstanceRegistry:
             self._creating.discard(key)
         log.info("consumer_instance_created", group=group, instance=name, principal=principal)
         return instance
+
+    async def _register_new(self, group: str, name: str, principal: str) -> bool:
+        """`_register`, once more under the next session if etcd expired this one's lease before the
+        keep-alive saw it; etcd not answering is a retriable error (50003), not an internal one."""
+        try:
+            session = self.session
+            try:
+                return await self._register(group, name, principal)
+            except grpc.aio.AioRpcError as error:
+                if not lease_gone(error):
+                    raise
+            await self._session_after(session)
+            return await self._register(group, name, principal)
+        except ETCD_UNREACHABLE as error:
+            raise RestError(KAFKA_RETRIABLE_ERROR, f"etcd did not register the instance: {error!r}") from error
+
+    async def _session_after(self, stale: Session) -> None:
+        """A session after `stale`, whose lease etcd no longer has (keep_registered takes it),
+        within one session TTL."""
+        if self.session is not stale:
+            return
+        renewed = self._renewed
+        stale.lost()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(renewed.wait(), timeout=stale.ttl_s)
+        if self.session is stale:
+            raise RestError(KAFKA_RETRIABLE_ERROR, "the gateway's etcd session is being renewed: try again")
 
     async def _register(self, group: str, name: str, principal: str, *, again: bool = False) -> bool:
         """Create the instance's registration under this gateway's lease; False if it exists (`again`:
@@ -109,6 +140,8 @@ class InstanceRegistry:
             log.warning("gateway_session_lost", instances=len(self.local))
             # etcd still unreachable: keep serving, keep trying
             self.session = await new_session(self.etcd, ttl_s=self.session.ttl_s, holder="gateway")
+            self._renewed.set()
+            self._renewed = asyncio.Event()
             for (group, name), instance in list(self.local.items()):
                 if not await self._register(group, name, instance.principal, again=True):
                     log.warning("consumer_instance_taken_meanwhile", group=group, instance=name)

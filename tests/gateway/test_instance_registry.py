@@ -80,3 +80,31 @@ async def _held_lease(etcd_client: Etcd3Client, group: str) -> int:
     assert etcd_client.kv is not None
     found = (await etcd_client.kv.get(gateway_consumer_key(group, "one"))).kvs
     return int(found[0].lease) if found else 0
+
+
+async def test_an_instance_created_after_etcd_dropped_the_lease_unseen_is_registered_under_a_new_session(
+    etcd_client: Etcd3Client,
+) -> None:
+    """etcd expires the gateway's lease on its own clock; the keep-alive (every TTL/3, here 20 s)
+    has not seen it yet when a consumer instance is created. etcd refuses the write under the gone
+    lease ("requested lease not found", once a 500 from the REST API): the registry ends the
+    session, keep_registered takes a new one, and the instance is registered under it."""
+    assert etcd_client.kv is not None and etcd_client.lease is not None
+    gateway_id = uuid.uuid4().hex
+    session = await new_session(etcd_client, ttl_s=60, holder="test-gateway")
+    registry = InstanceRegistry(
+        etcd_client, session, gateway_id=gateway_id, url="http://127.0.0.1:1", settings=GatewaySettings.from_configs()
+    )
+    group = f"g-{gateway_id[:8]}"
+    keeping = asyncio.create_task(registry.keep_registered())
+    try:
+        await etcd_client.lease.revoke(session.lease_id)  # etcd's expiry, unseen by the keep-alive
+        instance = await asyncio.wait_for(registry.add(group, "one", "alice", lambda: _instance("alice")), 10)
+        assert session.done.is_set() and registry.session is not session
+        assert await _held_lease(etcd_client, group) == registry.session.lease_id != session.lease_id
+        assert registry.get(group, "one", "alice") is instance
+    finally:
+        keeping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeping
+        await registry.session.close(revoke=True)

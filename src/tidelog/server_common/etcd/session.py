@@ -22,7 +22,7 @@ from etcd3aio._protobuf import LeaseKeepAliveRequest
 
 from tidelog.server_common import metrics_catalog
 
-__all__ = ["ETCD_UNREACHABLE", "Session", "new_session"]
+__all__ = ["ETCD_UNREACHABLE", "Session", "lease_gone", "new_session"]
 
 log = structlog.get_logger(__name__)
 
@@ -34,6 +34,16 @@ CLOSE_TIMEOUT_S: Final = 2.0
 GRANT_RETRY_S: Final = 0.5  # between two tries to open a session while etcd does not answer
 # What a call to etcd raises while etcd does not answer (cut off, quorum lost): worth trying again.
 ETCD_UNREACHABLE: Final = (EtcdError, grpc.RpcError, TimeoutError, OSError)
+
+
+def lease_gone(error: BaseException) -> bool:
+    """etcd refused a write under a lease it no longer has ("requested lease not found"): it
+    expired the lease on its own clock before this holder's keep-alive noticed (Session.lost)."""
+    return (
+        isinstance(error, grpc.aio.AioRpcError)
+        and error.code() == grpc.StatusCode.NOT_FOUND
+        and "lease not found" in (error.details() or "")
+    )
 
 
 async def new_session(client: Etcd3Client, *, ttl_s: int, holder: str) -> Session:
@@ -77,6 +87,13 @@ class Session:
         if self._counted:
             SESSIONS.dec()
             self._counted = False
+
+    def lost(self) -> None:
+        """etcd said the lease is gone (`lease_gone`) before the keep-alive saw it: the session is
+        over now, for its holders as if the keep-alive had found it (`done`)."""
+        if not self.done.is_set():
+            log.warning("etcd_session_lease_gone", lease=hex(self.lease_id), seen_by="holder")
+            self._end(lost=True)
 
     def _open_stream(self) -> tuple[Any, asyncio.Queue[Any]]:
         """One long-lived LeaseKeepAlive stream fed by a queue (etcd3aio's helper opens one per renewal,
