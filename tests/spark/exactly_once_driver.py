@@ -2,7 +2,7 @@
 kill it with SIGKILL: copies a topic with the exactly-once sink, a few records a micro-batch, from
 a checkpoint it resumes from when started again, until it is killed.
 
-    python tests/spark/exactly_once_driver.py BOOTSTRAP SOURCE TARGET CHECKPOINT
+    python tests/spark/exactly_once_driver.py BOOTSTRAP SOURCE TARGET CHECKPOINT PER_TRIGGER
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 
 
 def main() -> None:
-    bootstrap, source, target, checkpoint = sys.argv[1:5]
+    bootstrap, source, target, checkpoint, per_trigger = sys.argv[1:6]
     from pyspark.sql import SparkSession  # noqa: PLC0415 - only in the driver process
 
     import tidelog.spark  # noqa: PLC0415
@@ -32,7 +32,7 @@ def main() -> None:
         .option("tidelog.bootstrap.servers", bootstrap)
         .option("subscribe", source)
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "30")
+        .option("maxOffsetsPerTrigger", per_trigger)
         .load()
         .selectExpr("key", "value", "partition")
     )
