@@ -229,6 +229,12 @@ def test_what_librdkafka_writes_the_rest_gateway_reads_back_the_same(group_clust
         pytest.param(
             [("kafka-python", {"partition_assignment_strategy": [StickyPartitionAssignor]})] * 2,
             id="kafka-python-sticky",
+            # Soak only: two kafka-python 3.0.12 members in one long-lived pytest process. In full
+            # suites its I/O loop stalled 0.5 s at a time (27 "blocking the event loop" warnings in
+            # 60 s), a member stopped heartbeating and was expired without learning it, and the
+            # group never settled (CI twice, here once; never in 26 runs of this module alone).
+            # kafka-python's groups stay in the default run with the other two cases.
+            marks=pytest.mark.soak,
         ),
         pytest.param(
             [

@@ -15,8 +15,13 @@ from .conftest import started_cluster, wait_until
 
 TOPIC = "rolling"
 PARTITIONS = 3
-GAP_MAX_S = 0.100  # issue 37: no wait between two acknowledgements above 100 ms ...
-STEADY_S = 1.0  # ... beyond the longest one while nothing restarts (this machine's own noise)
+# No wait between two acknowledgements longer than this beyond the longest one while nothing
+# restarts: a handover that waited out a lease (3 s here) or a request timeout would. Issue 37's
+# target, 100 ms, is a speed figure: bench_scale prints it ("rolling restart: longest wait"). As a
+# test bound it failed a full suite at 0.245 s on a loaded machine (the guide: speed is measured
+# by benchmarks, never by timed tests).
+STALL_MAX_S = 1.0
+STEADY_S = 1.0  # the steady window before the restarts (this machine's own noise)
 
 
 class Writers:
@@ -110,7 +115,7 @@ async def test_a_rolling_restart_under_acks_all_load_fails_no_produce_and_stalls
 
         assert not writers.failures, f"produce failed: {writers.failures[:3]}"
         longest = writers.longest_since(restarts_from)
-        assert longest <= GAP_MAX_S + steady_max, writers.explain_longest(restarts_from, steady_max)
+        assert longest <= STALL_MAX_S + steady_max, writers.explain_longest(restarts_from, steady_max)
         async with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
             consumer.assign([TopicPartition(TOPIC, partition) for partition in range(PARTITIONS)])
             read: dict[int, list[bytes]] = {partition: [] for partition in range(PARTITIONS)}
