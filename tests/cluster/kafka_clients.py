@@ -248,10 +248,10 @@ class GroupMember:
         self.polling_since: float | None = None  # kafka-python: when its current poll() began
 
     def hung_for(self) -> float:
-        """How long the current kafka-python poll() (or metadata fetch) has lasted (0 outside one). kafka-python 3.0's
-        poll() can wait forever on its own I/O thread (`net.run` waits on an event without a
-        timeout: dpkp/kafka-python#3121; 3.0.12 has no fix): seen here once in five runs right after
-        a rebalance, the I/O thread idle, the member then expired by the coordinator."""
+        """How long the current kafka-python poll() or metadata fetch has lasted (0 outside one).
+        kafka-python 3.0's poll() can wait forever on its own I/O thread (`net.run` waits on an event
+        without a timeout: dpkp/kafka-python#3121; 3.0.12 has no fix): seen here once in five runs
+        right after a rebalance, the I/O thread idle, the member then expired by the coordinator."""
         since = self.polling_since
         return 0.0 if since is None else time.monotonic() - since
 
@@ -290,7 +290,7 @@ class GroupMember:
             # know it yet assigns the group without it.
             consumer.list_topics(self.topic, timeout=READ_TIMEOUT_S)
             consumer.subscribe([self.topic])
-            uncommitted = False  # a commit a rebalance refused: done again after it (PY_REBALANCING)
+            uncommitted = False  # a commit a rebalance refused: done again after it (RD_REBALANCING)
             while not self.stop.is_set():
                 messages = consumer.consume(100, 0.2)
                 for message in messages:
@@ -360,7 +360,7 @@ class GroupMember:
             **self.config,
         )
         await consumer.start()
-        uncommitted = False
+        uncommitted = False  # a commit a rebalance refused: done again after it (AIO_REBALANCING)
         try:
             while not self.stop.is_set():
                 polled = await consumer.getmany(timeout_ms=200)
