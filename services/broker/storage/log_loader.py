@@ -234,13 +234,21 @@ def rebuild_producer_state(
         producer_state.advance_to(start)
     slot = max(bisect.bisect_right(base_offsets, start) - 1, 0)
     for segment in segments[slot:]:
-        found = segment.translate_offset(start)
-        if found is None:
-            continue
-        for position, header, buffer, local in segment.scan(found[0]):
-            if header.base_offset >= start:
-                whole = functools.partial(_batch_bytes, segment, position, header, buffer, local)
-                track_batch(producer_state, segment, header, whole)
+        try:
+            found = segment.translate_offset(start)
+            if found is None:
+                continue
+            for position, header, buffer, local in segment.scan(found[0]):
+                if header.base_offset >= start:
+                    whole = functools.partial(_batch_bytes, segment, position, header, buffer, local)
+                    track_batch(producer_state, segment, header, whole)
+        except BadBatchError as error:
+            # Bit rot in a flushed segment (only recovered segments were validated): the rest of it
+            # is unreadable, and a read there reports KAFKA_STORAGE_ERROR, never serves it. The
+            # producers it held are not known; the open goes on, as it does for the reads.
+            log.error(
+                "producer_state_scan_stopped", segment=segment.base_offset, position=error.position, error=str(error)
+            )
     producer_state.advance_to(log_end)
 
 

@@ -15,7 +15,7 @@ from tidelog.broker.storage import LogConfig, PartitionLog, checkpoint, leader_e
 from tidelog.broker.storage.checkpoint import read_checkpoint, write_checkpoint
 from tidelog.broker.storage.log_files import CLEAN_SHUTDOWN_FILE, LEADER_EPOCH_FILE
 from tidelog.common.errors import KafkaStorageError
-from tidelog.common.record.batch import encode_batch, read_header, restamp
+from tidelog.common.record.batch import decode_batches, encode_batch, read_header, restamp
 
 from .conftest import OpenLog, read_all, records_of, wall_clock
 
@@ -230,6 +230,33 @@ def test_recovered_log_is_a_prefix_of_what_was_written(scenario: dict[str, objec
             assert info.first_offset == recovered.log_end_offset - 1
         finally:
             recovered.close_without_flush()
+
+
+def test_bit_rot_in_a_batch_header_the_producer_state_replays_does_not_crash_the_open(tmp_path: Path) -> None:
+    # Found by the fuzzing test below: a clean log whose producer snapshots are gone is replayed
+    # from its segments, which a clean open loads by their indexes without validating. A damaged
+    # batch length there raised out of the open. The open goes on; a read there reports the rot.
+    config = LogConfig.from_configs({"segment.bytes": 4096, "index.interval.bytes": 128})
+    folder = tmp_path / "topic-0"
+    partition_log = PartitionLog.open(folder, config, clock=wall_clock().millis)
+    _fill(partition_log, 120)
+    partition_log.update_high_watermark(partition_log.log_end_offset)
+    partition_log.close()
+    for snapshot in folder.glob("*.snapshot"):
+        snapshot.unlink()
+    damaged = sorted(folder.glob("*.log"))[-1]
+    base = int(damaged.stem)
+    data = bytearray(damaged.read_bytes())
+    data[8:12] = b"\x7f\xff\xff\xff"  # the first batch's length: past the segment's end
+    damaged.write_bytes(data)
+    recovered = PartitionLog.open(folder, config, clock=wall_clock().millis)
+    try:
+        assert recovered.log_end_offset == 480
+        assert records_of(decode_batches(recovered.read(base - 4, 1 << 20)))[0][0] == base - 4  # before the rot: served
+        with pytest.raises(KafkaStorageError):
+            read_all(recovered, base)
+    finally:
+        recovered.close_without_flush()
 
 
 @given(
