@@ -70,6 +70,8 @@ class IsrManager:
         self.interval_s = min(self.lag_s / 2, 0.5)
         self._pending: set[tuple[str, int]] = set()
         self._channels = channels or ChannelPool()
+        replicas.followers.may_join = metadata.isr_eligible
+        self._eligibility_seen: tuple[int, frozenset[int], bool] | None = None
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -136,6 +138,7 @@ class IsrManager:
         if caught_up is None:
             self.replicas.followers.watch_quiet_sessions(quiet_s)
             self.replicas.followers.watch_due(now)
+            self._watch_all_if_eligibility_changed()
             keys = list(watch)
         else:
             keys = [key for key in caught_up if key in watch]
@@ -170,6 +173,18 @@ class IsrManager:
         if changes:
             step = ISR_CHANGES_PER_REQUEST
             await asyncio.gather(*(self._alter(changes[i : i + step]) for i in range(0, len(changes), step)))
+
+    def _watch_all_if_eligibility_changed(self) -> None:
+        """Every partition we lead back in the watch when the brokers that may join an ISR changed
+        (registered, gone, in controlled shutdown): a partition left settled because a replica
+        fetching it could not join may now have it join (a broker back in the same life)."""
+        metadata = self.metadata
+        seen = (metadata.brokers_version, metadata.shutting_down, metadata.initialised)
+        if seen != self._eligibility_seen:
+            self._eligibility_seen = seen
+            self.replicas.followers.isr_watch.update(
+                key for key, partition in self.replicas.partitions.items() if partition.role is ReplicaRole.LEADER
+            )
 
     def _unchangeable_until(self, partition: Partition) -> float:
         """The earliest time the ISR of `partition`, judged unchanged just now, could change with

@@ -91,6 +91,13 @@ class Partition:
     def move_to(self, state: common_pb2.PartitionState, broker_id: int) -> None:
         """Take the controller's newer `state`, checked by replica_role.transition."""
         self.role = transition(self.role, self.state, state, broker_id)
+        if self.pending_isr is not None and self.pending_isr[0] != state.partition_epoch:
+            # The change asked for at an older partition epoch is decided (committed or not, the
+            # state in force says which): nothing is in flight. Kept, it held the partition in the
+            # ISR check's watch for good, judged every 0.5 s: a push that came before the
+            # AlterPartition answer left 3,333 such partitions per leader after a restart at
+            # 10,000 partitions, 0.1-0.3 s of the event loop at every check.
+            self.pending_isr = None
         self.state = state
 
     def delete(self) -> None:

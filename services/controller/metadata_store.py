@@ -43,7 +43,7 @@ __all__ = ["ConflictError", "FencedError", "MetadataStore"]
 log = structlog.get_logger(__name__)
 
 STATES_PER_TXN: Final = 100  # etcd's default --max-txn-ops is 128
-TXNS_IN_FLIGHT: Final = 8  # transactions of one write_states sent to etcd at once
+TXNS_IN_FLIGHT: Final = 32  # transactions of one write_states sent to etcd at once (docs/configuration.md)
 LEADER_ELECTIONS: Final = metrics_catalog.counter("kafka_controller_controllerstats_leaderelections_total")
 UNCLEAN_ELECTIONS: Final = metrics_catalog.counter("kafka_controller_controllerstats_uncleanleaderelections_total")
 

@@ -326,6 +326,34 @@ async def test_the_high_watermark_waits_for_a_replica_joining_the_isr(replicas: 
         assert set(partition.state.isr) == {ME, OTHER, THIRD} and partition.state.partition_epoch == 2
 
 
+async def test_an_isr_change_the_controllers_push_decided_first_is_no_longer_in_flight(
+    replicas: ReplicaManager,
+) -> None:
+    # The controller pushes the committed state to every broker; at 10,000 partitions the push
+    # often reached the leader before the AlterPartition answer, which then changed nothing (an
+    # older state than ours). The change stayed "in flight" for good: the partition never left
+    # the ISR check's watch and was judged every 0.5 s, a third of a leader's loop after a restart.
+    controller = _SlowController()
+    async with _leading_with_third_caught_up(replicas, controller) as (isr, partition):
+        checking = asyncio.create_task(isr.check_once())
+        await asyncio.wait_for(controller.received.wait(), 5)
+        assert partition.pending_isr == (1, (ME, OTHER, THIRD))
+        # The push of the committed change, first:
+        await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=2, isr=[ME, OTHER, THIRD], extra=[THIRD])
+        assert partition.pending_isr is None
+        controller.release.set()  # the answer, for the state we hold already
+        await asyncio.wait_for(checking, 5)
+        assert partition.pending_isr is None and partition.state.partition_epoch == 2
+        key = (TOPIC, 0)
+        for replica in (OTHER, THIRD):  # both followers at the log end through live sessions
+            session = replicas.followers.sessions.resolve(broker_pb2.FetchRequest(replica_id=replica, session_id=0))
+            assert session is not None
+            session.update([_fetch(5, 1)], [])
+            replicas.followers.record_fetch(replica, f"life-{replica}", [_fetch(5, 1)], session)
+        await isr.check_once()
+        assert key not in replicas.followers.isr_watch, "settled: out of the watch"
+
+
 async def test_a_replica_that_catches_up_is_asked_into_the_isr_at_once_not_at_the_next_round(
     replicas: ReplicaManager,
 ) -> None:
@@ -798,6 +826,53 @@ async def test_a_partition_missing_a_replica_that_is_not_fetching_leaves_the_isr
     finally:
         await isr.close()
         await manager.close()
+
+
+async def test_a_partition_whose_outside_replica_may_not_join_leaves_the_watch_until_the_brokers_change(
+    tmp_path: Path,
+) -> None:
+    # A broker killed had fetched moments before: for half of replica.lag.time.max.ms (15 s by
+    # default) every partition it was missing from counted as "a replica fetching, it may join"
+    # and was judged at every check, though the controller no longer had that life registered.
+    clock = FakeClock()
+    manager = ReplicaManager(ME, tmp_path, _settings(**{"replica.lag.time.max.ms": 1000}), clock=clock)
+    isr = IsrManager(manager, MetadataCache())
+    watch, key = manager.followers.isr_watch, (TOPIC, 0)
+
+    def live(*brokers: int) -> None:
+        isr.metadata.update(
+            broker_pb2.UpdateMetadataRequest(
+                controller_epoch=1,
+                live_brokers=[
+                    common_pb2.BrokerEndpoint(broker_id=broker, host="h", port=broker, incarnation=f"life-{broker}")
+                    for broker in brokers
+                ],
+            )
+        )
+
+    try:
+        live(ME, OTHER)  # broker 3's life is not registered (killed)
+        await _apply(manager, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER], extra=[THIRD])
+        await manager.append(TOPIC, 0, encode_batch([b"x"] * 5), acks=1)
+        session = manager.followers.sessions.resolve(broker_pb2.FetchRequest(replica_id=OTHER, session_id=0))
+        assert session is not None
+        session.update([_fetch(5, 1)], [])
+        manager.followers.record_fetch(OTHER, "life-2", [_fetch(5, 1)], session)
+        manager.followers.record_fetch(THIRD, "life-3", [_fetch(5, 1)])  # its last fetch, caught up
+        await isr.check_once()
+        assert key not in watch, "broker 3 fetched just now, but its life may not join: settled"
+        assert partition_isr(manager) == [ME, OTHER]
+        live(ME, OTHER, THIRD)  # the same life registered again (its session had expired)
+        await isr.check_once()
+        assert key in watch, "the brokers changed: judged again (a change asked for, no controller to answer)"
+        assert isr.wanted_isr(manager.partitions[key], clock()) == [ME, OTHER, THIRD]
+    finally:
+        await isr.close()
+        await manager.close()
+
+
+def partition_isr(manager: ReplicaManager) -> list[int]:
+    return list(manager.partitions[(TOPIC, 0)].state.isr)
 
 
 async def test_a_follower_at_the_log_end_through_its_session_stays_in_the_isr_when_a_quiet_partition_is_written(
