@@ -149,6 +149,13 @@ FIXED_LIMITS: Final[tuple[FixedLimit, ...]] = (
         "Partition states written per etcd transaction (etcd's --max-txn-ops defaults to 128).",
     ),
     FixedLimit(
+        "tidelog.controller.metadata_store",
+        "TXNS_IN_FLIGHT",
+        32,
+        "Transactions of one partition-state write sent to etcd at once (etcd commits concurrent ones in one "
+        "raft entry; 8 took 0.25-0.4 s per 1,000 ISR changes of a restart at 10,000 partitions, 32 took 0.1-0.3 s).",
+    ),
+    FixedLimit(
         "tidelog.controller.process_watch",
         "CONFIRMATIONS",
         3,
