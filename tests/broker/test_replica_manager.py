@@ -861,7 +861,7 @@ async def test_a_partition_whose_outside_replica_may_not_join_leaves_the_watch_u
         manager.followers.record_fetch(THIRD, "life-3", [_fetch(5, 1)])  # its last fetch, caught up
         await isr.check_once()
         assert key not in watch, "broker 3 fetched just now, but its life may not join: settled"
-        assert partition_isr(manager) == [ME, OTHER]
+        assert _isr_of(manager) == [ME, OTHER]
         live(ME, OTHER, THIRD)  # the same life registered again (its session had expired)
         await isr.check_once()
         assert key in watch, "the brokers changed: judged again (a change asked for, no controller to answer)"
@@ -871,7 +871,7 @@ async def test_a_partition_whose_outside_replica_may_not_join_leaves_the_watch_u
         await manager.close()
 
 
-def partition_isr(manager: ReplicaManager) -> list[int]:
+def _isr_of(manager: ReplicaManager) -> list[int]:
     return list(manager.partitions[(TOPIC, 0)].state.isr)
 
 
