@@ -19,6 +19,7 @@ import pytest
 from tests.broker.storage.conftest import read_all
 from tests.cluster.conftest import wait_until
 from tests.fake_clock import FakeClock
+from tidelog.broker.fetch_session import FetchSession
 from tidelog.broker.isr_manager import INELIGIBLE_RETRY_S, IsrManager
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.partition import Partition
@@ -112,6 +113,15 @@ def _many_states(count: int, leader: int, leader_epoch: int) -> list[common_pb2.
 
 def _fetch(offset: int, leader_epoch: int) -> broker_pb2.FetchPartition:
     return broker_pb2.FetchPartition(topic=TOPIC, partition=0, fetch_offset=offset, current_leader_epoch=leader_epoch)
+
+
+def _fetching_in_a_session(manager: ReplicaManager, replica: int, offset: int, life: str) -> FetchSession:
+    """`replica` opens a follower fetch session holding partition 0 and fetches it at `offset`."""
+    session = manager.followers.sessions.resolve(broker_pb2.FetchRequest(replica_id=replica, session_id=0))
+    assert session is not None
+    session.update([_fetch(offset, 1)], [])
+    manager.followers.record_fetch(replica, life, [_fetch(offset, 1)], session)
+    return session
 
 
 async def test_a_deposed_leader_never_acknowledges_a_batch_it_truncated(replicas: ReplicaManager) -> None:
@@ -346,10 +356,7 @@ async def test_an_isr_change_the_controllers_push_decided_first_is_no_longer_in_
         assert partition.pending_isr is None and partition.state.partition_epoch == 2
         key = (TOPIC, 0)
         for replica in (OTHER, THIRD):  # both followers at the log end through live sessions
-            session = replicas.followers.sessions.resolve(broker_pb2.FetchRequest(replica_id=replica, session_id=0))
-            assert session is not None
-            session.update([_fetch(5, 1)], [])
-            replicas.followers.record_fetch(replica, f"life-{replica}", [_fetch(5, 1)], session)
+            _fetching_in_a_session(replicas, replica, 5, f"life-{replica}")
         await isr.check_once()
         assert key not in replicas.followers.isr_watch, "settled: out of the watch"
 
@@ -808,10 +815,7 @@ async def test_a_partition_missing_a_replica_that_is_not_fetching_leaves_the_isr
     try:
         await _apply(manager, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER], extra=[THIRD])
         await manager.append(TOPIC, 0, encode_batch([b"x"] * 5), acks=1)
-        session = manager.followers.sessions.resolve(broker_pb2.FetchRequest(replica_id=OTHER, session_id=0))
-        assert session is not None
-        session.update([_fetch(5, 1)], [])
-        manager.followers.record_fetch(OTHER, "life-2", [_fetch(5, 1)], session)
+        session = _fetching_in_a_session(manager, OTHER, 5, "life-2")
         manager.followers.record_fetch(THIRD, "life-3", [_fetch(2, 1)])  # broker 3 behind, then gone
         await isr.check_once()
         assert key in watch, "broker 3 fetched just now: it may join"
@@ -854,10 +858,7 @@ async def test_a_partition_whose_outside_replica_may_not_join_leaves_the_watch_u
         live(ME, OTHER)  # broker 3's life is not registered (killed)
         await _apply(manager, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER], extra=[THIRD])
         await manager.append(TOPIC, 0, encode_batch([b"x"] * 5), acks=1)
-        session = manager.followers.sessions.resolve(broker_pb2.FetchRequest(replica_id=OTHER, session_id=0))
-        assert session is not None
-        session.update([_fetch(5, 1)], [])
-        manager.followers.record_fetch(OTHER, "life-2", [_fetch(5, 1)], session)
+        _fetching_in_a_session(manager, OTHER, 5, "life-2")
         manager.followers.record_fetch(THIRD, "life-3", [_fetch(5, 1)])  # its last fetch, caught up
         await isr.check_once()
         assert key not in watch, "broker 3 fetched just now, but its life may not join: settled"
@@ -891,10 +892,7 @@ async def test_a_follower_at_the_log_end_through_its_session_stays_in_the_isr_wh
         await _apply(manager, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER])
         partition = manager.partitions[(TOPIC, 0)]
         await manager.append(TOPIC, 0, encode_batch([b"x"] * 5), acks=1)
-        session = manager.followers.sessions.resolve(broker_pb2.FetchRequest(replica_id=OTHER, session_id=0))
-        assert session is not None
-        session.update([_fetch(5, 1)], [])
-        manager.followers.record_fetch(OTHER, "life-2", [_fetch(5, 1)], session)
+        session = _fetching_in_a_session(manager, OTHER, 5, "life-2")
         for _ in range(10):  # 3 s of fetches at the log end, naming nothing
             clock.advance(0.3)
             session.fetched()
@@ -920,10 +918,7 @@ async def test_a_partition_written_on_in_sync_is_judged_once_a_lag_time_not_at_e
     try:
         await _apply(manager, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER])
         partition = manager.partitions[(TOPIC, 0)]
-        session = manager.followers.sessions.resolve(broker_pb2.FetchRequest(replica_id=OTHER, session_id=0))
-        assert session is not None
-        session.update([_fetch(0, 1)], [])
-        manager.followers.record_fetch(OTHER, "life-2", [_fetch(0, 1)], session)
+        session = _fetching_in_a_session(manager, OTHER, 0, "life-2")
         await manager.append(TOPIC, 0, encode_batch([b"x"]), acks=1)  # the follower behind: not settled
         await isr.check_once()
         assert key not in watch, "in sync, caught up just now: nothing can change for a lag time"
