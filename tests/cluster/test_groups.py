@@ -1,11 +1,13 @@
-"""Consumer groups against a real cluster with two coordinator instances."""
+"""Consumer groups against a real cluster with two coordinator instances: one cluster for the
+module, each test with its own topics and groups (a cluster's start is seconds of the suite, issue
+37); the test that kills a coordinator has a cluster of its own."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,11 +16,18 @@ from tidelog.client import AdminClient, GroupConsumer, Producer, TopicPartition
 from tidelog.common.errors import TidelogError
 from tidelog.dev.local_cluster import LocalCluster
 
-from .conftest import COORDINATOR_ARGS, started_cluster, wait_until
+from .conftest import COORDINATOR_ARGS, running_cluster, started_cluster, wait_until
+
+
+@pytest.fixture(scope="module")
+def group_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    folder = tmp_path_factory.mktemp("groups")
+    with running_cluster(folder, coordinators=2, coordinator_args=COORDINATOR_ARGS) as cluster:
+        yield cluster
 
 
 @pytest.fixture
-async def group_cluster(tmp_path: Path) -> AsyncIterator[LocalCluster]:
+async def own_group_cluster(tmp_path: Path) -> AsyncIterator[LocalCluster]:
     async with started_cluster(tmp_path / "cluster", coordinators=2, coordinator_args=COORDINATOR_ARGS) as cluster:
         yield cluster
 
@@ -30,8 +39,10 @@ def _consumer(cluster: LocalCluster, group: str, **options: object) -> GroupCons
     return GroupConsumer(cluster.bootstrap, group, **options)  # type: ignore[arg-type]
 
 
-async def test_members_share_partitions_and_commits_survive_a_coordinator_kill(group_cluster: LocalCluster) -> None:
-    cluster = group_cluster
+async def test_members_share_partitions_and_commits_survive_a_coordinator_kill(
+    own_group_cluster: LocalCluster,
+) -> None:
+    cluster = own_group_cluster
     async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
         await admin.create_topic("events", 6, 3)
     async with Producer(cluster.bootstrap) as producer:
@@ -186,8 +197,9 @@ async def test_churn_keeps_one_owner_per_partition_and_commit_after_process_lose
     Every record produced is processed at least once, and within one generation no partition
     belongs to two members."""
     cluster = group_cluster
+    topic = f"churn-{strategy}"
     async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
-        await admin.create_topic("churn", 6, 2)
+        await admin.create_topic(topic, 6, 2)
     processed: list[bytes] = []
     owners: dict[tuple[int, TopicPartition], set[str]] = {}
     members: list[GroupConsumer] = []
@@ -196,13 +208,13 @@ async def test_churn_keeps_one_owner_per_partition_and_commit_after_process_lose
     def join() -> GroupConsumer:
         member = _consumer(
             cluster,
-            "churners",
+            f"churners-{strategy}",
             enable_auto_commit=False,
             session_timeout_ms=2000,
             partition_assignment_strategy=[strategy],
             max_poll_records=50,
         )
-        member.subscribe(["churn"])
+        member.subscribe([topic])
         members.append(member)
         return member
 
@@ -220,7 +232,7 @@ async def test_churn_keeps_one_owner_per_partition_and_commit_after_process_lose
     async def produce() -> None:
         async with Producer(cluster.bootstrap, linger_ms=5) as producer:
             for start in range(0, len(produced), 100):
-                await (await producer.send_batch("churn", produced[start : start + 100]))
+                await (await producer.send_batch(topic, produced[start : start + 100]))
                 await asyncio.sleep(0.05)  # a trickle that spans the membership changes
 
     async def run_for(seconds: float) -> None:
@@ -255,7 +267,7 @@ async def test_churn_keeps_one_owner_per_partition_and_commit_after_process_lose
         # A commit refused by a rebalance leaves its records to the next owner, which processes and
         # commits them again: everything ends committed, not necessarily by the first owner.
         await run_for(0.2)
-        committed = await survivor.committed([TopicPartition("churn", p) for p in range(6)])
+        committed = await survivor.committed([TopicPartition(topic, p) for p in range(6)])
         total = sum(offset or 0 for offset in committed.values())
         assert total <= len(produced)  # never beyond what exists
         return total == len(produced)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 
 def main() -> None:
@@ -27,6 +28,13 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     tidelog.spark.register(spark)
+    query = start_copy(spark, bootstrap, source, target, checkpoint=checkpoint, per_trigger=int(per_trigger))
+    print("started", query.id, flush=True)
+    query.awaitTermination()  # until the test kills this process
+
+
+def start_copy(spark: Any, bootstrap: str, source: str, target: str, *, checkpoint: str, per_trigger: int) -> Any:
+    """The streaming copy this driver runs (the test's short version runs it in its own session)."""
     stream = (
         spark.readStream.format("tidelog")
         .option("tidelog.bootstrap.servers", bootstrap)
@@ -36,7 +44,7 @@ def main() -> None:
         .load()
         .selectExpr("key", "value", "partition")
     )
-    query = (
+    return (
         stream.writeStream.format("tidelog")
         .option("tidelog.bootstrap.servers", bootstrap)
         .option("topic", target)
@@ -45,8 +53,6 @@ def main() -> None:
         .trigger(processingTime="200 milliseconds")
         .start()
     )
-    print("started", query.id, flush=True)
-    query.awaitTermination()  # until the test kills this process
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""The exactly-once Spark sink (issue 34): a streaming copy whose driver is SIGKILLed in the middle
-of micro-batches and started again from its checkpoint; a read_committed reader of the target finds
-every input exactly once."""
+"""The exactly-once Spark sink (issue 34): a streaming copy stopped in the middle of micro-batches
+and started again from its checkpoint; a read_committed reader of the target finds every input
+exactly once. The default run stops the query in the suite's own Spark session (a driver's start is
+30 s here, issue 37); the soak run SIGKILLs a driver process, once and TIDELOG_EOS_KILLS times."""
 
 from __future__ import annotations
 
@@ -17,20 +18,21 @@ from typing import Any
 import pytest
 
 from tests.cluster.conftest import COORDINATOR_ARGS, running_cluster, wait_until
+from tests.spark.exactly_once_driver import start_copy
 from tidelog.client import AdminClient, Consumer, Producer, ProducerFencedError, TopicPartition
 from tidelog.dev.local_cluster import LocalCluster
 
 DRIVER = Path(__file__).with_name("exactly_once_driver.py")
 INPUTS = 240
 PARTITIONS = 2
-# The default run kills the driver once (a Spark start is ~25 s of the suite here, issue 37), in
-# batches of 80 inputs: three batches, the kill in the second (a micro-batch of this sink is seconds
-# here, and the suite's slowest test was 8 of them for 155 s). The soak run kills TIDELOG_EOS_KILLS
-# times, in batches of 30.
+# A driver killed once copies in batches of 80 inputs: three batches, the kill in the second (a
+# micro-batch of this sink is seconds here). A query stopped in a warm session, and a driver killed
+# TIDELOG_EOS_KILLS times, copy in batches of 30: the later batches run quickly, and some must be
+# left to interrupt after the restart.
 SOAK_KILLS = int(os.environ.get("TIDELOG_EOS_KILLS", "3"))
 PER_TRIGGER = 80
-SOAK_PER_TRIGGER = 30
-KILLS_MISSED_MAX = 3  # kills that found no transaction open (see _copy_across_kills) before failing
+SMALL_PER_TRIGGER = 30
+KILLS_MISSED_MAX = 3  # kills or stops that found no transaction open (see _copy_across_kills) before failing
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +78,34 @@ async def _committed_values(cluster: LocalCluster, topic: str, isolation: str = 
     return values
 
 
+def test_the_exactly_once_sink_copies_every_input_once_across_a_query_stopped_mid_batch(
+    eos_cluster: LocalCluster, spark: Any, tmp_path: Path
+) -> None:
+    source, target = "eos-in-stopped", "eos-out-stopped"
+    _fill(eos_cluster, source, target)
+    bootstrap, checkpoint = ",".join(eos_cluster.bootstrap), str(tmp_path / "checkpoint")
+    stops = missed = 0
+    while stops == 0:
+        _, before = asyncio.run(_ends(eos_cluster, target))  # before the start: a warm session is quick
+        query = start_copy(spark, bootstrap, source, target, checkpoint=checkpoint, per_trigger=SMALL_PER_TRIGGER)
+        try:
+            _wait_mid_batch(eos_cluster, target, before)
+        finally:
+            query.stop()  # interrupts the batch under way: Spark aborts its write, or leaves it open
+        if asyncio.run(_rows_left_uncommitted(eos_cluster, target)):
+            stops += 1
+        else:
+            missed += 1
+            assert missed <= KILLS_MISSED_MAX, f"{missed} stops found no transaction open"
+    query = start_copy(spark, bootstrap, source, target, checkpoint=checkpoint, per_trigger=SMALL_PER_TRIGGER)
+    try:
+        _wait_everything(eos_cluster, target)
+    finally:
+        query.stop()
+    _assert_each_input_once_and_a_batch_aborted(eos_cluster, target)
+
+
+@pytest.mark.soak
 def test_the_exactly_once_sink_copies_every_input_once_across_a_driver_kill(
     eos_cluster: LocalCluster, tmp_path: Path
 ) -> None:
@@ -86,22 +116,49 @@ def test_the_exactly_once_sink_copies_every_input_once_across_a_driver_kill(
 def test_the_exactly_once_sink_copies_every_input_once_across_driver_kills(
     eos_cluster: LocalCluster, tmp_path: Path
 ) -> None:
-    _copy_across_kills(eos_cluster, tmp_path, SOAK_KILLS, SOAK_PER_TRIGGER)
+    _copy_across_kills(eos_cluster, tmp_path, SOAK_KILLS, SMALL_PER_TRIGGER)
+
+
+def _fill(cluster: LocalCluster, source: str, target: str) -> None:
+    async def fill() -> None:
+        async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
+            for topic in (source, target):
+                await admin.create_topic(topic, PARTITIONS, 1)
+        async with Producer(cluster.bootstrap) as producer:
+            for number in range(INPUTS):
+                await producer.send(source, b"r%04d" % number, partition=number % PARTITIONS)
+
+    asyncio.run(fill())
+
+
+def _wait_mid_batch(cluster: LocalCluster, target: str, before: int) -> None:
+
+    async def mid_batch() -> bool:
+        written, stable = await _ends(cluster, target)
+        # some batches committed in this run, and one written and not yet committed
+        return stable > before and written > stable
+
+    asyncio.run(wait_until(mid_batch, timeout_s=120, what="a micro-batch written and not committed"))
+
+
+def _wait_everything(cluster: LocalCluster, target: str) -> None:
+    async def everything() -> bool:
+        return len(await _committed_values(cluster, target)) >= INPUTS
+
+    asyncio.run(wait_until(everything, timeout_s=180, what="every input copied"))
+
+
+def _assert_each_input_once_and_a_batch_aborted(cluster: LocalCluster, target: str) -> None:
+    values = asyncio.run(_committed_values(cluster, target))
+    assert sorted(values) == [b"r%04d" % number for number in range(INPUTS)]  # each once, none lost
+    # The interrupted runs' rows written and never committed are in the log, aborted: they were mid-batch.
+    assert len(asyncio.run(_committed_values(cluster, target, "read_uncommitted"))) > INPUTS
 
 
 def _copy_across_kills(eos_cluster: LocalCluster, tmp_path: Path, kills_wanted: int, per_trigger: int) -> None:
     source, target = f"eos-in-{kills_wanted}", f"eos-out-{kills_wanted}"
     bootstrap = ",".join(eos_cluster.bootstrap)
-
-    async def fill() -> None:
-        async with AdminClient(eos_cluster.bootstrap, controllers=eos_cluster.controller_endpoints) as admin:
-            for topic in (source, target):
-                await admin.create_topic(topic, PARTITIONS, 1)
-        async with Producer(eos_cluster.bootstrap) as producer:
-            for number in range(INPUTS):
-                await producer.send(source, b"r%04d" % number, partition=number % PARTITIONS)
-
-    asyncio.run(fill())
+    _fill(eos_cluster, source, target)
     kills = missed = 0
     while True:
         driver = subprocess.Popen(
@@ -112,17 +169,10 @@ def _copy_across_kills(eos_cluster: LocalCluster, tmp_path: Path, kills_wanted: 
         )
         try:
             if kills < kills_wanted:
-                _, before = asyncio.run(_ends(eos_cluster, target))
-
-                async def mid_batch(before: int = before) -> bool:
-                    written, stable = await _ends(eos_cluster, target)
-                    # some batches committed in this run, and one written and not yet committed
-                    return stable > before and written > stable
-
-                asyncio.run(wait_until(mid_batch, timeout_s=120, what="a micro-batch written and not committed"))
+                _wait_mid_batch(eos_cluster, target, asyncio.run(_ends(eos_cluster, target))[1])
                 os.killpg(driver.pid, signal.SIGKILL)  # the Python driver and its JVM at once: a crash
                 # A kill counts when it left a transaction's rows written and not committed. The
-                # check above also passes just after a commit marker, before the last stable
+                # wait above also passes just after a commit marker, before the last stable
                 # offset moves past it: a kill then finds nothing open (CI once), so it goes again.
                 if asyncio.run(_rows_left_uncommitted(eos_cluster, target)):
                     kills += 1
@@ -130,21 +180,14 @@ def _copy_across_kills(eos_cluster: LocalCluster, tmp_path: Path, kills_wanted: 
                     missed += 1
                     assert missed <= KILLS_MISSED_MAX, f"{missed} kills found no transaction open"
             else:
-
-                async def everything() -> bool:
-                    return len(await _committed_values(eos_cluster, target)) >= INPUTS
-
-                asyncio.run(wait_until(everything, timeout_s=180, what="every input copied"))
+                _wait_everything(eos_cluster, target)
                 break
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(driver.pid, signal.SIGKILL)
             driver.wait(timeout=30)
-    values = asyncio.run(_committed_values(eos_cluster, target))
     assert kills == kills_wanted
-    assert sorted(values) == [b"r%04d" % number for number in range(INPUTS)]  # each once, none lost
-    # The killed runs' rows written and never committed are in the log, aborted: the kills hit mid-batch.
-    assert len(asyncio.run(_committed_values(eos_cluster, target, "read_uncommitted"))) > INPUTS
+    _assert_each_input_once_and_a_batch_aborted(eos_cluster, target)
 
 
 def test_a_batch_run_again_after_a_commit_cut_halfway_writes_each_task_once(eos_cluster: LocalCluster) -> None:
