@@ -17,7 +17,7 @@ from pathlib import Path
 
 import atheris
 
-with atheris.instrument_imports():
+with atheris.instrument_imports(include=["tidelog"]):  # only ours: instrumenting every library took 10 s a start
     from tidelog.broker.storage import checkpoint, index
 
 # Where each input is written: the test passes its own temporary folder (libFuzzer's exit skips

@@ -21,7 +21,7 @@ from importlib import resources
 import atheris
 import crc32c
 
-with atheris.instrument_imports():
+with atheris.instrument_imports(include=["tidelog"]):  # only ours: instrumenting every library took 10 s a start
     from tidelog.common.errors import TidelogError
     from tidelog.common.kafka_wire import message_codec
     from tidelog.common.kafka_wire.primitives import MalformedFrameError

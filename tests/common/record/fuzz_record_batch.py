@@ -16,7 +16,7 @@ from typing import Any
 
 import atheris
 
-with atheris.instrument_imports():
+with atheris.instrument_imports(include=["tidelog"]):  # only ours: instrumenting every library took 10 s a start
     from tidelog.common.errors import TidelogError
     from tidelog.common.record import batch as record_batch
     from tidelog.common.record import batch_decoding
