@@ -49,12 +49,15 @@ def _free(port: int) -> bool:
     return True
 
 
-@pytest.fixture
-def dev_cluster(tmp_path: Path) -> Iterator[Path]:
-    """`tidelog dev up` in the background until its endpoint table is printed; Ctrl-C at the end."""
-    data = tmp_path / "data"
+@pytest.fixture(scope="module")
+def module_dev_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    """`tidelog dev up` in the background until its endpoint table is printed; Ctrl-C at the end.
+    One for the module's tests that use it (a start is ~10 s here, issue 37), each with its own
+    topics and groups: (its data folder, the state home it is announced in)."""
+    folder = tmp_path_factory.mktemp("dev-cluster")
+    data, state = folder / "data", folder / "state"
     conventional_free = _free(9292) and _free(8082)
-    with running_dev_up(data) as output:
+    with running_dev_up(data, environment={"XDG_STATE_HOME": str(state)}) as output:
         assert "broker-3" in output and "controller-2" in output and "gateway-1" in output, output
         if conventional_free:  # Kafka's and REST Proxy's ports, so their recipes work unchanged
             assert "127.0.0.1:9292" in output and "http://127.0.0.1:8082" in output, output
@@ -62,8 +65,18 @@ def dev_cluster(tmp_path: Path) -> Iterator[Path]:
             # Prometheus 2.42's alerts page (its /alerts is the new UI's, a 404 in Debian's build)
             alerts = next(word for word in output.split() if word.endswith("/classic/alerts"))
             assert httpx.get(alerts).status_code == 200, alerts
-        yield data
-    assert not user_state_file().exists()  # a stopped cluster is not announced any more
+        yield data, state
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_STATE_HOME", str(state))
+        assert not user_state_file().exists()  # a stopped cluster is not announced any more
+
+
+@pytest.fixture
+def dev_cluster(module_dev_cluster: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The module's dev cluster, announced to this test's commands (the others see none)."""
+    data, state = module_dev_cluster
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    return data
 
 
 def test_dev_up_topic_produce_consume_and_restart(dev_cluster: Path) -> None:
