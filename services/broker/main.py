@@ -147,6 +147,9 @@ class _Broker:
         if self.etcd.kv is None:  # (connected already when security needed it first)
             await self.etcd.connect()
         await self.quotas.start()
+        # The data directory exists from the start, as Kafka creates log.dirs: a broker that never
+        # hosted a log still writes its list of cleanly closed logs when it stops.
+        await replicas.io.run(lambda: replicas.data_dir.mkdir(parents=True, exist_ok=True))
         # Before any log opens (the controller's first push follows the registration).
         clean_logs = await replicas.io.run(replicas.clean_shutdown.take)
         log.info("clean_shutdown_list_read", logs=clean_logs)
