@@ -33,7 +33,7 @@ from tidelog.server_common.etcd.active_controller import active_controller_endpo
 from tidelog.server_common.etcd.connect import etcd_client
 from tidelog.server_common.etcd.registry import cluster_id
 from tidelog.server_common.metadata import BrokerRegistration
-from tidelog.server_common.runtime import run_service
+from tidelog.server_common.runtime import run_process, run_service
 from tidelog.server_common.security.service_security import ServiceSecurity
 from tidelog.v1 import broker_pb2_grpc
 
@@ -241,7 +241,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    asyncio.run(serve(parse_args(argv)))
+    run_process(serve(parse_args(argv)))
 
 
 if __name__ == "__main__":

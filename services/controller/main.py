@@ -17,7 +17,7 @@ from tidelog.controller.admin_service import AdminService
 from tidelog.controller.controller import Controller
 from tidelog.controller.controller_config import ControllerConfig
 from tidelog.server_common.etcd.connect import etcd_client
-from tidelog.server_common.runtime import run_service
+from tidelog.server_common.runtime import run_process, run_service
 from tidelog.server_common.security.service_security import ServiceSecurity
 from tidelog.v1 import controller_pb2_grpc
 
@@ -103,7 +103,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    asyncio.run(serve(parse_args(argv)))
+    run_process(serve(parse_args(argv)))
 
 
 if __name__ == "__main__":

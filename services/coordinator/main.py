@@ -49,7 +49,7 @@ from tidelog.server_common.metadata import (
     TXN_COORDINATOR_PARTITIONS_PREFIX,
     CoordinatorInstanceRecord,
 )
-from tidelog.server_common.runtime import run_service
+from tidelog.server_common.runtime import run_process, run_service
 from tidelog.server_common.security.service_security import ServiceSecurity
 from tidelog.v1 import broker_pb2, coordinator_pb2_grpc, transaction_pb2_grpc
 
@@ -370,7 +370,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    asyncio.run(serve(parse_args(argv)))
+    run_process(serve(parse_args(argv)))
 
 
 if __name__ == "__main__":

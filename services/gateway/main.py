@@ -35,7 +35,7 @@ from tidelog.gateway.scram_basic import ScramBasic
 from tidelog.server_common.etcd.connect import etcd_client
 from tidelog.server_common.etcd.registry import cluster_id, registered_brokers
 from tidelog.server_common.etcd.session import Session
-from tidelog.server_common.runtime import run_service
+from tidelog.server_common.runtime import run_process, run_service
 from tidelog.server_common.security.authentication.credential_store import CredentialCache
 
 log = structlog.get_logger(__name__)
@@ -205,7 +205,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    uvloop.run(serve(parse_args(argv)))
+    run_process(serve(parse_args(argv)), run=uvloop.run)
 
 
 if __name__ == "__main__":
