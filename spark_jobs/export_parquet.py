@@ -31,7 +31,7 @@ def export(spark: Any, *, bootstrap: str, topic: str, path: str, starting: str, 
     return count
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--bootstrap",
@@ -42,11 +42,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--starting-offsets", default="earliest", help="earliest or the source's JSON")
     parser.add_argument("--ending-offsets", default="latest", help="latest or the source's JSON")
     args = parser.parse_args(argv)
+    args.bootstrap = bootstrap_of(args.bootstrap)
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     spark = session("tidelog-export-parquet")
     try:
         count = export(
             spark,
-            bootstrap=bootstrap_of(args.bootstrap),
+            bootstrap=args.bootstrap,
             topic=args.topic,
             path=args.path,
             starting=args.starting_offsets,

@@ -1,9 +1,14 @@
 """The docs run as written: every `sh` and `python` block of README.md and docs/*.md, in order,
-twice in a row (docs/spark.md once, and README's Spark block on the first pass only: both twice
-with `-m soak`), against a real `tidelog dev up` (`dev up --secure` for docs/security.md), from a
+twice in a row, against a real `tidelog dev up` (`dev up --secure` for docs/security.md), from a
 folder laid out as the repository's root is for a reader (`.venv`, and `data` holding the running
 cluster). Settings blocks are checked against the settings registry, resource blocks against the
 CRDs. A block that cannot run here says why in the docs themselves (markdown_blocks.py).
+
+A block that starts Spark costs 25-30 s a run here (a JVM, a session, its first query): the default
+run runs README's on the first pass only, and checks docs/spark.md's without running them (the
+Python compiles and its modules exist; the shell parses, and each Spark job's arguments parse with
+the job's own parser). `-m soak` runs every Spark block on both passes (issue 37: the suite's time
+is the developer's loop).
 
 Where Kafka's or REST Proxy's port was taken and `dev up` chose another, the blocks' 9092 (the Kafka
 listener), 9292 (the brokers' gRPC port) and 8082 are replaced by the ports it chose; that is the
@@ -13,8 +18,12 @@ HTTP error (`--fail-with-body`), so an error answer fails the block as a failed 
 
 from __future__ import annotations
 
+import ast
+import importlib
+import importlib.util
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -40,9 +49,8 @@ SECURE: Final = frozenset({"security.md"})  # run against `dev up --secure`
 BLOCK_TIMEOUT_S: Final = 600
 CURL_FAILS: Final = 'curl() { command curl --silent --show-error --fail-with-body "$@"; }\n'
 PASSES: Final = 2  # a second run finds what the first left: the examples must be rerunnable
-# Documents whose blocks start Spark jobs (a minute a pass here): the default run takes them once,
-# the soak run twice (the suite's time is the developer's loop, issue 37).
-ONCE_BY_DEFAULT: Final = frozenset({"spark.md"})
+# Documents whose Spark blocks the default run checks without running (see above).
+SPARK_CHECKED_BY_DEFAULT: Final = frozenset({"spark.md"})
 
 
 def _runnable(path: Path) -> list[Block]:
@@ -161,13 +169,44 @@ def _starts_spark(block: Block) -> bool:
     return "pyspark" in block.text or "spark_jobs" in block.text
 
 
-def _run(reader: Reader, path: Path, passes: int = PASSES, *, spark_again: bool = False) -> None:
-    """Each runnable block in order, `passes` times; a block that starts Spark (10-20 s here) on
-    the first pass only unless `spark_again` (the soak run's)."""
+def _check_without_spark(block: Block) -> None:
+    """A Spark block checked, not run: Python that compiles and whose modules exist; shell that
+    parses, whose `python -m tidelog.spark_jobs.JOB ARGS` lines each parse with JOB's parser."""
+    if block.language == "python":
+        for node in ast.walk(ast.parse(block.text, block.where)):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                modules = [node.module]
+            else:
+                continue
+            for module in modules:
+                assert importlib.util.find_spec(module) is not None, f"{block.where}: no module {module}"
+        return
+    parsed = subprocess.run(["bash", "-n", "-c", block.text], capture_output=True, text=True, check=False)
+    assert parsed.returncode == 0, f"{block.where}: {parsed.stderr}"
+    jobs = 0
+    for line in block.text.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        if words[:2] == ["python", "-m"] and words[2].startswith("tidelog.spark_jobs."):
+            try:
+                importlib.import_module(words[2]).parse_args(words[3:])
+            except SystemExit as refused:  # argparse's answer to an unknown or missing option
+                pytest.fail(f"{block.where}: {' '.join(words)}: the job refuses its arguments ({refused})")
+            jobs += 1
+    assert jobs or "pyspark" in block.text, f"{block.where}: a Spark block that names no job"
+
+
+def _run(reader: Reader, path: Path, passes: int = PASSES, *, spark: str = "first pass") -> None:
+    """Each runnable block in order, `passes` times; a block that starts Spark runs on the
+    first pass only, on every pass (`spark="every pass"`, the soak run's) or is only checked
+    (`spark="checked"`)."""
     not_here: list[str] = []
     for done in range(passes):
         for block in _runnable(path):
-            if done and not spark_again and _starts_spark(block):
+            if _starts_spark(block) and (spark == "checked" or (done and spark == "first pass")):
+                if not done:
+                    _check_without_spark(block)
                 continue
             reason = reader.run(block)
             if reason is not None:
@@ -193,24 +232,18 @@ def secure_reader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reader]:
         yield reader
 
 
-TWICE = [path for path in PLAIN_DOCUMENTS if path.name not in ONCE_BY_DEFAULT]
-ONCE = [path for path in PLAIN_DOCUMENTS if path.name in ONCE_BY_DEFAULT]
 WITH_SPARK = [path for path in PLAIN_DOCUMENTS if any(_starts_spark(block) for block in _runnable(path))]
 
 
 class TestOnTheLocalCluster:
-    @pytest.mark.parametrize("path", TWICE, ids=[p.name for p in TWICE])
+    @pytest.mark.parametrize("path", PLAIN_DOCUMENTS, ids=[p.name for p in PLAIN_DOCUMENTS])
     def test_document_runs_twice(self, plain_reader: Reader, path: Path) -> None:
-        _run(plain_reader, path)
-
-    @pytest.mark.parametrize("path", ONCE, ids=[p.name for p in ONCE])
-    def test_document_runs_once(self, plain_reader: Reader, path: Path) -> None:
-        _run(plain_reader, path, passes=1)
+        _run(plain_reader, path, spark="checked" if path.name in SPARK_CHECKED_BY_DEFAULT else "first pass")
 
     @pytest.mark.soak
     @pytest.mark.parametrize("path", WITH_SPARK, ids=[p.name for p in WITH_SPARK])
     def test_document_with_spark_runs_twice_whole(self, plain_reader: Reader, path: Path) -> None:
-        _run(plain_reader, path, spark_again=True)
+        _run(plain_reader, path, spark="every pass")
 
 
 class TestOnTheSecureLocalCluster:
