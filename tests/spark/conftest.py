@@ -1,5 +1,5 @@
-"""Real PySpark in local mode against a real local cluster: one Spark session and one cluster per
-module (a session costs seconds to start)."""
+"""Real PySpark in local mode against a real local cluster: one Spark session for the run (a new
+session costs seconds to start, issue 37) and one cluster per module."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
         yield cluster
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession  # noqa: PLC0415
 
