@@ -5,10 +5,10 @@ cluster). Settings blocks are checked against the settings registry, resource bl
 CRDs. A block that cannot run here says why in the docs themselves (markdown_blocks.py).
 
 A block that starts Spark costs 25-30 s a run here (a JVM, a session, its first query): the default
-run runs README's on the first pass only, and checks docs/spark.md's without running them (the
-Python compiles and its modules exist; the shell parses, and each Spark job's arguments parse with
-the job's own parser). `-m soak` runs every Spark block on both passes (issue 37: the suite's time
-is the developer's loop).
+run checks them without running them (the Python compiles and its modules exist; the shell parses,
+and each Spark job's arguments parse with the job's own parser); tests/spark runs the same reads,
+writes and jobs in one warm session. `-m soak` runs every Spark block on both passes (issue 37: the
+suite's time is the developer's loop).
 
 Where Kafka's or REST Proxy's port was taken and `dev up` chose another, the blocks' 9092 (the Kafka
 listener), 9292 (the brokers' gRPC port) and 8082 are replaced by the ports it chose; that is the
@@ -49,8 +49,6 @@ SECURE: Final = frozenset({"security.md"})  # run against `dev up --secure`
 BLOCK_TIMEOUT_S: Final = 600
 CURL_FAILS: Final = 'curl() { command curl --silent --show-error --fail-with-body "$@"; }\n'
 PASSES: Final = 2  # a second run finds what the first left: the examples must be rerunnable
-# Documents whose Spark blocks the default run checks without running (see above).
-SPARK_CHECKED_BY_DEFAULT: Final = frozenset({"spark.md"})
 
 
 def _runnable(path: Path) -> list[Block]:
@@ -197,14 +195,13 @@ def _check_without_spark(block: Block) -> None:
     assert jobs or "pyspark" in block.text, f"{block.where}: a Spark block that names no job"
 
 
-def _run(reader: Reader, path: Path, passes: int = PASSES, *, spark: str = "first pass") -> None:
-    """Each runnable block in order, `passes` times; a block that starts Spark runs on the
-    first pass only, on every pass (`spark="every pass"`, the soak run's) or is only checked
-    (`spark="checked"`)."""
+def _run(reader: Reader, path: Path, passes: int = PASSES, *, run_spark: bool = False) -> None:
+    """Each runnable block in order, `passes` times; a block that starts Spark runs only with
+    `run_spark` (the soak run's), else it is checked on the first pass."""
     not_here: list[str] = []
     for done in range(passes):
         for block in _runnable(path):
-            if _starts_spark(block) and (spark == "checked" or (done and spark == "first pass")):
+            if _starts_spark(block) and not run_spark:
                 if not done:
                     _check_without_spark(block)
                 continue
@@ -238,12 +235,12 @@ WITH_SPARK = [path for path in PLAIN_DOCUMENTS if any(_starts_spark(block) for b
 class TestOnTheLocalCluster:
     @pytest.mark.parametrize("path", PLAIN_DOCUMENTS, ids=[p.name for p in PLAIN_DOCUMENTS])
     def test_document_runs_twice(self, plain_reader: Reader, path: Path) -> None:
-        _run(plain_reader, path, spark="checked" if path.name in SPARK_CHECKED_BY_DEFAULT else "first pass")
+        _run(plain_reader, path)
 
     @pytest.mark.soak
     @pytest.mark.parametrize("path", WITH_SPARK, ids=[p.name for p in WITH_SPARK])
     def test_document_with_spark_runs_twice_whole(self, plain_reader: Reader, path: Path) -> None:
-        _run(plain_reader, path, spark="every pass")
+        _run(plain_reader, path, run_spark=True)
 
 
 class TestOnTheSecureLocalCluster:
