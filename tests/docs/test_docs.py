@@ -19,7 +19,6 @@ HTTP error (`--fail-with-body`), so an error answer fails the block as a failed 
 from __future__ import annotations
 
 import ast
-import importlib
 import importlib.util
 import json
 import os

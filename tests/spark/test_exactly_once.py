@@ -84,8 +84,7 @@ def test_the_exactly_once_sink_copies_every_input_once_across_a_query_stopped_mi
     source, target = "eos-in-stopped", "eos-out-stopped"
     _fill(eos_cluster, source, target)
     bootstrap, checkpoint = ",".join(eos_cluster.bootstrap), str(tmp_path / "checkpoint")
-    stops = missed = 0
-    while stops == 0:
+    for _ in range(KILLS_MISSED_MAX + 1):
         _, before = asyncio.run(_ends(eos_cluster, target))  # before the start: a warm session is quick
         query = start_copy(spark, bootstrap, source, target, checkpoint=checkpoint, per_trigger=SMALL_PER_TRIGGER)
         try:
@@ -93,10 +92,9 @@ def test_the_exactly_once_sink_copies_every_input_once_across_a_query_stopped_mi
         finally:
             query.stop()  # interrupts the batch under way: Spark aborts its write, or leaves it open
         if asyncio.run(_rows_left_uncommitted(eos_cluster, target)):
-            stops += 1
-        else:
-            missed += 1
-            assert missed <= KILLS_MISSED_MAX, f"{missed} stops found no transaction open"
+            break  # a stop that left a transaction's rows uncommitted (see _copy_across_kills)
+    else:
+        pytest.fail(f"{KILLS_MISSED_MAX + 1} stops found no transaction open")
     query = start_copy(spark, bootstrap, source, target, checkpoint=checkpoint, per_trigger=SMALL_PER_TRIGGER)
     try:
         _wait_everything(eos_cluster, target)
@@ -132,7 +130,6 @@ def _fill(cluster: LocalCluster, source: str, target: str) -> None:
 
 
 def _wait_mid_batch(cluster: LocalCluster, target: str, before: int) -> None:
-
     async def mid_batch() -> bool:
         written, stable = await _ends(cluster, target)
         # some batches committed in this run, and one written and not yet committed
