@@ -4,6 +4,7 @@ topic's of the same name."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -26,25 +27,36 @@ def log_folder(data_dir: Path, topic: str, partition: int) -> Path:
 
 
 def open_partition_log(
-    data_dir: Path, topic: str, partition: int, topic_id: str, config: LogConfig, *, clean: bool = False
+    data_dir: Path,
+    topic: str,
+    partition: int,
+    topic_id: str,
+    config: LogConfig,
+    *,
+    clean: bool = False,
+    found: bool = False,
 ) -> PartitionLog:
     """The partition's log, created when new (the common case: nothing to recover), opened and
-    recovered when it exists for this topic id, replaced when it is a former topic's."""
+    recovered when it exists for this topic id, replaced when it is a former topic's. `found`: the
+    caller's listing of `data_dir` holds the folder (a restart's logs: no attempt to create it)."""
     directory = log_folder(data_dir, topic, partition)
     marker = directory / PARTITION_METADATA_FILE
-    try:
-        partition_log = PartitionLog.create(directory, config)
-    except FileExistsError:
-        pass
-    else:
-        _write_marker(marker, topic_id)
-        return partition_log
-    found = read_small_file(marker)
-    stale = found is None or found.decode(errors="replace").strip() != f"topic_id: {topic_id}"
+    if not found:
+        try:
+            partition_log = PartitionLog.create(directory, config)
+        except FileExistsError:
+            pass
+        else:
+            _write_marker(marker, topic_id)
+            return partition_log
+    written = read_small_file(marker)
+    stale = written is None or written.decode(errors="replace").strip() != f"topic_id: {topic_id}"
     if stale:
         log.warning("stale_log_replaced", topic=topic, partition=partition)
-        shutil.rmtree(directory)
-    partition_log = PartitionLog.open(directory, config, clean=clean and not stale)
+        with contextlib.suppress(FileNotFoundError):  # `found`, and gone since: nothing to remove
+            shutil.rmtree(directory)
+    # A stale folder was removed above: open makes it again.
+    partition_log = PartitionLog.open(directory, config, clean=clean and not stale, existing=not stale)
     if stale:
         _write_marker(marker, topic_id)
     return partition_log

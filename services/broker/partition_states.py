@@ -216,6 +216,7 @@ class PartitionStates:
                     state.topic_id,
                     configs[state.topic],
                     clean=self.clean_shutdown.consume(folder.name),
+                    found=folder.name in folders,
                 )
                 if state.leader == self.broker_id:
                     # Here, side by side on the I/O threads, rather than one I/O task after

@@ -58,6 +58,7 @@ class _IndexFile:
         self.values: array[int] = array(self.VALUE_TYPE)
         self._persisted = 0  # entries already in the file
         self._rewrite = True  # the file must be rewritten whole at the next flush
+        self._missing = False  # known to have no file (known_missing) until a flush makes one
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -80,11 +81,21 @@ class _IndexFile:
     def clear(self) -> None:
         self._truncate_entries(0)
 
+    def known_missing(self) -> None:
+        """The caller's listing of the folder shows no file: it holds no entry, and an empty index
+        has nothing to cut nor to read (recovery rebuilt and cut the absent indexes of 10,000 small
+        segments at a broker's restart, two failing system calls each)."""
+        assert not self.keys and self._persisted == 0
+        self._rewrite = False
+        self._missing = True
+
     def _entry_dtype(self) -> np.dtype[np.void]:
         return np.dtype([("key", _LITTLE[self.KEY_TYPE]), ("value", _LITTLE[self.VALUE_TYPE])])
 
     def load(self) -> None:
         """Read entries from the file; CorruptIndexError when the file cannot be trusted."""
+        if self._missing:
+            raise FileNotFoundError(self.path)
         data = self.path.read_bytes()
         if len(data) % self.ENTRY_BYTES:
             raise CorruptIndexError(f"{self.path}: {len(data)} bytes is not whole entries")
@@ -119,6 +130,7 @@ class _IndexFile:
             os.close(descriptor)
         self._persisted = len(self.keys)
         self._rewrite = False
+        self._missing = False
 
     def _truncate_in_place(self) -> None:
         """Empty the file by its name, one system call: the common case when recovery rebuilds the

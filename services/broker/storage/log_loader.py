@@ -17,8 +17,9 @@ import bisect
 import dataclasses
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Container
 from pathlib import Path
+from typing import Protocol
 
 import structlog
 
@@ -62,6 +63,10 @@ class LoadedSegments:
     recovered: list[LogSegment]
     clean: bool  # closed cleanly: nothing recovered, everything below the log end is durable
     recovery_point: int  # as checkpointed (0 if none); meaningless when clean
+
+
+class NewSegment(Protocol):
+    def __call__(self, base_offset: int, *, present: Container[str] | None = None) -> LogSegment: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -138,7 +143,7 @@ def load_segments(
     directory: Path,
     names: list[str],
     config: LogConfig,
-    new_segment: Callable[[int], LogSegment],
+    new_segment: NewSegment,
     *,
     clean: bool = False,
 ) -> LoadedSegments:
@@ -147,6 +152,7 @@ def load_segments(
     when a broker opens 10,000 logs); `clean`: closed cleanly by the broker's last stop."""
     if finish_interrupted_swaps(directory, names):
         names = os.listdir(directory)
+    present = frozenset(names)  # index files not in it are known empty (LogSegment)
     marked = CLEAN_SHUTDOWN_FILE in names
     clean = clean or marked
     base_offsets = sorted(int(match[1]) for name in names if (match := SEGMENT_NAME.match(name)))
@@ -157,7 +163,7 @@ def load_segments(
     recovered: list[LogSegment] = []
     drop_rest = False
     for slot, base_offset in enumerate(base_offsets):
-        segment = new_segment(base_offset)
+        segment = new_segment(base_offset, present=present)
         if drop_rest:
             log.warning("segment_dropped_after_corruption", segment=segment.log_path.name)
             segment.delete()

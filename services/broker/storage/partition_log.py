@@ -74,11 +74,19 @@ class PartitionLog:
 
     @classmethod
     def open(
-        cls, directory: Path, config: LogConfig, *, clock: Callable[[], int] = wall_clock_ms, clean: bool = False
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+        clean: bool = False,
+        existing: bool = False,
     ) -> PartitionLog:
         """Open (creating if needed) and recover the log in `directory`; `clean`: the broker's last
-        stop closed it cleanly (its data directory's list, clean_shutdown.py): no recovery."""
-        directory.mkdir(parents=True, exist_ok=True)
+        stop closed it cleanly (its data directory's list, clean_shutdown.py): no recovery;
+        `existing`: the caller saw the folder (no system call to make sure)."""
+        if not existing:
+            directory.mkdir(parents=True, exist_ok=True)
         (partition_log := cls(directory, config, clock))._load(clean)
         return partition_log
 
@@ -88,7 +96,7 @@ class PartitionLog:
         `open` without recovery, which has nothing to read (a new topic creates thousands)."""
         directory.mkdir(parents=True)
         partition_log = cls(directory, config, clock)
-        partition_log._local.append(partition_log._local.new_segment(0))
+        partition_log._local.append(partition_log._local.new_segment(0, present=()))  # a new folder: empty
         return partition_log
 
     def _load(self, clean: bool) -> None:

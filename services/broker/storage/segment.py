@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from pathlib import Path
 from typing import Final
 
@@ -66,7 +66,10 @@ class LogSegment:
         max_index_entries: int,
         rolling_base_ms: int,
         file_suffix: str = "",
+        present: Container[str] | None = None,
     ) -> None:
+        """`present`: the folder's listing, when the caller has one (a log's open): the index files
+        it lacks are known empty, and neither read nor cut."""
         assert base_offset >= 0
         self.directory = directory
         self.base_offset = base_offset
@@ -82,6 +85,10 @@ class LogSegment:
             max_index_entries,
         )
         self.txn_index = TransactionIndex(directory / (segment_file_name(base_offset, TXN_INDEX_SUFFIX) + file_suffix))
+        if present is not None:
+            for index in (self.offset_index, self.time_index, self.txn_index):
+                if index.path.name not in present:
+                    index.known_missing()
         # O_APPEND: every write lands at the end whatever the file offset (after reopen or truncate).
         self._descriptor = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self._descriptor).st_size

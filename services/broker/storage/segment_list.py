@@ -9,7 +9,7 @@ beside the segments (high watermark, log start, epochs, producers, checkpoints) 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from pathlib import Path
 
 import structlog
@@ -32,7 +32,10 @@ class SegmentList:
         self._segments: list[LogSegment] = []
         self._base_offsets: list[int] = []  # the same segments' base offsets, for bisection
 
-    def new_segment(self, base_offset: int, file_suffix: str = "") -> LogSegment:
+    def new_segment(
+        self, base_offset: int, file_suffix: str = "", *, present: Container[str] | None = None
+    ) -> LogSegment:
+        """`present`: the folder's listing, when the caller has one (LogSegment)."""
         return LogSegment(
             self.directory,
             base_offset,
@@ -40,6 +43,7 @@ class SegmentList:
             max_index_entries=self.config.segment_index_bytes // 8,
             rolling_base_ms=self.clock(),
             file_suffix=file_suffix,
+            present=present,
         )
 
     def append(self, segment: LogSegment) -> None:

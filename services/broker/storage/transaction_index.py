@@ -51,6 +51,11 @@ class TransactionIndex:
         self._entries: list[AbortedTxn] | None = None  # None: not read yet
         self._unsynced = False
 
+    def known_missing(self) -> None:
+        """The caller's listing of the folder shows no file: no abort to read."""
+        assert self._entries is None
+        self._entries = []
+
     @property
     def entries(self) -> list[AbortedTxn]:
         if self._entries is None:

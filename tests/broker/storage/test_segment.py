@@ -142,3 +142,42 @@ def test_a_time_index_without_entries_makes_no_file_and_is_not_rebuilt_at_open(
     assert reopened.load_indexes() is False and rebuilt == []
     assert reopened.next_offset == 30 and len(reopened.time_index) == 0
     reopened.close()
+
+
+def test_index_files_the_listing_lacks_are_neither_read_nor_cut_and_are_made_once_they_hold_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A restart opens thousands of small segments whose indexes never held an entry: the folder's
+    # listing says so, and recovery must not read or cut files that are not there.
+    small = LogSegment(tmp_path, 0, index_interval_bytes=4096, max_index_entries=64, rolling_base_ms=0)
+    for n in range(3):
+        _append(small, 3 * n, 3)
+    small.flush()
+    small.close()
+    listing = set(os.listdir(tmp_path))
+    assert listing == {"00000000000000000000.log"}
+    touched: list[object] = []
+    monkeypatch.setattr(os, "truncate", lambda path, length: touched.append(path))
+    monkeypatch.setattr(Path, "read_bytes", lambda self: touched.append(self) or b"")
+    reopened = LogSegment(
+        tmp_path, 0, index_interval_bytes=200, max_index_entries=64, rolling_base_ms=0, present=listing
+    )
+    assert reopened.recover(max_message_bytes=1 << 20) == 0
+    assert reopened.next_offset == 9 and reopened.txn_index.entries == []
+    reopened.flush()
+    assert touched == []
+    monkeypatch.undo()
+    # Entries now (the index interval is smaller this life): the files are made with them.
+    for n in range(3, 10):
+        _append(reopened, 3 * n, 3)
+    reopened.flush()
+    reopened.close()
+    assert reopened.offset_index.path.exists() and reopened.time_index.path.exists()
+    again = LogSegment(
+        tmp_path, 0, index_interval_bytes=200, max_index_entries=64, rolling_base_ms=0, present=os.listdir(tmp_path)
+    )
+    assert again.load_indexes() is False  # trusted: the files the listing shows are read
+    assert again.next_offset == 30 and len(again.offset_index) == len(reopened.offset_index) > 0
+    found = again.read(13, 10_000, max_offset=30, min_one_batch=False)
+    assert [batch.header.base_offset for batch in decode_batches(bytes(found))] == list(range(12, 30, 3))
+    again.close()
