@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidelog.broker.metadata_cache import MetadataCache
+from tidelog.broker.metadata_cache import JOURNAL_UPDATES_MAX, MetadataCache
 from tidelog.broker.readiness import Readiness, awaits_hand_back, under_replicated_hosted
 from tidelog.controller.leader_balance import imbalanced_partitions
 from tidelog.server_common.metadata import PartitionStateRecord
@@ -140,3 +140,89 @@ def test_the_broker_waits_exactly_when_the_controller_would_move_leaderships_to_
     for broker in (1, 2, 3):
         moved_to_it = any(assignments[key][0] == broker for key in moves)
         assert awaits_hand_back(broker, metadata) == moved_to_it
+
+
+_replicas = st.permutations([1, 2, 3, 4]).map(lambda brokers: brokers[:3])
+_isr_mask = st.integers(1, 7)  # which of the replicas are in the ISR (a bit mask)
+_update = st.fixed_dictionaries(
+    {
+        "whole": st.booleans(),
+        "live": st.sets(st.integers(1, 4), min_size=1).map(sorted),
+        # a delta: partitions changed (topic, index into the topic's partitions, replicas, ISR) ...
+        "changes": st.lists(
+            st.tuples(st.sampled_from(["t", "u"]), st.integers(0, 9), _replicas, _isr_mask), max_size=6
+        ),
+        # ... topics created (whole, partitions 0..n-1 as the controller sends them) or deleted
+        "created": st.lists(
+            st.tuples(st.sampled_from(["t", "u"]), st.lists(st.tuples(_replicas, _isr_mask), min_size=1, max_size=4)),
+            max_size=1,
+        ),
+        "deleted": st.lists(st.sampled_from(["t", "u"]), max_size=1),
+        "rebalance": st.booleans(),
+    }
+)
+
+
+def _state(topic: str, partition: int, replicas: list[int], mask: int) -> common_pb2.PartitionState:
+    isr = [replica for bit, replica in enumerate(replicas) if mask >> bit & 1] or replicas[:1]
+    return common_pb2.PartitionState(topic=topic, partition=partition, leader=isr[-1], replicas=replicas, isr=isr)
+
+
+@given(st.lists(_update, min_size=1, max_size=12))
+def test_counting_only_what_each_update_changed_agrees_with_counting_everything(updates: list[dict]) -> None:
+    # A broker of 10,000 partitions recounts only what an update changed; whatever the updates
+    # (deltas, whole states, topics created and deleted, brokers coming and going), it judges as a
+    # count of everything does.
+    metadata = MetadataCache()
+    readiness = {broker: Readiness(broker, metadata, None) for broker in (1, 2, 3, 4)}
+    topics: dict[str, list[common_pb2.PartitionState]] = {}  # the controller's view
+    for update in updates:
+        request = broker_pb2.UpdateMetadataRequest(
+            controller_id=1,
+            controller_epoch=1,
+            incremental=not update["whole"],
+            live_brokers=[
+                common_pb2.BrokerEndpoint(broker_id=broker, host="h", port=broker) for broker in update["live"]
+            ],
+            leader_balance=broker_pb2.LeaderBalance(
+                auto_leader_rebalance_enable=update["rebalance"], leader_imbalance_per_broker_percentage=10
+            ),
+        )
+        sent: list[common_pb2.PartitionState] = []
+        for topic in update["deleted"]:
+            if topics.pop(topic, None) is not None:
+                request.deleted_topics.append(topic)
+        for topic, partitions in update["created"]:
+            if topic not in topics:
+                topics[topic] = [_state(topic, p, replicas, mask) for p, (replicas, mask) in enumerate(partitions)]
+                sent += topics[topic]
+        for topic, index, replicas, mask in update["changes"]:
+            if topic in topics:
+                partition = index % len(topics[topic])
+                topics[topic][partition] = _state(topic, partition, replicas, mask)
+                sent.append(topics[topic][partition])
+        if update["whole"]:
+            sent = [state for states in topics.values() for state in states]
+        request.partitions.extend(sent)
+        metadata.update(request)
+        for broker, judged in readiness.items():
+            assert judged.check() == (
+                under_replicated_hosted(broker, metadata) == 0 and not awaits_hand_back(broker, metadata)
+            ), (broker, update)
+
+
+def test_a_reader_further_behind_than_the_cache_remembers_counts_everything_again() -> None:
+    metadata = MetadataCache()
+    _push(metadata, [1, 2, 3], [(0, [1, 2, 3], [1, 2, 3])])
+    readiness = Readiness(3, metadata, None)
+    assert readiness.check()
+    seen = metadata.version
+    assert metadata.changed_since(seen) == set()
+    base = {"controller_id": 1, "controller_epoch": 1, "incremental": True, "live_brokers": metadata.brokers}
+    for _ in range(JOURNAL_UPDATES_MAX):
+        metadata.update(broker_pb2.UpdateMetadataRequest(**base))
+    under = common_pb2.PartitionState(topic="t", partition=0, leader=1, replicas=[1, 2, 3], isr=[1, 2])
+    metadata.update(broker_pb2.UpdateMetadataRequest(**base, partitions=[under]))
+    assert metadata.changed_since(metadata.version - 1) == {("t", 0)}
+    assert metadata.changed_since(seen) is None  # forgotten: everything may have changed
+    assert not readiness.check()
