@@ -23,11 +23,7 @@ import structlog
 
 from tidelog.broker.storage.leader_epoch_cache import LeaderEpochCache
 from tidelog.broker.storage.log_config import LogConfig
-from tidelog.broker.storage.log_files import (
-    CLEAN_SHUTDOWN_FILE,
-    LEADER_EPOCH_FILE,
-    parse_log_directory_name,
-)
+from tidelog.broker.storage.log_files import CLEAN_SHUTDOWN_FILE, LEADER_EPOCH_FILE, parse_log_directory_name
 from tidelog.broker.storage.log_loader import load_log, rebuild_producer_state
 from tidelog.broker.storage.log_validator import AppendInfo, assign_offsets, validate_batches
 from tidelog.broker.storage.offset_checkpoints import OffsetCheckpoints
@@ -82,9 +78,8 @@ class PartitionLog:
         clean: bool = False,
         existing: bool = False,
     ) -> PartitionLog:
-        """Open (creating if needed) and recover the log in `directory`; `clean`: the broker's last
-        stop closed it cleanly (its data directory's list, clean_shutdown.py): no recovery;
-        `existing`: the caller saw the folder (no system call to make sure)."""
+        """Open (creating if needed) and recover the log in `directory`; `clean`: closed cleanly by the
+        broker's last stop (clean_shutdown.py): no recovery; `existing`: the caller saw the folder."""
         if not existing:
             directory.mkdir(parents=True, exist_ok=True)
         (partition_log := cls(directory, config, clock))._load(clean)
@@ -152,8 +147,7 @@ class PartitionLog:
 
         A plain store, no lock: the broker calls it on its event loop, which must not wait for an
         append holding the lock. An append that read the old fence under the lock completes before
-        any truncation the new epoch brings, since truncation takes the lock after this store.
-        """
+        any truncation the new epoch brings, since truncation takes the lock after this store."""
         self._epoch_fence = max(self._epoch_fence, leader_epoch)
 
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
@@ -171,8 +165,7 @@ class PartitionLog:
         """Follower (and tools): take a high watermark bounded by this log; returns the value set.
 
         A follower's may go back: a new leader's HW can be behind its predecessor's (Kafka's
-        UnifiedLog.updateHighWatermark). Leaders only move theirs forward: `advance_high_watermark`.
-        """
+        UnifiedLog.updateHighWatermark). Leaders only move theirs forward: `advance_high_watermark`."""
         with self._lock:
             self._high_watermark = min(max(offset, self._log_start_offset), self.log_end_offset)
             self.producer_state.on_high_watermark(self._high_watermark)
@@ -182,8 +175,7 @@ class PartitionLog:
         """Leader: move the high watermark forward to `offset`, which the whole ISR holds.
 
         The HW a leader exposes never goes back and never passes its log end: consumers read below
-        it and acks=all answers rest on it (Kafka's maybeIncrementHighWatermark).
-        """
+        it and acks=all answers rest on it (Kafka's maybeIncrementHighWatermark)."""
         with self._lock:
             assert offset >= self._high_watermark, f"{self.directory.name}: HW {self._high_watermark} → {offset}"
             assert offset <= self.log_end_offset, f"{self.directory.name}: HW {offset} past LEO {self.log_end_offset}"
