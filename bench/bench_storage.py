@@ -13,6 +13,11 @@
   reader and builder, the paths of an install without the compiled transcoder (ADR 0029).
 - read: raw pread of the log file vs PartitionLog.read in 1 MiB fetches (page cache warm), with
   the CRC check of every batch served.
+- open (a broker's restart, issue 37): `--logs` partition logs of one small batch each opened as a
+  restarted broker opens them (open_partition_log, the folder found by the data directory's
+  listing), left by a kill -9 (recovered) and closed cleanly; the reference is the file-system
+  floor of the same opens, the system calls no open can skip (list the folder, read its
+  partition.metadata, open and stat its segment).
 
 Each measurement runs `--rounds` times, raw and log alternating, and the median is printed.
 """
@@ -30,7 +35,10 @@ from pathlib import Path
 
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
+from tidelog.broker.log_folders import PARTITION_METADATA_FILE, log_folder, open_partition_log
 from tidelog.broker.storage import LogConfig, PartitionLog
+from tidelog.broker.storage.checkpoint import read_small_file
+from tidelog.broker.storage.log_files import CLEAN_SHUTDOWN_FILE
 from tidelog.common.kafka_wire.record_batches import from_kafka_batches, to_kafka_batches
 from tidelog.common.record.batch import decode_batch, encode_batch, iter_headers
 from tidelog.common.record.compression import CompressionType
@@ -174,6 +182,46 @@ def bench_read(log_dir: Path, rounds: int) -> tuple[float, float]:
     return total / statistics.median(raw_times) / MIB, total / statistics.median(log_times) / MIB
 
 
+def bench_open(workdir: Path, logs: int, rounds: int) -> tuple[float, float, float]:
+    """Seconds to open `logs` logs: the file-system floor, left by a kill -9, closed cleanly."""
+    data_dir = workdir / "open"
+    config = LogConfig.from_configs({})
+    topic_id = "0123456789abcdef0123456789abcdef"
+    batch = encode_batch([b"v" * VALUE_BYTES] * 20, timestamps=1000)
+    for partition in range(logs):
+        partition_log = open_partition_log(data_dir, "bench", partition, topic_id, config)
+        partition_log.append_as_leader(batch, leader_epoch=0)
+        partition_log.close()
+    folders = [log_folder(data_dir, "bench", partition) for partition in range(logs)]
+
+    def floor() -> None:
+        for folder in folders:
+            os.listdir(folder)
+            read_small_file(folder / PARTITION_METADATA_FILE)
+            descriptor = os.open(folder / "00000000000000000000.log", os.O_RDWR | os.O_APPEND)
+            os.fstat(descriptor)
+            os.close(descriptor)
+
+    def open_all(clean: bool) -> float:
+        if not clean:  # what a kill -9 leaves: no clean-shutdown marker, every log recovered
+            for folder in folders:
+                (folder / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+        started = time.perf_counter()
+        opened = [
+            open_partition_log(data_dir, "bench", partition, topic_id, config, clean=clean, found=True)
+            for partition in range(logs)
+        ]
+        elapsed = time.perf_counter() - started
+        for partition_log in opened:
+            partition_log.close()  # (marks each folder clean again: not timed)
+        return elapsed
+
+    def median_open(clean: bool) -> float:
+        return statistics.median(open_all(clean) for _ in range(rounds))
+
+    return _median_seconds(floor, rounds), median_open(False), median_open(True)
+
+
 def _next_offset_after(data: bytes | bytearray) -> int:
     """The offset after the last batch in `data` (walking headers only, as a consumer would)."""
     *_, (_, last) = iter_headers(data)
@@ -185,6 +233,7 @@ def main() -> None:
     parser.add_argument("--megabytes", type=int, default=512, help="bytes to write per append round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dir", default=None, help="folder on the disk to measure (default: a temp folder)")
+    parser.add_argument("--logs", type=int, default=2000, help="partition logs to open (a restart: 10,000)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir) as temporary:
         workdir = Path(temporary)
@@ -202,6 +251,12 @@ def main() -> None:
             f"  PartitionLog.read                  {log_read_mib_s:10.1f} MiB/s   "
             f"ratio {log_read_mib_s / raw_read_mib_s:6.1%}"
         )
+        floor_s, unclean_s, clean_s = bench_open(workdir, args.logs, args.rounds)
+        print(f"open {args.logs:,} logs of one small batch each, as a restarted broker does, median of {args.rounds}:")
+        floor_name = "file-system floor (list, read the marker, open the segment)"
+        print(f"  {floor_name:<59}{floor_s / args.logs * 1e6:8.1f} us/log   (reference)")
+        for name, seconds in (("left by a kill -9 (recovered)", unclean_s), ("closed cleanly", clean_s)):
+            print(f"  {name:<59}{seconds / args.logs * 1e6:8.1f} us/log   {seconds / floor_s:5.1f}x the floor")
     print(f"codec, batches of {CODEC_BATCH_RECORDS} records with {VALUE_BYTES}-byte values:")
     for codec in CompressionType:
         encode_rate, decode_rate = bench_codec(args.rounds, codec)
