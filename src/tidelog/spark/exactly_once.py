@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 from pyspark.sql.datasource import WriterCommitMessage
@@ -137,7 +137,9 @@ async def write_prepared(
     return PreparedTransaction(int(written), transactional_id(query_id, partition), producer_id, epoch)
 
 
-async def commit_prepared(options: WriteOptions, messages: list[WriterCommitMessage | None], *, commit: bool) -> None:
+async def commit_prepared(
+    options: WriteOptions, messages: Sequence[WriterCommitMessage | None], *, commit: bool
+) -> None:
     """Phase two, on the driver: commit (or abort) every task's prepared transaction. A commit
     that fails raises (the batch is then run again); an abort's failures are ignored."""
     for message in messages:
