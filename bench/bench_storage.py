@@ -39,6 +39,7 @@ from tidelog.broker.log_folders import PARTITION_METADATA_FILE, log_folder, open
 from tidelog.broker.storage import LogConfig, PartitionLog
 from tidelog.broker.storage.checkpoint import read_small_file
 from tidelog.broker.storage.log_files import CLEAN_SHUTDOWN_FILE
+from tidelog.broker.storage.segment import LOG_SUFFIX, segment_file_name
 from tidelog.common.kafka_wire.record_batches import from_kafka_batches, to_kafka_batches
 from tidelog.common.record.batch import decode_batch, encode_batch, iter_headers
 from tidelog.common.record.compression import CompressionType
@@ -198,7 +199,7 @@ def bench_open(workdir: Path, logs: int, rounds: int) -> tuple[float, float, flo
         for folder in folders:
             os.listdir(folder)
             read_small_file(folder / PARTITION_METADATA_FILE)
-            descriptor = os.open(folder / "00000000000000000000.log", os.O_RDWR | os.O_APPEND)
+            descriptor = os.open(folder / segment_file_name(0, LOG_SUFFIX), os.O_RDWR | os.O_APPEND)
             os.fstat(descriptor)
             os.close(descriptor)
 

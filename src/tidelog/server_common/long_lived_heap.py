@@ -14,9 +14,9 @@ again and again, 1-1.5 s of a broker's restart), then freezes everything alive: 
 collections walk only what came after. No collection runs before the freeze: at a 10,000-partition
 broker's restart it walked some 470,000 objects for 0.45 s, the event loop stopped and the
 controller's push waiting, to find about 200 unreachable ones; those few stay frozen until an
-unfreeze (`dropped`) lets the next full collection reclaim them. A new controller's state is settled after its
-first push (`PartitionCountWatch`), with the collector on meanwhile: one failover at 10,000
-partitions ran a 0.36 s full collection in the middle of that push. Frozen objects are still
+unfreeze (`dropped`) lets the next full collection reclaim them. A new controller's state is
+settled after its first push (`PartitionCountWatch`), with the collector on meanwhile: one
+failover at 10,000 partitions ran a 0.36 s full collection in the middle of that push. Frozen objects are still
 freed by reference counting when dropped; only cycles among them would stay, so a change that drops
 as much state (a broker no longer hosting thousands of partitions) unfreezes them, and the next
 full collection reclaims them. ADR 0028 has the alternatives.
