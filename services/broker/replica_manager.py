@@ -361,6 +361,21 @@ class ReplicaManager:
                 return
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
+                # Said loudly: a leader that kept its epoch and whose HW stood still for a whole
+                # request timeout is a stuck follower or ISR change, which a fault test should show.
+                log.warning(
+                    "produce_replication_timed_out",
+                    topic=hosted.topic,
+                    partition=hosted.partition,
+                    leader_epoch=leader_epoch,
+                    waited_for=offset,
+                    high_watermark=hosted.log.high_watermark,
+                    log_end=hosted.log.log_end_offset,
+                    isr=list(hosted.state.isr),
+                    maximal_isr=sorted(hosted.maximal_isr()),
+                    follower_ends=dict(hosted.follower_end),
+                    timeout_s=timeout_s,
+                )
                 raise RequestTimedOutError(f"{hosted.topic}-{hosted.partition}: the ISR did not replicate in time")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(hosted.high_watermark_moved.wait(), min(remaining, 0.5))

@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 import pytest
+import structlog.testing
 
 from tests.broker.storage.conftest import read_all
 from tests.cluster.conftest import wait_until
@@ -173,6 +174,20 @@ async def test_acks_all_completes_when_the_follower_has_the_batch(replicas: Repl
     replicas.followers.record_fetch(OTHER, "life-1", [_fetch(2, 1)])
     info = await asyncio.wait_for(waiting, 5)
     assert (info.first_offset, info.last_offset) == (0, 1)
+
+
+async def test_an_acks_all_wait_the_isr_never_answers_times_out_and_says_where_it_stood(
+    replicas: ReplicaManager,
+) -> None:
+    # A leader whose HW stood still for the request's whole timeout answers REQUEST_TIMED_OUT and
+    # logs the partition's state: the fault tests report these waits (tests/faults/nemesis.py).
+    await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER])
+    with structlog.testing.capture_logs() as logged, pytest.raises(TidelogError) as refused:
+        await replicas.append(TOPIC, 0, encode_batch([b"a"]), acks=-1, timeout_s=0.2)
+    assert refused.value.code == ErrorCode.REQUEST_TIMED_OUT
+    (stuck,) = [entry for entry in logged if entry["event"] == "produce_replication_timed_out"]
+    assert stuck["waited_for"] == 1 and stuck["high_watermark"] == 0 and stuck["log_end"] == 1
+    assert stuck["isr"] == [ME, OTHER] and stuck["leader_epoch"] == 1
 
 
 async def test_an_append_admitted_in_an_older_epoch_is_refused_once_fenced(replicas: ReplicaManager) -> None:

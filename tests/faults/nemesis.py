@@ -82,6 +82,11 @@ class Report:
     stalled: str = ""  # set when a partition acknowledged nothing for long after everything healed
     send_errors: list[str] = dataclasses.field(default_factory=list)  # what send() itself raised
     duplicate_batches: list[str] = dataclasses.field(default_factory=list)  # their headers, on each replica
+    # Leaders' acks=all waits that ran out their whole request timeout (the brokers' logs): a
+    # follower or ISR change stuck that long, which a client with a shorter delivery timeout
+    # than its request timeout would have given up on.
+    stuck_waits: list[str] = dataclasses.field(default_factory=list)
+    longest_ack_s: float = 0.0  # the longest a record waited for its acknowledgement
 
     @property
     def safe(self) -> bool:
@@ -101,7 +106,7 @@ class Report:
             f"seed {self.seed}: acknowledged {self.acknowledged}, lost {len(self.lost)}, "
             f"duplicated {len(self.duplicated)}, reordered {len(self.reordered)}, never sent {len(self.unsent)}, "
             f"replaced {len(self.replaced)}; failed sends: {failed}; faults {len(self.unavailability)}, "
-            f"worst unavailability {worst:.2f} s"
+            f"worst unavailability {worst:.2f} s, longest wait for an acknowledgement {self.longest_ack_s:.2f} s"
         )
 
     def details(self) -> str:
@@ -111,7 +116,16 @@ class Report:
         ]
         if self.stalled:
             lines.append(f"  stalled after healing: {self.stalled}")
-        for name in ("lost", "duplicated", "reordered", "unsent", "replaced", "send_errors", "duplicate_batches"):
+        for name in (
+            "lost",
+            "duplicated",
+            "reordered",
+            "unsent",
+            "replaced",
+            "send_errors",
+            "duplicate_batches",
+            "stuck_waits",
+        ):
             items: list[str] = getattr(self, name)
             if items:
                 lines.append(f"  {name}: {items[:10]}")
@@ -534,11 +548,23 @@ async def run_nemesis(
         report = check(writers, reader, final, nemesis.faults, seed)
         report.stalled = stalled_note
         report.send_errors = writers.send_errors
+        report.longest_ack_s = max((ack.acked_at - ack.sent_at for ack in writers.acks), default=0.0)
+        report.stuck_waits = logged_events(cluster.data_dir, "broker-", "produce_replication_timed_out")
         for partition, records in final.items():
             duplicated = set(map(str.encode, report.duplicated)) & {value for _, value in records}
             if duplicated:
                 report.duplicate_batches += batches_holding(cluster.data_dir, TOPIC, partition, duplicated)
         return report
+
+
+def logged_events(data_dir: Path, prefix: str, event: str) -> list[str]:
+    """Every line of the named event in the logs of the processes whose names start with `prefix`."""
+    found = []
+    for path in sorted((data_dir / "logs").glob(f"{prefix}*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            if f'"{event}"' in line:
+                found.append(f"{path.stem}: {line}")
+    return found
 
 
 async def _ready_after_healing(cluster: LocalCluster) -> None:

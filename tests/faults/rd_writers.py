@@ -18,6 +18,8 @@ from tidelog.dev.local_cluster import LocalCluster
 
 IN_FLIGHT_MAX = 200  # records a producer has unacknowledged before it waits for deliveries
 STOP_FLUSH_S = 30.0
+REQUEST_TIMEOUT_MS = 30_000  # librdkafka's and Kafka's default; a leader's acks=all wait in each request
+MESSAGE_TIMEOUT_MS = 120_000  # Kafka's delivery.timeout.ms default
 
 
 class RdWriters:
@@ -42,7 +44,15 @@ class RdWriters:
                 "linger.ms": 2,
                 "retry.backoff.ms": 50,
                 "reconnect.backoff.max.ms": 1000,
-                "message.timeout.ms": 30_000,
+                # Kafka's producer rule (delivery.timeout.ms >= linger.ms + request.timeout.ms, its
+                # defaults 120 s and 30 s): a record may outlive a leader's whole acks=all wait and
+                # its retry. At 30 s, equal to the request timeout, a request that waited out its
+                # timeout took its records' delivery timeout with it; librdkafka then bumps its
+                # epoch and sends queued records again from sequence 0, retried ones it may
+                # already have written among them (its INTRODUCTION.md, "Message timeout
+                # considerations"): 40 records written twice in CI.
+                "request.timeout.ms": REQUEST_TIMEOUT_MS,
+                "message.timeout.ms": MESSAGE_TIMEOUT_MS,
                 "log_level": 2,  # (librdkafka reports every refused reconnect otherwise)
             }
         )
