@@ -220,7 +220,7 @@ class PartitionLog:
                 f"{self.directory.name}: append as leader in epoch {leader_epoch}, "
                 f"but this replica has seen epoch {newest}"
             )
-        self.leader_epochs.assign_before_writing(leader_epoch, self.log_end_offset)
+        self.leader_epochs.assign(leader_epoch, self.log_end_offset)  # (written by the flush: ADR 0030)
         append_time = self.clock() if self.config.message_timestamp_type == "LogAppendTime" else None
         stamped = assign_offsets(data, headers, self.log_end_offset, leader_epoch, append_time)
         return self._append_locked(data, stamped, -1 if append_time is None else append_time)
@@ -238,7 +238,7 @@ class PartitionLog:
                     )
                 expected = header.next_offset
             for header in headers:
-                self.leader_epochs.assign_before_writing(header.partition_leader_epoch, header.base_offset)
+                self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
             return self._append_locked(records, headers, -1)
 
     def _append_locked(

@@ -321,8 +321,8 @@ def test_a_follower_s_epoch_history_survives_a_crash(open_log: OpenLog) -> None:
 
 
 def test_epochs_missing_from_the_checkpoint_are_recovered_from_the_log(open_log: OpenLog, tmp_path: Path) -> None:
-    # A log written before the history was kept durably: its checkpoint lags its data. Recovery
-    # assigns the epochs the unflushed batches carry, as Kafka's recovery does.
+    # The history lags the data until a flush (ADR 0030), as it does in a log an older version
+    # wrote. Recovery assigns the epochs the unflushed batches carry, as Kafka's recovery does.
     partition_log = open_log()
     partition_log.append_as_follower(_stamped(_values(0, 4), 0, 1))
     partition_log.flush()
@@ -369,8 +369,8 @@ def test_a_recovered_first_segment_does_not_make_open_scan_trusted_later_ones() 
 def test_a_flush_syncs_the_epoch_history_before_the_recovery_point(
     open_log: OpenLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A new epoch's history is written unsynced (KAFKA-15046); once the recovery point passes its
-    # batches, recovery no longer reads their epochs back, so the history must be synced first.
+    # A new epoch's history is not written with its batches (ADR 0030); once the recovery point
+    # passes them, recovery no longer reads their epochs back, so the flush writes it synced first.
     done: list[str] = []
     real_sync, real_write = checkpoint.sync_file, checkpoint.write_checkpoint
 
@@ -386,13 +386,13 @@ def test_a_flush_syncs_the_epoch_history_before_the_recovery_point(
     monkeypatch.setattr(leader_epoch_cache, "write_checkpoint", write_checkpoint)
     monkeypatch.setattr(offset_checkpoints, "write_checkpoint", write_checkpoint)
     log_ = open_log()
+    done.clear()  # (the open's checkpoints)
     log_.append_as_follower(_stamped(_values(0, 4), 0, 1))
+    log_.append_as_follower(_stamped(_values(4, 4), 4, 3))
+    assert done == []  # nothing for the new epochs' batches
     log_.flush()
-    assert done[:3] == [
-        f"write {LEADER_EPOCH_FILE} unsynced",  # before the batch
-        f"sync {LEADER_EPOCH_FILE}",
-        "write recovery-point-offset-checkpoint",
-    ]
+    assert done[:2] == [f"write {LEADER_EPOCH_FILE}", "write recovery-point-offset-checkpoint"]
+    assert read_checkpoint(log_.leader_epochs.path, fields=2) == [(1, 0), (3, 4)]
 
 
 def test_a_two_phase_close_leaves_the_marker_only_in_its_second_half(
@@ -460,23 +460,53 @@ def test_opening_after_a_crash_syncs_nothing_and_keeps_the_recovery_point(
     assert [value for _, _, value in records_of(read_all(again))] == _values(0, 12)
 
 
-def test_a_leader_s_epoch_is_written_with_its_first_batch_not_when_the_leadership_starts(
-    open_log: OpenLog, tmp_path: Path
+def test_a_new_epoch_is_written_by_the_flush_and_recovered_from_the_log_after_a_crash(
+    open_log: OpenLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Taking thousands of leaderships at once (another broker's controlled shutdown) wrote a file
-    # each while producers waited. The history must be on disk before a batch of the epoch is.
+    # Taking thousands of leaderships at once, or a 10,000-partition topic's first produce, wrote a
+    # file each while producers waited (ADR 0030). A crash before the flush loses nothing: the open
+    # recovers the batches from the recovery point on and assigns their epochs again, and writes no
+    # history file for them (a file each at a 10,000-log restart).
     history = tmp_path / "topic-0" / LEADER_EPOCH_FILE
     partition_log = open_log()
     _fill(partition_log, 1)  # epoch 0 at 0
+    partition_log.flush()
     partition_log.assign_leader_epoch(5)
-    assert partition_log.leader_epochs.entries() == [(0, 0), (5, 4)]
-    assert read_checkpoint(history, fields=2) == [(0, 0)]  # nothing written for the leadership
     partition_log.append_as_leader(encode_batch(_values(4, 4), timestamps=3000), leader_epoch=5)
-    assert read_checkpoint(history, fields=2) == [(0, 0), (5, 4)]  # written with the first batch
+    partition_log.append_as_follower(_stamped(_values(8, 4), 8, 7))
+    assert partition_log.leader_epochs.entries() == [(0, 0), (5, 4), (7, 8)]
+    assert read_checkpoint(history, fields=2) == [(0, 0)]  # nothing written for the new epochs
     _crash(partition_log)
+    written: list[Path] = []
+    real_write = leader_epoch_cache.write_checkpoint
+    monkeypatch.setattr(
+        leader_epoch_cache,
+        "write_checkpoint",
+        lambda path, entries, *, sync=True: (written.append(path), real_write(path, entries, sync=sync))[1],
+    )
     reopened = open_log()
-    assert reopened.leader_epochs.entries() == [(0, 0), (5, 4)]
-    assert reopened.log_end_offset == 8
+    assert reopened.leader_epochs.entries() == [(0, 0), (5, 4), (7, 8)]
+    assert reopened.log_end_offset == 12 and reopened.recovery_point == 4
+    assert written == [] and read_checkpoint(history, fields=2) == [(0, 0)]
+    _crash(reopened)  # a second crash before any flush: recovered again
+    again = open_log()
+    assert again.leader_epochs.entries() == [(0, 0), (5, 4), (7, 8)]
+    again.flush()
+    assert read_checkpoint(history, fields=2) == [(0, 0), (5, 4), (7, 8)]
+
+
+def test_an_open_writes_the_history_cut_to_what_the_log_kept(open_log: OpenLog, tmp_path: Path) -> None:
+    # A crash lost the tail an epoch began in: the file loses that epoch at the open, though the
+    # epochs recovered from the log are left to the next flush.
+    history = tmp_path / "topic-0" / LEADER_EPOCH_FILE
+    partition_log = open_log()
+    _fill(partition_log, 2)  # epoch 0: 0..7
+    partition_log.flush()
+    _crash(partition_log)
+    write_checkpoint(history, [(0, 0), (4, 8)])  # epoch 4 at 8: its batch never reached the disk
+    reopened = open_log()
+    assert reopened.leader_epochs.entries() == [(0, 0)]
+    assert read_checkpoint(history, fields=2) == [(0, 0)]
 
 
 def test_a_close_does_not_write_a_leadership_no_batch_carries(
@@ -487,6 +517,7 @@ def test_a_close_does_not_write_a_leadership_no_batch_carries(
     history = tmp_path / "topic-0" / LEADER_EPOCH_FILE
     partition_log = open_log()
     _fill(partition_log, 1)
+    partition_log.flush()  # epoch 0's history on disk
     partition_log.assign_leader_epoch(7)
     written: list[Path] = []
     real_write = leader_epoch_cache.write_checkpoint
