@@ -221,11 +221,8 @@ class PartitionStates:
                 if state.leader == self.broker_id:
                     # Here, side by side on the I/O threads, rather than one I/O task after
                     # another in _apply_state (a new topic makes thousands of leaders at once).
+                    # In memory: the log's flush writes the history (ADR 0030).
                     partition_log.assign_leader_epoch(state.leader_epoch)
-                    # Written now, with the new folder's other files, not by the first produce
-                    # (which waited on 10,000 files after a topic's creation). A leadership that
-                    # moves to a log already open waits for its first append instead.
-                    partition_log.leader_epochs.flush(sync=False)
                 opened.append(((state.topic, state.partition), partition_log))
             return opened
 
