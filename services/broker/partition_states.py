@@ -11,7 +11,6 @@ same log. Each replica's role moves by replica_role.py's transition table.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import os
@@ -48,7 +47,6 @@ SLOW_STATE_CHANGE_S: Final = 1.0  # a LeaderAndIsr that took longer is logged wi
 # partitions held the loop for over a second; the produce and fetch requests of the partitions it
 # did not touch waited that long (a rolling restart's acks=all stalls).
 STATES_BETWEEN_YIELDS: Final = 200
-STATES_PER_WAVE: Final = 1000  # a LeaderAndIsr's states applied while the next wave's logs open
 
 
 def _log_failure(error: BaseException) -> None:
@@ -150,50 +148,30 @@ class PartitionStates:
     async def _apply_states(
         self, request: broker_pb2.LeaderAndIsrRequest, topic_configs: dict[str, dict[str, str]], started: float
     ) -> list[broker_pb2.PartitionError]:
-        """The request's states a wave at a time, the next wave's new logs opening on the I/O
-        threads while this one's states are applied: a broker back from a restart follows (and
-        catches up, and is asked back into the ISRs for) the partitions of its first wave while
-        it still opens the others, where it followed none until all 10,000 logs were open."""
-        errors: list[broker_pb2.PartitionError] = []
-        wanted: set[PartitionKey] = set()
-        waves = [
-            request.partitions[i : i + STATES_PER_WAVE] for i in range(0, len(request.partitions), STATES_PER_WAVE)
-        ]
-        folders: set[str] = set()  # the data directory's listing, read once a request
-        new_logs = sum((state.topic, state.partition) not in self.partitions for state in request.partitions)
-        if new_logs >= NEW_LOGS_IN_PARALLEL_MIN:
-            folders = set(await self.io.run(_listing, self.data_dir))
-        waited_s = 0.0  # for logs to open, beyond what the waves overlapped
-        seen: set[PartitionKey] = set()
-
-        def opening(wave: Sequence[common_pb2.PartitionState]) -> asyncio.Future[dict[PartitionKey, PartitionLog]]:
-            # A key an earlier wave names is left to _apply_state: that wave may not have made it yet.
-            fresh = [state for state in wave if (state.topic, state.partition) not in seen]
-            seen.update((state.topic, state.partition) for state in wave)
-            return asyncio.ensure_future(self._open_new_logs(fresh, topic_configs, folders))
-
-        next_opened = opening(waves[0]) if waves else None
-        opened: dict[PartitionKey, PartitionLog] = {}
-        try:
-            for number, wave in enumerate(waves):
-                assert next_opened is not None
-                asked = self.clock()
-                opened = await next_opened
-                waited_s += self.clock() - asked
-                next_opened = opening(waves[number + 1]) if number + 1 < len(waves) else None
-                await self._apply_wave(wave, topic_configs, opened, errors, wanted)
-                for unused_log in opened.values():  # named twice in one wave: opened once, used once
-                    await self.io.run(unused_log.close)
-                opened = {}
-        finally:
-            # Opened and not taken by a wave a defect cut short: closed, so no descriptor leaks
-            # and the next push opens them again.
-            unused = list(opened.values())
-            if next_opened is not None:
-                with contextlib.suppress(Exception):  # (its failure, if it is what cut the wave, goes on up)
-                    unused += (await next_opened).values()
-            for log_ in unused:
-                await self.io.run(log_.close)
+        errors = []
+        wanted = set()
+        opened = await self._open_new_logs(request.partitions, topic_configs)
+        opened_s = self.clock() - started
+        new_leaders: dict[PartitionKey, tuple[Partition, int]] = {}
+        for index, state in enumerate(request.partitions):
+            if index % STATES_BETWEEN_YIELDS == STATES_BETWEEN_YIELDS - 1:
+                await asyncio.sleep(0)  # the requests of other partitions run meanwhile
+            key = (state.topic, state.partition)
+            wanted.add(key)
+            try:
+                await self._apply_state(state, topic_configs[state.topic], opened.pop(key, None), new_leaders)
+            except TidelogError as error:
+                errors.append(
+                    broker_pb2.PartitionError(
+                        topic=state.topic,
+                        partition=state.partition,
+                        error_code=int(error.code),
+                        error_message=error.message,
+                    )
+                )
+        await self._start_leader_epochs(list(new_leaders.values()))
+        for unused in opened.values():  # named twice in one request: opened once, used once
+            await self.io.run(unused.close)
         if request.full:
             unassigned = [key for key in self.partitions if key not in wanted]
         else:  # a delta names them; only the very topic (a topic created again is another)
@@ -207,51 +185,17 @@ class PartitionStates:
             log.warning("replica_not_assigned_any_more", topic=key[0], partition=key[1])
             await self._stop(key, delete=False)
         long_lived_heap.dropped(len(unassigned), reason="leader_and_isr")
-        if self.clock() - started >= SLOW_STATE_CHANGE_S:
+        if opened_s >= SLOW_STATE_CHANGE_S or self.clock() - started >= SLOW_STATE_CHANGE_S:
             log.info(  # a broker's restart at scale: where its first state change spends its time
                 "leader_and_isr_applied",
                 partitions=len(request.partitions),
-                waves=len(waves),
-                waited_for_logs_s=round(waited_s, 3),
+                logs_opened_s=round(opened_s, 3),
                 seconds=round(self.clock() - started, 3),
             )
         return errors
 
-    async def _apply_wave(
-        self,
-        wave: Sequence[common_pb2.PartitionState],
-        topic_configs: dict[str, dict[str, str]],
-        opened: dict[PartitionKey, PartitionLog],
-        errors: list[broker_pb2.PartitionError],
-        wanted: set[PartitionKey],
-    ) -> None:
-        """One wave's states, with the logs opened for it; a log not hosted after all stays in
-        `opened` for the caller to close."""
-        new_leaders: dict[PartitionKey, tuple[Partition, int]] = {}
-        for index, state in enumerate(wave):
-            if index % STATES_BETWEEN_YIELDS == STATES_BETWEEN_YIELDS - 1:
-                await asyncio.sleep(0)  # the requests of other partitions run meanwhile
-            key = (state.topic, state.partition)
-            wanted.add(key)
-            taken = opened.pop(key, None)
-            try:
-                await self._apply_state(state, topic_configs[state.topic], taken, new_leaders)
-            except TidelogError as error:
-                errors.append(
-                    broker_pb2.PartitionError(
-                        topic=state.topic,
-                        partition=state.partition,
-                        error_code=int(error.code),
-                        error_message=error.message,
-                    )
-                )
-            finally:
-                if taken is not None and getattr(self.partitions.get(key), "log", None) is not taken:
-                    opened[key] = taken  # not hosted after all: closed with the rest
-        await self._start_leader_epochs(list(new_leaders.values()))
-
     async def _open_new_logs(
-        self, states: Sequence[common_pb2.PartitionState], topic_configs: dict[str, dict[str, str]], folders: set[str]
+        self, states: Sequence[common_pb2.PartitionState], topic_configs: dict[str, dict[str, str]]
     ) -> dict[PartitionKey, PartitionLog]:
         """The logs of replicas new to this broker, opened side by side on the I/O pool (a topic of
         thousands of partitions is mostly file creation, which the threads overlap), a chunk per
@@ -283,6 +227,7 @@ class PartitionStates:
             return opened
 
         # Logs a restart finds are opened a chunk at a time, new ones two (storage_io.py says why).
+        folders = set(await self.io.run(_listing, self.data_dir))
         found: list[common_pb2.PartitionState] = []
         created: list[common_pb2.PartitionState] = []
         for state in new:

@@ -20,7 +20,6 @@ import structlog.testing
 from tests.broker.storage.conftest import read_all
 from tests.cluster.conftest import wait_until
 from tests.fake_clock import FakeClock
-from tidelog.broker import partition_states
 from tidelog.broker.fetch_session import FetchSession
 from tidelog.broker.isr_manager import INELIGIBLE_RETRY_S, IsrManager
 from tidelog.broker.metadata_cache import MetadataCache
@@ -753,60 +752,6 @@ async def test_a_leader_and_isr_whose_caller_is_cancelled_ends_anyway_and_leaks_
     assert len(os.listdir("/proc/self/fd")) == descriptors  # nothing opened twice
     info = await replicas.append(TOPIC, count - 1, encode_batch([b"x"]), acks=1)
     assert info.first_offset == 0
-
-
-async def test_a_big_leader_and_isr_applies_a_wave_while_the_next_waves_logs_open(
-    replicas: ReplicaManager, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A broker back from a restart followed none of its 10,000 partitions until every log was open;
-    # now the first wave's partitions are hosted (followed, led) while later waves' logs open.
-    monkeypatch.setattr(partition_states, "STATES_PER_WAVE", 8)
-    hosted_when_opening: list[int] = []
-    opening = replicas.states._open_new_logs
-
-    async def watched(*args: Any) -> Any:
-        hosted_when_opening.append(len(replicas.partitions))
-        return await opening(*args)
-
-    monkeypatch.setattr(replicas.states, "_open_new_logs", watched)
-    assert not await replicas.states.leader_and_isr(_whole_push(replicas, 24))
-    assert len(hosted_when_opening) == 3 and hosted_when_opening[2] >= 8  # wave 0 in place as wave 2 opens
-    assert len(replicas.partitions) == 24
-    held = _folders_held_open()
-    assert set(held) == {f"{TOPIC}-{partition}" for partition in range(24)}
-    assert len(set(held.values())) == 1  # as many descriptors each: none opened twice
-    info = await replicas.append(TOPIC, 23, encode_batch([b"x"]), acks=1)
-    assert info.first_offset == 0
-
-
-async def test_a_wave_a_defect_cuts_short_closes_the_logs_opened_ahead_of_it(
-    replicas: ReplicaManager, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(partition_states, "STATES_PER_WAVE", 8)
-    applying = replicas.states._apply_state
-
-    async def failing(state: common_pb2.PartitionState, *args: Any) -> None:
-        if state.partition == 3:
-            raise RuntimeError("a defect")
-        await applying(state, *args)
-
-    monkeypatch.setattr(replicas.states, "_apply_state", failing)
-    with pytest.raises(RuntimeError, match="a defect"):
-        await replicas.states.leader_and_isr(_whole_push(replicas, 24))
-    # Partitions 0-2 were taken; 3-7 (opened for wave 0) and 8-15 (wave 1, opened meanwhile) closed.
-    assert len(replicas.partitions) == 3
-    assert set(_folders_held_open()) == {f"{TOPIC}-{partition}" for partition in range(3)}
-
-
-def _folders_held_open() -> dict[str, int]:
-    """The log folders this process holds files of open, with how many descriptors each."""
-    held: dict[str, int] = {}
-    for descriptor in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            path = Path(os.readlink(f"/proc/self/fd/{descriptor}"))
-            if path.parent.name.startswith(f"{TOPIC}-"):
-                held[path.parent.name] = held.get(path.parent.name, 0) + 1
-    return held
 
 
 async def test_a_broker_stopping_while_a_cancelled_change_runs_closes_every_log_it_opened(tmp_path: Path) -> None:
