@@ -102,6 +102,7 @@ class Controller:
                 leader_imbalance_per_broker_percentage=config.settings.leader_imbalance_per_broker_percentage,
             ),
             shutting_down=self.leadership.shutting_down,
+            on_first_push=lambda _: self._preferred_returned.set(),  # leaderships it may take now
         )
         self.topics = TopicAdmin(self.store, self.leadership, config.settings, rng or random.Random())
         self.reassignments = Reassignments(self.store, self.role, self.leadership, self.propagation)
@@ -412,7 +413,10 @@ class Controller:
                 async with self._mutex:
                     if not self.role.is_active:
                         continue
-                    changes = self.leadership.rebalance(settings.leader_imbalance_per_broker_percentage)
+                    changes = self.leadership.rebalance(
+                        settings.leader_imbalance_per_broker_percentage,
+                        ready=self.propagation.applied_since_registering,
+                    )
                     if changes:
                         await self.store.write_states(changes)
                         log.info("leaders_rebalanced", partitions=len(changes))

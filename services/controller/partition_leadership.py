@@ -134,9 +134,14 @@ class PartitionLeadership:
             results.append(result)
         return results, changes
 
-    def rebalance(self, imbalance_percentage: int) -> Changes:
+    def rebalance(self, imbalance_percentage: int, *, ready: Callable[[int], bool]) -> Changes:
         """Preferred elections where a broker's preferred partitions are led elsewhere above the share
-        (partitions being reassigned are left alone: their preferred replica is about to change)."""
+        (partitions being reassigned are left alone: their preferred replica is about to change),
+        to brokers `ready` to lead: those that applied a push since they registered. A broker back
+        from a restart follows (and may rejoin the ISRs of) the first partitions of its first push
+        while it still applies the rest; leadership handed to it meanwhile waits behind that push,
+        and its followers' epoch queries are refused until then (seen: 2-3 s acks=all stalls in a
+        rolling restart when the push took longer)."""
         state = self.store.state
         moving = {
             (topic, int(partition))
@@ -149,7 +154,7 @@ class PartitionLeadership:
             if key[0] in state.topics and key not in moving
         }
         states = {key: versioned.value for key, versioned in state.partitions.items()}
-        keys = imbalanced_partitions(assignments, states, self.live, imbalance_percentage)
+        keys = imbalanced_partitions(assignments, states, {b for b in self.live if ready(b)}, imbalance_percentage)
         _, changes = self.elections(keys, unclean=False)
         return changes
 

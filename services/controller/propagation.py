@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Collection, Coroutine, Iterable
+from collections.abc import Callable, Collection, Coroutine, Iterable
 from typing import Any, Final
 
 from tidelog.controller.broker_requests import BrokerRequests
 from tidelog.controller.controller_role import ControllerRole
 from tidelog.controller.metadata_store import MetadataStore
 from tidelog.controller.state_delta import BrokerView, WholeState, build_push
+from tidelog.server_common.metadata import BrokerRegistration
 from tidelog.v1 import broker_pb2, common_pb2
 
 __all__ = ["Propagation"]
@@ -39,6 +40,7 @@ class Propagation:
         endpoint: str,
         leader_balance: broker_pb2.LeaderBalance | None = None,
         shutting_down: Collection[int] = (),
+        on_first_push: Callable[[int], None] | None = None,
     ) -> None:
         self.broker_requests = broker_requests
         self.store = store
@@ -53,12 +55,29 @@ class Propagation:
         self._unsynced: set[int] = set()  # live brokers the last push did not reach
         self._views: dict[int, BrokerView] = {}  # what each broker acknowledged in this term
         self._whole: WholeState | None = None  # shared by the whole pushes of one propagation
+        # Brokers that applied a push since they registered (a life's first push is whole: 10,000
+        # partitions take seconds), and whom to tell when one does (the leader rebalance).
+        self._applied: set[int] = set()
+        self._on_first_push = on_first_push
 
     def forget(self, broker_id: int) -> None:
         """The next push to `broker_id` is whole: it registered (again) and may hold anything. (A
         new controller term needs no call: its state is loaded anew, with a journal of its own, and
         a view from another journal is no view — `build_push`.)"""
         self._views.pop(broker_id, None)
+        self._applied.discard(broker_id)
+
+    def applied_since_registering(self, broker_id: int) -> bool:
+        """Whether the broker applied a push of this term since it (re-)registered: until then it
+        holds no partition state from us, and leadership handed to it waits for that push."""
+        return broker_id in self._applied
+
+    def _note_applied(self, broker_id: int, broker: BrokerRegistration) -> None:
+        if self.store.state.brokers.get(broker_id) is not broker or broker_id in self._applied:
+            return  # (registered again meanwhile: its new life has applied nothing yet)
+        self._applied.add(broker_id)
+        if self._on_first_push is not None:
+            self._on_first_push(broker_id)
 
     async def propagate(self, brokers: Iterable[int]) -> None:
         """Bring `brokers` up to the current state (LeaderAndIsr, then UpdateMetadata; see above)."""
@@ -140,6 +159,7 @@ class Propagation:
             self._whole = push.whole
         if push.empty:
             self._views[broker_id] = push.view
+            self._note_applied(broker_id, broker)
             return True
         refused = await self.broker_requests.send_push(broker, push)
         if refused is None:
@@ -147,6 +167,7 @@ class Propagation:
         push.view.retry = refused  # sent again with the next push
         if self.store.state.brokers.get(broker_id) is broker:
             self._views[broker_id] = push.view  # (not when it registered again meanwhile: `forget`)
+        self._note_applied(broker_id, broker)
         return True
 
     async def resync(self) -> None:
