@@ -55,8 +55,9 @@ def needs_cut(answers: list[EpochAnswer]) -> list[bool]:
     return flags
 
 
-def cut(followed: FollowedPartition, leader_epoch: int, leader_end_offset: int) -> None:
-    """Cut the log where the leader's answer says (nothing when it keeps everything)."""
+def cut(followed: FollowedPartition, leader_epoch: int, leader_end_offset: int, *, sync: bool = True) -> None:
+    """Cut the log where the leader's answer says (nothing when it keeps everything); without
+    `sync`, the caller syncs the file system before anything is appended past the cut."""
     partition_log = followed.log
     target = truncation_target(partition_log, leader_epoch, leader_end_offset)
     if target is None or target >= partition_log.log_end_offset:
@@ -71,7 +72,7 @@ def cut(followed: FollowedPartition, leader_epoch: int, leader_end_offset: int) 
         leader_epoch=leader_epoch,
         leader_end_offset=leader_end_offset,
     )
-    partition_log.truncate_to(target)
+    partition_log.truncate_to(target, sync=sync)
 
 
 def append_chunk(appends: list[tuple[FollowedPartition, Any]]) -> tuple[int, BaseException | None]:

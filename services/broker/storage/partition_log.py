@@ -320,17 +320,18 @@ class PartitionLog:
 
     # ---- truncation and deletion -----------------------------------------------------------
 
-    def truncate_to(self, offset: int) -> None:
-        """Remove records at and after `offset` (whole batches: the log may end below it)."""
+    def truncate_to(self, offset: int, *, sync: bool = True) -> None:
+        """Remove records at and after `offset` (whole batches: the log may end below it); without
+        `sync`, the caller syncs the file system before appending past the cut (replica_fetcher)."""
         with self._lock:
             self._check_open()
             if offset >= self.log_end_offset:
                 return
             if offset <= self._local.first.base_offset:
-                self._truncate_fully_locked(max(offset, self._log_start_offset))
+                self._truncate_fully_locked(max(offset, self._log_start_offset), sync=sync)
                 return
             self._local.truncate_to(offset)
-            self._after_truncation()
+            self._after_truncation(sync=sync)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete everything and restart the log at `offset` (a replica far behind the leader)."""
@@ -338,14 +339,14 @@ class PartitionLog:
             self._check_open()
             self._truncate_fully_locked(offset)
 
-    def _truncate_fully_locked(self, offset: int) -> None:
+    def _truncate_fully_locked(self, offset: int, *, sync: bool = True) -> None:
         self._local.delete_all_and_start_at(offset)
         self._log_start_offset = offset
         self.leader_epochs.clear()
         self.producer_state.clear(offset)
-        self._after_truncation()
+        self._after_truncation(sync=sync)
 
-    def _after_truncation(self) -> None:
+    def _after_truncation(self, *, sync: bool = True) -> None:
         log_end = self.log_end_offset
         self._high_watermark = min(self._high_watermark, log_end)
         self._high_watermark = max(self._high_watermark, self._log_start_offset)
@@ -356,7 +357,7 @@ class PartitionLog:
                 producers, self._local.segments, self._local.base_offsets, self.log_start_offset, log_end
             )
             producers.on_high_watermark(self._high_watermark)
-        self._write_checkpoints()
+        self._write_checkpoints(sync=sync)
 
     def delete_records(self, offset: int) -> int:
         """Move the log start offset up to `offset` (≤ high watermark); returns the new start. Whole
