@@ -35,6 +35,18 @@ def _crash(partition_log: PartitionLog) -> None:
     partition_log.close_without_flush()
 
 
+def _history_writes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The epoch-history files written from now on (each path, as written)."""
+    written: list[Path] = []
+    real_write = leader_epoch_cache.write_checkpoint
+    monkeypatch.setattr(
+        leader_epoch_cache,
+        "write_checkpoint",
+        lambda path, entries, *, sync=True: (written.append(path), real_write(path, entries, sync=sync))[1],
+    )
+    return written
+
+
 def _segment_file(directory: Path, base: int, suffix: str = ".log") -> Path:
     return directory / f"{base:020d}{suffix}"
 
@@ -477,13 +489,7 @@ def test_a_new_epoch_is_written_by_the_flush_and_recovered_from_the_log_after_a_
     assert partition_log.leader_epochs.entries() == [(0, 0), (5, 4), (7, 8)]
     assert read_checkpoint(history, fields=2) == [(0, 0)]  # nothing written for the new epochs
     _crash(partition_log)
-    written: list[Path] = []
-    real_write = leader_epoch_cache.write_checkpoint
-    monkeypatch.setattr(
-        leader_epoch_cache,
-        "write_checkpoint",
-        lambda path, entries, *, sync=True: (written.append(path), real_write(path, entries, sync=sync))[1],
-    )
+    written = _history_writes(monkeypatch)
     reopened = open_log()
     assert reopened.leader_epochs.entries() == [(0, 0), (5, 4), (7, 8)]
     assert reopened.log_end_offset == 12 and reopened.recovery_point == 4
@@ -519,13 +525,7 @@ def test_a_close_does_not_write_a_leadership_no_batch_carries(
     _fill(partition_log, 1)
     partition_log.flush()  # epoch 0's history on disk
     partition_log.assign_leader_epoch(7)
-    written: list[Path] = []
-    real_write = leader_epoch_cache.write_checkpoint
-    monkeypatch.setattr(
-        leader_epoch_cache,
-        "write_checkpoint",
-        lambda path, entries, *, sync=True: (written.append(path), real_write(path, entries, sync=sync))[1],
-    )
+    written = _history_writes(monkeypatch)
     partition_log.close()
     assert written == [] and read_checkpoint(history, fields=2) == [(0, 0)]
     reopened = open_log()
