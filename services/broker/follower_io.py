@@ -13,8 +13,18 @@ from typing import Any, Final
 import structlog
 
 from tidelog.broker.storage import PartitionLog
+from tidelog.broker.storage.checkpoint import sync_filesystems
 
-__all__ = ["UNDEFINED", "EpochAnswer", "FollowedPartition", "append_chunk", "cut", "needs_cut", "truncation_target"]
+__all__ = [
+    "UNDEFINED",
+    "EpochAnswer",
+    "FollowedPartition",
+    "append_chunk",
+    "cut",
+    "needs_cut",
+    "sync_cuts",
+    "truncation_target",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -73,6 +83,13 @@ def cut(followed: FollowedPartition, leader_epoch: int, leader_end_offset: int, 
         leader_end_offset=leader_end_offset,
     )
     partition_log.truncate_to(target, sync=sync)
+
+
+def sync_cuts(answers: list[EpochAnswer]) -> None:
+    """Make a round of cuts made without `sync` durable before anything is appended past them: one
+    sync of each file system holding their logs (3,334 one-record cuts after a leader's crash, each
+    fsyncing its recovery point and epoch history, took 5 s)."""
+    sync_filesystems({followed.log.directory.parent for followed, _, _ in answers})
 
 
 def append_chunk(appends: list[tuple[FollowedPartition, Any]]) -> tuple[int, BaseException | None]:

@@ -22,8 +22,7 @@ from typing import Any, Final
 import grpc
 import structlog
 
-from tidelog.broker.follower_io import EpochAnswer, FollowedPartition, append_chunk, cut, needs_cut
-from tidelog.broker.storage.checkpoint import sync_filesystems
+from tidelog.broker.follower_io import EpochAnswer, FollowedPartition, append_chunk, cut, needs_cut, sync_cuts
 from tidelog.broker.storage_io import BULK_CHUNKS_AT_ONCE, StorageIo
 from tidelog.common.channels import ChannelPool
 from tidelog.common.clock import Monotonic, monotonic
@@ -45,8 +44,12 @@ EPOCH_QUERY_RETRY_FIRST_S: Final = 0.005
 # Per-partition fetch errors that mean the leadership moved on (or has yet to reach the leader):
 # resolved by the next LeaderAndIsr, they hold back that partition alone.
 LEADERSHIP_ERRORS: Final = frozenset(
-    {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH}
-    | {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}  # (the leader has yet to hear of the partition)
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    }
 )
 APPEND_MS: Final = metrics_catalog.histogram(
     "tidelog_replica_fetch_append_ms", buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 1000)
@@ -247,9 +250,8 @@ class ReplicaFetcherManager:
         return task
 
     async def _cut(self, leader: int, to_cut: list[EpochAnswer]) -> None:
-        """Cut these logs side by side on the I/O threads, their file systems synced once (3,334
-        cuts, each fsyncing its checkpoints, took 5 s), then let the fetcher take them (one
-        interrupted long poll for all). A failed cut leaves its partitions to be asked again."""
+        """Cut these logs side by side on the I/O threads and sync them once (`sync_cuts`), then let
+        the fetcher take them (one interrupted long poll for all). A failed cut is asked again."""
 
         def cut_chunk(chunk: list[EpochAnswer]) -> None:
             for followed, leader_epoch, end_offset in chunk:
@@ -261,7 +263,7 @@ class ReplicaFetcherManager:
         keys = {(asked.topic, asked.partition) for asked, _, _ in to_cut}
         try:
             await self.io.each_chunk(cut_chunk, to_cut, parallel=BULK_CHUNKS_AT_ONCE)
-            await self.io.run(sync_filesystems, {asked.log.directory.parent for asked, _, _ in to_cut})
+            await self.io.run(sync_cuts, to_cut)
         except Exception:
             log.exception("follower_truncation_failed", leader=leader, partitions=len(to_cut))
             for key in keys:  # asked again after a delay that doubles, not at once (a failing disk)

@@ -21,7 +21,6 @@ from tidelog.controller.broker_requests import BrokerRequests
 from tidelog.controller.controller_role import ControllerRole
 from tidelog.controller.metadata_store import MetadataStore
 from tidelog.controller.state_delta import BrokerView, WholeState, build_push
-from tidelog.server_common.metadata import BrokerRegistration
 from tidelog.v1 import broker_pb2, common_pb2
 
 __all__ = ["Propagation"]
@@ -72,12 +71,13 @@ class Propagation:
         holds no partition state from us, and leadership handed to it waits for that push."""
         return broker_id in self._applied
 
-    def _note_applied(self, broker_id: int, broker: BrokerRegistration) -> None:
-        if self.store.state.brokers.get(broker_id) is not broker or broker_id in self._applied:
-            return  # (registered again meanwhile: its new life has applied nothing yet)
-        self._applied.add(broker_id)
-        if self._on_first_push is not None:
-            self._on_first_push(broker_id)
+    def _acknowledged(self, broker_id: int, view: BrokerView) -> None:
+        """The broker's life that a push was built for holds it now."""
+        self._views[broker_id] = view
+        if broker_id not in self._applied:
+            self._applied.add(broker_id)
+            if self._on_first_push is not None:
+                self._on_first_push(broker_id)
 
     async def propagate(self, brokers: Iterable[int]) -> None:
         """Bring `brokers` up to the current state (LeaderAndIsr, then UpdateMetadata; see above)."""
@@ -158,16 +158,14 @@ class Propagation:
         if push.whole is not None:
             self._whole = push.whole
         if push.empty:
-            self._views[broker_id] = push.view
-            self._note_applied(broker_id, broker)
+            self._acknowledged(broker_id, push.view)
             return True
         refused = await self.broker_requests.send_push(broker, push)
         if refused is None:
             return False
         push.view.retry = refused  # sent again with the next push
-        if self.store.state.brokers.get(broker_id) is broker:
-            self._views[broker_id] = push.view  # (not when it registered again meanwhile: `forget`)
-        self._note_applied(broker_id, broker)
+        if self.store.state.brokers.get(broker_id) is broker:  # (not when it registered again meanwhile: `forget`)
+            self._acknowledged(broker_id, push.view)
         return True
 
     async def resync(self) -> None:

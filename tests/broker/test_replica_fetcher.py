@@ -13,7 +13,7 @@ import pytest
 
 from tests.fake_clock import FakeClock
 from tests.waiting import until
-from tidelog.broker import replica_fetcher
+from tidelog.broker import follower_io, replica_fetcher
 from tidelog.broker.follower_io import cut
 from tidelog.broker.replica_fetcher import EPOCH_QUERY_RETRY_FIRST_S, FollowedPartition, ReplicaFetcherManager
 from tidelog.broker.storage import LogConfig, PartitionLog
@@ -433,14 +433,14 @@ async def test_a_round_of_cuts_syncs_its_file_system_once_before_any_is_fetched(
     manager = ReplicaFetcherManager(2, io, _patient(), clock=FakeClock())
     followed = _following_leader_1(manager, tmp_path, 6)
     events: list[str] = []
-    real_fsync, real_sync = os.fsync, replica_fetcher.sync_filesystems
+    real_fsync, real_sync = os.fsync, follower_io.sync_filesystems
     monkeypatch.setattr(os, "fsync", lambda descriptor: (events.append("fsync"), real_fsync(descriptor))[1])
 
     def sync_filesystems(folders: set[Path]) -> None:
         events.append(f"syncfs {sorted(folders)} truncated={[one.truncated for one in followed]}")
         real_sync(folders)
 
-    monkeypatch.setattr(replica_fetcher, "sync_filesystems", sync_filesystems)
+    monkeypatch.setattr(follower_io, "sync_filesystems", sync_filesystems)
     stub = _EpochAnswers(dict.fromkeys(range(6), (1, 1)))
     cuts = await manager._truncate(stub, 1, followed)  # type: ignore[arg-type]
     assert cuts is not None
