@@ -16,6 +16,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -54,6 +55,15 @@ SERIAL_GROUPS = {
     "tests/docs/test_docs.py": "dev-up",
     "tests/spark/": "spark",
 }
+# Handed out first, the longest first (a minute or more each on one worker): what starts last
+# decides when the run ends.
+LONGEST_FIRST = ("tests/faults/", "tests/test_cli.py", "tests/docs/test_docs.py", "tests/spark/", "tests/operator/")
+
+
+def _group(nodeid: str) -> str:
+    """The unit a worker is handed: a test's module, or the serial group the module is in."""
+    module = nodeid.split("::", 1)[0]
+    return next((name for prefix, name in SERIAL_GROUPS.items() if module.startswith(prefix)), module)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -69,9 +79,24 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test in a group with its module (`--dist loadgroup` then keeps a module's fixtures,
-    clusters among them, on one worker), or in its serial group."""
-    for item in items:
+    """The longest modules first (a stable sort: each module's tests keep their order)."""
+
+    def rank(item: pytest.Item) -> int:
         module = item.nodeid.split("::", 1)[0]
-        group = next((name for prefix, name in SERIAL_GROUPS.items() if module.startswith(prefix)), module)
-        item.add_marker(pytest.mark.xdist_group(group))
+        return next((i for i, prefix in enumerate(LONGEST_FIRST) if module.startswith(prefix)), len(LONGEST_FIRST))
+
+    items.sort(key=rank)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which would pick its --dist mode's
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Each module, or serial group, handed to one worker whole with its fixtures (clusters among
+    them), in the order collected. (xdist's own `--dist loadgroup` reads groups from test ids it
+    rewrites, which pytest 9.2 no longer lets it do: pytest-dev/pytest-xdist#1386.)"""
+    from xdist.scheduler import LoadScopeScheduling  # noqa: PLC0415 (only in a parallel run)
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)
+
+    return ModuleScheduling(config, log)
