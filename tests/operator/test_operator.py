@@ -4,6 +4,7 @@ resources' status and Events say what happened."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -59,13 +60,17 @@ def _start_operator(
     return process, log
 
 
-def _stop_operator(process: subprocess.Popen[bytes], log: Any) -> None:
+async def _stop_operator(process: subprocess.Popen[bytes], log: Any) -> int:
+    """SIGTERM, then SIGKILL after 10 s; the exit status (negative: killed by that signal). Waited
+    for in a thread: the API emulator answers on this event loop, and a peered replica's stop
+    patches its peering entry (a blocking wait here held that answer until the kill, 10 s)."""
     process.terminate()
     with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=10)
+        await asyncio.to_thread(process.wait, 10)
     process.kill()
-    process.wait()
+    returncode = process.wait()
     log.close()
+    return returncode
 
 
 @pytest.fixture
@@ -76,7 +81,7 @@ async def operator_process(
     try:
         yield process
     finally:
-        _stop_operator(process, log)
+        await _stop_operator(process, log)
 
 
 class Kube:
@@ -230,14 +235,15 @@ async def test_of_two_replicas_one_acts_and_the_other_takes_over_when_it_stops(
         assert _reconciled(logs[200], first)
         assert not _reconciled(logs[100], first), "the standby acted while the active replica ran"
 
-        _stop_operator(*active)  # a graceful stop removes its peering entry: the standby resumes
+        # A graceful stop removes its peering entry (the standby resumes) and ends the process.
+        assert await _stop_operator(*active) == 0
         second = _name()
         await kube.apply(second, {"partitions": 1, "replicas": 1})
         await _until_reason(kube, second, "Reconciled", timeout_s=60)
         assert _reconciled(logs[100], second)
     finally:
-        _stop_operator(*active)
-        _stop_operator(*standby)
+        await _stop_operator(*active)
+        await _stop_operator(*standby)
 
 
 async def test_an_operator_killed_mid_reconcile_and_restarted_does_nothing_twice(
@@ -257,7 +263,7 @@ async def test_an_operator_killed_mid_reconcile_and_restarted_does_nothing_twice
         await wait_until(exists, what="the topic to be created")
         first[0].kill()  # mid-reconcile: no graceful stop, whatever kopf had not written is lost
     finally:
-        _stop_operator(*first)
+        await _stop_operator(*first)
     async with Producer(cluster.bootstrap, acks="all") as producer:
         delivered = await (await producer.send(name, b"written while no operator ran", partition=0))
     second = _start_operator(kubeconfig, cluster, tmp_path / "operator-2.log", "--standalone")
@@ -273,7 +279,7 @@ async def test_an_operator_killed_mid_reconcile_and_restarted_does_nothing_twice
         created = [event for event in await kube.events(name) if event == ("Normal", "Created")]
         assert len(created) <= 1, created  # the second operator found it existing: nothing created twice
     finally:
-        _stop_operator(*second)
+        await _stop_operator(*second)
 
 
 def test_retries_back_off_only_while_the_cluster_does_not_answer() -> None:
@@ -334,7 +340,7 @@ async def test_a_cluster_that_stops_answering_is_a_condition_and_the_topic_follo
         assert ready["status"] == "True"
         assert not isinstance((await admin.describe_topics([name]))[name], Exception)
     finally:
-        _stop_operator(*operator)
+        await _stop_operator(*operator)
 
 
 GROUPS_API = "/apis/tidelog.io/v1beta1/namespaces/default/consumergroups"
@@ -403,4 +409,4 @@ async def test_a_consumer_group_shows_its_members_and_lag_and_a_reset_waits_for_
 
                 await wait_until(deleted, what="the resource and the group's offsets to go")
         finally:
-            _stop_operator(*operator)
+            await _stop_operator(*operator)

@@ -49,7 +49,7 @@ async def user_operator(
     try:
         yield kubernetes[0], ca
     finally:
-        _stop_operator(process, log)
+        await _stop_operator(process, log)
 
 
 async def _get(session: aiohttp.ClientSession, url: str) -> dict[str, Any] | None:
