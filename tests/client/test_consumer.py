@@ -3,6 +3,8 @@ fetch results applied to positions; the offsets a commit stores."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from tidelog.client import Consumer, TopicPartition
@@ -60,4 +62,29 @@ async def test_a_corrupt_batch_raises_before_the_position_moves_past_it() -> Non
     with pytest.raises(CorruptRecordError, match="CRC"):
         consumer._handle_result(A, result, fetched)
     assert consumer._positions[A] == 2 and fetched == {}  # asked again from where it was
+    await consumer.close()
+
+
+async def test_a_fetch_discarded_while_a_poll_waits_on_it_is_dropped_quietly() -> None:
+    """A group member's rebalance assigns anew while its poll waits on a fetch: the poll returns
+    nothing (it raised KeyError for the discarded fetch, ending a group-chaos worker in a
+    three-worker suite run)."""
+    consumer = Consumer(["127.0.0.1:9"])
+    consumer.assign([A])
+    consumer.seek(A, 0)
+    waiting = asyncio.Event()
+
+    async def never_answers() -> None:
+        waiting.set()
+        await asyncio.Event().wait()
+
+    async def start_fetches(max_wait_ms: int) -> None:
+        if not consumer._in_flight:
+            consumer._in_flight[asyncio.create_task(never_answers())] = [A]
+
+    consumer._start_fetches = start_fetches  # type: ignore[method-assign]
+    poll = asyncio.create_task(consumer._fetch_once(5000))
+    await waiting.wait()
+    consumer.assign([B])  # cancels and forgets the fetch the poll waits on
+    assert await asyncio.wait_for(poll, 2) == {}
     await consumer.close()

@@ -362,7 +362,10 @@ class Consumer:
         batches_by_partition: dict[TopicPartition, StoredPartition] = {}
         refresh = False
         for task in done:
-            del self._in_flight[task]
+            if self._in_flight.pop(task, None) is None:
+                # Discarded while this poll waited on it (an assign or a rebalance's new
+                # assignment, seek): cancelled, and what it fetched belongs to the old positions.
+                continue
             response = task.result()
             if response is None:
                 refresh = True
