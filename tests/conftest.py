@@ -1,5 +1,5 @@
 """Suite-wide settings: hypothesis profiles sized for a 2-core CI machine, and how a parallel run
-(scripts/test: pytest-xdist, `--dist loadgroup`) shares the machine between its workers."""
+(scripts/test: pytest-xdist, `-n 2`) shares the machine between its workers (ADR 0031)."""
 
 from __future__ import annotations
 
@@ -60,9 +60,13 @@ SERIAL_GROUPS = {
 LONGEST_FIRST = ("tests/faults/", "tests/test_cli.py", "tests/docs/test_docs.py", "tests/spark/", "tests/operator/")
 
 
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
 def _group(nodeid: str) -> str:
     """The unit a worker is handed: a test's module, or the serial group the module is in."""
-    module = nodeid.split("::", 1)[0]
+    module = _module(nodeid)
     return next((name for prefix, name in SERIAL_GROUPS.items() if module.startswith(prefix)), module)
 
 
@@ -82,7 +86,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """The longest modules first (a stable sort: each module's tests keep their order)."""
 
     def rank(item: pytest.Item) -> int:
-        module = item.nodeid.split("::", 1)[0]
+        module = _module(item.nodeid)
         return next((i for i, prefix in enumerate(LONGEST_FIRST) if module.startswith(prefix)), len(LONGEST_FIRST))
 
     items.sort(key=rank)
