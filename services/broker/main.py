@@ -35,7 +35,7 @@ from tidelog.server_common.etcd.registry import cluster_id
 from tidelog.server_common.metadata import BrokerRegistration
 from tidelog.server_common.runtime import run_process, run_service
 from tidelog.server_common.security.service_security import ServiceSecurity
-from tidelog.v1 import broker_pb2_grpc
+from tidelog.v1 import broker_pb2, broker_pb2_grpc
 
 log = structlog.get_logger(__name__)
 
@@ -140,7 +140,7 @@ class _Broker:
             channels=self.channels,
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(service, server)
-        return ["tidelog.v1.Broker"]
+        return [broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name]
 
     async def start(self) -> None:
         settings, replicas = self.settings, self.replicas

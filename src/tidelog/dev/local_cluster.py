@@ -21,7 +21,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
+import grpc
 from etcd3aio import prefix_range_end
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tidelog.client.admin import AdminClient
 from tidelog.common.local_endpoints import AnnouncedCluster, announce, announced_cluster, user_state_file
@@ -41,6 +43,7 @@ from tidelog.server_common.metadata import (
     coordinator_owner_of,
 )
 from tidelog.server_common.security.authentication.credential_store import seed_users
+from tidelog.v1 import broker_pb2
 
 __all__ = ["LocalCluster", "Placement"]
 
@@ -48,6 +51,8 @@ READY_TIMEOUT_S: Final = 60.0
 OFFSETS_REPLICATION_FACTOR: Final = 3  # offsets.topic.replication.factor, lowered to a smaller cluster's size
 STOP_TIMEOUT_S: Final = 15.0
 GRACEFUL: Final = signal.SIGTERM  # (in the class body `signal` is the method of that name)
+# The gRPC service whose health a broker marks SERVING once registered.
+BROKER_SERVICE: Final = broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -392,6 +397,10 @@ class LocalCluster:
                     live = {broker.broker_id for broker in cluster.brokers}
                     if not wanted <= live:
                         last = f"brokers {sorted(wanted - live)} not registered (live: {sorted(live)})"
+                    elif starting := await self._brokers_not_serving(admin, wanted):
+                        # Registered, yet (after a kill -9 and a start) maybe the dead life's
+                        # registration, whose lease or the controller's probe is about to drop it.
+                        last = f"brokers {starting} registered but not serving yet (a new life starting)"
                     elif self.coordinator_ids and (waiting := await self._coordinators_waiting(admin)):
                         last = waiting
                     elif not await self._gateways_serve():
@@ -402,6 +411,23 @@ class LocalCluster:
                     last = str(error)
                 await asyncio.sleep(0.1)
         raise TimeoutError(f"cluster not ready after {timeout_s} s: {last}")
+
+    async def _brokers_not_serving(self, admin: AdminClient, wanted: set[int]) -> list[int]:
+        """The wanted brokers whose gRPC health does not say SERVING for the broker service: a
+        broker says so only once it has registered (runtime.py marks it serving after its start;
+        the server-wide "" is SERVING from the first moment), so a life that answers holds the
+        registration the controller sees, or is taking it over without a gap."""
+        waiting = []
+        for broker_id in sorted(wanted):
+            stub = health_pb2_grpc.HealthStub(admin.connections.channel(self.broker_endpoint(broker_id)))
+            try:
+                answer = await stub.Check(health_pb2.HealthCheckRequest(service=BROKER_SERVICE), timeout=1.0)
+            except grpc.aio.AioRpcError:
+                waiting.append(broker_id)
+                continue
+            if answer.status != health_pb2.HealthCheckResponse.SERVING:
+                waiting.append(broker_id)
+        return waiting
 
     async def _gateways_serve(self) -> bool:
         for url in self.gateway_urls:
