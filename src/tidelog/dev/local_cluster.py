@@ -379,7 +379,9 @@ class LocalCluster:
     # ---- readiness -------------------------------------------------------------------------
 
     async def wait_ready(self, timeout_s: float = READY_TIMEOUT_S, brokers: list[int] | None = None) -> None:
-        """Until a controller is active and sees every wanted broker registered."""
+        """Until a controller is active and sees every wanted broker registered, each serving (a
+        new life, not the registration a killed one left behind), the coordinators settled and
+        the gateways listening."""
 
         wanted = set(self.broker_ids if brokers is None else brokers)
         deadline = time.monotonic() + timeout_s
