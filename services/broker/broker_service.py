@@ -32,6 +32,7 @@ from tidelog.common.errors import ErrorCode, StaleControllerEpochError, TidelogE
 from tidelog.common.security.authorization.acl import CLUSTER_NAME, Operation, ResourceType
 from tidelog.common.security.quotas.quota import QuotaKind
 from tidelog.common.settings import BrokerSettings, SecuritySettings
+from tidelog.server_common.loop_slices import LoopSlices
 from tidelog.server_common.security.authorization.access_control import AccessControl, Role
 from tidelog.v1 import broker_pb2, broker_pb2_grpc, coordinator_pb2
 
@@ -311,9 +312,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     ]
                 )
         REQUESTS.labels("OffsetsForLeaderEpoch", NONE).inc()
-        return broker_pb2.OffsetsForLeaderEpochResponse(
-            partitions=[self.replicas.end_offset_for_epoch(query) for query in request.partitions]
-        )
+        # A follower back from a restart asks for thousands at once (loop_slices.py).
+        answers = []
+        pacer = LoopSlices()
+        for query in request.partitions:
+            await pacer.pace()
+            answers.append(self.replicas.end_offset_for_epoch(query))
+        return broker_pb2.OffsetsForLeaderEpochResponse(partitions=answers)
 
     async def Metadata(self, request: broker_pb2.MetadataRequest, context: Context) -> broker_pb2.MetadataResponse:  # noqa: N802
         if not self.metadata.initialised:

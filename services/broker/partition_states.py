@@ -34,6 +34,7 @@ from tidelog.broker.storage_io import BULK_CHUNKS_AT_ONCE, NEW_LOGS_CHUNKS_AT_ON
 from tidelog.common.clock import Monotonic
 from tidelog.common.errors import ErrorCode, RemoteError, StaleControllerEpochError, TidelogError
 from tidelog.server_common import long_lived_heap
+from tidelog.server_common.loop_slices import LoopSlices
 from tidelog.server_common.to_the_end import ToTheEnd
 from tidelog.v1 import broker_pb2, common_pb2
 
@@ -43,10 +44,6 @@ log = structlog.get_logger(__name__)
 
 NEW_LOGS_IN_PARALLEL_MIN: Final = 8  # fewer new replicas in a LeaderAndIsr are opened one by one
 SLOW_STATE_CHANGE_S: Final = 1.0  # a LeaderAndIsr that took longer is logged with its timings
-# Partition states applied between two yields to the event loop. A LeaderAndIsr over 10,000
-# partitions held the loop for over a second; the produce and fetch requests of the partitions it
-# did not touch waited that long (a rolling restart's acks=all stalls).
-STATES_BETWEEN_YIELDS: Final = 200
 
 
 def _log_failure(error: BaseException) -> None:
@@ -153,9 +150,11 @@ class PartitionStates:
         opened = await self._open_new_logs(request.partitions, topic_configs)
         opened_s = self.clock() - started
         new_leaders: dict[PartitionKey, tuple[Partition, int]] = {}
-        for index, state in enumerate(request.partitions):
-            if index % STATES_BETWEEN_YIELDS == STATES_BETWEEN_YIELDS - 1:
-                await asyncio.sleep(0)  # the requests of other partitions run meanwhile
+        # A LeaderAndIsr over 10,000 partitions held the loop for over a second; the produce and
+        # fetch requests of the partitions it did not touch waited that long (loop_slices.py).
+        pacer = LoopSlices()
+        for state in request.partitions:
+            await pacer.pace()
             key = (state.topic, state.partition)
             wanted.add(key)
             try:

@@ -29,6 +29,7 @@ from tidelog.common.clock import Monotonic, monotonic
 from tidelog.common.errors import ErrorCode, TidelogError
 from tidelog.common.settings import BrokerSettings
 from tidelog.server_common import metrics_catalog
+from tidelog.server_common.loop_slices import LoopSlices
 from tidelog.v1 import broker_pb2, broker_pb2_grpc
 
 __all__ = ["FollowedPartition", "ReplicaFetcherManager"]
@@ -387,7 +388,9 @@ class ReplicaFetcherManager:
     ) -> None:
         moved: collections.Counter[str] = collections.Counter()
         appends: list[tuple[FollowedPartition, Any]] = []
+        pacer = LoopSlices()  # a session's first answer holds thousands of partitions
         for result in response.partitions:  # only the partitions with news
+            await pacer.pace()
             key = (result.topic, result.partition)
             fetched = partitions.get(key)
             if fetched is None or self.followed.get(key) is not fetched:
@@ -403,6 +406,13 @@ class ReplicaFetcherManager:
             session.changed.add(key)  # its log end may have moved
         if moved:
             log.info("fetch_refused_leadership_moved", leader=leader, errors=dict(moved))
+        # Still followed from this leader now, after the yields (the check above was then): no
+        # loop turn between this look and the appends' dispatch, as before the loop yielded.
+        appends = [
+            (fetched, result)
+            for fetched, result in appends
+            if self.followed.get((fetched.topic, fetched.partition)) is fetched
+        ]
         if appends:
             await self._append_all(session, appends)
 

@@ -3,18 +3,28 @@ registered brokers, kept as a file Kubernetes' probe reads."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tidelog.broker.metadata_cache import JOURNAL_UPDATES_MAX, MetadataCache
 from tidelog.broker.readiness import Readiness, awaits_hand_back, under_replicated_hosted
 from tidelog.controller.leader_balance import imbalanced_partitions
+from tidelog.server_common import loop_slices
 from tidelog.server_common.metadata import PartitionStateRecord
 from tidelog.v1 import broker_pb2, common_pb2
 
-State = tuple[int, list[int], list[int]]  # partition, replicas, isr (its first replica leads)
+State = tuple[int, list[int], list[int]]
+
+
+def _ready(readiness: Readiness) -> bool:
+    return asyncio.run(readiness.check())
+
+
+# partition, replicas, isr (its first replica leads)
 
 
 def _push(
@@ -64,15 +74,15 @@ def test_the_file_is_kept_exactly_while_ready(tmp_path: Path) -> None:
     file = tmp_path / "ready"
     metadata = MetadataCache()
     readiness = Readiness(3, metadata, file)
-    assert not readiness.check() and not file.exists()  # no state from a controller yet
+    assert not _ready(readiness) and not file.exists()  # no state from a controller yet
     _push(metadata, [1, 2, 3], [(0, [1, 2, 3], [1, 2])])
-    assert not readiness.check() and not file.exists()
+    assert not _ready(readiness) and not file.exists()
     _push(metadata, [1, 2, 3], [(0, [1, 2, 3], [1, 2, 3])])
-    assert readiness.check() and file.exists()
+    assert _ready(readiness) and file.exists()
     _push(metadata, [1, 2, 3], [(0, [1, 2, 3], [1, 3])])
-    assert not readiness.check() and not file.exists()
+    assert not _ready(readiness) and not file.exists()
     _push(metadata, [1, 2, 3], [(0, [1, 2, 3], [1, 2, 3])])
-    assert readiness.check()
+    assert _ready(readiness)
     readiness.close()  # stopping: not ready for the next broker to restart
     assert not file.exists()
 
@@ -88,14 +98,14 @@ def test_with_the_rebalance_on_ready_waits_for_the_leaderships_handed_back(tmp_p
     in_sync = [(0, [1, 2, 3], [2, 3, 1]), (1, [2, 3, 1], [2, 3, 1]), (2, [3, 1, 2], [3, 1, 2])]
     _push(metadata, [1, 2, 3], in_sync, REBALANCE)
     assert under_replicated_hosted(1, metadata) == 0
-    assert awaits_hand_back(1, metadata) and not readiness.check()
+    assert awaits_hand_back(1, metadata) and not _ready(readiness)
     _push(metadata, [1, 2, 3], in_sync, REBALANCE, leaders={0: 1})
-    assert readiness.check()
+    assert _ready(readiness)
     # The rebalance off, or a controller that does not say: under-replication alone decides.
     _push(metadata, [1, 2, 3], in_sync, broker_pb2.LeaderBalance(auto_leader_rebalance_enable=False))
-    assert readiness.check()
+    assert _ready(readiness)
     _push(metadata, [1, 2, 3], in_sync)
-    assert readiness.check()
+    assert _ready(readiness)
 
 
 def test_a_share_within_the_imbalance_percentage_is_not_waited_for() -> None:
@@ -206,7 +216,7 @@ def test_counting_only_what_each_update_changed_agrees_with_counting_everything(
         request.partitions.extend(sent)
         metadata.update(request)
         for broker, judged in readiness.items():
-            assert judged.check() == (
+            assert _ready(judged) == (
                 under_replicated_hosted(broker, metadata) == 0 and not awaits_hand_back(broker, metadata)
             ), (broker, update)
 
@@ -215,7 +225,7 @@ def test_a_reader_further_behind_than_the_cache_remembers_counts_everything_agai
     metadata = MetadataCache()
     _push(metadata, [1, 2, 3], [(0, [1, 2, 3], [1, 2, 3])])
     readiness = Readiness(3, metadata, None)
-    assert readiness.check()
+    assert _ready(readiness)
     seen = metadata.version
     assert metadata.changed_since(seen) == set()
     base = {"controller_id": 1, "controller_epoch": 1, "incremental": True, "live_brokers": metadata.brokers}
@@ -225,4 +235,45 @@ def test_a_reader_further_behind_than_the_cache_remembers_counts_everything_agai
     metadata.update(broker_pb2.UpdateMetadataRequest(**base, partitions=[under]))
     assert metadata.changed_since(metadata.version - 1) == {("t", 0)}
     assert metadata.changed_since(seen) is None  # forgotten: everything may have changed
-    assert not readiness.check()
+    assert not _ready(readiness)
+
+
+async def test_a_whole_recount_lets_the_event_loop_go_and_an_update_meanwhile_is_counted_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # At 10,000 partitions a whole recount (the live brokers changed) held a broker's event loop
+    # 0.1-0.2 s; now it yields between slices. An update taken during a yield is judged at the
+    # next check, not lost.
+    monkeypatch.setattr(loop_slices, "LOOP_SLICE_S", 0.0)  # a yield at every partition
+    metadata = MetadataCache()
+    in_sync = [(p, [1, 2, 3], [1, 2, 3]) for p in range(10_000)]
+    _push(metadata, [1, 2, 3], in_sync)
+    readiness = Readiness(3, metadata, None)
+    turns = 0
+    pushed = False
+
+    async def meanwhile() -> None:
+        nonlocal turns, pushed
+        while True:
+            turns += 1
+            if turns == 5_000 and not pushed:  # halfway through: partition 0 loses broker 3
+                metadata.update(
+                    broker_pb2.UpdateMetadataRequest(
+                        controller_id=1,
+                        controller_epoch=1,
+                        incremental=True,
+                        live_brokers=metadata.brokers,
+                        partitions=[
+                            common_pb2.PartitionState(topic="t", partition=0, leader=1, replicas=[1, 2, 3], isr=[1, 2])
+                        ],
+                    )
+                )
+                pushed = True
+            await asyncio.sleep(0)
+
+    other = asyncio.create_task(meanwhile())
+    await asyncio.sleep(0)
+    assert await readiness.check()  # judged on the version it started from: all in sync
+    assert turns >= 5_000 and pushed  # the other task ran all along the recount
+    other.cancel()
+    assert not await readiness.check()  # the update during it: partition 0 under-replicated now

@@ -21,6 +21,7 @@ from tidelog.broker.storage_io import StorageIo
 from tidelog.common.errors import ErrorCode
 from tidelog.common.record.batch import encode_batch
 from tidelog.common.settings import BrokerSettings
+from tidelog.server_common import loop_slices
 from tidelog.v1 import broker_pb2
 
 
@@ -469,3 +470,62 @@ async def test_a_cut_that_fails_is_asked_again_later_not_at_once(
     assert all(manager._query_after[("t", p)] == clock() + EPOCH_QUERY_RETRY_FIRST_S for p in (0, 1))
     for one in followed:
         one.log.close()
+
+
+class _ManyAnswers(_EpochAnswers):
+    """A leader whose first fetch answers partition 0 with records, then `count` - 1 partitions
+    with their high watermark alone (a session's first answer at scale); later fetches long-poll."""
+
+    def __init__(self, records: bytes, count: int) -> None:
+        super().__init__(dict.fromkeys(range(count), (1, 0)))
+        self.records = records
+        self.count = count
+        self.answered = asyncio.Event()
+        self.fetches = 0
+
+    async def Fetch(self, request: broker_pb2.FetchRequest, timeout: float) -> broker_pb2.FetchResponse:  # noqa: N802
+        self.fetches += 1
+        if self.answered.is_set():
+            await asyncio.sleep(request.max_wait_ms / 1000)
+            return broker_pb2.FetchResponse(session_id=7)
+        response = broker_pb2.FetchResponse(session_id=7)
+        response.partitions.add(topic="t", partition=0, high_watermark=1, log_end_offset=1, record_batches=self.records)
+        for partition in range(1, self.count):
+            response.partitions.add(topic="t", partition=partition, high_watermark=0, log_end_offset=0)
+        self.answered.set()
+        return response
+
+
+async def test_a_fetch_answer_lets_the_loop_go_and_appends_nothing_to_a_partition_unfollowed_meanwhile(
+    tmp_path: Path, io: StorageIo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A session's first answer at 10,000 partitions held the follower's event loop for 0.3-0.5 s;
+    # it now yields between slices (loop_slices.py). A partition this broker stops following
+    # during a yield (a LeaderAndIsr made it leader) must not get the old leader's records after.
+    monkeypatch.setattr(loop_slices, "LOOP_SLICE_S", 0.0)  # a yield at every partition
+    source = _log(tmp_path, "source")
+    _write(source, 1, [b"x"])
+    count = 200
+    manager = ReplicaFetcherManager(2, io, _patient())
+    leader = _ManyAnswers(bytes(source.read(0, 1 << 20)), count)
+    manager._stub = lambda leader_id: leader  # type: ignore[method-assign,assignment,return-value]
+    logs = [PartitionLog.open(tmp_path / f"t-{partition}", LogConfig.from_configs({})) for partition in range(count)]
+    turns_during_apply = 0
+    try:
+        for partition in range(count):
+            manager.follow(FollowedPartition("t", partition, logs[partition], 1, 1))
+        await leader.answered.wait()
+        for _ in range(20):  # a few partitions into the answer's loop: partition 0's records taken in
+            await asyncio.sleep(0)
+        assert leader.fetches == 1  # (the loop is still under way)
+        manager.unfollow(("t", 0))
+        while leader.fetches < 2:  # the next fetch: the answer is applied
+            turns_during_apply += 1
+            await asyncio.sleep(0)
+        assert turns_during_apply >= 10  # this task ran while the answer was applied
+        assert logs[0].log_end_offset == 0  # not followed any more when the appends went out
+    finally:
+        async with asyncio.timeout(10):
+            await manager.close()
+        for partition_log in (*logs, source):
+            partition_log.close()
