@@ -134,8 +134,8 @@ class FollowerTracking:
             if session is not None:
                 session.unrecorded.discard(key)
             outside = replica_id not in hosted.state.isr
-            if outside or hosted.follower_incarnation.get(replica_id) != incarnation:
-                self.isr_watch.add(key)  # it may join (settled); a new life is judged afresh
+            if hosted.follower_incarnation.get(replica_id) != incarnation:
+                self.isr_watch.add(key)  # a new life is judged afresh
             log_start = fetch.log_start_offset if fetch.HasField("log_start_offset") else None
             if hosted.note_follower_fetch(
                 replica_id, incarnation, fetch.fetch_offset, now, session, log_start=log_start
@@ -143,6 +143,10 @@ class FollowerTracking:
                 new_lives.append(key)
             hosted.advance_high_watermark(self.broker_id)
             if outside and fetch.fetch_offset >= hosted.log.high_watermark:
+                # It may join: judged now (the caught-up check), and kept in the watch until it
+                # joins or stops. Behind the high watermark it cannot; its fetch that reaches it
+                # comes here (`settled` leaves such a partition out of the watch until then).
+                self.isr_watch.add(key)
                 self.caught_up.add(key)
                 self.caught_up_news.set()
         if new_lives:
@@ -160,10 +164,13 @@ class FollowerTracking:
     def settled(self, hosted: Partition, now: float, quiet_s: float) -> bool:
         """Nothing about `hosted`'s ISR can change until something puts it back in the watch: every
         ISR member at our log end through a live session, and no replica outside the ISR fetching
-        it (one that starts to is put back by its fetch, `record_fetch`). While a broker is down or
-        restarting, the thousands of partitions it is missing from were judged again at every check
-        (every 0.5 s): 30% of a broker's event-loop time in a rolling restart at 10,000 partitions
-        (py-spy), in one piece each time."""
+        it at the high watermark (one behind it cannot join until a fetch reaches it, which puts
+        the partition back: `record_fetch`). While a broker is down or restarting, the thousands
+        of partitions it is missing from were judged again at every check (every 0.5 s): 30% of a
+        broker's event-loop time in a rolling restart at 10,000 partitions (py-spy), in one piece
+        each time. Its catch-up then kept them all in the watch the same way, each fetch putting
+        them back: the ISR checks took 30% of a leader's event loop while a restarted broker
+        caught up (py-spy, 10,000 partitions), each in one piece (it cannot yield)."""
         if hosted.pending_isr is not None:
             return False
         end = hosted.log.log_end_offset
@@ -181,8 +188,10 @@ class FollowerTracking:
                     or hosted.follower_end.get(replica, -1) < end
                 ):
                     return False
-            elif hosted.fetched_s(replica) >= now - quiet_s and self.may_join(
-                replica, hosted.follower_incarnation.get(replica)
+            elif (
+                hosted.fetched_s(replica) >= now - quiet_s
+                and hosted.follower_end.get(replica, -1) >= hosted.log.high_watermark
+                and self.may_join(replica, hosted.follower_incarnation.get(replica))
             ):
-                return False  # fetching: it may join
+                return False  # fetching at the high watermark: it may join
         return True
