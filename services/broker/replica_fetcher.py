@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -23,6 +22,7 @@ import grpc
 import structlog
 
 from tidelog.broker.follower_io import EpochAnswer, FollowedPartition, append_chunk, cut, needs_cut, sync_cuts
+from tidelog.broker.follower_session import FollowerSession
 from tidelog.broker.storage_io import BULK_CHUNKS_AT_ONCE, StorageIo
 from tidelog.common.channels import ChannelPool
 from tidelog.common.clock import Monotonic, monotonic
@@ -55,19 +55,6 @@ LEADERSHIP_ERRORS: Final = frozenset(
 APPEND_MS: Final = metrics_catalog.histogram(
     "tidelog_replica_fetch_append_ms", buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 1000)
 )
-
-
-@dataclasses.dataclass(slots=True)
-class FollowerSession:
-    """Our side of an incremental fetch session with one leader (KIP-227): what the leader holds
-    of ours, so each request lists only what changed since."""
-
-    session_id: int = 0  # 0: none yet, the next fetch is a full one and opens it
-    epoch: int = 0
-    sent: dict[tuple[str, int], tuple[int, int, int]] = dataclasses.field(default_factory=dict)  # offset, epoch, start
-    # Partitions whose position may differ from `sent` (followed, appended to, truncated, dropped):
-    # the only ones an incremental request looks at, so an idle round costs nothing per partition.
-    changed: set[tuple[str, int]] = dataclasses.field(default_factory=set)
 
 
 class ReplicaFetcherManager:
