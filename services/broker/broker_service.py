@@ -281,6 +281,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def OffsetsForLeaderEpoch(  # noqa: N802
         self, request: broker_pb2.OffsetsForLeaderEpochRequest, context: Context
     ) -> broker_pb2.OffsetsForLeaderEpochResponse:
+        refusal: ErrorCode | None = None  # the error for the topics `allowed` refuses
+        allowed: dict[str, bool] = {}
         if self.access.enabled:
             caller = self.access.caller(context)
             if request.replica_id >= 0:
@@ -291,33 +293,29 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     for query in request.partitions
                 }
             if not all(allowed.values()):
-                code = (
+                refusal = (
                     ErrorCode.CLUSTER_AUTHORIZATION_FAILED
                     if request.replica_id >= 0
                     else ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 )
-                REQUESTS.labels("OffsetsForLeaderEpoch", code.name).inc()
-                return broker_pb2.OffsetsForLeaderEpochResponse(
-                    partitions=[
-                        self.replicas.end_offset_for_epoch(query)
-                        if allowed[query.topic]
-                        else broker_pb2.EpochEndOffset(
-                            topic=query.topic,
-                            partition=query.partition,
-                            error_code=int(code),
-                            leader_epoch=-1,
-                            end_offset=-1,
-                        )
-                        for query in request.partitions
-                    ]
-                )
-        REQUESTS.labels("OffsetsForLeaderEpoch", NONE).inc()
+        REQUESTS.labels("OffsetsForLeaderEpoch", NONE if refusal is None else refusal.name).inc()
         # A follower back from a restart asks for thousands at once (loop_slices.py).
         answers = []
         pacer = LoopSlices()
         for query in request.partitions:
             await pacer.pace()
-            answers.append(self.replicas.end_offset_for_epoch(query))
+            if refusal is not None and not allowed[query.topic]:
+                answers.append(
+                    broker_pb2.EpochEndOffset(
+                        topic=query.topic,
+                        partition=query.partition,
+                        error_code=int(refusal),
+                        leader_epoch=-1,
+                        end_offset=-1,
+                    )
+                )
+            else:
+                answers.append(self.replicas.end_offset_for_epoch(query))
         return broker_pb2.OffsetsForLeaderEpochResponse(partitions=answers)
 
     async def Metadata(self, request: broker_pb2.MetadataRequest, context: Context) -> broker_pb2.MetadataResponse:  # noqa: N802

@@ -165,12 +165,10 @@ class FollowerTracking:
         """Nothing about `hosted`'s ISR can change until something puts it back in the watch: every
         ISR member at our log end through a live session, and no replica outside the ISR fetching
         it at the high watermark (one behind it cannot join until a fetch reaches it, which puts
-        the partition back: `record_fetch`). While a broker is down or restarting, the thousands
-        of partitions it is missing from were judged again at every check (every 0.5 s): 30% of a
-        broker's event-loop time in a rolling restart at 10,000 partitions (py-spy), in one piece
-        each time. Its catch-up then kept them all in the watch the same way, each fetch putting
-        them back: the ISR checks took 30% of a leader's event loop while a restarted broker
-        caught up (py-spy, 10,000 partitions), each in one piece (it cannot yield)."""
+        the partition back: `record_fetch`). While a broker was down, restarting or catching up,
+        the thousands of partitions it is missing from were judged again at every check (every
+        0.5 s, in one piece: the check cannot yield), 30% of a leader's event-loop time in a
+        rolling restart at 10,000 partitions (py-spy)."""
         if hosted.pending_isr is not None:
             return False
         end = hosted.log.log_end_offset

@@ -190,6 +190,7 @@ class PartitionStates:
                 partitions=len(request.partitions),
                 logs_opened_s=round(opened_s, 3),
                 seconds=round(self.clock() - started, 3),
+                loop_yields=pacer.yields,  # how often it let other requests run (loop_slices.py)
             )
         return errors
 

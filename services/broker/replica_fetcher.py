@@ -393,13 +393,14 @@ class ReplicaFetcherManager:
             session.changed.add(key)  # its log end may have moved
         if moved:
             log.info("fetch_refused_leadership_moved", leader=leader, errors=dict(moved))
-        # Still followed from this leader now, after the yields (the check above was then): no
-        # loop turn between this look and the appends' dispatch, as before the loop yielded.
-        appends = [
-            (fetched, result)
-            for fetched, result in appends
-            if self.followed.get((fetched.topic, fetched.partition)) is fetched
-        ]
+        if pacer.yields:
+            # Still followed from this leader now, after the yields (the check above was then): no
+            # loop turn between this look and the appends' dispatch, as when the loop never yields.
+            appends = [
+                (fetched, result)
+                for fetched, result in appends
+                if self.followed.get((fetched.topic, fetched.partition)) is fetched
+            ]
         if appends:
             await self._append_all(session, appends)
 

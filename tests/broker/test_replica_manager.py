@@ -28,7 +28,7 @@ from tidelog.broker.replica_manager import ReplicaManager, in_rounds
 from tidelog.common.errors import ErrorCode, NotLeaderOrFollowerError, TidelogError
 from tidelog.common.record.batch import encode_batch, restamp
 from tidelog.common.settings import BrokerSettings
-from tidelog.server_common import long_lived_heap
+from tidelog.server_common import long_lived_heap, loop_slices
 from tidelog.v1 import broker_pb2, common_pb2, controller_pb2, controller_pb2_grpc
 
 TOPIC = "t"
@@ -808,6 +808,46 @@ async def test_thousands_of_new_logs_open_with_the_collector_off_and_are_frozen_
     finally:
         gc.unfreeze()
         gc.enable()
+
+
+async def test_a_leader_and_isr_over_many_partitions_lets_other_requests_run_between_its_states(
+    replicas: ReplicaManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # At 10,000 partitions a LeaderAndIsr held the event loop for over a second, and every produce
+    # and fetch of the partitions it did not touch waited that long (loop_slices.py, ADR 0032).
+    monkeypatch.setattr(loop_slices, "LOOP_SLICE_S", 0.0)  # a yield at every state
+    turns = 0
+    applying = True
+
+    states_begun = asyncio.Event()  # (the logs open on threads before: no turns to count then)
+
+    async def other_requests() -> None:
+        nonlocal turns
+        await states_begun.wait()
+        while applying:
+            turns += 1
+            await asyncio.sleep(0)
+
+    seen: list[int] = []  # the other task's turns as each state is applied
+    applying_one = replicas.states._apply_state
+
+    async def watched(*args: Any) -> None:
+        states_begun.set()
+        seen.append(turns)
+        await applying_one(*args)
+
+    monkeypatch.setattr(replicas.states, "_apply_state", watched)
+    other = asyncio.create_task(other_requests())
+    try:
+        assert not await replicas.states.leader_and_isr(_whole_push(replicas, 100))
+    finally:
+        applying = False
+        await other
+    assert len(seen) == 100
+    assert len(set(seen)) == 100  # the other task ran between every two states (it never ran amid them before)
+    assert len(replicas.partitions) == 100 and all(
+        partition.state.leader == ME for partition in replicas.partitions.values()
+    )
 
 
 def test_a_requests_entries_go_in_rounds_of_one_per_partition_each_in_its_order() -> None:

@@ -39,7 +39,7 @@ class LoopSlices:
     def __init__(self, slice_s: float | None = None) -> None:
         self.slice_s = LOOP_SLICE_S if slice_s is None else slice_s  # (0: yield at every item)
         assert self.slice_s >= 0
-        self.yields = 0  # how many times the loop was let go (tests, and the slow-change logs)
+        self.yields = 0  # how many times the loop was let go (a slow LeaderAndIsr logs it)
         self._since = time.perf_counter()
 
     async def pace(self) -> None:
