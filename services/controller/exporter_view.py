@@ -5,7 +5,8 @@ serves them all; dashboards built for it pin `instance="$instance"` taken from
 `label_values(kafka_consumergroup_current_offset, instance)`, so every series must come from one
 scrape target. The active controller already serves the cluster-state half (controller_metrics);
 this view adds the other half as kafka_exporter gathers it — as a client of the cluster, every
-`controller.metrics.exporter.refresh.ms`:
+`controller.metrics.exporter.refresh.ms` while someone scrapes it — once before each scrape, when
+the scrapes come slower than that (scrape_pace.py, ADR 0033):
 
 - each partition's log end and log start offsets: ListOffsets to the leaders, one request per
   broker, whose answers carry log start, high watermark and last stable offset together
@@ -38,6 +39,7 @@ from tidelog.client.group_admin import GroupAdmin
 from tidelog.common.errors import TidelogError
 from tidelog.common.settings import ControllerSettings
 from tidelog.controller.controller import Controller
+from tidelog.controller.scrape_pace import ScrapePace
 from tidelog.server_common.metrics_http import add_text_source, family_text
 
 __all__ = ["ExporterView", "GroupFigures", "register"]
@@ -76,6 +78,9 @@ class ExporterView:
         self.partition_series_max = settings.controller_metrics_partition_series_max
         self.snapshot = Snapshot()
         self._admin: GroupAdmin | None = None
+        self.pace = ScrapePace()
+        self._refreshed_in_term = False  # a first refresh when the term starts: its first scrape finds figures
+        self._refresh_took_s = 0.0
 
     def _partitions(self) -> list[TopicPartition]:
         topics = list(self.controller.state.topics.items())
@@ -90,6 +95,7 @@ class ExporterView:
     async def refresh(self) -> None:
         if not self.controller.role.is_active:
             self.snapshot = Snapshot()
+            self._refreshed_in_term = False
             return
         if self._admin is None:
             bootstrap = sorted(broker.endpoint for broker in list(self.controller.state.brokers.values()))
@@ -108,6 +114,7 @@ class ExporterView:
         # The offsets are out before the groups are asked: a cluster whose coordinators are away
         # (or that runs none) still shows its partitions, and its groups' last figures.
         self.snapshot = Snapshot(latest, oldest, stable, self.snapshot.groups)
+        self._refreshed_in_term = True
         try:
             listed = await groups.list_groups()
         except TidelogError as error:
@@ -124,12 +131,26 @@ class ExporterView:
             figures.append(GroupFigures(group.group_id, len(described.members), committed))
         self.snapshot = Snapshot(latest, oldest, stable, tuple(figures))
 
+    def refresh_due(self) -> bool:
+        """A refresh at this tick: a standby's (it empties the view), a term's first, or one a
+        scrape is due for before the next tick's could end."""
+        return (
+            not self.controller.role.is_active
+            or not self._refreshed_in_term
+            or self.pace.refresh_due(self.refresh_s, self._refresh_took_s)
+        )
+
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            try:
-                await self.refresh()
-            except Exception as error:  # brokers or coordinators unreachable for now: keep the last figures
-                log.warning("exporter_refresh_failed", error=str(error))
+            if self.refresh_due():
+                started = loop.time()
+                try:
+                    await self.refresh()
+                except Exception as error:  # brokers or coordinators unreachable for now: keep the last figures
+                    log.warning("exporter_refresh_failed", error=str(error))
+                self.pace.refreshed()
+                self._refresh_took_s = loop.time() - started
             await asyncio.sleep(self.refresh_s)
 
     async def close(self) -> None:
@@ -139,6 +160,7 @@ class ExporterView:
     def text(self) -> str:
         if not self.controller.role.is_active:
             return ""
+        self.pace.scraped()
         snapshot = self.snapshot
         label = {tp: f'topic="{tp.topic}",partition="{tp.partition}"' for tp in snapshot.latest}
         current = [(f"{{{label[tp]}}}", offset) for tp, offset in sorted(snapshot.latest.items())]

@@ -380,9 +380,10 @@ CONTROLLER_CONFIGS: Final[tuple[ConfigDef, ...]] = _scoped(
     _long(
         "controller.metrics.exporter.refresh.ms",
         5000,
-        "How often the active controller asks the leaders for partition offsets and the coordinators for "
-        "group offsets, which it exports as kafka_exporter does (one target for the whole family); a "
-        "scrape reports the latest answer.",
+        "How often, at most, the active controller asks the leaders for partition offsets and the "
+        "coordinators for group offsets, which it exports as kafka_exporter does (one target for the whole "
+        "family); a scrape reports the latest answer. It asks only while scraped: once before each scrape "
+        "when scrapes come less often, every tick when more often, never while nobody scrapes (ADR 0033).",
         minimum=500,
     ),
     _int(

@@ -156,6 +156,19 @@ FIXED_LIMITS: Final[tuple[FixedLimit, ...]] = (
         "raft entry; 8 took 0.25-0.4 s per 1,000 ISR changes of a restart at 10,000 partitions, 32 took 0.1-0.3 s).",
     ),
     FixedLimit(
+        "tidelog.controller.scrape_pace",
+        "SCRAPES_REMEMBERED",
+        4,
+        "Gaps between scrapes of the kafka_exporter view that pace its refreshes (the shortest of them: two "
+        "Prometheus replicas at an offset alternate short and long gaps).",
+    ),
+    FixedLimit(
+        "tidelog.controller.scrape_pace",
+        "STOPPED_AFTER_GAPS",
+        2,
+        "Scrape gaps with no scrape after which the kafka_exporter view stops refreshing (the scraper went away).",
+    ),
+    FixedLimit(
         "tidelog.controller.process_watch",
         "CONFIRMATIONS",
         3,
