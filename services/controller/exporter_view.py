@@ -79,7 +79,9 @@ class ExporterView:
         self.snapshot = Snapshot()
         self._admin: GroupAdmin | None = None
         self.pace = ScrapePace()
-        self._refreshed_in_term = False  # a first refresh when the term starts: its first scrape finds figures
+        # The controller epoch whose offsets the view holds: a term starts with a refresh, so its
+        # first scrape finds figures (and none of another term's).
+        self._refreshed_epoch: int | None = None
         self._refresh_took_s = 0.0
 
     def _partitions(self) -> list[TopicPartition]:
@@ -95,7 +97,7 @@ class ExporterView:
     async def refresh(self) -> None:
         if not self.controller.role.is_active:
             self.snapshot = Snapshot()
-            self._refreshed_in_term = False
+            self._refreshed_epoch = None
             return
         if self._admin is None:
             bootstrap = sorted(broker.endpoint for broker in list(self.controller.state.brokers.values()))
@@ -104,6 +106,7 @@ class ExporterView:
             self._admin = self.client(bootstrap)
         groups = self._admin
         consumer = groups.consumer
+        epoch = self.controller.role.epoch
         partitions = self._partitions()
         # One round for all three: three rounds over 10,000 partitions every refresh were half of
         # an idle broker's CPU (1.6 of 3.3 % a broker).
@@ -114,7 +117,7 @@ class ExporterView:
         # The offsets are out before the groups are asked: a cluster whose coordinators are away
         # (or that runs none) still shows its partitions, and its groups' last figures.
         self.snapshot = Snapshot(latest, oldest, stable, self.snapshot.groups)
-        self._refreshed_in_term = True
+        self._refreshed_epoch = epoch
         try:
             listed = await groups.list_groups()
         except TidelogError as error:
@@ -136,7 +139,7 @@ class ExporterView:
         scrape is due for before the next tick's could end."""
         return (
             not self.controller.role.is_active
-            or not self._refreshed_in_term
+            or self._refreshed_epoch != self.controller.role.epoch
             or self.pace.refresh_due(self.refresh_s, self._refresh_took_s)
         )
 

@@ -86,7 +86,7 @@ def test_a_standby_exports_nothing() -> None:
 async def test_the_view_refreshes_at_a_terms_start_then_only_for_its_scrapes() -> None:
     """ADR 0033: the leaders are asked for every partition's offsets when a scrape will read them,
     not every refresh.ms of a cluster nobody scrapes (a third of an idle broker's CPU at 10,000)."""
-    role = SimpleNamespace(is_active=True)
+    role = SimpleNamespace(is_active=True, epoch=3)
     controller: Any = SimpleNamespace(role=role, state=SimpleNamespace(topics={}, brokers={}))
     view = ExporterView(controller, lambda bootstrap: None, _SETTINGS)  # type: ignore[arg-type,return-value]
     assert view.refresh_due()  # the term's first: its first scrape finds figures
@@ -105,8 +105,16 @@ async def test_the_view_refreshes_at_a_terms_start_then_only_for_its_scrapes() -
     assert view.refresh_due()  # a standby's refresh empties its view
     await view.refresh()
     assert view.snapshot == Snapshot() and view.text() == ""
-    role.is_active = True
+    role.is_active, role.epoch = True, 4
     assert view.refresh_due()  # a new term starts with a refresh
+    await view.refresh()
+    view.pace.refreshed()
+    view.text()
+    await view.refresh()
+    view.pace.refreshed()
+    assert not view.refresh_due()
+    role.epoch = 5  # deposed and elected again between two ticks: the new term refreshes at once
+    assert view.refresh_due()
 
 
 async def _no_ranges(partitions: list[TopicPartition]) -> dict[TopicPartition, Any]:
