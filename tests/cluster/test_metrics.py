@@ -176,6 +176,37 @@ async def test_group_offsets_lag_and_members_come_from_the_active_controller(exp
         await member.close()
 
 
+async def test_the_exporter_view_asks_the_leaders_only_while_it_is_scraped(exporting_cluster: LocalCluster) -> None:
+    """ADR 0033: the view's offsets round (ListOffsets to every leader) runs for its scrapes, not
+    every refresh.ms of a cluster nobody scrapes (a third of an idle broker's CPU at 10,000)."""
+    cluster = exporting_cluster
+    await _written(cluster, "events", 2, 10)
+
+    async def offsets_exported() -> bool:
+        scraped = await _scrape_all(cluster, "controller")
+        everything = [sample for samples in scraped.values() for sample in samples]
+        return _values(everything, "kafka_topic_partition_current_offset", topic="events", partition="0") == [10]
+
+    async def list_offsets_served() -> float:
+        scraped = await _scrape_all(cluster, "broker")  # (the brokers' scrapes pace nothing)
+        everything = [sample for samples in scraped.values() for sample in samples]
+        return sum(_values(everything, "kafka_network_requestmetrics_requests_total", request="ListOffsets"))
+
+    await wait_until(offsets_exported, what="the written offsets in the active controller's view")
+    # Unscraped from here: the refresh the last scrape was due (at the next 500 ms tick) is over
+    # well within 2.5 s, on a loaded machine too.
+    await asyncio.sleep(2.5)
+    before = await list_offsets_served()
+    await asyncio.sleep(2.0)  # four ticks with no scrape: an absence takes its window to show
+    assert await list_offsets_served() == before, "the view asked the leaders while nobody scraped it"
+    await _scrape_all(cluster, "controller")  # one scrape: the next tick refreshes for it
+
+    async def asked_again() -> bool:
+        return await list_offsets_served() > before
+
+    await wait_until(asked_again, timeout_s=10, what="a refresh after the scrape")
+
+
 async def test_a_dead_consumers_lag_is_end_minus_committed_on_every_partition(exporting_cluster: LocalCluster) -> None:
     """Issue 32: a group whose consumer died showed about half its backlog — its consumer had
     committed only the partitions it had received records from. Now it commits its position on
