@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-__all__ = ["SCRAPES_REMEMBERED", "ScrapePace"]
+__all__ = ["SCRAPES_REMEMBERED", "STOPPED_AFTER_GAPS", "ScrapePace"]
 
 # The shortest gap between the last few scrapes paces the refreshes: two Prometheus replicas
 # scraping at an offset alternate short and long gaps, and the short one must find fresh figures.
