@@ -216,24 +216,25 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             reads, read_s = await full_reads(self.replicas, request, max_bytes, deadline=deadline, kind=kind)
             response = broker_pb2.FetchResponse()
         for read in reads:  # each byte string is copied once, into the response
-            hint, hint_epoch = self._leader_hint(read.topic, read.partition) if read.error_code else (0, 0)
-            response.partitions.add(
+            # Fields left at their defaults are not passed: a keyword costs each of the thousands
+            # of partitions a follower's or a wide consumer's answer carries (3.7 -> 2.9 us each).
+            entry = response.partitions.add(
                 topic=read.topic,
                 partition=read.partition,
-                error_code=read.error_code,
-                error_message=read.error_message,
                 high_watermark=read.high_watermark,
                 log_start_offset=read.log_start_offset,
                 log_end_offset=read.log_end_offset,
                 record_batches=read.data,
-                leader_hint=hint,
-                leader_hint_epoch=hint_epoch,
                 last_stable_offset=read.last_stable_offset,
-                aborted_transactions=[
+            )
+            if read.error_code:
+                entry.error_code, entry.error_message = read.error_code, read.error_message
+                entry.leader_hint, entry.leader_hint_epoch = self._leader_hint(read.topic, read.partition)
+            if read.aborted:
+                entry.aborted_transactions.extend(
                     broker_pb2.AbortedTransaction(producer_id=producer_id, first_offset=first_offset)
                     for producer_id, first_offset in read.aborted
-                ],
-            )
+                )
         REQUESTS.labels(kind, NONE).inc()
         TOTAL_TIME_MS.labels(kind).observe((time.perf_counter() - started) * 1000)
         if quota_client is not None:
