@@ -82,7 +82,6 @@ class ExporterView:
         # The controller epoch whose offsets the view holds: a term starts with a refresh, so its
         # first scrape finds figures (and none of another term's).
         self._refreshed_epoch: int | None = None
-        self._refresh_took_s = 0.0
 
     def _partitions(self) -> list[TopicPartition]:
         topics = list(self.controller.state.topics.items())
@@ -140,7 +139,7 @@ class ExporterView:
         return (
             not self.controller.role.is_active
             or self._refreshed_epoch != self.controller.role.epoch
-            or self.pace.refresh_due(self.refresh_s, self._refresh_took_s)
+            or self.pace.refresh_due(self.refresh_s)
         )
 
     async def run(self) -> None:
@@ -152,8 +151,7 @@ class ExporterView:
                     await self.refresh()
                 except Exception as error:  # brokers or coordinators unreachable for now: keep the last figures
                     log.warning("exporter_refresh_failed", error=str(error))
-                self.pace.refreshed()
-                self._refresh_took_s = loop.time() - started
+                self.pace.refreshed(loop.time() - started)
             await asyncio.sleep(self.refresh_s)
 
     async def close(self) -> None:

@@ -29,16 +29,19 @@ class ScrapePace:
         self._clock = clock
         # Replaced whole by the scrape thread (one assignment, atomic), read whole by the loop.
         self._scrapes: tuple[float, ...] = ()
-        self._refreshed_at = -float("inf")
+        self._refreshed_at = -float("inf")  # when the last refresh started: its figures are from then
+        self._refresh_took_s = 0.0
 
     def scraped(self) -> None:
         """A reader took the view (called on the metrics server's thread)."""
         self._scrapes = (*self._scrapes[-SCRAPES_REMEMBERED:], self._clock())
 
-    def refreshed(self) -> None:
-        self._refreshed_at = self._clock()
+    def refreshed(self, took_s: float) -> None:
+        """A refresh that took `took_s` just ended (a scrape while it ran read the figures before it)."""
+        self._refreshed_at = self._clock() - took_s
+        self._refresh_took_s = took_s
 
-    def refresh_due(self, tick_s: float, refresh_took_s: float = 0.0) -> bool:
+    def refresh_due(self, tick_s: float) -> bool:
         """Whether a refresh should start now, the next chance being `tick_s` from now: a scrape
         is expected before that chance's refresh could end, or one came since the last refresh
         while the pace is not known yet (one scrape; a person's curl). False while nobody scrapes."""
@@ -57,4 +60,4 @@ class ScrapePace:
         expected = last + gap
         if expected < now:  # a scrape missed its turn: the pace holds for the ones after it
             expected += math.ceil((now - expected) / gap) * gap
-        return expected - now <= tick_s + refresh_took_s
+        return expected - now <= tick_s + self._refresh_took_s

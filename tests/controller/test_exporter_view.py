@@ -97,7 +97,7 @@ async def test_the_view_refreshes_at_a_terms_start_then_only_for_its_scrapes() -
         consumer=SimpleNamespace(offset_ranges=_no_ranges), list_groups=_no_groups
     )
     await view.refresh()
-    view.pace.refreshed()
+    view.pace.refreshed(0.0)
     assert not view.refresh_due()  # nobody scraped: no refresh
     view.text()
     assert view.refresh_due()  # a scrape came: the next tick refreshes for it
@@ -108,10 +108,10 @@ async def test_the_view_refreshes_at_a_terms_start_then_only_for_its_scrapes() -
     role.is_active, role.epoch = True, 4
     assert view.refresh_due()  # a new term starts with a refresh
     await view.refresh()
-    view.pace.refreshed()
+    view.pace.refreshed(0.0)
     view.text()
     await view.refresh()
-    view.pace.refreshed()
+    view.pace.refreshed(0.0)
     assert not view.refresh_due()
     role.epoch = 5  # deposed and elected again between two ticks: the new term refreshes at once
     assert view.refresh_due()

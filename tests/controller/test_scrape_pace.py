@@ -3,6 +3,8 @@ refresh per scrape, fresh at the scrape, none while nobody scrapes."""
 
 from __future__ import annotations
 
+import heapq
+
 from tidelog.controller.scrape_pace import ScrapePace
 
 TICK_S = 5.0
@@ -26,12 +28,16 @@ class Timeline:
         while tick < until:
             events.append((tick, "tick"))
             tick += TICK_S
-        for at, kind in sorted(events):
+        heapq.heapify(events)
+        while events:
+            at, kind = heapq.heappop(events)
             self.now = at
             if kind == "tick":
-                if self.pace.refresh_due(TICK_S, self.refresh_took_s):
+                if self.pace.refresh_due(TICK_S):
                     self.refreshes.append(at)
-                    self.pace.refreshed()
+                    heapq.heappush(events, (at + self.refresh_took_s, "done"))
+            elif kind == "done":  # a scrape while it ran read the figures before it
+                self.pace.refreshed(self.refresh_took_s)
             else:
                 ready = [r for r in self.refreshes if r + self.refresh_took_s <= at]
                 self.ages.append(at - ready[-1] if ready else float("inf"))
@@ -88,3 +94,16 @@ def test_one_scrape_gets_one_refresh() -> None:
     timeline = Timeline([12.0])
     timeline.run(until=120)
     assert timeline.refreshes == [15.5]
+
+
+def test_a_scrape_during_a_refresh_read_the_figures_before_it_and_gets_the_next_one() -> None:
+    now = [10.0]
+    pace = ScrapePace(clock=lambda: now[0])
+    now[0] = 10.05
+    pace.scraped()  # while a refresh that started at 10.0 runs
+    now[0] = 10.2
+    pace.refreshed(0.2)
+    assert pace.refresh_due(TICK_S)
+    now[0] = 15.2
+    pace.refreshed(0.1)
+    assert not pace.refresh_due(TICK_S)
