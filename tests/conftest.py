@@ -11,6 +11,11 @@ settings.register_profile("default", max_examples=60, deadline=None, suppress_he
 settings.register_profile("thorough", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
+# Local clusters fork their services from one helper that imported them once (ADR 0034): the suite
+# starts about 490 services, each 0.35-0.8 s of imports otherwise. TIDELOG_DEV_FORK_SERVER=0 turns
+# it off for a run.
+os.environ.setdefault("TIDELOG_DEV_FORK_SERVER", "1")
+
 
 # ---- a real etcd server, shared by the tests of one session ------------------------------------
 

@@ -28,6 +28,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tidelog.client.admin import AdminClient
 from tidelog.common.local_endpoints import AnnouncedCluster, announce, announced_cluster, user_state_file
 from tidelog.common.settings import SecuritySettings
+from tidelog.dev import fork_server
 from tidelog.dev.cluster_ports import ClusterPorts
 from tidelog.dev.etcd_server import EtcdCluster, EtcdServer, EtcdTls
 from tidelog.server_common.etcd.connect import etcd_client
@@ -131,7 +132,7 @@ class LocalCluster:
         # How this object's own etcd clients (user seeding, readiness checks) reach an etcd on TLS;
         # the services have theirs in their own security settings (etcd.ssl.*).
         self.etcd_client_security = etcd_client_security
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.processes: dict[str, subprocess.Popen[bytes] | fork_server.ForkedProcess] = {}
         # Per process ("broker-1"): its security settings (its own certificate, the CA, ...); and
         # what this object's own clients (readiness checks) use.
         self.service_security = service_security
@@ -205,13 +206,19 @@ class LocalCluster:
     def _spawn(self, name: str, module: str, arguments: list[str]) -> None:
         logs = self.data_dir / "logs"
         logs.mkdir(exist_ok=True)
+        environment = {**os.environ, "PYTHONUNBUFFERED": "1", **self.environments.get(name, {})}
+        if fork_server.enabled() and not self._command_prefix(name) and name not in self.environments:
+            # Forked from a process that imported the services already (ADR 0034); one in a
+            # network namespace or with variables of its own (LD_PRELOAD) is exec'd as before.
+            self.processes[name] = fork_server.shared().spawn(module, arguments, environment, logs / f"{name}.log")
+            return
         with open(logs / f"{name}.log", "ab") as output:
             self.processes[name] = subprocess.Popen(
                 [*self._command_prefix(name), sys.executable, "-m", module, *arguments],
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.environments.get(name, {})},
+                env=environment,
                 # Own session: a terminal's Ctrl-C reaches only `dev up`, which stops them in order.
                 start_new_session=True,
             )
