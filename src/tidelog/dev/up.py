@@ -169,6 +169,9 @@ def up(args: argparse.Namespace) -> int:
         brokers=args.brokers,
         controllers=args.controllers,
         coordinators=args.coordinators,
+        # As Kafka's own config/server.properties sets it "for development and testing": the first
+        # consumer of a group is assigned at once, not after the 3 s a starting fleet would need.
+        coordinator_args=["--group-initial-rebalance-delay-ms", "0"],
         gateways=args.gateways,
         metrics=True,
         conventional_ports=True,
