@@ -31,6 +31,9 @@ partitions with RF 3, then:
 - stop: SIGTERM to every process at once (LocalCluster.stop: the brokers hand leaderships to each
   other, deregister and close every log) → all gone, and how many brokers had to be killed at the
   stop timeout (10 s) instead.
+Each step from the consume on starts on a settled cluster (`settled`: every process below 10% of a
+core over 0.3 s, the wait printed): the step before it has finished its after-work, which would
+otherwise count in this step's figure.
 References printed in the same run: the idle CPU of a broker holding no partition (the same cluster
 before the topic exists), so per-partition cost is the difference; and the seconds this file
 system takes to make as many folders as the topic has replicas, each with the files a new log
@@ -61,6 +64,8 @@ TOPIC = "scale"
 ROLLING_TOPIC = "rolling"  # written acks=all while the brokers restart in turn
 ROLLING_PARTITIONS = 6
 TICKS = os.sysconf("SC_CLK_TCK")
+SETTLED_BUSY = 0.10  # of a core: idle at 10,000 partitions is about 0.02
+SETTLE_WINDOW_S = 0.3
 
 
 def cpu_seconds(pid: int) -> float:
@@ -84,6 +89,24 @@ async def idle_cpu(cluster: LocalCluster, seconds: float) -> dict[str, float]:
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     await asyncio.sleep(seconds)
     return {name: (cpu_seconds(pid) - before[name]) / seconds * 100 for name, pid in pids.items()}
+
+
+async def settled(cluster: LocalCluster, before: str, timeout_s: float = 60) -> None:
+    """Until every process of the cluster used at most `SETTLED_BUSY` of a core over
+    `SETTLE_WINDOW_S`: the step before has finished its after-work (followers fetching what it
+    wrote, the high watermarks' last round, flushes), which otherwise runs into the next step's
+    figure (a produce's tail made the consume after it 25% slower; a reference pass's tail added
+    0.2-0.6 s to the controller failover after it). Printed, so the wait is seen."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        pids = [process.pid for process in cluster.processes.values()]
+        before_s = [cpu_seconds(pid) for pid in pids]
+        await asyncio.sleep(SETTLE_WINDOW_S)
+        busiest = max(cpu_seconds(pid) - was for pid, was in zip(pids, before_s, strict=True))
+        if busiest <= SETTLED_BUSY * SETTLE_WINDOW_S:
+            print(f"  (settled {time.monotonic() - started:.1f} s before {before})", flush=True)
+            return
+    print(f"  (not settled after {timeout_s:.0f} s before {before}: measured anyway)", flush=True)
 
 
 async def all_led(admin: AdminClient, partitions: int, timeout_s: float = 600) -> None:
@@ -167,6 +190,7 @@ async def consume_everything(cluster: LocalCluster, partitions: int, expected: i
             if time.monotonic() > deadline:
                 raise TimeoutError("the records never became readable")
             await asyncio.sleep(0.2)
+        await settled(cluster, "the consume")
         await consumer.seek_to_beginning()
         consumed = 0
         started = time.perf_counter()
@@ -180,6 +204,7 @@ async def consume_everything(cluster: LocalCluster, partitions: int, expected: i
 async def crash_and_restart(cluster: LocalCluster, admin: AdminClient) -> dict[str, float]:
     """kill -9 of broker 3 (a crash: SIGTERM's controlled shutdown is bench_failover's), then start."""
     await all_in_sync(admin)
+    await settled(cluster, "the broker's kill")
     before = await partition_epochs(admin)
     stopped = time.monotonic()
     cluster.signal("broker-3", signal.SIGKILL)
@@ -227,6 +252,7 @@ async def rolling_restart(cluster: LocalCluster, admin: AdminClient) -> dict[str
     acknowledgements, measured before, hid a partition stalled for seconds while the others went
     on.)"""
     await admin.create_topic(ROLLING_TOPIC, ROLLING_PARTITIONS, 3, {"min.insync.replicas": "2"})
+    await settled(cluster, "the rolling restart")
     waits: list[tuple[float, float]] = []  # (sent, acknowledged) of each send
     failed = 0
     stop = asyncio.Event()
@@ -389,9 +415,11 @@ async def measure(folder: Path, partitions: int, idle_seconds: float) -> dict[st
                 cluster, partitions, partitions * per_partition
             )
             figures.update(full_collections(cluster))
+            await settled(cluster, "the reference pass")
             asked = time.monotonic()
             await every_partition_answers(cluster, partitions)  # the reference: what answering costs
             figures["every partition answers, no fault (s)"] = time.monotonic() - asked
+            await settled(cluster, "the controller's kill")
             cluster_state = await admin.describe_cluster()
             active = f"controller-{cluster_state.controller_id}"
             killed = time.monotonic()
