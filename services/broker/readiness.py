@@ -104,6 +104,9 @@ class Readiness:
         self.metadata = metadata
         self.file = file
         self.ready = False
+        # In every ISR (no partition hosted here under-replicated), hand-back aside: the moment a
+        # restart's catch-up ended, logged (`broker_in_sync`) for the operator and bench_scale.
+        self.in_sync = False
         self._seen_version = -1
         # Kept per partition, so that an update recounts only the partitions it changed
         # (MetadataCache.changed_since): recounting all of them at every update of a restart's ISR
@@ -136,11 +139,11 @@ class Readiness:
                 for key in changed:
                     await pacer.pace()
                     self._recount(key, metadata.state_of(*key), live)
-            ready = (
-                metadata.initialised
-                and not self._under
-                and not _hand_back_due(metadata.leader_balance, self._preferred.values())
-            )
+            in_sync = metadata.initialised and not self._under
+            if in_sync != self.in_sync:
+                self.in_sync = in_sync
+                log.info("broker_in_sync", in_sync=in_sync)
+            ready = in_sync and not _hand_back_due(metadata.leader_balance, self._preferred.values())
             if ready != self.ready:
                 self.ready = ready
                 log.info("broker_readiness", ready=ready)

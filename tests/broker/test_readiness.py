@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 from tidelog.broker.metadata_cache import JOURNAL_UPDATES_MAX, MetadataCache
 from tidelog.broker.readiness import Readiness, awaits_hand_back, under_replicated_hosted
@@ -76,11 +77,11 @@ def test_the_file_is_kept_exactly_while_ready(tmp_path: Path) -> None:
     readiness = Readiness(3, metadata, file)
     assert not _ready(readiness) and not file.exists()  # no state from a controller yet
     _push(metadata, [1, 2, 3], [(0, [1, 2, 3], [1, 2])])
-    assert not _ready(readiness) and not file.exists()
+    assert not _ready(readiness) and not file.exists() and not readiness.in_sync
     _push(metadata, [1, 2, 3], [(0, [1, 2, 3], [1, 2, 3])])
-    assert _ready(readiness) and file.exists()
+    assert _ready(readiness) and file.exists() and readiness.in_sync
     _push(metadata, [1, 2, 3], [(0, [1, 2, 3], [1, 3])])
-    assert not _ready(readiness) and not file.exists()
+    assert not _ready(readiness) and not file.exists() and not readiness.in_sync
     _push(metadata, [1, 2, 3], [(0, [1, 2, 3], [1, 2, 3])])
     assert _ready(readiness)
     readiness.close()  # stopping: not ready for the next broker to restart
@@ -99,8 +100,15 @@ def test_with_the_rebalance_on_ready_waits_for_the_leaderships_handed_back(tmp_p
     _push(metadata, [1, 2, 3], in_sync, REBALANCE)
     assert under_replicated_hosted(1, metadata) == 0
     assert awaits_hand_back(1, metadata) and not _ready(readiness)
+    assert readiness.in_sync  # (its own moment, logged: a restart's catch-up is over)
+    with capture_logs() as logged:
+        _push(metadata, [1, 2, 3], [(0, [1, 2, 3], [2, 3]), *in_sync[1:]], REBALANCE)
+        _ready(readiness)
+        _push(metadata, [1, 2, 3], in_sync, REBALANCE)
+        _ready(readiness)
+    assert [entry["in_sync"] for entry in logged if entry["event"] == "broker_in_sync"] == [False, True]
     _push(metadata, [1, 2, 3], in_sync, REBALANCE, leaders={0: 1})
-    assert _ready(readiness)
+    assert _ready(readiness) and readiness.in_sync
     # The rebalance off, or a controller that does not say: under-replication alone decides.
     _push(metadata, [1, 2, 3], in_sync, broker_pb2.LeaderBalance(auto_leader_rebalance_enable=False))
     assert _ready(readiness)
