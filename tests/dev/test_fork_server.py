@@ -121,3 +121,11 @@ def test_a_local_cluster_forks_its_services_but_execs_one_with_variables_of_its_
     assert wait_for_file(tmp_path / "one")["variable"] is None
     assert wait_for_file(tmp_path / "two")["variable"] == "own"
     assert (tmp_path / "cluster" / "logs" / "broker-1.log").read_text() == "to stdout\nto stderr\n"
+
+
+def test_a_service_that_ends_at_once_has_its_exit_seen(server: ForkServer, tmp_path: Path) -> None:
+    # Its exit is reported right after its pid: the process must be known by then (it once was
+    # registered only when spawn() woke, and an exit read first was dropped: wait() hung).
+    for attempt in range(40):
+        process = server.spawn(PROBE, [], dict(os.environ), tmp_path / f"{attempt}.log")
+        assert process.wait(timeout=10) == 1

@@ -134,8 +134,9 @@ class ForkServer:
         theirs.close()
         self._lock = threading.Lock()  # one spawn at a time: its answer is the next "spawned"
         self.changed = threading.Condition()  # a spawn answered, a process exited, the helper lost
-        self._answers: dict[int, dict[str, Any]] = {}
-        self._processes: dict[int, ForkedProcess] = {}
+        self._asked: dict[int, list[str]] = {}  # spawn number → its command line, until answered
+        self._answers: dict[int, ForkedProcess | str] = {}  # spawn number → its process, or why none
+        self._processes: dict[int, ForkedProcess] = {}  # pid → the process, until its exit is reported
         self._next = 0
         self.lost = False
         self._ready = threading.Event()
@@ -155,18 +156,18 @@ class ForkServer:
             number = self._next
             request = {"spawn": number, "module": module, "arguments": arguments, "env": env}
             request |= {"cwd": os.getcwd(), "log": str(log)}
+            with self.changed:
+                self._asked[number] = [sys.executable, "-m", module, *arguments]
             self._socket.sendall(json.dumps(request).encode() + b"\n")
             with self.changed:
                 if not self.changed.wait_for(lambda: number in self._answers or self.lost, SPAWN_TIMEOUT_S):
                     raise RuntimeError(f"the fork server did not answer in {SPAWN_TIMEOUT_S} s")
                 answer = self._answers.pop(number, None)
-                if answer is None:
-                    raise RuntimeError("the fork server is gone")
-                if "error" in answer:
-                    raise RuntimeError(f"the fork server could not start {module}: {answer['error']}")
-                process = ForkedProcess(self, answer["pid"], [sys.executable, "-m", module, *arguments])
-                self._processes[process.pid] = process
-                return process
+            if answer is None:
+                raise RuntimeError("the fork server is gone")
+            if isinstance(answer, str):
+                raise RuntimeError(f"the fork server could not start {module}: {answer}")
+            return answer
 
     def _read(self) -> None:
         with self._socket.makefile("rb") as lines:
@@ -176,9 +177,17 @@ class ForkServer:
                     if "ready" in message:
                         self._ready.set()
                     elif "spawned" in message:
-                        self._answers[message["spawned"]] = message
-                    elif (process := self._processes.pop(message["exited"], None)) is not None:
-                        process.returncode = message["returncode"]
+                        # The process is known before the next message is read: a service that
+                        # ends at once (bad arguments) has its exit reported right after.
+                        args = self._asked.pop(message["spawned"])
+                        if "error" in message:
+                            self._answers[message["spawned"]] = message["error"]
+                        else:
+                            process = ForkedProcess(self, message["pid"], args)
+                            self._processes[process.pid] = process
+                            self._answers[message["spawned"]] = process
+                    elif (ended := self._processes.pop(message["exited"], None)) is not None:
+                        ended.returncode = message["returncode"]
                     self.changed.notify_all()
         with self.changed:
             self.lost = True
