@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import errno
 import gc
 import importlib
 import io
@@ -223,10 +222,6 @@ def shared() -> ForkServer:
 # ---- the helper ---------------------------------------------------------------------------------
 
 
-def _returncode(status: int) -> int:
-    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-
-
 def _run_child(request: dict[str, Any], keep_out: list[int]) -> None:
     """In the forked child: become the service, as `python -u -m module` would start it."""
     code = 1
@@ -253,9 +248,10 @@ def _run_child(request: dict[str, Any], keep_out: list[int]) -> None:
         sys.argv = [str(module.__file__), *request["arguments"]]
         module.main(request["arguments"])
         code = 0
-    except SystemExit as stopped:
-        code = stopped.code if isinstance(stopped.code, int) else (0 if stopped.code is None else 1)
-        if not isinstance(stopped.code, int | None):
+    except SystemExit as stopped:  # as the interpreter ends on one: a message is printed, status 1
+        if stopped.code is None or isinstance(stopped.code, int):
+            code = stopped.code or 0
+        else:
             print(stopped.code, file=sys.stderr)
     except BaseException:
         traceback.print_exc()
@@ -300,13 +296,11 @@ def _serve(descriptor: int) -> None:
                         break
                     if pid == 0:
                         break
-                    send({"exited": pid, "returncode": _returncode(status)})
+                    send({"exited": pid, "returncode": os.waitstatus_to_exitcode(status)})  # (as Popen's)
                 continue
             try:
-                received = client.recv(65536)
-            except OSError as error:
-                if error.errno == errno.EINTR:
-                    continue
+                received = client.recv(65536)  # (a SIGCHLD meanwhile: retried, PEP 475)
+            except OSError:
                 received = b""
             if not received:
                 return  # the client is gone or closed us: the forked services run on
