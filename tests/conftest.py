@@ -1,5 +1,5 @@
 """Suite-wide settings: hypothesis profiles sized for a 2-core CI machine, and how a parallel run
-(scripts/test: pytest-xdist, `-n 2`) shares the machine between its workers (ADR 0031)."""
+(scripts/test: pytest-xdist, `-n 3`) shares the machine between its workers (ADRs 0031, 0035)."""
 
 from __future__ import annotations
 
