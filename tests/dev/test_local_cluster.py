@@ -4,12 +4,14 @@ restarted by role and name; a wait that says what it waits for."""
 from __future__ import annotations
 
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.cluster.conftest import COORDINATOR_ARGS, started_cluster
 from tidelog.client import AdminClient
+from tidelog.dev.local_cluster import LocalCluster
 
 
 async def test_processes_by_role_restart_and_a_named_wait(tmp_path: Path) -> None:
@@ -40,3 +42,14 @@ async def test_processes_by_role_restart_and_a_named_wait(tmp_path: Path) -> Non
         await cluster.wait_ready(timeout_s=30)
         async with AdminClient(cluster.bootstrap, controllers=cluster.controller_endpoints) as admin:
             assert sorted(b.broker_id for b in (await admin.describe_cluster()).brokers) == [1, 2, 3]
+
+
+def test_an_etcd_that_exited_is_not_alive(tmp_path: Path) -> None:
+    """An etcd that lost its port exits while another process may answer there: the cluster is
+    not alive (wait_ready's and `tidelog dev up`'s check), however ready its port looks."""
+    cluster = LocalCluster(tmp_path / "cluster")
+    cluster.check_alive()  # nothing started, nothing exited
+    cluster.etcd.process = subprocess.Popen(["sh", "-c", "exit 3"])  # type: ignore[union-attr]
+    cluster.etcd.process.wait()  # type: ignore[union-attr]
+    with pytest.raises(RuntimeError, match="etcd exited with 3"):
+        cluster.check_alive()

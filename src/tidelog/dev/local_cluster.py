@@ -490,7 +490,12 @@ class LocalCluster:
             await etcd.close()
 
     def check_alive(self) -> None:
-        """Raise if any process of the cluster has exited."""
+        """Raise if any process of the cluster has exited, etcd's included: an etcd that lost the
+        race for its port exits while another one may answer there, and a cluster whose services
+        then share someone else's etcd looks ready."""
         for name, process in self.processes.items():
             if process.poll() is not None:
                 raise RuntimeError(f"{name} exited with {process.returncode}; see {self.data_dir}/logs/{name}.log")
+        for member in self.etcd.members if isinstance(self.etcd, EtcdCluster) else [self.etcd]:
+            if member.process is not None and member.process.poll() is not None:
+                raise RuntimeError(f"etcd exited with {member.process.returncode}; see {member.data_dir}.log")
