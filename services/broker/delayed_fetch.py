@@ -1,18 +1,22 @@
 """A fetch's reads and its long poll (Kafka's DelayedFetch): read every partition asked for on the
-I/O pool, and when there is less than fetch.min.bytes and no error, wait for an append to one of
-them (or, in a follower's incremental session, for the session's news) until max.wait.ms.
+I/O pool (a read of the logs' tails on the loop), and when there is less than fetch.min.bytes and
+no error, wait for an append to one of them (or, in a follower's incremental session, for the
+session's news) until max.wait.ms.
 
 The wake-up is taken before each read, so an append while the read runs still wakes the waiter.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any, Final
 
 from tidelog.broker.fetch_session import FetchSession
 from tidelog.broker.partition import PartitionRead
 from tidelog.broker.replica_manager import ReplicaManager
+from tidelog.broker.replica_role import ReplicaRole
+from tidelog.broker.storage_io import INLINE_PARTITIONS_MAX
 from tidelog.v1 import broker_pb2
 
 __all__ = ["READ_COMMITTED", "full_reads", "session_reads"]
@@ -42,7 +46,7 @@ async def full_reads(
     while True:
         events = replicas.append_events(keys)  # before the read: no lost wake-up
         read_started = time.perf_counter()
-        reads = await replicas.io.run(_read_all, replicas, wanted, max_bytes, follower, committed, request=kind)
+        reads = await _read(replicas, wanted, max_bytes, follower, committed, kind=kind)
         read_s += time.perf_counter() - read_started  # request time, without the long-poll wait
         reads += _refused_reads(refused)
         remaining = deadline - time.monotonic()
@@ -79,11 +83,7 @@ async def session_reads(
     while True:
         answer |= session.take_dirty()  # before the read: no lost wake-up
         wanted = [session.partitions[key] for key in answer if key in session.partitions and key not in refused]
-        reads = (
-            await replicas.io.run(_read_all, replicas, wanted, max_bytes, follower, committed, request=kind)
-            if wanted
-            else []
-        )
+        reads = await _read(replicas, wanted, max_bytes, follower, committed, kind=kind) if wanted else []
         reads += _refused_reads(refused)
         remaining = deadline - time.monotonic()
         if _fetch_done(reads, request.min_bytes, remaining) or session.closed or replicas.long_polls_ended.is_set():
@@ -97,6 +97,38 @@ async def session_reads(
                     session.dirty.add(key)
             return reads
         await session.wait(remaining)
+
+
+async def _read(
+    replicas: ReplicaManager, wanted: list[Any], max_bytes: int, follower: bool, committed: bool, *, kind: str
+) -> list[PartitionRead]:
+    """`_read_all` on the loop for a read of the logs' tails (`_tail_read_here`), else on the pool."""
+    here = _tail_read_here(replicas, wanted, max_bytes, follower, committed)
+    if here is not None:
+        return here
+    return await replicas.io.run(_read_all, replicas, wanted, max_bytes, follower, committed, request=kind)
+
+
+def _tail_read_here(
+    replicas: ReplicaManager, wanted: list[Any], max_bytes: int, follower: bool, committed: bool
+) -> list[PartitionRead] | None:
+    """The reads, done here on the event loop, when each is at or above its log's high watermark
+    (an in-sync follower's fetch, a consumer's at the end): what lies there was written within a
+    replication round trip, in the page cache. None (read on the pool) for any other read, more
+    than INLINE_PARTITIONS_MAX partitions, or a log whose lock a thread holds now (ADR 0036)."""
+    if len(wanted) > INLINE_PARTITIONS_MAX:
+        return None
+    logs = []
+    for entry in wanted:
+        hosted = replicas.partitions.get((entry.topic, entry.partition))
+        if hosted is None or hosted.role is not ReplicaRole.LEADER or entry.fetch_offset < hosted.log.high_watermark:
+            return None
+        logs.append(hosted.log)
+    with contextlib.ExitStack() as held:
+        for partition_log in logs:
+            if not held.enter_context(partition_log.held_if_free()):
+                return None
+        return _read_all(replicas, wanted, max_bytes, follower, committed)
 
 
 def _read_all(

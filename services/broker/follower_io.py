@@ -14,12 +14,15 @@ import structlog
 
 from tidelog.broker.storage import PartitionLog
 from tidelog.broker.storage.checkpoint import sync_filesystems
+from tidelog.broker.storage_io import INLINE_BYTES_MAX, INLINE_PARTITIONS_MAX, StorageIo
 
 __all__ = [
     "UNDEFINED",
     "EpochAnswer",
     "FollowedPartition",
     "append_chunk",
+    "append_fetched",
+    "append_small_here",
     "cut",
     "needs_cut",
     "sync_cuts",
@@ -101,3 +104,38 @@ def append_chunk(appends: list[tuple[FollowedPartition, Any]]) -> tuple[int, Bas
         except Exception as error:
             return done, error
     return len(appends), None
+
+
+Outcome = tuple[int, BaseException | None]  # append_chunk's: how many appended, what stopped the rest
+
+
+def append_small_here(
+    appends: list[tuple[FollowedPartition, Any]],
+) -> tuple[list[tuple[list[tuple[FollowedPartition, Any]], Outcome]], list[tuple[FollowedPartition, Any]]]:
+    """On the event loop: append what one fetch brought where it is a small page-cache write now
+    (storage_io.py's INLINE_BYTES_MAX in all, the log's lock free, no roll or flush due), each as a
+    chunk of one with its outcome; the others, returned, go to the I/O threads."""
+    if len(appends) > INLINE_PARTITIONS_MAX or sum(len(r.record_batches) for _, r in appends) > INLINE_BYTES_MAX:
+        return [], appends
+    done: list[tuple[list[tuple[FollowedPartition, Any]], Outcome]] = []
+    later: list[tuple[FollowedPartition, Any]] = []
+    for item in appends:
+        partition_log = item[0].log
+        with partition_log.held_if_free() as held:
+            if held and partition_log.append_stays_in_memory(len(item[1].record_batches)):
+                done.append(([item], append_chunk([item])))
+                continue
+        later.append(item)
+    return done, later
+
+
+async def append_fetched(
+    io: StorageIo, appends: list[tuple[FollowedPartition, Any]]
+) -> list[tuple[list[tuple[FollowedPartition, Any]], Outcome]]:
+    """Append what one fetch brought for many partitions: the small ones here (append_small_here),
+    the rest in a few I/O tasks, not a task each (at thousands of partitions a thread hop per
+    partition was most of a catching-up follower's time). Each chunk with its outcome."""
+    done, later = append_small_here(appends)
+    if later:
+        done += zip(io.chunks(later), await io.each_chunk(append_chunk, later), strict=True)
+    return done

@@ -21,7 +21,7 @@ from typing import Any, Final
 import grpc
 import structlog
 
-from tidelog.broker.follower_io import EpochAnswer, FollowedPartition, append_chunk, cut, needs_cut, sync_cuts
+from tidelog.broker.follower_io import EpochAnswer, FollowedPartition, append_fetched, cut, needs_cut, sync_cuts
 from tidelog.broker.follower_session import FollowerSession
 from tidelog.broker.storage_io import BULK_CHUNKS_AT_ONCE, StorageIo
 from tidelog.common.channels import ChannelPool
@@ -405,15 +405,13 @@ class ReplicaFetcherManager:
             await self._append_all(session, appends)
 
     async def _append_all(self, session: FollowerSession, appends: list[tuple[FollowedPartition, Any]]) -> None:
-        """Append what one fetch brought for many partitions in a few I/O tasks, not a task each:
-        at thousands of partitions a thread hop per partition, one after another, was most of a
-        catching-up follower's time. A failed append stops its task's later ones and is raised
-        once the others' high watermarks are applied."""
+        """Append what one fetch brought (follower_io.append_fetched). A failed append stops its
+        task's later ones and is raised once the others' high watermarks are applied."""
         started = time.perf_counter()
-        outcomes = await self.io.each_chunk(append_chunk, appends)
+        outcomes = await append_fetched(self.io, appends)
         APPEND_MS.observe((time.perf_counter() - started) * 1000)
         failure: BaseException | None = None
-        for (chunk_done, chunk_failure), chunk in zip(outcomes, self.io.chunks(appends), strict=True):
+        for chunk, (chunk_done, chunk_failure) in outcomes:
             for followed, result in chunk[:chunk_done]:
                 followed.log.update_high_watermark(min(result.high_watermark, followed.log.log_end_offset))
                 if result.log_start_offset > followed.log.log_start_offset:  # (rare: DeleteRecords)

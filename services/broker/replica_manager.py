@@ -28,7 +28,13 @@ from tidelog.broker.broker_fencing import BrokerFencing
 from tidelog.broker.clean_shutdown import CleanShutdown
 from tidelog.broker.fetch_session import FetchSession, FetchSessionCache
 from tidelog.broker.follower_tracking import FollowerTracking
-from tidelog.broker.leader_appends import CoordinatorWrite, LeaderAppend, MarkerWrite, append_leader_groups
+from tidelog.broker.leader_appends import (
+    CoordinatorWrite,
+    LeaderAppend,
+    MarkerWrite,
+    append_leader_groups,
+    append_small_groups_here,
+)
 from tidelog.broker.partition import Partition, PartitionKey, PartitionRead
 from tidelog.broker.partition_states import PartitionStates
 from tidelog.broker.replica_fetcher import ReplicaFetcherManager
@@ -248,8 +254,8 @@ class ReplicaManager:
                 by_partition.setdefault((topic, partition), []).append(append)
             outcomes.append(round_outcomes)
             all_appends.append(appends)
-        if by_partition:
-            await self.io.each_chunk(append_leader_groups, list(by_partition.values()), request="Produce")
+        if by_partition and (later := append_small_groups_here(list(by_partition.values()))):
+            await self.io.each_chunk(append_leader_groups, later, request="Produce")
         unexpected: BaseException | None = None
         for key, appends in by_partition.items():
             firsts = [

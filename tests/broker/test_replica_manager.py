@@ -9,6 +9,8 @@ import asyncio
 import contextlib
 import gc
 import os
+import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,13 +22,16 @@ import structlog.testing
 from tests.broker.storage.conftest import read_all
 from tests.cluster.conftest import wait_until
 from tests.fake_clock import FakeClock
+from tidelog.broker import leader_appends
+from tidelog.broker.delayed_fetch import full_reads
 from tidelog.broker.fetch_session import FetchSession
 from tidelog.broker.isr_manager import INELIGIBLE_RETRY_S, IsrManager
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.partition import Partition
 from tidelog.broker.replica_manager import ReplicaManager, in_rounds
+from tidelog.broker.storage import AppendInfo
 from tidelog.common.errors import ErrorCode, NotLeaderOrFollowerError, TidelogError
-from tidelog.common.record.batch import encode_batch, restamp
+from tidelog.common.record.batch import decode_batch, encode_batch, restamp
 from tidelog.common.settings import BrokerSettings
 from tidelog.server_common import long_lived_heap, loop_slices
 from tidelog.v1 import broker_pb2, common_pb2, controller_pb2, controller_pb2_grpc
@@ -239,7 +244,9 @@ async def test_a_requests_rounds_go_to_the_io_threads_in_one_pass_each_partition
 ) -> None:
     """All rounds of a request are appended by one pass of I/O tasks, a partition's entries in
     their order, each with its own outcome: a thread hop a round (each waits for the GIL and the
-    event loop) made 8 batches of one partition cost 7.7 ms of local time for 0.4 ms of appends."""
+    event loop) made 8 batches of one partition cost 7.7 ms of local time for 0.4 ms of appends.
+    (Appends above INLINE_BYTES_MAX: below it they stay on the loop, the next test.)"""
+    monkeypatch.setattr(leader_appends, "INLINE_BYTES_MAX", 0)
     await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME])
     passes: list[int] = []
     each_chunk = replicas.io.each_chunk
@@ -265,6 +272,73 @@ async def test_a_requests_rounds_go_to_the_io_threads_in_one_pass_each_partition
     gapped = await replicas.append_rounds([[(TOPIC, 0, batch)] for batch in sequenced], acks=1)
     assert [isinstance(outcome, TidelogError) for (outcome,) in gapped] == [False, False, True]
     assert gapped[2][0].code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, gapped[2][0]
+
+
+async def test_small_appends_stay_on_the_loop_unless_a_thread_holds_the_log(replicas: ReplicaManager) -> None:
+    """A small append is a page-cache write done on the event loop, no thread hop (ADR 0036);
+    with the log's lock held by a thread (a flush's fsync, the cleaner) it goes to the I/O threads
+    and waits there, the loop serving meanwhile, and lands once the lock is let go."""
+    await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME])
+    hops = replicas.io.tasks
+    (first,) = await replicas.append_all([(TOPIC, 0, encode_batch([b"a", b"b"]))], acks=1)
+    assert isinstance(first, AppendInfo) and (first.first_offset, first.last_offset) == (0, 1)
+    assert replicas.io.tasks == hops, "appended on the loop"
+
+    partition_log = replicas.partitions[(TOPIC, 0)].log
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with partition_log.locked():
+            taken.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert await asyncio.to_thread(taken.wait, 10)
+        appending = asyncio.ensure_future(replicas.append_all([(TOPIC, 0, encode_batch([b"c"]))], acks=1))
+        await wait_until(lambda: _handed_over(replicas, hops + 1), timeout_s=10, what="the append on a thread")
+        await asyncio.sleep(0.05)  # the loop turns while the append waits for the lock
+        assert not appending.done()
+    finally:
+        release.set()
+        await asyncio.to_thread(holder.join)
+    (second,) = await appending
+    assert isinstance(second, AppendInfo) and second.first_offset == 2
+    assert [batch.values for batch in read_all(partition_log)] == [[b"a", b"b"], [b"c"]]
+
+
+async def test_a_read_at_or_above_the_high_watermark_is_made_on_the_loop_one_below_on_a_thread(
+    replicas: ReplicaManager,
+) -> None:
+    """What lies at or above the high watermark was written within a replication round trip (in
+    the page cache): an in-sync follower's fetch and a consumer's at the end read it on the loop;
+    a consumer reading older records goes to the I/O threads (ADR 0036)."""
+    await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER])
+    await replicas.append_all([(TOPIC, 0, encode_batch([b"a", b"b"]))], acks=1)  # HW 0: OTHER has not fetched
+    hosted = replicas.partitions[(TOPIC, 0)]
+    assert hosted.log.high_watermark == 0
+
+    async def fetched(replica_id: int, offset: int) -> tuple[bytes, int]:
+        request = broker_pb2.FetchRequest(
+            replica_id=replica_id, replica_incarnation="life-2", partitions=[_fetch(offset, 1)], max_bytes=1 << 20
+        )
+        hops = replicas.io.tasks
+        reads, _ = await full_reads(replicas, request, 1 << 20, deadline=time.monotonic(), kind="Fetch")
+        return reads[0].data, replicas.io.tasks - hops
+
+    data, hops = await fetched(OTHER, 0)  # the follower, in the ISR, at the HW: the records above it
+    assert hops == 0 and decode_batch(data).values == [b"a", b"b"]
+    await fetched(OTHER, 2)  # its next fetch moves the HW
+    assert hosted.log.high_watermark == 2
+    data, hops = await fetched(-1, 2)  # a consumer at the end: nothing yet, read here
+    assert (data, hops) == (b"", 0)
+    data, hops = await fetched(-1, 0)  # a consumer behind: a thread reads it
+    assert hops == 1 and decode_batch(data).values == [b"a", b"b"]
+
+
+async def _handed_over(replicas: ReplicaManager, tasks: int) -> bool:
+    return replicas.io.tasks >= tasks
 
 
 async def _end_is(replicas: ReplicaManager, offset: int) -> bool:

@@ -7,21 +7,21 @@ Appends go to the active segment; reads return whole stored batches as bytes. Op
 from the recovery point on and cuts a torn tail.
 
 Thread-safety: every public method takes the log's lock, so a broker may call them from worker
-threads (it must: `flush` fsyncs). The log cleaner reads old segments under the lock (`locked`)
-and swaps its result in with `replace_segment`.
+threads (it must: `flush` fsyncs). The log cleaner and the broker's event loop get at it as
+log_access.py says.
 """
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
 
 from tidelog.broker.storage.leader_epoch_cache import LeaderEpochCache
+from tidelog.broker.storage.log_access import LogAccess
 from tidelog.broker.storage.log_config import LogConfig
 from tidelog.broker.storage.log_files import CLEAN_SHUTDOWN_FILE, LEADER_EPOCH_FILE, parse_log_directory_name
 from tidelog.broker.storage.log_loader import load_log, rebuild_producer_state
@@ -42,7 +42,7 @@ __all__ = ["AppendInfo", "PartitionLog", "parse_log_directory_name"]
 log = structlog.get_logger(__name__)
 
 
-class PartitionLog:
+class PartitionLog(LogAccess):
     def __init__(self, directory: Path, config: LogConfig, clock: Callable[[], int]) -> None:
         """Use `PartitionLog.open`; this only sets fields."""
         self.directory = directory
@@ -474,27 +474,5 @@ class PartitionLog:
     def delete(self) -> None:
         """Close and remove the whole partition folder (topic deletion, StopReplica)."""
         with self._lock:
-            self._local.close()
-            self._closed = True
+            self.close_without_flush()
             shutil.rmtree(self.directory, ignore_errors=True)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError(f"log {self.directory.name} is closed")
-
-    # ---- log cleaner access ----------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """Hold the log's lock (the cleaner reads old segments under it, a chunk at a time)."""
-        with self._lock:
-            self._check_open()
-            yield
-
-    def replace_segment(self, old: LogSegment, new: LogSegment) -> bool:
-        """Swap a cleaned segment in for `old` (SegmentList.replace); False if `old` is gone."""
-        with self._lock:
-            if self._closed:
-                new.delete()
-                return False
-            return self._local.replace(old, new)

@@ -114,6 +114,20 @@ FIXED_LIMITS: Final[tuple[FixedLimit, ...]] = (
         "from a restart) or closes (at stop) in a row.",
     ),
     FixedLimit(
+        "tidelog.broker.storage_io",
+        "INLINE_BYTES_MAX",
+        64 * 1024,
+        "Bytes of appends in one request (a produce's, a fetched answer's) the event loop writes itself when "
+        "they only touch the page cache, the log's lock free; larger ones go to the I/O threads (ADR 0036).",
+    ),
+    FixedLimit(
+        "tidelog.broker.storage_io",
+        "INLINE_PARTITIONS_MAX",
+        64,
+        "Partitions of one request the event loop appends or reads itself (small appends, reads at or above "
+        "the high watermark); more go to the I/O threads (ADR 0036).",
+    ),
+    FixedLimit(
         "tidelog.broker.replica_fetcher",
         "EPOCH_QUERY_RETRY_FIRST_S",
         0.005,

@@ -490,9 +490,8 @@ class LocalCluster:
             await etcd.close()
 
     def check_alive(self) -> None:
-        """Raise if any process of the cluster has exited, etcd's included: an etcd that lost the
-        race for its port exits while another one may answer there, and a cluster whose services
-        then share someone else's etcd looks ready."""
+        """Raise if any process of the cluster has exited, etcd's too: one that lost the race for its
+        port exits while another may answer there, and services sharing that etcd look ready."""
         for name, process in self.processes.items():
             if process.poll() is not None:
                 raise RuntimeError(f"{name} exited with {process.returncode}; see {self.data_dir}/logs/{name}.log")

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -393,3 +394,50 @@ def test_a_created_log_is_an_opened_empty_one_and_survives_reopening(tmp_path: P
     reopened = PartitionLog.open(tmp_path / "data" / "new-0", config, clock=clock.millis)
     assert reopened.log_end_offset == 2 and reopened.leader_epochs.entries() == [(3, 0)]
     reopened.close()
+
+
+def test_an_append_stays_in_memory_unless_it_rolls_or_flushes(open_log: OpenLog, clock: FakeClock) -> None:
+    """What the broker's event loop may append itself (ADR 0036): page-cache writes only."""
+    plain = open_log("plain-0")
+    with plain.held_if_free() as held:
+        assert held and plain.append_stays_in_memory(1024)
+    plain.append_as_leader(batch_of(2), leader_epoch=0)
+    with plain.held_if_free():
+        assert plain.append_stays_in_memory(1024)
+        assert not plain.append_stays_in_memory(2 * 1024 * 1024 * 1024)  # past segment.bytes: a roll
+    flushing = open_log("flushing-0", flush_messages=1)
+    with flushing.held_if_free():
+        assert not flushing.append_stays_in_memory(10)  # flush.messages=1: an fsync per append
+    rolling = open_log("rolling-0", segment_ms=1000)
+    rolling.append_as_leader(batch_of(1), leader_epoch=0)
+    clock.advance_ms(1000)
+    with rolling.held_if_free():
+        assert not rolling.append_stays_in_memory(10)  # segment.ms is up: the next append rolls
+    with pytest.raises(AssertionError, match="under the hold"):
+        plain.append_stays_in_memory(10)
+    plain.close()
+    with plain.held_if_free():
+        assert not plain.append_stays_in_memory(10)  # closed: the append's own check raises, on a thread
+
+
+def test_the_lock_is_never_waited_for_here(open_log: OpenLog) -> None:
+    partition_log = open_log()
+    taken = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with partition_log.locked():
+            taken.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert taken.wait(10)
+        with partition_log.held_if_free() as held:
+            assert not held  # a thread (a flush, the cleaner) has it: not waited for
+    finally:
+        release.set()
+        holder.join()
+    with partition_log.held_if_free() as held:
+        assert held
