@@ -105,6 +105,7 @@ async def _read(
     """`_read_all` on the loop for a read of the logs' tails (`_tail_read_here`), else on the pool."""
     here = _tail_read_here(replicas, wanted, max_bytes, follower, committed)
     if here is not None:
+        replicas.io.ran_here(kind)
         return here
     return await replicas.io.run(_read_all, replicas, wanted, max_bytes, follower, committed, request=kind)
 

@@ -254,8 +254,11 @@ class ReplicaManager:
                 by_partition.setdefault((topic, partition), []).append(append)
             outcomes.append(round_outcomes)
             all_appends.append(appends)
-        if by_partition and (later := append_small_groups_here(list(by_partition.values()))):
-            await self.io.each_chunk(append_leader_groups, later, request="Produce")
+        if by_partition:
+            if later := append_small_groups_here(list(by_partition.values())):
+                await self.io.each_chunk(append_leader_groups, later, request="Produce")
+            else:
+                self.io.ran_here("Produce")
         unexpected: BaseException | None = None
         for key, appends in by_partition.items():
             firsts = [

@@ -330,6 +330,9 @@ async def test_a_join_revokes_only_what_moves_when_cooperative_and_everything_wh
                 all(len(partitions) == 6 // size for partitions in owned)
                 and len(set().union(*owned)) == 6
                 and all(not member.membership.rejoin_needed for member in members)
+                # the listener told too: a member's assignment shows before its callback has run
+                # (it awaits the committed offsets in between)
+                and all(recorder.assigned >= part for recorder, part in zip(recorders, owned, strict=True))
             )
 
         return check
