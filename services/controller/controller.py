@@ -32,14 +32,15 @@ import structlog
 from etcd3aio import Etcd3Client, prefix_range_end
 
 from tidelog.common.channels import ChannelPool
-from tidelog.common.errors import ErrorCode, InvalidRequestError, NotControllerError, TidelogError
+from tidelog.common.errors import InvalidRequestError, NotControllerError, TidelogError
 from tidelog.controller.broker_liveness import BrokerLiveness
 from tidelog.controller.broker_requests import BrokerRequests
 from tidelog.controller.cluster_state import ClusterState
 from tidelog.controller.controller_config import ControllerConfig
 from tidelog.controller.controller_role import ControllerRole, Role
+from tidelog.controller.isr_commits import IsrCommits, merged_isr_changes
 from tidelog.controller.metadata_store import ConflictError, FencedError, MetadataStore
-from tidelog.controller.partition_leadership import PartitionLeadership, affected_by, isr_refusal
+from tidelog.controller.partition_leadership import PartitionLeadership, affected_by
 from tidelog.controller.process_watch import ControllerLiveness
 from tidelog.controller.propagation import Propagation
 from tidelog.controller.reassignments import Reassignments
@@ -53,7 +54,6 @@ from tidelog.server_common.metadata import (
     CONTROLLER_ELECTION_PREFIX,
     BrokerRegistration,
     ControllerRecord,
-    PartitionStateRecord,
 )
 from tidelog.v1 import broker_pb2, common_pb2, controller_pb2
 
@@ -107,6 +107,7 @@ class Controller:
         self.topics = TopicAdmin(self.store, self.leadership, config.settings, rng or random.Random())
         self.reassignments = Reassignments(self.store, self.role, self.leadership, self.propagation)
         self._mutex = asyncio.Lock()
+        self.isr_commits = IsrCommits(self._mutex, self._alter_partitions)
         # A preferred replica rejoined an ISR while another broker leads: check the balance now
         # rather than at the next interval (after a few failovers every leadership can sit on one
         # broker, whose next failure would then stop every partition at once).
@@ -341,45 +342,37 @@ class Controller:
     async def alter_partition(
         self, request: controller_pb2.AlterPartitionRequest
     ) -> controller_pb2.AlterPartitionResponse:
-        """A leader changes ISRs (KIP-497): each only for the exact state it knows, only as leader.
-        The accepted changes are committed together (one etcd transaction per STATES_PER_TXN)."""
+        """A leader changes ISRs (KIP-497): each only for the exact state it knows, only as leader;
+        committed with whatever other AlterPartitions wait meanwhile (isr_commits.py)."""
         if len(request.partitions) > ISR_CHANGES_PER_REQUEST_MAX:
             raise InvalidRequestError(f"at most {ISR_CHANGES_PER_REQUEST_MAX} ISR changes per request")
-        results: list[controller_pb2.PartitionIsrResult] = []
-        async with self._mutex:
-            self._require_active()
-            changes: dict[tuple[str, int], PartitionStateRecord] = {}
-            befores: dict[tuple[str, int], PartitionStateRecord] = {}
-            for change in request.partitions:
-                key = (change.topic, change.partition)
-                if key in changes:
-                    results.append(isr_refusal(change, ErrorCode.INVALID_REQUEST, "the partition is named twice"))
-                    continue
-                next_state, refused = self.leadership.isr_change(request.broker_id, change)
-                if refused is not None:
-                    results.append(refused)
-                    continue
-                assert next_state is not None
-                befores[key] = self.state.partitions[key].value
-                changes[key] = next_state
-                results.append(controller_pb2.PartitionIsrResult(topic=change.topic, partition=change.partition))
-            if changes:
-                await self.store.write_states(changes)
-                log.info("isr_changed", broker=request.broker_id, partitions=len(changes))
-                for key, before in befores.items():
-                    replicas = self.state.topics[key[0]].value.replicas(key[1])
-                    joined = set(changes[key].isr) - set(before.isr)
-                    if replicas and replicas[0] in joined and replicas[0] != before.leader:
-                        self._preferred_returned.set()
-                await self.reassignments.advance(list(changes))  # phase A may just have ended
-                for result in results:
+        return await self.isr_commits.submit(request)
+
+    async def _alter_partitions(
+        self, requests: list[controller_pb2.AlterPartitionRequest]
+    ) -> list[controller_pb2.AlterPartitionResponse]:
+        """Under the mutex: the accepted changes of every request committed together (one etcd
+        transaction per STATES_PER_TXN), a response per request."""
+        self._require_active()
+        changes, responses = merged_isr_changes(requests, self.leadership.isr_change)
+        befores = {key: self.state.partitions[key].value for key in changes}
+        if changes:
+            await self.store.write_states(changes)
+            log.info("isr_changed", brokers=sorted({r.broker_id for r in requests}), partitions=len(changes))
+            for key, before in befores.items():
+                replicas = self.state.topics[key[0]].value.replicas(key[1])
+                joined = set(changes[key].isr) - set(before.isr)
+                if replicas and replicas[0] in joined and replicas[0] != before.leader:
+                    self._preferred_returned.set()
+            await self.reassignments.advance(list(changes))  # phase A may just have ended
+            for response in responses:
+                for result in response.partitions:
                     if not result.error_code:
                         result.state.CopyFrom(self.state.partition_proto(result.topic, result.partition))
-        if changes:
-            # The leader applies the answer itself; the others learn it in the background (a
-            # stalled follower must not hold up the answer past the leader's deadline).
+            # The leaders apply the answers themselves; the others learn them in the background
+            # (a stalled follower must not hold up the answer past the leader's deadline).
             self.propagation.propagate_soon(self.state.brokers)
-        return controller_pb2.AlterPartitionResponse(partitions=results)
+        return responses
 
     # ---- leader elections on request, and the automatic rebalance --------------------------
 
