@@ -411,6 +411,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         try:
             self.replicas.states.check_controller_epoch(request.controller_epoch)
             self.metadata.note_shutting_down(request.controller_epoch, request.shutting_down_brokers)
+            self.metadata.note_lives(request.controller_epoch, request.live_leaders)
             errors = await self.replicas.states.leader_and_isr(request)
         except TidelogError as error:  # a stale controller epoch, or a request for another broker life
             REQUESTS.labels("LeaderAndIsr", error.code.name).inc()

@@ -105,6 +105,19 @@ class MetadataCache:
         if controller_epoch >= self.controller_epoch:
             self.shutting_down = self.shutting_down | frozenset(brokers)
 
+    def note_lives(self, controller_epoch: int, live: Iterable[common_pb2.BrokerEndpoint]) -> None:
+        """The live brokers as a LeaderAndIsr says (ahead of the UpdateMetadata that follows it):
+        a broker gone, or registered in another life, is no longer eligible in the life we knew.
+        Only ever stricter here, as `note_shutting_down`. A LeaderAndIsr applied in slices took
+        a crashed broker out of thousands of ISRs while this cache still held its old life: the
+        leaders asked to add it back on that life's fetches between slices, the high watermarks
+        waited for it (the maximal ISR) until the controller refused (10,000 partitions, a kill -9
+        and a start: 6,000 refusals)."""
+        if controller_epoch < self.controller_epoch:
+            return
+        lives = {broker.broker_id: broker.incarnation for broker in live}
+        self.incarnations = {broker_id: lives[broker_id] for broker_id in self.incarnations if broker_id in lives}
+
     def isr_eligible(self, broker_id: int, incarnation: str | None) -> bool:
         """Whether a leader may ask to add `broker_id`'s replica (fetching as `incarnation`, when
         known) to an ISR (KIP-841): registered in that very life and not in controlled shutdown.

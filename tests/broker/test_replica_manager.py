@@ -660,6 +660,37 @@ async def test_a_broker_in_controlled_shutdown_or_of_another_life_is_not_asked_i
         assert len(controller.requests) == 1
 
 
+async def test_a_broker_a_leader_and_isr_says_is_gone_or_in_another_life_is_not_asked_into_the_isr(
+    replicas: ReplicaManager,
+) -> None:
+    # Found at 10,000 partitions, a kill -9 and a start: the LeaderAndIsr taking the dead broker
+    # out of every ISR is applied in slices, ahead of the UpdateMetadata saying it is gone; between
+    # slices the leaders asked it back on its dead life's fetches (6,000 refusals), the maximal ISR
+    # making each high watermark wait for it until the controller refused.
+    controller = _RefusingJoiners()
+    async with _leading_with_third_caught_up(replicas, controller) as (isr, partition):
+        live = [
+            common_pb2.BrokerEndpoint(broker_id=broker, host="127.0.0.1", port=9, incarnation=f"life-{broker}")
+            for broker in (ME, OTHER, THIRD)
+        ]
+        isr.metadata.update(
+            broker_pb2.UpdateMetadataRequest(
+                controller_epoch=1, controller_endpoint=isr.metadata.controller_endpoint, live_brokers=live
+            )
+        )
+        isr.metadata.note_lives(0, live[:2])  # an older controller's word counts for nothing
+        assert isr.metadata.isr_eligible(THIRD, "life-3")
+        isr.metadata.note_lives(1, live[:2])  # THIRD gone, as the next LeaderAndIsr says
+        await isr.check_once()
+        assert not controller.requests and partition.pending_isr is None
+        assert set(partition.maximal_isr()) == {ME, OTHER}
+        again = common_pb2.BrokerEndpoint(broker_id=THIRD, host="127.0.0.1", port=9, incarnation="life-new")
+        isr.metadata.note_lives(1, [*live[:2], again])  # back in a new life: its old fetches prove nothing
+        assert not isr.metadata.isr_eligible(THIRD, "life-3") and not isr.metadata.isr_eligible(THIRD, "life-new")
+        await isr.check_once()
+        assert not controller.requests  # (eligible in its new life once the UpdateMetadata says it is live)
+
+
 async def test_a_leader_cut_off_from_etcd_leads_on_while_its_followers_fetch(tmp_path: Path) -> None:
     # ADR 0013: etcd down for everyone — the followers still fetch, so nobody was told of another
     # leader: the partition keeps serving with its session lost.
