@@ -206,17 +206,25 @@ async def consume_everything(cluster: LocalCluster, partitions: int, expected: i
         return consumed / (time.perf_counter() - started)
 
 
-def logged_at(cluster: LocalCluster, name: str, event: str, since: float, **fields: object) -> float:
+async def logged_at(
+    cluster: LocalCluster, name: str, event: str, since: float, timeout_s: float = 60, **fields: object
+) -> float:
     """The wall-clock time of the first `event` with `fields` that process `name` logged at or
-    after `since` (time.time()): a moment inside a process, read without asking it anything."""
-    for line in (cluster.data_dir / "logs" / f"{name}.log").read_text().splitlines():
-        if f'"{event}"' not in line:
-            continue
-        entry = json.loads(line)
-        at = datetime.datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")).timestamp()
-        if entry.get("event") == event and at >= since and all(entry.get(k) == v for k, v in fields.items()):
-            return at
-    raise LookupError(f"{name} logged no {event} {fields} since {since}")
+    after `since` (time.time()): a moment inside a process, read without asking it anything.
+    Waited for: another broker's Metadata can show every ISR whole before this process has been
+    told so and logged it (the line then comes later, its time is still the moment it knew)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for line in (cluster.data_dir / "logs" / f"{name}.log").read_text().splitlines():
+            if f'"{event}"' not in line:
+                continue
+            entry = json.loads(line)
+            at = datetime.datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")).timestamp()
+            if entry.get("event") == event and at >= since and all(entry.get(k) == v for k, v in fields.items()):
+                return at
+        if time.monotonic() > deadline:
+            raise LookupError(f"{name} logged no {event} {fields} since {since} within {timeout_s} s")
+        await asyncio.sleep(0.1)
 
 
 async def crash_and_restart(cluster: LocalCluster, admin: AdminClient) -> dict[str, float]:
@@ -243,7 +251,7 @@ async def crash_and_restart(cluster: LocalCluster, admin: AdminClient) -> dict[s
         await asyncio.sleep(0.02)
     ready = time.monotonic()
     await all_in_sync(admin, changed_since=before)  # (confirmed: it left every ISR and rejoined them all)
-    in_sync = logged_at(cluster, "broker-3", "broker_in_sync", started_wall, in_sync=True)
+    in_sync = await logged_at(cluster, "broker-3", "broker_in_sync", started_wall, in_sync=True)
     # The issue's own figure: kill -9 and start at once (a crashed container restarted by its
     # kubelet; bench_scale's first version did this), its new life registering while the
     # controller may still be moving the old one's leaderships.
@@ -254,7 +262,7 @@ async def crash_and_restart(cluster: LocalCluster, admin: AdminClient) -> dict[s
     cluster.restart("broker-3", signal.SIGKILL)
     await cluster.wait_ready()
     await all_in_sync(admin, changed_since=before)
-    at_once = logged_at(cluster, "broker-3", "broker_in_sync", at_once_wall, in_sync=True) - at_once_wall
+    at_once = await logged_at(cluster, "broker-3", "broker_in_sync", at_once_wall, in_sync=True) - at_once_wall
     return {
         "broker kill -9 → all it led led elsewhere (s)": detected,
         "broker kill -9, started at once → registered, in every ISR (s)": at_once,

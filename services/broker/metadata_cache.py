@@ -69,8 +69,10 @@ class MetadataCache:
         whole = not request.incremental or bool(request.deleted_topics)
         if live != self.brokers:
             self.brokers, self.brokers_version = live, self.brokers_version + 1
-            self.incarnations = {broker.broker_id: broker.incarnation for broker in live}
             whole = True
+        # At every update, not only when the live brokers changed: a LeaderAndIsr may have made
+        # them stricter meanwhile (note_lives) where this update, the same list, says otherwise.
+        self.incarnations = {broker.broker_id: broker.incarnation for broker in live}
         self._journal.append(
             (self.version, None if whole else frozenset((state.topic, state.partition) for state in request.partitions))
         )

@@ -688,7 +688,15 @@ async def test_a_broker_a_leader_and_isr_says_is_gone_or_in_another_life_is_not_
         isr.metadata.note_lives(1, [*live[:2], again])  # back in a new life: its old fetches prove nothing
         assert not isr.metadata.isr_eligible(THIRD, "life-3") and not isr.metadata.isr_eligible(THIRD, "life-new")
         await isr.check_once()
-        assert not controller.requests  # (eligible in its new life once the UpdateMetadata says it is live)
+        assert not controller.requests
+        # The UpdateMetadata after it says who is live, whatever the LeaderAndIsr said: here the
+        # same list as before (a push whose LeaderAndIsr came alone, then a whole resync).
+        isr.metadata.update(
+            broker_pb2.UpdateMetadataRequest(
+                controller_epoch=1, controller_endpoint=isr.metadata.controller_endpoint, live_brokers=live
+            )
+        )
+        assert isr.metadata.isr_eligible(THIRD, "life-3")
 
 
 async def test_a_leader_cut_off_from_etcd_leads_on_while_its_followers_fetch(tmp_path: Path) -> None:
