@@ -3,10 +3,9 @@ page-cache writes with the log's lock free, the rest for the I/O threads (ADR 00
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
-from tests.broker.storage.conftest import read_all
+from tests.broker.storage.conftest import held_by_a_thread, read_all
 from tidelog.broker.follower_io import FollowedPartition, append_small_here
 from tidelog.broker.storage import LogConfig, PartitionLog
 from tidelog.broker.storage_io import INLINE_BYTES_MAX
@@ -29,21 +28,8 @@ def _fetched(
 def test_small_appends_are_made_here_and_a_held_log_is_left_for_the_threads(tmp_path: Path) -> None:
     small = _fetched(tmp_path, "small", [b"a", b"b"])
     held = _fetched(tmp_path, "held", [b"c"])
-    taken, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with held[0].log.locked():
-            taken.set()
-            release.wait(10)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert taken.wait(10)
+    with held_by_a_thread(held[0].log):
         done, later = append_small_here([small, held])
-    finally:
-        release.set()
-        holder.join()
     assert done == [([small], (1, None))]
     assert later == [held], "a thread holds its log: not waited for here"
     assert [batch.values for batch in read_all(small[0].log)] == [[b"a", b"b"]]

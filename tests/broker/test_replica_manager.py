@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import gc
 import os
-import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,7 +18,7 @@ import grpc
 import pytest
 import structlog.testing
 
-from tests.broker.storage.conftest import read_all
+from tests.broker.storage.conftest import held_by_a_thread, read_all
 from tests.cluster.conftest import wait_until
 from tests.fake_clock import FakeClock
 from tidelog.broker import leader_appends
@@ -285,24 +284,11 @@ async def test_small_appends_stay_on_the_loop_unless_a_thread_holds_the_log(repl
     assert replicas.io.tasks == hops, "appended on the loop"
 
     partition_log = replicas.partitions[(TOPIC, 0)].log
-    taken, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with partition_log.locked():
-            taken.set()
-            release.wait(10)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert await asyncio.to_thread(taken.wait, 10)
+    with held_by_a_thread(partition_log):
         appending = asyncio.ensure_future(replicas.append_all([(TOPIC, 0, encode_batch([b"c"]))], acks=1))
         await wait_until(lambda: _handed_over(replicas, hops + 1), timeout_s=10, what="the append on a thread")
         await asyncio.sleep(0.05)  # the loop turns while the append waits for the lock
         assert not appending.done()
-    finally:
-        release.set()
-        await asyncio.to_thread(holder.join)
     (second,) = await appending
     assert isinstance(second, AppendInfo) and second.first_offset == 2
     assert [batch.values for batch in read_all(partition_log)] == [[b"a", b"b"], [b"c"]]
@@ -335,6 +321,22 @@ async def test_a_read_at_or_above_the_high_watermark_is_made_on_the_loop_one_bel
     assert (data, hops) == (b"", 0)
     data, hops = await fetched(-1, 0)  # a consumer behind: a thread reads it
     assert hops == 1 and decode_batch(data).values == [b"a", b"b"]
+
+
+def _endpoints(lives: dict[int, str]) -> list[common_pb2.BrokerEndpoint]:
+    return [
+        common_pb2.BrokerEndpoint(broker_id=broker, host="127.0.0.1", port=9, incarnation=life)
+        for broker, life in lives.items()
+    ]
+
+
+def _tell_live(metadata: MetadataCache, live: list[common_pb2.BrokerEndpoint]) -> None:
+    """An UpdateMetadata from controller epoch 1 naming `live` as the live brokers."""
+    metadata.update(
+        broker_pb2.UpdateMetadataRequest(
+            controller_epoch=1, controller_endpoint=metadata.controller_endpoint, live_brokers=live
+        )
+    )
 
 
 async def _handed_over(replicas: ReplicaManager, tasks: int) -> bool:
@@ -629,10 +631,7 @@ async def test_a_broker_in_controlled_shutdown_or_of_another_life_is_not_asked_i
     # acks=all to a partition stalled 6-11 s during a rolling restart.
     controller = _RefusingJoiners()
     async with _leading_with_third_caught_up(replicas, controller) as (isr, partition):
-        live = [
-            common_pb2.BrokerEndpoint(broker_id=broker, host="127.0.0.1", port=9, incarnation=f"life-{broker}")
-            for broker in (ME, OTHER, THIRD)
-        ]
+        live = _endpoints({broker: f"life-{broker}" for broker in (ME, OTHER, THIRD)})
         update = broker_pb2.UpdateMetadataRequest(
             controller_epoch=1,
             controller_endpoint=isr.metadata.controller_endpoint,
@@ -669,15 +668,8 @@ async def test_a_broker_a_leader_and_isr_says_is_gone_or_in_another_life_is_not_
     # making each high watermark wait for it until the controller refused.
     controller = _RefusingJoiners()
     async with _leading_with_third_caught_up(replicas, controller) as (isr, partition):
-        live = [
-            common_pb2.BrokerEndpoint(broker_id=broker, host="127.0.0.1", port=9, incarnation=f"life-{broker}")
-            for broker in (ME, OTHER, THIRD)
-        ]
-        isr.metadata.update(
-            broker_pb2.UpdateMetadataRequest(
-                controller_epoch=1, controller_endpoint=isr.metadata.controller_endpoint, live_brokers=live
-            )
-        )
+        live = _endpoints({broker: f"life-{broker}" for broker in (ME, OTHER, THIRD)})
+        _tell_live(isr.metadata, live)
         isr.metadata.note_lives(0, live[:2])  # an older controller's word counts for nothing
         assert isr.metadata.isr_eligible(THIRD, "life-3")
         isr.metadata.note_lives(1, live[:2])  # THIRD gone, as the next LeaderAndIsr says
@@ -691,11 +683,7 @@ async def test_a_broker_a_leader_and_isr_says_is_gone_or_in_another_life_is_not_
         assert not controller.requests
         # The UpdateMetadata after it says who is live, whatever the LeaderAndIsr said: here the
         # same list as before (a push whose LeaderAndIsr came alone, then a whole resync).
-        isr.metadata.update(
-            broker_pb2.UpdateMetadataRequest(
-                controller_epoch=1, controller_endpoint=isr.metadata.controller_endpoint, live_brokers=live
-            )
-        )
+        _tell_live(isr.metadata, live)
         assert isr.metadata.isr_eligible(THIRD, "life-3")
 
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -8,6 +10,27 @@ import pytest
 from tests.fake_clock import FakeClock
 from tidelog.broker.storage import LogConfig, PartitionLog
 from tidelog.common.record.batch import RecordBatch, decode_batches
+
+
+@contextlib.contextmanager
+def held_by_a_thread(partition_log: PartitionLog) -> Iterator[None]:
+    """The log's lock held by another thread (as a flush's fsync or the cleaner holds it) for the block."""
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with partition_log.locked():
+            taken.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert taken.wait(10), "the thread never took the lock"
+        yield
+    finally:
+        release.set()
+        holder.join()
+
 
 WALL_NOW_S = 1_700_000_000.0  # the storage layer's clock is a wall clock in milliseconds
 

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from tidelog.common.errors import (
 )
 from tidelog.common.record.batch import decode_batch, encode_batch, read_header
 
-from .conftest import FakeClock, OpenLog, read_all, records_of
+from .conftest import FakeClock, OpenLog, held_by_a_thread, read_all, records_of
 
 
 def batch_of(count: int, start: int = 0, size: int = 10, timestamp: int = 1000) -> bytes:
@@ -422,22 +421,7 @@ def test_an_append_stays_in_memory_unless_it_rolls_or_flushes(open_log: OpenLog,
 
 def test_the_lock_is_never_waited_for_here(open_log: OpenLog) -> None:
     partition_log = open_log()
-    taken = threading.Event()
-    release = threading.Event()
-
-    def hold() -> None:
-        with partition_log.locked():
-            taken.set()
-            release.wait(10)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert taken.wait(10)
-        with partition_log.held_if_free() as held:
-            assert not held  # a thread (a flush, the cleaner) has it: not waited for
-    finally:
-        release.set()
-        holder.join()
+    with held_by_a_thread(partition_log), partition_log.held_if_free() as held:
+        assert not held  # a thread (a flush, the cleaner) has it: not waited for
     with partition_log.held_if_free() as held:
         assert held
