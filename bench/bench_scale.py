@@ -423,6 +423,22 @@ class Shown(dict[str, float]):
             self[name] = value
 
 
+async def data_path(cluster: LocalCluster, partitions: int, idle_seconds: float) -> dict[str, float]:
+    """Produce to and consume from every partition, then the brokers' idle CPU with every
+    partition holding records (what was written must cost nothing once written)."""
+    figures = {}
+    per_partition = max(1, 200_000 // partitions)
+    figures["produce over all partitions (records/s)"] = await produce_everywhere(cluster, partitions, per_partition)
+    figures["consume over all partitions (records/s)"] = await consume_everything(
+        cluster, partitions, partitions * per_partition
+    )
+    figures.update(full_collections(cluster))
+    await settled(cluster, "idle after writes")
+    written = await idle_cpu(cluster, idle_seconds)
+    figures["idle CPU per broker after writes, max (%)"] = max(written.values())
+    return figures
+
+
 async def measure(folder: Path, partitions: int, idle_seconds: float) -> dict[str, float]:
     figures = Shown(partitions)
     reference = folder / "reference"
@@ -452,14 +468,7 @@ async def measure(folder: Path, partitions: int, idle_seconds: float) -> dict[st
                 await admin.describe_topics([TOPIC])
                 slowest = max(slowest, time.perf_counter() - asked)
             figures["slowest Metadata of 20 (ms)"] = slowest * 1000
-            per_partition = max(1, 200_000 // partitions)
-            figures["produce over all partitions (records/s)"] = await produce_everywhere(
-                cluster, partitions, per_partition
-            )
-            figures["consume over all partitions (records/s)"] = await consume_everything(
-                cluster, partitions, partitions * per_partition
-            )
-            figures.update(full_collections(cluster))
+            figures.update(await data_path(cluster, partitions, idle_seconds))
             await settled(cluster, "the reference pass")
             asked = time.monotonic()
             await every_partition_answers(cluster, partitions)  # the reference: what answering costs

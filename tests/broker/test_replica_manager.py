@@ -751,6 +751,15 @@ async def test_the_flush_scheduler_looks_only_at_logs_appended_to(tmp_path: Path
         await manager.close()
 
 
+async def test_without_flush_ms_the_flush_scheduler_looks_at_no_log(replicas: ReplicaManager) -> None:
+    """At flush.ms's default (never) time never makes a flush due: an appended log is not kept for
+    the scheduler, which walked every partition once written to (35 ms of CPU a second at 10,000)."""
+    await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME])
+    await replicas.append(TOPIC, 0, encode_batch([b"a"]), acks=1)
+    assert replicas.partitions[(TOPIC, 0)].log.has_unflushed  # (the page cache holds it: Kafka's default)
+    assert not replicas._unflushed
+
+
 async def test_a_delta_stops_only_the_replicas_it_names_of_the_same_topic_id(replicas: ReplicaManager) -> None:
     await _apply(replicas, leader=ME, leader_epoch=0, partition_epoch=0, isr=[ME, OTHER])
     hosted = replicas.partitions[(TOPIC, 0)]

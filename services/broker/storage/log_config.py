@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Self
 
-from tidelog.common.config import LOG_CONFIGS, parse_configs
+from tidelog.common.config import LOG_CONFIGS, LONG_MAX, parse_configs
 
 __all__ = ["LogConfig"]
 
@@ -35,6 +35,11 @@ class LogConfig:
         """Build from Kafka-named configs (`{"segment.bytes": "1048576"}`); checks every bound."""
         parsed = parse_configs(raw or {}, LOG_CONFIGS)
         return cls(**{name.replace(".", "_"): value for name, value in parsed.items()})  # type: ignore[arg-type]
+
+    @property
+    def flushes_by_time(self) -> bool:
+        """Whether flush.ms is set: at its default (Long.MAX_VALUE, Kafka's) time never makes a flush due."""
+        return self.flush_ms < LONG_MAX
 
     @property
     def compact(self) -> bool:
