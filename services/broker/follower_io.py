@@ -1,5 +1,6 @@
 """A follower's work on its logs, run on the broker's I/O threads for many partitions a task: where
-a log is cut by leader epoch (KIP-101/279) and the cut itself, and the appends of fetched batches.
+a log is cut by leader epoch (KIP-101/279) and the cut itself, and the appends of fetched batches
+(small ones on the event loop itself: `append_small_here`, ADR 0036).
 
 The replica fetcher asks the leader where the follower's latest epoch ended (OffsetsForLeaderEpoch);
 `needs_cut` and `cut` take that answer for a partition.
