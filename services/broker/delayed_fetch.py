@@ -16,7 +16,7 @@ from tidelog.broker.fetch_session import FetchSession
 from tidelog.broker.partition import PartitionRead
 from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.broker.replica_role import ReplicaRole
-from tidelog.broker.storage_io import INLINE_PARTITIONS_MAX
+from tidelog.broker.storage_io import small_enough
 from tidelog.v1 import broker_pb2
 
 __all__ = ["READ_COMMITTED", "full_reads", "session_reads"]
@@ -116,8 +116,8 @@ def _tail_read_here(
     """The reads, done here on the event loop, when each is at or above its log's high watermark
     (an in-sync follower's fetch, a consumer's at the end): what lies there was written within a
     replication round trip, in the page cache. None (read on the pool) for any other read, more
-    than INLINE_PARTITIONS_MAX partitions, or a log whose lock a thread holds now (ADR 0036)."""
-    if len(wanted) > INLINE_PARTITIONS_MAX:
+    partitions than `small_enough` takes, or a log whose lock a thread holds now (ADR 0036)."""
+    if not small_enough(len(wanted)):
         return None
     logs = []
     for entry in wanted:

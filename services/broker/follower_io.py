@@ -15,7 +15,7 @@ import structlog
 
 from tidelog.broker.storage import PartitionLog
 from tidelog.broker.storage.checkpoint import sync_filesystems
-from tidelog.broker.storage_io import INLINE_BYTES_MAX, INLINE_PARTITIONS_MAX, StorageIo
+from tidelog.broker.storage_io import StorageIo, small_enough
 
 __all__ = [
     "UNDEFINED",
@@ -114,16 +114,15 @@ def append_small_here(
     appends: list[tuple[FollowedPartition, Any]],
 ) -> tuple[list[tuple[list[tuple[FollowedPartition, Any]], Outcome]], list[tuple[FollowedPartition, Any]]]:
     """On the event loop: append what one fetch brought where it is a small page-cache write now
-    (storage_io.py's INLINE_BYTES_MAX in all, the log's lock free, no roll or flush due), each as a
-    chunk of one with its outcome; the others, returned, go to the I/O threads."""
-    if len(appends) > INLINE_PARTITIONS_MAX or sum(len(r.record_batches) for _, r in appends) > INLINE_BYTES_MAX:
+    (small enough in all, storage_io.py; each log appendable here), each as a chunk of one with its
+    outcome; the others, returned, go to the I/O threads."""
+    if not small_enough(len(appends), sum(len(result.record_batches) for _, result in appends)):
         return [], appends
     done: list[tuple[list[tuple[FollowedPartition, Any]], Outcome]] = []
     later: list[tuple[FollowedPartition, Any]] = []
     for item in appends:
-        partition_log = item[0].log
-        with partition_log.held_if_free() as held:
-            if held and partition_log.append_stays_in_memory(len(item[1].record_batches)):
+        with item[0].log.appendable_here(len(item[1].record_batches)) as here:
+            if here:
                 done.append(([item], append_chunk([item])))
                 continue
         later.append(item)

@@ -9,12 +9,12 @@ from typing import Final, NamedTuple
 
 from tidelog.broker.partition import Partition
 from tidelog.broker.storage import AppendInfo
-from tidelog.broker.storage_io import INLINE_BYTES_MAX, INLINE_PARTITIONS_MAX
+from tidelog.broker.storage_io import small_enough
 from tidelog.common.record.control import Marker
 
 __all__ = ["CoordinatorWrite", "LeaderAppend", "MarkerWrite", "append_leader_groups", "append_small_groups_here"]
 
-MARKER_BYTES: Final = 128  # a transaction marker's batch, counted towards INLINE_BYTES_MAX
+MARKER_BYTES: Final = 128  # a transaction marker's batch, as counted against storage_io.INLINE_BYTES_MAX
 
 
 class MarkerWrite(NamedTuple):
@@ -58,17 +58,16 @@ def append_leader_groups(groups: list[list[LeaderAppend]]) -> None:
 
 
 def append_small_groups_here(groups: list[list[LeaderAppend]]) -> list[list[LeaderAppend]]:
-    """On the event loop: append the groups that are small page-cache writes now (storage_io.py's
-    INLINE_BYTES_MAX and INLINE_PARTITIONS_MAX in all, the log's lock free, no roll or flush due); the others, returned,
-    go to the I/O threads. A partition's appends stay together, in order, on one path."""
+    """On the event loop: append the groups that are small page-cache writes now (small enough in
+    all, storage_io.py; each log appendable here); the others, returned, go to the I/O threads. A
+    partition's appends stay together, in order, on one path."""
     sizes = [sum(_size(append.batches) for append in group) for group in groups]
-    if sum(sizes) > INLINE_BYTES_MAX or len(groups) > INLINE_PARTITIONS_MAX:
+    if not small_enough(len(groups), sum(sizes)):
         return groups
     later: list[list[LeaderAppend]] = []
     for group, size in zip(groups, sizes, strict=True):
-        partition_log = group[0].hosted.log
-        with partition_log.held_if_free() as held:
-            if held and partition_log.append_stays_in_memory(size):
+        with group[0].hosted.log.appendable_here(size) as here:
+            if here:
                 append_leader_groups([group])
                 continue
         later.append(group)

@@ -21,6 +21,7 @@ __all__ = [
     "LOGS_PER_TASK",
     "NEW_LOGS_CHUNKS_AT_ONCE",
     "StorageIo",
+    "small_enough",
 ]
 
 T = TypeVar("T")
@@ -41,6 +42,12 @@ NEW_LOGS_CHUNKS_AT_ONCE: Final = 2
 # loop; ADR 0036), and the loop never waits: anything else still goes to the threads.
 INLINE_BYTES_MAX: Final = 64 * 1024
 INLINE_PARTITIONS_MAX: Final = 64  # and this many partitions at most: the loop's turn stays short
+
+
+def small_enough(partitions: int, size: int = 0) -> bool:
+    """Whether a request's work on `partitions` partitions, `size` bytes of appends, is small
+    enough for the event loop to do itself (what each log then allows is the log's to say)."""
+    return partitions <= INLINE_PARTITIONS_MAX and size <= INLINE_BYTES_MAX
 
 
 class StorageIo:

@@ -33,7 +33,6 @@ class IsrCommits:
         self._commit = commit  # under the mutex: a response per request, in order
         self._waiting: list[tuple[Request, asyncio.Future[Response]]] = []
         self._draining: asyncio.Task[None] | None = None
-        self.batches = 0  # commits made (each of one request or more)
 
     async def submit(self, request: Request) -> Response:
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
@@ -55,8 +54,6 @@ class IsrCommits:
                     if not isinstance(error, Exception):
                         raise
                     continue
-                finally:
-                    self.batches += 1
             assert len(responses) == len(batch), "a response per request"
             for (_, future), response in zip(batch, responses, strict=True):
                 if not future.done():  # (not a caller that gave up)

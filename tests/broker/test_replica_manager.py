@@ -21,7 +21,7 @@ import structlog.testing
 from tests.broker.storage.conftest import held_by_a_thread, read_all
 from tests.cluster.conftest import wait_until
 from tests.fake_clock import FakeClock
-from tidelog.broker import leader_appends
+from tidelog.broker import storage_io
 from tidelog.broker.delayed_fetch import full_reads
 from tidelog.broker.fetch_session import FetchSession
 from tidelog.broker.isr_manager import INELIGIBLE_RETRY_S, IsrManager
@@ -245,7 +245,7 @@ async def test_a_requests_rounds_go_to_the_io_threads_in_one_pass_each_partition
     their order, each with its own outcome: a thread hop a round (each waits for the GIL and the
     event loop) made 8 batches of one partition cost 7.7 ms of local time for 0.4 ms of appends.
     (Appends above INLINE_BYTES_MAX: below it they stay on the loop, the next test.)"""
-    monkeypatch.setattr(leader_appends, "INLINE_BYTES_MAX", 0)
+    monkeypatch.setattr(storage_io, "INLINE_BYTES_MAX", 0)
     await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME])
     passes: list[int] = []
     each_chunk = replicas.io.each_chunk

@@ -59,10 +59,13 @@ class LogAccess:
             if taken:
                 self._lock.release()
 
-    def append_stays_in_memory(self, size: int) -> bool:
-        """Under that hold: whether an append of at most `size` bytes would be page-cache writes
-        only, no segment rolled (files created), no flush (fsync) due. `size` bounds the record
-        count too (a record takes a byte at least), so flush.messages errs towards the threads."""
-        assert self._lock._is_owned(), "judged under the hold the append takes"  # type: ignore[attr-defined]
-        flushes = self._unflushed_records + size >= self.config.flush_messages or self._flush_due()
-        return not (self._closed or flushes or self._local.roll_due(size, self._local.log_end_offset + size))
+    @contextlib.contextmanager
+    def appendable_here(self, size: int) -> Iterator[bool]:
+        """True, the lock held for the block, when an append of at most `size` bytes can be made on
+        the event loop now: the lock free, and page-cache writes only — no segment rolled (files
+        created), no flush (fsync) due. `size` bounds the record count too (a record takes a byte
+        at least), so flush.messages errs towards the threads. False: append on a thread."""
+        with self.held_if_free() as held:
+            flushes = held and (self._unflushed_records + size >= self.config.flush_messages or self._flush_due())
+            rolls = held and self._local.roll_due(size, self._local.log_end_offset + size)
+            yield held and not (self._closed or flushes or rolls)

@@ -395,28 +395,29 @@ def test_a_created_log_is_an_opened_empty_one_and_survives_reopening(tmp_path: P
     reopened.close()
 
 
-def test_an_append_stays_in_memory_unless_it_rolls_or_flushes(open_log: OpenLog, clock: FakeClock) -> None:
+def test_an_append_is_made_here_only_as_page_cache_writes(open_log: OpenLog, clock: FakeClock) -> None:
     """What the broker's event loop may append itself (ADR 0036): page-cache writes only."""
     plain = open_log("plain-0")
-    with plain.held_if_free() as held:
-        assert held and plain.append_stays_in_memory(1024)
-    plain.append_as_leader(batch_of(2), leader_epoch=0)
-    with plain.held_if_free():
-        assert plain.append_stays_in_memory(1024)
-        assert not plain.append_stays_in_memory(2 * 1024 * 1024 * 1024)  # past segment.bytes: a roll
+    with plain.appendable_here(1024) as here:
+        assert here
+        plain.append_as_leader(batch_of(2), leader_epoch=0)  # under the same hold (re-entrant)
+    with plain.appendable_here(1024) as here:
+        assert here
+    with plain.appendable_here(2 * 1024 * 1024 * 1024) as here:
+        assert not here  # past segment.bytes: a roll
     flushing = open_log("flushing-0", flush_messages=1)
-    with flushing.held_if_free():
-        assert not flushing.append_stays_in_memory(10)  # flush.messages=1: an fsync per append
+    with flushing.appendable_here(10) as here:
+        assert not here  # flush.messages=1: an fsync per append
     rolling = open_log("rolling-0", segment_ms=1000)
     rolling.append_as_leader(batch_of(1), leader_epoch=0)
     clock.advance_ms(1000)
-    with rolling.held_if_free():
-        assert not rolling.append_stays_in_memory(10)  # segment.ms is up: the next append rolls
-    with pytest.raises(AssertionError, match="under the hold"):
-        plain.append_stays_in_memory(10)
+    with rolling.appendable_here(10) as here:
+        assert not here  # segment.ms is up: the next append rolls
+    with held_by_a_thread(plain), plain.appendable_here(10) as here:
+        assert not here  # a thread (a flush, the cleaner) holds the lock: not waited for
     plain.close()
-    with plain.held_if_free():
-        assert not plain.append_stays_in_memory(10)  # closed: the append's own check raises, on a thread
+    with plain.appendable_here(10) as here:
+        assert not here  # closed: the append's own check raises, on a thread
 
 
 def test_the_lock_is_never_waited_for_here(open_log: OpenLog) -> None:
