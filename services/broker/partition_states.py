@@ -267,6 +267,7 @@ class PartitionStates:
         epochs the caller starts for all of them at once (`_start_leader_epochs`)."""
         key = (state.topic, state.partition)
         existing = self.partitions.get(key)
+        news = True  # for the fetches and sessions of this partition: its leadership changed
         if existing is not None and existing.topic_id == state.topic_id:
             if state == existing.state and configs == existing.configs:
                 return  # told again what we hold (a new controller's first, whole push): nothing to do
@@ -275,6 +276,7 @@ class PartitionStates:
                     ErrorCode.FENCED_LEADER_EPOCH,
                     f"partition epoch {state.partition_epoch} is older than {existing.state.partition_epoch}",
                 )
+            news = (state.leader, state.leader_epoch) != (existing.state.leader, existing.state.leader_epoch)
             existing.move_to(state, self.broker_id)
             if configs != existing.configs:  # whole state arrives at every change: act on real changes only
                 await self.io.run(existing.log.update_config, self._log_config(configs))  # waits for the log's lock
@@ -326,7 +328,13 @@ class PartitionStates:
             else:
                 self.fetchers.unfollow(key)
         existing.wake_produce_waiters()  # each checks whether it still leads in its own epoch
-        existing.notify_appended()
+        if news:
+            # A waiting fetch answers (an error, from the replica that no longer leads), and the
+            # sessions holding it list it. Not for an ISR change alone: a fetch answer says nothing
+            # of the ISR, and a moved high watermark told them itself (advance_high_watermark). A
+            # controlled shutdown's 3,333 ISR shrinks put every one of them in the next answer to
+            # each follower, 0.3 s of every acks=all produce to the leader's busy partitions.
+            existing.notify_appended()
         if existing.role is ReplicaRole.LEADER:
             self.followers.isr_watch.add(key)
 

@@ -1080,6 +1080,23 @@ async def test_a_follower_at_the_log_end_through_its_session_stays_in_the_isr_wh
         await manager.close()
 
 
+async def test_an_isr_change_alone_is_no_news_for_the_fetch_sessions_a_leadership_change_is(
+    replicas: ReplicaManager,
+) -> None:
+    # A controlled shutdown shrinks 3,333 ISRs on each leader at 10,000 partitions: each was
+    # marked as news in every session holding it, and the next answer to each follower carried
+    # all of them (0.3 s), every acks=all produce to the leader's busy partitions waiting for it.
+    await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER], extra=[THIRD])
+    await replicas.append(TOPIC, 0, encode_batch([b"x"] * 5), acks=1)
+    session = _fetching_in_a_session(replicas, OTHER, 5, "life-2")
+    assert replicas.partitions[(TOPIC, 0)].log.high_watermark == 5
+    session.take_dirty()
+    await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=2, isr=[ME], extra=[THIRD])
+    assert not session.dirty and not session.woken.is_set(), "nothing a fetch answer carries changed"
+    await _apply(replicas, leader=OTHER, leader_epoch=2, partition_epoch=3, isr=[OTHER, ME], extra=[THIRD])
+    assert session.take_dirty() == {(TOPIC, 0)}, "the leadership moved: the follower must hear of it"
+
+
 async def test_a_partition_written_on_in_sync_is_judged_once_a_lag_time_not_at_every_check(tmp_path: Path) -> None:
     # Under a produce to every one of 10,000 partitions the ISR check judged them all every 0.5 s,
     # a quarter of a leader's event-loop time. With every replica in sync, no ISR change can come
