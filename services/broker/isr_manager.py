@@ -39,6 +39,7 @@ from tidelog.broker.replica_role import ReplicaRole
 from tidelog.common.channels import ChannelPool
 from tidelog.common.errors import ErrorCode
 from tidelog.server_common import metrics_catalog
+from tidelog.server_common.loop_slices import LoopSlices
 from tidelog.v1 import controller_pb2, controller_pb2_grpc
 
 __all__ = ["IsrManager"]
@@ -130,7 +131,7 @@ class IsrManager:
         settled one is left alone until something could unsettle it); with `caught_up`, only at
         those of them."""
         now = self.clock()
-        changes: list[tuple[Partition, list[int]]] = []
+        changes: list[tuple[Partition, list[int], int, bool]] = []  # (partition, ISR wanted, at epoch, asked before)
         watch = self.replicas.followers.isr_watch
         # A session quiet for half the lag time: its followers may be gone, look at theirs again
         # (they leave the ISR once quiet for the whole lag time, judged by the session's last fetch).
@@ -142,12 +143,13 @@ class IsrManager:
             keys = list(watch)
         else:
             keys = [key for key in caught_up if key in watch]
-        # No await from here until `_alter` has marked the changes pending: a LeaderAndIsr or
-        # UpdateMetadata taken in between would leave changes computed from a state they replaced.
-        # (Letting requests run every 500 partitions of this loop made acks=all wait 7-9 s in 4 of 7
-        # rolling restarts at 10,000 partitions: leaders asked to add a broker that was shutting
-        # down, and the maximal ISR waited for it until it came back; none in 3 runs without.)
+        # Thousands of partitions to judge (a broker restarting or catching up is missing from
+        # them all) held the loop for 0.1-0.25 s at each check, every acks=all produce and fetch
+        # of this broker waiting: the loop is let go between slices. What a LeaderAndIsr or an
+        # UpdateMetadata changes meanwhile is caught by `_still_wanted` as the changes are sent.
+        pacer = LoopSlices()
         for key in keys:
+            await pacer.pace()
             partition = self.replicas.partitions.get(key)
             if partition is None or partition.role is not ReplicaRole.LEADER:
                 watch.discard(key)
@@ -162,17 +164,48 @@ class IsrManager:
                 # Asked before and never answered: the controller may have committed it or not.
                 # Ask the same again until an answer settles it (Kafka's AlterPartitionManager);
                 # a fresh request in its place would leave the old one counting in the HW forever.
-                changes.append((partition, list(pending[1])))
+                changes.append((partition, list(pending[1]), partition.state.partition_epoch, True))
                 continue
             wanted = self.wanted_isr(partition, now)
             if set(wanted) != set(partition.state.isr):
                 if not self._refused_before(partition, wanted, now):
-                    changes.append((partition, wanted))
+                    changes.append((partition, wanted, partition.state.partition_epoch, False))
             elif (due := self._unchangeable_until(partition)) > now + self.interval_s:
                 self.replicas.followers.defer(key, due)
-        if changes:
-            step = ISR_CHANGES_PER_REQUEST
-            await asyncio.gather(*(self._alter(changes[i : i + step]) for i in range(0, len(changes), step)))
+        # No await from here until every request is built and its changes marked pending.
+        current = [
+            (partition, wanted)
+            for partition, wanted, epoch, asked in changes
+            if self._still_wanted(partition, wanted, epoch, asked_before=asked)
+        ]
+        step = ISR_CHANGES_PER_REQUEST
+        requests = [self._request(current[i : i + step]) for i in range(0, len(current), step)]
+        await asyncio.gather(*(self._alter(*request) for request in requests if request is not None))
+
+    def _still_wanted(self, partition: Partition, wanted: list[int], epoch: int, *, asked_before: bool) -> bool:
+        """Whether a change judged before the check's last yield may still be asked for: the same
+        partition, still led here at the same partition epoch, not asked for meanwhile, and each
+        broker it adds still eligible. (Asking, after a yield, to add a broker whose controlled
+        shutdown had begun meanwhile made the maximal ISR wait for it: acks=all stood 7-9 s in 4
+        of 7 rolling restarts at 10,000 partitions, when this loop first let requests run.) A
+        change asked before and never answered is asked again as it was, whoever it adds: only an
+        answer ends its wait (the controller refuses an ineligible joiner)."""
+        key = (partition.topic, partition.partition)
+        if (
+            self.replicas.partitions.get(key) is not partition
+            or partition.role is not ReplicaRole.LEADER
+            or partition.state.partition_epoch != epoch
+            or key in self._pending
+        ):
+            return False
+        if asked_before:
+            return True
+        isr = partition.state.isr
+        return all(
+            self.metadata.isr_eligible(replica, partition.follower_incarnation.get(replica))
+            for replica in wanted
+            if replica not in isr
+        )
 
     def _watch_all_if_eligibility_changed(self) -> None:
         """Every partition we lead back in the watch when the brokers that may join an ISR changed
@@ -205,13 +238,20 @@ class IsrManager:
             return None
         return controller_pb2_grpc.ControllerStub(self._channels.channel(endpoint))
 
-    async def _alter(self, batch: list[tuple[Partition, list[int]]]) -> None:
-        """One AlterPartition for `batch`'s changes; each answer applied as it came."""
+    def _request(
+        self, batch: list[tuple[Partition, list[int]]]
+    ) -> (
+        tuple[
+            controller_pb2_grpc.ControllerStub, controller_pb2.AlterPartitionRequest, list[tuple[Partition, list[int]]]
+        ]
+        | None
+    ):
+        """The AlterPartition for `batch`'s changes, each marked pending as it is (None: no
+        controller known, nothing asked)."""
         stub = self._stub()
-        if stub is None:
-            return
-        keys = [(partition.topic, partition.partition) for partition, _ in batch]
-        self._pending.update(keys)
+        if stub is None or not batch:
+            return None
+        self._pending.update((partition.topic, partition.partition) for partition, _ in batch)
         request = controller_pb2.AlterPartitionRequest(broker_id=self.replicas.broker_id)
         for partition, wanted in batch:
             # Before the request leaves: from now on the HW waits for the union of both ISRs.
@@ -228,6 +268,16 @@ class IsrManager:
                     if replica in partition.follower_incarnation
                 },
             )
+        return stub, request, batch
+
+    async def _alter(
+        self,
+        stub: controller_pb2_grpc.ControllerStub,
+        request: controller_pb2.AlterPartitionRequest,
+        batch: list[tuple[Partition, list[int]]],
+    ) -> None:
+        """Send one AlterPartition (`_request`); each answer applied as it came."""
+        keys = [(partition.topic, partition.partition) for partition, _ in batch]
         try:
             response = await stub.AlterPartition(request, timeout=ALTER_TIMEOUT_S + len(batch) * ALTER_PER_CHANGE_S)
             if response.error_code:  # refused whole (not the controller, ...): nothing was committed

@@ -659,6 +659,55 @@ async def test_a_broker_in_controlled_shutdown_or_of_another_life_is_not_asked_i
         assert len(controller.requests) == 1
 
 
+async def test_the_isr_check_lets_the_loop_go_and_asks_nothing_a_yield_made_ineligible(
+    replicas: ReplicaManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # At 10,000 partitions the check judged thousands of partitions in one piece (a broker
+    # catching up is missing from them all): 0.1-0.25 s with every produce and fetch of the leader
+    # waiting. It yields between slices now; a broker whose controlled shutdown begins during a
+    # yield must not be asked into the ISR on what was judged before it (acks=all then waited for
+    # it until the controller refused: 7-9 s in rolling restarts, when the loop first yielded).
+    monkeypatch.setattr(loop_slices, "LOOP_SLICE_S", 0.0)  # a yield before every partition
+    controller = _RefusingJoiners()
+    async with _leading_with_third_caught_up(replicas, controller) as (isr, _):
+        second = common_pb2.PartitionState(
+            topic=TOPIC, partition=1, leader=ME, isr=[ME, OTHER], replicas=[ME, OTHER, THIRD],
+            leader_epoch=1, partition_epoch=1, controller_epoch=1, topic_id="id-1",
+        )  # fmt: skip
+        push = broker_pb2.LeaderAndIsrRequest(
+            controller_id=1, controller_epoch=1, partitions=[second], broker_incarnation=replicas.incarnation
+        )
+        assert not await replicas.states.leader_and_isr(push)
+        at_start = broker_pb2.FetchPartition(topic=TOPIC, partition=1, fetch_offset=0, current_leader_epoch=1)
+        replicas.followers.record_fetch(OTHER, "life-2", [at_start])
+        replicas.followers.record_fetch(THIRD, "life-3", [at_start])  # broker 3 may join both ISRs
+        live = _endpoints({broker: f"life-{broker}" for broker in (ME, OTHER, THIRD)})
+        _tell_live(isr.metadata, live)
+        shutting_down = broker_pb2.UpdateMetadataRequest(
+            controller_epoch=1,
+            controller_endpoint=isr.metadata.controller_endpoint,
+            live_brokers=live,
+            shutting_down_brokers=[THIRD],
+        )
+        judge = isr.wanted_isr
+        judged: list[list[int]] = []
+
+        def judged_then_shutdown_begins(partition: Partition, now: float) -> list[int]:
+            judged.append(judge(partition, now))
+            if len(judged) == 1:  # at the check's next yield, broker 3 begins its controlled shutdown
+                asyncio.get_running_loop().call_soon(isr.metadata.update, shutting_down)
+            return judged[-1]
+
+        monkeypatch.setattr(isr, "wanted_isr", judged_then_shutdown_begins)
+        await isr.check_once()
+        assert judged[0] == [ME, OTHER, THIRD] and judged[1] == [ME, OTHER]  # judged before and after it
+        assert not controller.requests, "the change judged before the yield is not asked"
+        assert all(partition.pending_isr is None for partition in replicas.partitions.values())
+        _tell_live(isr.metadata, live)  # out of shutdown: both asked, in one request
+        await isr.check_once()
+        assert [len(request.partitions) for request in controller.requests] == [2]
+
+
 async def test_a_broker_a_leader_and_isr_says_is_gone_or_in_another_life_is_not_asked_into_the_isr(
     replicas: ReplicaManager,
 ) -> None:
