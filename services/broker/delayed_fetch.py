@@ -8,6 +8,7 @@ The wake-up is taken before each read, so an append while the read runs still wa
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from typing import Any, Final
@@ -80,23 +81,30 @@ async def session_reads(
         if follower
         else {}
     )
-    while True:
-        answer |= session.take_dirty()  # before the read: no lost wake-up
-        wanted = [session.partitions[key] for key in answer if key in session.partitions and key not in refused]
-        reads = await _read(replicas, wanted, max_bytes, follower, committed, kind=kind) if wanted else []
-        reads += _refused_reads(refused)
-        remaining = deadline - time.monotonic()
-        if _fetch_done(reads, request.min_bytes, remaining) or session.closed or replicas.long_polls_ended.is_set():
-            for read in reads:  # left out for the response's size: still news for the next fetch
-                key = (read.topic, read.partition)
-                held = session.partitions.get(key)
-                readable_end = (
-                    read.log_end_offset if follower else read.last_stable_offset if committed else read.high_watermark
-                )
-                if not read.data and held is not None and readable_end > held.fetch_offset:
-                    session.dirty.add(key)
-            return reads
-        await session.wait(remaining)
+    epoch = session.epoch
+    try:
+        while True:
+            answer |= session.take_dirty()  # before the read: no lost wake-up
+            wanted = [session.partitions[key] for key in answer if key in session.partitions and key not in refused]
+            reads = await _read(replicas, wanted, max_bytes, follower, committed, kind=kind) if wanted else []
+            reads += _refused_reads(refused)
+            remaining = deadline - time.monotonic()
+            if _fetch_done(reads, request.min_bytes, remaining) or session.closed or replicas.long_polls_ended.is_set():
+                break
+            await session.wait(remaining)
+    except asyncio.CancelledError:
+        if request.session_id:  # (a new session's first fetch: its sender opens another)
+            session.taken_back(epoch, answer)
+        raise
+    for read in reads:  # left out for the response's size: still news for the next fetch
+        key = (read.topic, read.partition)
+        held = session.partitions.get(key)
+        readable_end = (
+            read.log_end_offset if follower else read.last_stable_offset if committed else read.high_watermark
+        )
+        if not read.data and held is not None and readable_end > held.fetch_offset:
+            session.dirty.add(key)
+    return reads
 
 
 async def _read(

@@ -105,6 +105,17 @@ class FetchSession:
         dirty, self.dirty = self.dirty, set()
         return dirty
 
+    def taken_back(self, epoch: int, unanswered: set[Key]) -> None:
+        """The incremental fetch that moved this session to `epoch` was cancelled by its sender
+        before it was answered (a follower cuts a long poll short to list a partition newly ready):
+        its epoch is expected again, and the news it took is news still. Its partitions' positions
+        stay: the sender lists them again, as they are now."""
+        if self.epoch == epoch:
+            self.epoch -= 1
+        self.dirty.update(key for key in unanswered if key in self.partitions)
+        if self.dirty:
+            self.woken.set()
+
     async def wait(self, timeout_s: float) -> None:
         if timeout_s > 0 and not self.woken.is_set():
             with contextlib.suppress(TimeoutError):

@@ -21,9 +21,10 @@ from typing import Any, Final
 import grpc
 import structlog
 
-from tidelog.broker.follower_io import EpochAnswer, FollowedPartition, append_fetched, cut, needs_cut, sync_cuts
+from tidelog.broker.follower_io import FollowedPartition, append_fetched
 from tidelog.broker.follower_session import FollowerSession
-from tidelog.broker.storage_io import BULK_CHUNKS_AT_ONCE, StorageIo
+from tidelog.broker.follower_truncation import FollowerTruncation
+from tidelog.broker.storage_io import StorageIo
 from tidelog.common.channels import ChannelPool
 from tidelog.common.clock import Monotonic, monotonic
 from tidelog.common.errors import ErrorCode, TidelogError
@@ -36,12 +37,17 @@ __all__ = ["FollowedPartition", "ReplicaFetcherManager"]
 
 log = structlog.get_logger(__name__)
 
-# A refused epoch query is asked again this soon, then twice as late each time up to
-# replica.fetch.backoff.ms. The usual refusal is a race: the controller tells leader and followers
-# at once, and a follower's query can reach the new leader before its own LeaderAndIsr does; it
-# then leads milliseconds later, and a follower that waited the whole backoff stalled every acks=all
-# produce of the partition as long (a controlled shutdown's gap).
-EPOCH_QUERY_RETRY_FIRST_S: Final = 0.005
+# Partitions one fetch adds to its session (a new session's full fetch lists as many); the rest go
+# in the next fetches, which do not long-poll meanwhile. A leader answers a fetch adding thousands
+# (a broker back from a restart, leaderships moved by a controlled shutdown) in 0.5-0.7 s on a
+# busy machine, and the partitions the session already held, whose acks=all produces wait for
+# this follower, waited as long.
+SESSION_ADDS_MAX: Final = 1000
+# A fetch in flight is cut short to list a partition newly ready only once it has waited this long
+# at the leader (a long poll over idle partitions). One answered meanwhile could not be taken back:
+# cut sooner, while the leader answered every few milliseconds, the race lost the session (a new
+# one's full fetch of thousands of partitions) in a rolling restart; it ends soon by itself.
+INTERRUPT_AFTER_S: Final = 0.05
 # Per-partition fetch errors that mean the leadership moved on (or has yet to reach the leader):
 # resolved by the next LeaderAndIsr, they hold back that partition alone.
 LEADERSHIP_ERRORS: Final = frozenset(
@@ -77,18 +83,24 @@ class ReplicaFetcherManager:
         self.endpoints: dict[int, str] = {}
         self.followed: dict[tuple[str, int], FollowedPartition] = {}
         self._by_leader: dict[int, dict[tuple[str, int], FollowedPartition]] = {}  # the same, by leader
-        self._untruncated: dict[int, set[tuple[str, int]]] = {}  # by leader: KIP-279 truncation to do
-        self._cutting: dict[int, set[tuple[str, int]]] = {}  # by leader: ... under way (_cut)
-        self._cuts: set[asyncio.Task[None]] = set()
-        self._query_after: dict[tuple[str, int], float] = {}  # refused epoch queries: not before then
-        self._query_delay: dict[tuple[str, int], float] = {}  # ... and the delay that set it
         self._wakeups: dict[int, asyncio.Event] = {}  # by leader: its partitions changed
         self._polling: dict[int, asyncio.Future[broker_pb2.FetchResponse]] = {}  # by leader: the fetch in flight
-        self._interrupted: set[int] = set()  # leaders whose fetch in flight follow() cancelled
+        self._interrupted: set[int] = set()  # leaders whose fetch in flight _interrupt cancelled
+        self._poll_started: dict[int, float] = {}  # by leader: when the fetch in flight left (loop time)
         self._fetchers: dict[int, asyncio.Task[None]] = {}
         self._sessions: dict[int, FollowerSession] = {}  # by leader
         self._channels = channels or ChannelPool()
         self.on_appended: Callable[[tuple[str, int]], None] = lambda key: None
+        self.truncation = FollowerTruncation(
+            broker_id,
+            io,
+            self.followed,
+            self._by_leader,
+            backoff_s=self.backoff_s,
+            clock=clock,
+            stub=lambda leader: self._stub(leader),  # noqa: PLW0108 (looked up at each use: tests stand in for it)
+            on_ready=self._ready,
+        )
 
     def follow(self, followed: FollowedPartition) -> None:
         key = (followed.topic, followed.partition)
@@ -99,30 +111,47 @@ class ReplicaFetcherManager:
             self.unfollow(key)
         self.followed[key] = followed
         self._by_leader.setdefault(followed.leader, {})[key] = followed
-        self._untruncated.setdefault(followed.leader, set()).add(key)
         self._changed(followed.leader, key)
-        self._wakeups.setdefault(followed.leader, asyncio.Event()).set()
-        self._interrupt(followed.leader)
+        # Its epoch is asked first, beside the fetches of the partitions already fetched: the long
+        # poll in flight goes on until the answer makes the partition ready (`_ready`).
+        self.truncation.start(followed)
         self._ensure_fetcher(followed.leader)
 
+    def _ready(self, leader: int, partitions: list[FollowedPartition]) -> None:
+        """Truncated: the next fetch lists them, at once."""
+        for followed in partitions:
+            self._changed(leader, (followed.topic, followed.partition))
+        self._wakeups.setdefault(leader, asyncio.Event()).set()
+        self._interrupt(leader)
+
     def _interrupt(self, leader: int) -> None:
-        """End the long poll in flight to `leader`, if one is: a partition newly followed from it
-        is fetched only by the next request, and a long poll over idle partitions holds that back
-        for up to replica.fetch.wait.max.ms, with every acks=all produce of the partition waiting
-        as long (a controlled shutdown moving leaderships to brokers we already fetch from)."""
+        """End the long poll in flight to `leader`, if one is: a partition newly ready to fetch
+        from it is fetched only by the next request, and a long poll over idle partitions holds
+        that back for up to replica.fetch.wait.max.ms, with every acks=all produce of the
+        partition waiting as long (a controlled shutdown moving leaderships to brokers we already
+        fetch from). The session survives: the leader takes back a fetch its sender cancelled
+        (`FetchSession.taken_back`), so the next request is incremental at the same epoch."""
         polling = self._polling.get(leader)
-        if polling is not None and not polling.done():
-            self._interrupted.add(leader)
-            polling.cancel()
+        if polling is None or polling.done():
+            return
+        loop = asyncio.get_running_loop()
+        waited = loop.time() - self._poll_started.get(leader, loop.time())
+        if waited < INTERRUPT_AFTER_S:  # maybe answering now: looked at again once it has waited
+            loop.call_later(INTERRUPT_AFTER_S - waited, self._interrupt_if_polling, leader, polling)
+            return
+        self._interrupted.add(leader)
+        polling.cancel()
+
+    def _interrupt_if_polling(self, leader: int, polling: asyncio.Future[broker_pb2.FetchResponse]) -> None:
+        if self._polling.get(leader) is polling:
+            self._interrupt(leader)
 
     def unfollow(self, key: tuple[str, int]) -> None:
         followed = self.followed.pop(key, None)
         if followed is None:
             return
         self._by_leader.get(followed.leader, {}).pop(key, None)
-        self._untruncated.get(followed.leader, set()).discard(key)
-        self._query_after.pop(key, None)
-        self._query_delay.pop(key, None)
+        self.truncation.forget(followed.leader, key)
         self._changed(followed.leader, key)
         self._wakeups.setdefault(followed.leader, asyncio.Event()).set()
 
@@ -153,8 +182,7 @@ class ReplicaFetcherManager:
             if not partitions:
                 self._fetchers.pop(leader, None)
                 self._by_leader.pop(leader, None)
-                self._untruncated.pop(leader, None)
-                self._cutting.pop(leader, None)
+                self.truncation.forget_leader(leader)
                 self._sessions.pop(leader, None)
                 self._wakeups.pop(leader, None)
                 return
@@ -162,15 +190,6 @@ class ReplicaFetcherManager:
             try:
                 if stub is None:
                     raise ConnectionError(f"no endpoint known for leader {leader}")
-                now = self.clock()
-                cutting = self._cutting.get(leader, ())
-                due = [
-                    partitions[key]
-                    for key in self._untruncated.get(leader, ())
-                    if key in partitions and key not in cutting and self._query_after.get(key, 0.0) <= now
-                ]
-                if due:
-                    await self._truncate(stub, leader, due)
                 await self._fetch(stub, leader, partitions)
             except (grpc.aio.AioRpcError, ConnectionError, TidelogError) as error:
                 log.info("replica_fetch_failed", leader=leader, error=str(error)[:200])
@@ -181,116 +200,14 @@ class ReplicaFetcherManager:
                 self._sessions.pop(leader, None)
                 await asyncio.sleep(self.backoff_s)
 
-    async def _truncate(
-        self, stub: broker_pb2_grpc.BrokerStub, leader: int, partitions: list[FollowedPartition]
-    ) -> asyncio.Task[None] | None:
-        """Ask `leader` where each partition's epoch ended; mark those that keep everything ready
-        to fetch; cut the others in a task of their own, returned (None when no log needs a cut)."""
-        if not partitions:
-            return None
-        request = broker_pb2.OffsetsForLeaderEpochRequest(replica_id=self.broker_id)
-        for followed in partitions:
-            request.partitions.add(
-                topic=followed.topic,
-                partition=followed.partition,
-                current_leader_epoch=followed.leader_epoch,
-                leader_epoch=followed.log.leader_epochs.latest_epoch,
-            )
-        response = await stub.OffsetsForLeaderEpoch(request, timeout=10)
-        by_key = {(followed.topic, followed.partition): followed for followed in partitions}
-        refused: collections.Counter[str] = collections.Counter()
-        refused_sample: list[str] = []
-        answered: list[EpochAnswer] = []
-        for answer in response.partitions:
-            asked = by_key.get((answer.topic, answer.partition))
-            if asked is None or self.followed.get((answer.topic, answer.partition)) is not asked:
-                continue
-            if answer.error_code:
-                # Asked again after a delay that doubles up to the backoff, not at every round: a
-                # leader that moved on refuses thousands at once until the new LeaderAndIsr comes
-                # (one log line for all).
-                self._query_later((answer.topic, answer.partition))
-                refused[ErrorCode(answer.error_code).name] += 1
-                if len(refused_sample) < 5:
-                    refused_sample.append(f"{answer.topic}-{answer.partition}")
-                continue
-            self._query_after.pop((answer.topic, answer.partition), None)
-            self._query_delay.pop((answer.topic, answer.partition), None)
-            answered.append((asked, answer.leader_epoch, answer.end_offset))
-        if refused:
-            log.info("epoch_query_refused", leader=leader, errors=dict(refused), sample=refused_sample)
-
-        # Which logs hold records past their cut: read side by side on the I/O threads, a chunk a
-        # task. Those that keep everything are fetched at once; the cuts go on meanwhile (_cut). A
-        # broker back from a restart follows thousands of partitions; the leadership its crash
-        # moved cut a third of them (records acks=1 never replicated), and the rest waited seconds
-        # for those cuts before their first fetch, and so for the ISR.
-        judged = await self.io.each_chunk(needs_cut, answered, parallel=BULK_CHUNKS_AT_ONCE)
-        flags = [flag for chunk in judged for flag in chunk]
-        self._mark_truncated(leader, [asked for (asked, _, _), flag in zip(answered, flags, strict=True) if not flag])
-        to_cut = [answer for answer, flag in zip(answered, flags, strict=True) if flag]
-        if not to_cut:
-            return None
-        self._cutting.setdefault(leader, set()).update((asked.topic, asked.partition) for asked, _, _ in to_cut)
-        task = asyncio.create_task(self._cut(leader, to_cut), name=f"follower-cuts-{leader}")
-        self._cuts.add(task)
-        task.add_done_callback(self._cuts.discard)
-        return task
-
-    async def _cut(self, leader: int, to_cut: list[EpochAnswer]) -> None:
-        """Cut these logs side by side on the I/O threads and sync them once (`sync_cuts`), then let
-        the fetcher take them (one interrupted long poll for all). A failed cut is asked again."""
-
-        def cut_chunk(chunk: list[EpochAnswer]) -> None:
-            for followed, leader_epoch, end_offset in chunk:
-                # Still followed from that leader, looked at just before (no wider window than
-                # one task per partition had): a leadership taken meanwhile is not truncated.
-                if self.followed.get((followed.topic, followed.partition)) is followed:
-                    cut(followed, leader_epoch, end_offset, sync=False)
-
-        keys = {(asked.topic, asked.partition) for asked, _, _ in to_cut}
-        try:
-            await self.io.each_chunk(cut_chunk, to_cut, parallel=BULK_CHUNKS_AT_ONCE)
-            await self.io.run(sync_cuts, to_cut)
-        except Exception:
-            log.exception("follower_truncation_failed", leader=leader, partitions=len(to_cut))
-            for key in keys:  # asked again after a delay that doubles, not at once (a failing disk)
-                self._query_later(key)
-            return
-        finally:
-            self._cutting.get(leader, set()).difference_update(keys)
-        self._mark_truncated(leader, [asked for asked, _, _ in to_cut])
-        self._wakeups.setdefault(leader, asyncio.Event()).set()
-        self._interrupt(leader)
-
-    def _mark_truncated(self, leader: int, partitions: list[FollowedPartition]) -> None:
-        for asked in partitions:
-            key = (asked.topic, asked.partition)
-            if self.followed.get(key) is not asked:
-                continue  # followed anew meanwhile: that one truncates again
-            asked.truncated = True
-            self._untruncated.get(leader, set()).discard(key)
-            self._changed(leader, key)
-
-    def _query_later(self, key: tuple[str, int]) -> None:
-        """The partition's epoch is asked again after a delay that doubles, from
-        EPOCH_QUERY_RETRY_FIRST_S up to replica.fetch.backoff.ms."""
-        previous = self._query_delay.get(key)
-        delay = EPOCH_QUERY_RETRY_FIRST_S if previous is None else previous * 2
-        delay = self._query_delay[key] = min(delay, max(self.backoff_s, EPOCH_QUERY_RETRY_FIRST_S))
-        self._query_after[key] = self.clock() + delay
-
     def _leadership_moved(self, followed: FollowedPartition) -> None:
         """The leader no longer leads this partition at our epoch (it heard of a change before we
         did; our LeaderAndIsr is on its way). Only this partition waits: out of the session, its
         epoch asked again after the first short delay, while the leader's other partitions are
         fetched on. (The whole fetcher used to back off, and every acks=all produce of those other
         partitions waited replica.fetch.backoff.ms: a preferred election's 0.2 s gap.)"""
-        key = (followed.topic, followed.partition)
-        followed.truncated = False
-        self._untruncated.setdefault(followed.leader, set()).add(key)
-        self._query_later(key)
-        self._changed(followed.leader, key)
+        self.truncation.again(followed)
+        self._changed(followed.leader, (followed.topic, followed.partition))
 
     async def _fetch(
         self, stub: broker_pb2_grpc.BrokerStub, leader: int, partitions: dict[tuple[str, int], FollowedPartition]
@@ -302,14 +219,12 @@ class ReplicaFetcherManager:
         session.changed.clear()
         changes: dict[tuple[str, int], tuple[int, int, int]] = {}
         forgotten: list[tuple[str, int]] = []
-        # The long poll ends by the time a refused epoch query is due again: that partition is
-        # fetched only after its query, so not after a whole replica.fetch.wait.max.ms.
-        query_in_s = self._next_query_in_s(leader)
-        wait_max_ms = self.settings.replica_fetch_wait_max_ms
+        deferred: list[tuple[str, int]] = []  # to add in the next fetch (SESSION_ADDS_MAX)
+        added = 0
         request = broker_pb2.FetchRequest(
             replica_id=self.broker_id,
             replica_incarnation=self.incarnation,
-            max_wait_ms=wait_max_ms if query_in_s is None else min(wait_max_ms, int(query_in_s * 1000) + 1),
+            max_wait_ms=self.settings.replica_fetch_wait_max_ms,
             min_bytes=1,
             max_bytes=self.settings.replica_fetch_response_max_bytes,
             incremental=True,
@@ -324,6 +239,11 @@ class ReplicaFetcherManager:
                 continue
             position = (followed.log.log_end_offset, followed.leader_epoch, followed.log.log_start_offset)
             if full or session.sent.get(key) != position:
+                adding = full or key not in session.sent
+                if adding and added >= SESSION_ADDS_MAX:
+                    deferred.append(key)
+                    continue
+                added += adding
                 changes[key] = position
                 request.partitions.add(
                     topic=followed.topic,
@@ -333,10 +253,12 @@ class ReplicaFetcherManager:
                     current_leader_epoch=followed.leader_epoch,
                     log_start_offset=position[2],
                 )
+        if deferred:
+            session.changed.update(deferred)
+            request.max_wait_ms = 0  # no long poll while partitions wait to be added
         if not changes and not forgotten and (full or not session.sent):
             # Nothing ready to fetch (every partition waits for its epoch query): a fetch would
-            # only long-poll the leader for nothing, replica.fetch.wait.max.ms with the queries
-            # due meanwhile. Wait for the first of them to be due, or for a partition to change.
+            # only long-poll the leader for nothing. Wait for an answer to make one ready.
             await self._idle_wait(leader)
             return
         for topic, partition in forgotten:
@@ -347,9 +269,10 @@ class ReplicaFetcherManager:
             session.changed.update(looked_at)  # not taken: look at them again
             raise
         if response is None:
-            # Interrupted by follow(). Whether the leader took the request (and moved our
-            # session's epoch) is unknown: the next fetch opens a new session.
-            self._sessions.pop(leader, None)
+            # Interrupted (_interrupt): the leader took the request back, so the next one goes at
+            # the same epoch with these partitions again. Had it answered already, the next one is
+            # refused (INVALID_FETCH_SESSION_EPOCH) and a new session opens.
+            session.changed.update(looked_at)
             return
         if response.error_code:  # the session is unknown or out of step there: open a new one
             log.info("fetch_session_reset", leader=leader, error=ErrorCode(response.error_code).name)
@@ -431,6 +354,7 @@ class ReplicaFetcherManager:
             stub.Fetch(request, timeout=self.settings.replica_fetch_wait_max_ms / 1000 + 30)
         )
         self._polling[leader] = polling
+        self._poll_started[leader] = asyncio.get_running_loop().time()
         try:
             return await polling
         except asyncio.CancelledError:
@@ -442,23 +366,11 @@ class ReplicaFetcherManager:
             self._polling.pop(leader, None)
             self._interrupted.discard(leader)
 
-    def _next_query_in_s(self, leader: int) -> float | None:
-        """Seconds until the first epoch query to `leader` is due (0 for one due now); None for none
-        (a partition being cut is asked nothing: _cut ends the long poll when it is done)."""
-        cutting = self._cutting.get(leader, ())
-        untruncated = [key for key in self._untruncated.get(leader, ()) if key not in cutting]
-        if not untruncated:
-            return None
-        now = self.clock()
-        return max(0.0, min(self._query_after.get(key, now) for key in untruncated) - now)
-
     async def _idle_wait(self, leader: int) -> None:
         wakeup = self._wakeups.setdefault(leader, asyncio.Event())
-        query_in_s = self._next_query_in_s(leader)
-        timeout = self.backoff_s if query_in_s is None else min(query_in_s, self.backoff_s)
-        if timeout > 0 and not wakeup.is_set():
+        if not wakeup.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wakeup.wait(), timeout)
+                await asyncio.wait_for(wakeup.wait(), self.backoff_s)
         wakeup.clear()
 
     async def _apply(self, followed: FollowedPartition, result: Any) -> None:
@@ -487,9 +399,10 @@ class ReplicaFetcherManager:
             await self.io.run(followed.log.delete_records, wanted)
 
     async def close(self) -> None:
-        for task in [*self._fetchers.values(), *self._cuts]:
+        await self.truncation.close()
+        for task in self._fetchers.values():
             task.cancel()
-        for task in [*self._fetchers.values(), *self._cuts]:
+        for task in self._fetchers.values():
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._fetchers.clear()

@@ -13,9 +13,10 @@ import pytest
 
 from tests.fake_clock import FakeClock
 from tests.waiting import until
-from tidelog.broker import follower_io, replica_fetcher
+from tidelog.broker import follower_io, follower_truncation
 from tidelog.broker.follower_io import cut
-from tidelog.broker.replica_fetcher import EPOCH_QUERY_RETRY_FIRST_S, FollowedPartition, ReplicaFetcherManager
+from tidelog.broker.follower_truncation import EPOCH_QUERY_RETRY_FIRST_S
+from tidelog.broker.replica_fetcher import FollowedPartition, ReplicaFetcherManager
 from tidelog.broker.storage import LogConfig, PartitionLog
 from tidelog.broker.storage_io import StorageIo
 from tidelog.common.errors import ErrorCode
@@ -102,7 +103,7 @@ def _following_leader_1(manager: ReplicaFetcherManager, tmp_path: Path, count: i
         followed.append(FollowedPartition("t", partition, partition_log, 1, 2))
     manager._by_leader[1] = {(one.topic, one.partition): one for one in followed}
     manager.followed.update(manager._by_leader[1])
-    manager._untruncated[1] = set(manager._by_leader[1])
+    manager.truncation._untruncated[1] = set(manager._by_leader[1])
     return followed
 
 
@@ -142,7 +143,7 @@ async def test_many_partitions_truncate_together_and_a_refused_one_is_asked_agai
     answers: dict[int, tuple[int, int] | None] = {partition: (1, partition % 3) for partition in range(150)}
     answers[7] = None  # this leader does not lead partition 7 (yet)
     stub = _EpochAnswers(answers)
-    cuts = await manager._truncate(stub, 1, followed)  # type: ignore[arg-type]
+    cuts = await manager.truncation._truncate(stub, 1, followed)  # type: ignore[arg-type]
     assert cuts is not None
     await cuts
     for one in followed:
@@ -150,24 +151,24 @@ async def test_many_partitions_truncate_together_and_a_refused_one_is_asked_agai
             assert not one.truncated and one.log.log_end_offset == 3
         else:
             assert one.truncated and one.log.log_end_offset == one.partition % 3
-    assert manager._untruncated[1] == {("t", 7)}
+    assert manager.truncation._untruncated[1] == {("t", 7)}
     # Asked again soon (the new leader's LeaderAndIsr is usually milliseconds away), then twice as
     # late each time, up to the backoff: not at every round.
     key = ("t", 7)
-    assert manager._query_delay[key] == EPOCH_QUERY_RETRY_FIRST_S
-    assert manager._query_after[key] == clock() + EPOCH_QUERY_RETRY_FIRST_S
-    delays = [manager._query_delay[key]]
+    assert manager.truncation._query_delay[key] == EPOCH_QUERY_RETRY_FIRST_S
+    assert manager.truncation._query_after[key] == clock() + EPOCH_QUERY_RETRY_FIRST_S
+    delays = [manager.truncation._query_delay[key]]
     for _ in range(25):
-        await manager._truncate(stub, 1, [followed[7]])  # type: ignore[arg-type]
-        delays.append(manager._query_delay[key])
+        await manager.truncation._truncate(stub, 1, [followed[7]])  # type: ignore[arg-type]
+        delays.append(manager.truncation._query_delay[key])
     assert delays[:3] == [EPOCH_QUERY_RETRY_FIRST_S, 2 * EPOCH_QUERY_RETRY_FIRST_S, 4 * EPOCH_QUERY_RETRY_FIRST_S]
-    assert delays[-1] == 60.0 and manager._query_after[key] == clock() + 60.0
+    assert delays[-1] == 60.0 and manager.truncation._query_after[key] == clock() + 60.0
     answers[7] = (1, 1)  # it leads now
-    cuts = await manager._truncate(stub, 1, [followed[7]])  # type: ignore[arg-type]
+    cuts = await manager.truncation._truncate(stub, 1, [followed[7]])  # type: ignore[arg-type]
     assert cuts is not None
     await cuts
     assert followed[7].truncated and followed[7].log.log_end_offset == 1
-    assert key not in manager._query_delay and key not in manager._query_after
+    assert key not in manager.truncation._query_delay and key not in manager.truncation._query_after
     for one in followed:
         one.log.close()
 
@@ -216,18 +217,25 @@ async def test_a_follower_refused_by_a_leader_not_leading_yet_asks_again_soon_an
 
 
 class _IdleLeader(_EpochAnswers):
-    """A leader with nothing new: each fetch long-polls its whole max_wait_ms, then answers empty.
-    Records each fetch's partitions, session id and wait."""
+    """A leader with nothing new: its first fetch opens session 7 at once, each later one
+    long-polls its whole max_wait_ms, then answers empty. Records each fetch's partitions, session
+    id and epoch, and wait."""
 
     def __init__(self, answers: dict[int, tuple[int, int] | None]) -> None:
         super().__init__(answers)
-        self.fetches: list[tuple[list[int], int, int]] = []
+        self.fetches: list[tuple[list[int], int, int, int]] = []
 
     async def Fetch(self, request: broker_pb2.FetchRequest, timeout: float) -> broker_pb2.FetchResponse:  # noqa: N802
         self.fetches.append(
-            ([entry.partition for entry in request.partitions], request.session_id, request.max_wait_ms)
+            (
+                sorted(entry.partition for entry in request.partitions),
+                request.session_id,
+                request.session_epoch,
+                request.max_wait_ms,
+            )
         )
-        await asyncio.sleep(request.max_wait_ms / 1000)
+        if len(self.fetches) > 1:
+            await asyncio.sleep(request.max_wait_ms / 1000)
         return broker_pb2.FetchResponse(session_id=7)
 
 
@@ -237,19 +245,20 @@ async def test_a_partition_followed_from_a_leader_we_long_poll_is_fetched_withou
 ) -> None:
     # A controlled shutdown moves a leadership to a broker we already fetch idle partitions from:
     # the long poll in flight does not list the new partition, and waiting it out (up to
-    # replica.fetch.wait.max.ms) held back every acks=all produce of that partition.
+    # replica.fetch.wait.max.ms) held back every acks=all produce of that partition. The poll is
+    # cut short once the partition is ready, and the session goes on: a new one meant a full
+    # fetch of every partition of that leader (thousands, 0.5 s in a rolling restart).
     manager = ReplicaFetcherManager(2, io, _patient())
     leader = _IdleLeader({0: (1, 0), 1: (1, 0)})
     manager._stub = lambda leader_id: leader  # type: ignore[method-assign,assignment,return-value]
     logs = [PartitionLog.open(tmp_path / f"t-{partition}", LogConfig.from_configs({})) for partition in (0, 1)]
     try:
         manager.follow(FollowedPartition("t", 0, logs[0], 1, 1))
-        await until(lambda: len(leader.fetches) == 1)
-        assert leader.fetches[0] == ([0], 0, 60_000)  # partition 0 alone, a long poll of a minute
+        await until(lambda: len(leader.fetches) == 2)
+        assert leader.fetches == [([0], 0, 0, 60_000), ([], 7, 1, 60_000)]  # opened, then a long poll of a minute
         manager.follow(FollowedPartition("t", 1, logs[1], 1, 1))
-        await until(lambda: len(leader.fetches) == 2)  # the old code waited the minute out
-        # The poll was cut short: whether the leader took it is unknown, so a new session.
-        assert leader.fetches[1] == ([0, 1], 0, 60_000) or leader.fetches[1] == ([1, 0], 0, 60_000)
+        await until(lambda: len(leader.fetches) == 3)  # the old code waited the minute out
+        assert leader.fetches[2] == ([1], 7, 1, 60_000)  # the same session at the same epoch: only what is new
         async with asyncio.timeout(10):  # stopping still stops a fetcher in a long poll
             await manager.close()
     finally:
@@ -257,7 +266,12 @@ async def test_a_partition_followed_from_a_leader_we_long_poll_is_fetched_withou
             partition_log.close()
 
 
-async def test_a_long_poll_ends_when_a_refused_epoch_query_is_due_again(tmp_path: Path, io: StorageIo) -> None:
+async def test_a_refused_epoch_query_is_asked_again_beside_the_long_poll_of_the_others(
+    tmp_path: Path, io: StorageIo
+) -> None:
+    # A new leader refuses the epoch query of a partition it does not lead yet: asked again and
+    # again meanwhile, while the partitions already fetched stay in their long poll (the fetcher
+    # used to ask between two fetches, every partition of that leader waiting for each answer).
     manager = ReplicaFetcherManager(2, io, _patient())
     leader = _IdleLeader({0: (1, 0), 1: None})  # it does not lead partition 1 yet
     manager._stub = lambda leader_id: leader  # type: ignore[method-assign,assignment,return-value]
@@ -265,12 +279,11 @@ async def test_a_long_poll_ends_when_a_refused_epoch_query_is_due_again(tmp_path
     try:
         manager.follow(FollowedPartition("t", 0, logs[0], 1, 1))
         manager.follow(FollowedPartition("t", 1, logs[1], 1, 1))
-        await until(lambda: len(leader.asked) >= 3)  # asked about partition 1 again and again ...
-        polls = [wait for _, _, wait in leader.fetches]
-        assert polls and max(polls) <= 100  # ... each long poll of partition 0 ending in time for it
+        await until(lambda: len(leader.fetches) == 2 and sum(1 in asked for asked in leader.asked) >= 3)
+        assert [partitions for partitions, *_ in leader.fetches] == [[0], []]  # one long poll in flight
         leader.answers[1] = (1, 0)  # it leads now
-        await until(lambda: any(1 in partitions for partitions, _, _ in leader.fetches))
-        assert leader.fetches[-1][2] == 60_000  # nothing left to ask about: the full long poll again
+        await until(lambda: len(leader.fetches) == 3)
+        assert leader.fetches[2] == ([1], 7, 1, 60_000)
     finally:
         async with asyncio.timeout(10):
             await manager.close()
@@ -404,22 +417,22 @@ async def test_partitions_that_keep_everything_are_fetched_while_the_others_are_
         assert release.wait(30), "never released"
         cut(*answer, **options)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(replica_fetcher, "cut", held_cut)
+    monkeypatch.setattr(follower_truncation, "cut", held_cut)
     manager = ReplicaFetcherManager(2, io, _patient(), clock=FakeClock())
     followed = _following_leader_1(manager, tmp_path, 10)
     stub = _EpochAnswers({partition: (1, 3 if partition % 2 == 0 else 1) for partition in range(10)})
-    cuts = await manager._truncate(stub, 1, followed)  # type: ignore[arg-type]
+    cuts = await manager.truncation._truncate(stub, 1, followed)  # type: ignore[arg-type]
     assert cuts is not None
     kept, to_cut = followed[0::2], followed[1::2]
     assert all(one.truncated and one.log.log_end_offset == 3 for one in kept)  # fetched from now on
     assert not any(one.truncated for one in to_cut)
-    assert manager._untruncated[1] == {("t", one.partition) for one in to_cut}
-    assert manager._next_query_in_s(1) is None  # nothing is asked again while the cuts run
+    assert manager.truncation._untruncated[1] == {("t", one.partition) for one in to_cut}
+    assert manager.truncation._to_ask(1) == []  # nothing is asked again while the cuts run
     assert stub.asked == [list(range(10))]
     release.set()
     await cuts
     assert all(one.truncated and one.log.log_end_offset == 1 for one in to_cut)
-    assert manager._untruncated[1] == set() and manager._cutting[1] == set()
+    assert manager.truncation._untruncated[1] == set() and manager.truncation._cutting[1] == set()
     assert manager._wakeups[1].is_set()  # the fetcher takes them without waiting out a long poll
     for one in followed:
         one.log.close()
@@ -443,7 +456,7 @@ async def test_a_round_of_cuts_syncs_its_file_system_once_before_any_is_fetched(
 
     monkeypatch.setattr(follower_io, "sync_filesystems", sync_filesystems)
     stub = _EpochAnswers(dict.fromkeys(range(6), (1, 1)))
-    cuts = await manager._truncate(stub, 1, followed)  # type: ignore[arg-type]
+    cuts = await manager.truncation._truncate(stub, 1, followed)  # type: ignore[arg-type]
     assert cuts is not None
     await cuts
     assert events == [f"syncfs {[tmp_path]} truncated={[False] * 6}"]  # one sync, before any is fetched
@@ -458,16 +471,16 @@ async def test_a_cut_that_fails_is_asked_again_later_not_at_once(
     def failing_cut(*answer: object, **options: bool) -> None:
         raise OSError("the disk failed")
 
-    monkeypatch.setattr(replica_fetcher, "cut", failing_cut)
+    monkeypatch.setattr(follower_truncation, "cut", failing_cut)
     clock = FakeClock()
     manager = ReplicaFetcherManager(2, io, _patient(), clock=clock)
     followed = _following_leader_1(manager, tmp_path, 2)
-    cuts = await manager._truncate(_EpochAnswers({0: (1, 1), 1: (1, 1)}), 1, followed)  # type: ignore[arg-type]
+    cuts = await manager.truncation._truncate(_EpochAnswers({0: (1, 1), 1: (1, 1)}), 1, followed)  # type: ignore[arg-type]
     assert cuts is not None
     await cuts
     assert not any(one.truncated for one in followed) and all(one.log.log_end_offset == 3 for one in followed)
-    assert manager._untruncated[1] == {("t", 0), ("t", 1)} and manager._cutting[1] == set()
-    assert all(manager._query_after[("t", p)] == clock() + EPOCH_QUERY_RETRY_FIRST_S for p in (0, 1))
+    assert manager.truncation._untruncated[1] == {("t", 0), ("t", 1)} and manager.truncation._cutting[1] == set()
+    assert all(manager.truncation._query_after[("t", p)] == clock() + EPOCH_QUERY_RETRY_FIRST_S for p in (0, 1))
     for one in followed:
         one.log.close()
 

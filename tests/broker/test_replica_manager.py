@@ -21,9 +21,10 @@ import structlog.testing
 from tests.broker.storage.conftest import held_by_a_thread, read_all
 from tests.cluster.conftest import wait_until
 from tests.fake_clock import FakeClock
+from tests.waiting import until
 from tidelog.broker import storage_io
-from tidelog.broker.delayed_fetch import full_reads
-from tidelog.broker.fetch_session import FetchSession
+from tidelog.broker.delayed_fetch import full_reads, session_reads
+from tidelog.broker.fetch_session import FetchSession, SessionError
 from tidelog.broker.isr_manager import INELIGIBLE_RETRY_S, IsrManager
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.partition import Partition
@@ -1144,6 +1145,36 @@ async def test_an_isr_change_alone_is_no_news_for_the_fetch_sessions_a_leadershi
     assert not session.dirty and not session.woken.is_set(), "nothing a fetch answer carries changed"
     await _apply(replicas, leader=OTHER, leader_epoch=2, partition_epoch=3, isr=[OTHER, ME], extra=[THIRD])
     assert session.take_dirty() == {(TOPIC, 0)}, "the leadership moved: the follower must hear of it"
+
+
+async def test_a_fetch_its_follower_cancelled_is_taken_back_and_the_same_epoch_goes_on(
+    replicas: ReplicaManager,
+) -> None:
+    # A follower cuts its long poll short when another partition becomes ready to fetch from this
+    # leader. The session moved to the next epoch as the cancelled fetch came in: kept there, the
+    # follower's next fetch was refused and a full fetch of thousands of partitions followed.
+    await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER])
+    await replicas.append(TOPIC, 0, encode_batch([b"x"]), acks=1)
+    session = _fetching_in_a_session(replicas, OTHER, 1, "life-2")  # at the log end: nothing to read
+    incremental = broker_pb2.FetchRequest(
+        replica_id=OTHER, replica_incarnation="life-2", incremental=True, session_id=session.id, min_bytes=1
+    )
+    incremental.session_epoch = 1
+    assert replicas.followers.sessions.resolve(incremental) is session and session.epoch == 2
+    session.mark((TOPIC, 0))  # news the fetch takes, then finds nothing to read
+    polling = asyncio.create_task(
+        session_reads(replicas, incremental, session, 1 << 20, deadline=time.monotonic() + 60, kind="FetchFollower")
+    )
+    await until(lambda: not session.dirty)  # taken: the fetch long-polls now
+    assert not polling.done()
+    polling.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await polling
+    assert session.epoch == 1, "the cancelled fetch's epoch is expected again"
+    assert session.dirty == {(TOPIC, 0)}, "what it took is news still"
+    assert replicas.followers.sessions.resolve(incremental) is session  # the old code: INVALID_FETCH_SESSION_EPOCH
+    with pytest.raises(SessionError):
+        replicas.followers.sessions.resolve(incremental)  # answered (or not cancelled): the epoch moves on
 
 
 async def test_a_partition_written_on_in_sync_is_judged_once_a_lag_time_not_at_every_check(tmp_path: Path) -> None:

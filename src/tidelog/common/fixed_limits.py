@@ -128,10 +128,25 @@ FIXED_LIMITS: Final[tuple[FixedLimit, ...]] = (
         "the high watermark); more go to the I/O threads (ADR 0036).",
     ),
     FixedLimit(
-        "tidelog.broker.replica_fetcher",
+        "tidelog.broker.follower_truncation",
         "EPOCH_QUERY_RETRY_FIRST_S",
         0.005,
         "A refused epoch query is asked again this soon, then twice as late each time up to replica.fetch.backoff.ms.",
+    ),
+    FixedLimit(
+        "tidelog.broker.replica_fetcher",
+        "SESSION_ADDS_MAX",
+        1000,
+        "Partitions one follower fetch adds to its session (a new session's full fetch lists as many); the rest "
+        "go in the next fetches, which do not long-poll meanwhile. Keeps the partitions already fetched, whose "
+        "acks=all produces wait on this follower, from waiting behind an answer over thousands.",
+    ),
+    FixedLimit(
+        "tidelog.broker.replica_fetcher",
+        "INTERRUPT_AFTER_S",
+        0.05,
+        "A follower cuts its fetch in flight short to list a partition newly ready only once it has waited this "
+        "long at the leader (a long poll over idle partitions); the leader takes the cancelled fetch back.",
     ),
     FixedLimit(
         "tidelog.broker.producer_id_manager",
