@@ -4,7 +4,7 @@ the number of partitions.
 
 A session holds, per partition, the follower's last fetch (offset, leader epoch, byte limit) and a
 `dirty` set: the partitions with news since the last response (an append, a moved high watermark,
-a change of role). Partitions mark their sessions as things happen (`Partition.notify_appended`),
+a change of role). Partitions mark their sessions as things happen (`Partition.notify_appended`, `notify_changed`),
 so a fetch with nothing new waits on the session's one event instead of one per partition, and
 answers only the dirty and the changed partitions. What a follower's silence means for the ISR
 (it fetched again at the same offset) is read from the session's last fetch time

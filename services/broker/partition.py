@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import time
 from collections.abc import Collection
 
 from tidelog.broker.fetch_session import FetchSession
@@ -65,6 +66,9 @@ class Partition:
     # resets them, so a restarted replica is judged only on what it holds now.
     follower_incarnation: dict[int, str] = dataclasses.field(default_factory=dict)
     leader_since_s: float = -math.inf  # when this leadership began (the broker's monotonic clock)
+    # When records or a high watermark last came (time.monotonic(): an order of state changes
+    # only, `PartitionStates` applies the partitions written to lately first).
+    appended_s: float = -math.inf
     configs: dict[str, str] = dataclasses.field(default_factory=dict)  # the topic's own, as last applied
     # An ISR change sent to the controller and not yet answered: (the partition epoch it was asked
     # against, the ISR asked for). Until a state with a newer partition epoch arrives, the high
@@ -210,6 +214,11 @@ class Partition:
         self.high_watermark_moved = asyncio.Event()
 
     def notify_appended(self) -> None:
+        """Records or a high watermark came: `notify_changed`, and written to as of now."""
+        self.appended_s = time.monotonic()
+        self.notify_changed()
+
+    def notify_changed(self) -> None:
         """Wake fetches waiting on this partition (a fresh event for the next waiters), and tell
         the fetch sessions holding it that it has news."""
         self.appended.set()

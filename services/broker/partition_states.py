@@ -15,6 +15,7 @@ import functools
 import json
 import os
 import shutil
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
@@ -44,6 +45,7 @@ log = structlog.get_logger(__name__)
 
 NEW_LOGS_IN_PARALLEL_MIN: Final = 8  # fewer new replicas in a LeaderAndIsr are opened one by one
 SLOW_STATE_CHANGE_S: Final = 1.0  # a LeaderAndIsr that took longer is logged with its timings
+WRITTEN_LATELY_S: Final = 2.0  # a partition written to this recently is applied first in a LeaderAndIsr
 
 
 def _log_failure(error: BaseException) -> None:
@@ -153,7 +155,7 @@ class PartitionStates:
         # A LeaderAndIsr over 10,000 partitions held the loop for over a second; the produce and
         # fetch requests of the partitions it did not touch waited that long (loop_slices.py).
         pacer = LoopSlices()
-        for state in request.partitions:
+        for state in self._written_to_first(request.partitions):
             await pacer.pace()
             key = (state.topic, state.partition)
             wanted.add(key)
@@ -193,6 +195,21 @@ class PartitionStates:
                 loop_yields=pacer.yields,  # how often it let other requests run (loop_slices.py)
             )
         return errors
+
+    def _written_to_first(self, states: Sequence[common_pb2.PartitionState]) -> list[common_pb2.PartitionState]:
+        """The states of partitions written to in the last WRITTEN_LATELY_S first, the others after,
+        each in the controller's order. A controlled shutdown's push moves thousands of leaderships
+        at once, applied in 0.3-0.9 s on a busy broker; the few partitions producers are writing
+        to, whose every acks=all acknowledgement waits for the new leader and its followers to
+        take their states, waited for their turn among thousands of idle ones."""
+        horizon = time.monotonic() - WRITTEN_LATELY_S
+        partitions = self.partitions
+        first: list[common_pb2.PartitionState] = []
+        rest: list[common_pb2.PartitionState] = []
+        for state in states:
+            hosted = partitions.get((state.topic, state.partition))
+            (first if hosted is not None and hosted.appended_s >= horizon else rest).append(state)
+        return first + rest if first else list(states)
 
     async def _open_new_logs(
         self, states: Sequence[common_pb2.PartitionState], topic_configs: dict[str, dict[str, str]]
@@ -334,7 +351,7 @@ class PartitionStates:
             # of the ISR, and a moved high watermark told them itself (advance_high_watermark). A
             # controlled shutdown's 3,333 ISR shrinks put every one of them in the next answer to
             # each follower, 0.3 s of every acks=all produce to the leader's busy partitions.
-            existing.notify_appended()
+            existing.notify_changed()
         if existing.role is ReplicaRole.LEADER:
             self.followers.isr_watch.add(key)
 
@@ -376,7 +393,7 @@ class PartitionStates:
                 await self.io.run(shutil.rmtree, log_folder(self.data_dir, *key), True)
             return
         partition.delete()
-        partition.notify_appended()
+        partition.notify_changed()
         partition.wake_produce_waiters()
         await self.io.run(partition.log.delete if delete else partition.log.close)
 

@@ -134,6 +134,13 @@ FIXED_LIMITS: Final[tuple[FixedLimit, ...]] = (
         "A refused epoch query is asked again this soon, then twice as late each time up to replica.fetch.backoff.ms.",
     ),
     FixedLimit(
+        "tidelog.broker.partition_states",
+        "WRITTEN_LATELY_S",
+        2.0,
+        "A LeaderAndIsr applies the partitions written to (records, a moved high watermark) this recently "
+        "first, the others after: the partitions producers wait on take their new state first.",
+    ),
+    FixedLimit(
         "tidelog.broker.replica_fetcher",
         "SESSION_ADDS_MAX",
         1000,
