@@ -96,6 +96,7 @@ async def session_reads(
         if request.session_id:  # (a new session's first fetch: its sender opens another)
             session.taken_back(epoch, answer)
         raise
+    session.answered = frozenset((read.topic, read.partition) for read in reads)
     for read in reads:  # left out for the response's size: still news for the next fetch
         key = (read.topic, read.partition)
         held = session.partitions.get(key)

@@ -68,6 +68,9 @@ class FetchSession:
         # from what the session holds, as an unchanged position is never sent again.
         self.unrecorded: set[Key] = set()
         self.closed = False
+        # The partitions the last answer carried: news again if its follower says it never got it
+        # (`FetchSessionCache.resolve`).
+        self.answered: frozenset[Key] = frozenset()
         self._watchers = watchers  # the replica manager's: key → sessions holding it
 
     def fetched(self) -> None:
@@ -104,6 +107,13 @@ class FetchSession:
         self.woken.clear()
         dirty, self.dirty = self.dirty, set()
         return dirty
+
+    def answer_lost(self) -> None:
+        """The follower never got the last answer (it cancelled the fetch as the answer left): what
+        it carried is news again, for the same request sent again."""
+        self.dirty.update(key for key in self.answered if key in self.partitions)
+        if self.dirty:
+            self.woken.set()
 
     def taken_back(self, epoch: int, unanswered: set[Key]) -> None:
         """The incremental fetch that moved this session to `epoch` was cancelled by its sender
@@ -163,12 +173,19 @@ class FetchSessionCache:
         session = self.sessions.get(request.session_id)
         if session is None or session.replica_id != request.replica_id or session.owner != owner:
             raise SessionError(ErrorCode.FETCH_SESSION_ID_NOT_FOUND, f"no fetch session {request.session_id}")
-        if request.session_epoch != session.epoch:
+        if request.session_epoch == session.epoch:
+            session.epoch += 1
+        elif session.replica_id >= 0 and request.session_epoch == session.epoch - 1:
+            # A follower sends the epoch before only for a fetch it cut short just as we answered
+            # it (replica_fetcher's _interrupt): that answer never arrived, so this request takes
+            # its place at the same epoch and what it carried is news again. (Refused, the
+            # follower opened a new session: a full fetch of thousands of partitions.)
+            session.answer_lost()
+        else:
             raise SessionError(
                 ErrorCode.INVALID_FETCH_SESSION_EPOCH,
                 f"fetch session {session.id} expects epoch {session.epoch}, not {request.session_epoch}",
             )
-        session.epoch += 1
         self.sessions[session.id] = self.sessions.pop(session.id)  # most recently used last
         return session
 

@@ -44,9 +44,9 @@ log = structlog.get_logger(__name__)
 # this follower, waited as long.
 SESSION_ADDS_MAX: Final = 1000
 # A fetch in flight is cut short to list a partition newly ready only once it has waited this long
-# at the leader (a long poll over idle partitions). One answered meanwhile could not be taken back:
-# cut sooner, while the leader answered every few milliseconds, the race lost the session (a new
-# one's full fetch of thousands of partitions) in a rolling restart; it ends soon by itself.
+# at the leader (a long poll over idle partitions). One in flight for less is likely being answered
+# (a busy leader answers every few milliseconds): cut, its answer would be thrown away and sent
+# again; it ends soon by itself.
 INTERRUPT_AFTER_S: Final = 0.05
 # Per-partition fetch errors that mean the leadership moved on (or has yet to reach the leader):
 # resolved by the next LeaderAndIsr, they hold back that partition alone.
@@ -269,9 +269,10 @@ class ReplicaFetcherManager:
             session.changed.update(looked_at)  # not taken: look at them again
             raise
         if response is None:
-            # Interrupted (_interrupt): the leader took the request back, so the next one goes at
-            # the same epoch with these partitions again. Had it answered already, the next one is
-            # refused (INVALID_FETCH_SESSION_EPOCH) and a new session opens.
+            # Interrupted (_interrupt): the next request goes at the same epoch with these
+            # partitions again. The leader took this one back, or, had it answered just as we
+            # cancelled, takes the next one in its place and answers it with the same news
+            # (FetchSession.taken_back, answer_lost).
             session.changed.update(looked_at)
             return
         if response.error_code:  # the session is unknown or out of step there: open a new one

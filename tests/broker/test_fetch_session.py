@@ -27,13 +27,35 @@ async def test_a_session_is_opened_then_followed_epoch_by_epoch() -> None:
     assert cache.resolve(_request(2, session.id, 1)) is session
     assert cache.resolve(_request(2, session.id, 2)) is session
     with pytest.raises(SessionError) as stale:
-        cache.resolve(_request(2, session.id, 2))  # a repeated epoch: out of step
+        cache.resolve(_request(2, session.id, 1))  # two behind: out of step
     assert stale.value.code is ErrorCode.INVALID_FETCH_SESSION_EPOCH
+    with pytest.raises(SessionError):
+        cache.resolve(_request(2, session.id, 4))  # ahead
     with pytest.raises(SessionError) as unknown:
         cache.resolve(_request(2, session.id + 100, 1))
     assert unknown.value.code is ErrorCode.FETCH_SESSION_ID_NOT_FOUND
     with pytest.raises(SessionError):
         cache.resolve(_request(3, session.id, 3))  # another replica's id is not ours
+
+
+async def test_a_followers_fetch_whose_answer_it_never_got_comes_again_at_its_epoch_and_gets_it_again() -> None:
+    # A follower cuts a fetch short as the leader answers it (replica_fetcher's interrupt): the
+    # answer is lost and the follower sends the same epoch again. Refused, it opened a new session
+    # (a full fetch of thousands of partitions); the partitions that answer carried were no longer
+    # news, and a record acks=all waited for would not have been fetched until the next write.
+    cache = FetchSessionCache({})
+    session = cache.resolve(_request(2))
+    assert session is not None
+    session.update([_fetch(0), _fetch(1), _fetch(2)], [])
+    assert cache.resolve(_request(2, session.id, 1)) is session and session.epoch == 2
+    session.answered = frozenset({("t", 0), ("t", 1)})  # what the answer to epoch 1 carried
+    assert cache.resolve(_request(2, session.id, 1)) is session  # never got it: the same again
+    assert session.epoch == 2 and session.take_dirty() == {("t", 0), ("t", 1)}
+    assert cache.resolve(_request(2, session.id, 2)) is session and session.epoch == 3  # got that one
+    consumer = cache.resolve(_request(-1), "User:alice")
+    assert consumer is not None and cache.resolve(_request(-1, consumer.id, 1), "User:alice") is consumer
+    with pytest.raises(SessionError):
+        cache.resolve(_request(-1, consumer.id, 1), "User:alice")  # a consumer's repeat stays refused (Kafka's)
 
 
 async def test_a_replica_holds_one_session_and_the_least_recently_used_goes_first() -> None:

@@ -1202,8 +1202,35 @@ async def test_a_fetch_its_follower_cancelled_is_taken_back_and_the_same_epoch_g
     assert session.epoch == 1, "the cancelled fetch's epoch is expected again"
     assert session.dirty == {(TOPIC, 0)}, "what it took is news still"
     assert replicas.followers.sessions.resolve(incremental) is session  # the old code: INVALID_FETCH_SESSION_EPOCH
+    assert session.epoch == 2
+    incremental.session_epoch = 0
     with pytest.raises(SessionError):
-        replicas.followers.sessions.resolve(incremental)  # answered (or not cancelled): the epoch moves on
+        replicas.followers.sessions.resolve(incremental)  # two behind: out of step
+
+
+async def test_a_fetch_answered_as_its_follower_cut_it_short_is_answered_again_at_the_same_epoch(
+    replicas: ReplicaManager,
+) -> None:
+    # The race the take-back cannot cover: the answer left just as the follower cancelled. The
+    # records it carried must come again, or an acks=all produce waits for the next write.
+    await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER])
+    session = _fetching_in_a_session(replicas, OTHER, 0, "life-2")
+    await replicas.append(TOPIC, 0, encode_batch([b"x"]), acks=1)  # news for the session
+    fetch = broker_pb2.FetchRequest(
+        replica_id=OTHER, replica_incarnation="life-2", incremental=True, session_id=session.id, min_bytes=1
+    )
+    fetch.session_epoch = 1
+
+    async def answered() -> list[tuple[int, bytes]]:
+        assert replicas.followers.sessions.resolve(fetch) is session
+        deadline = time.monotonic() + 5
+        reads = await session_reads(replicas, fetch, session, 1 << 20, deadline=deadline, kind="FetchFollower")
+        return [(read.partition, bytes(read.data)) for read in reads]
+
+    first = await answered()
+    assert len(first) == 1 and first[0][1], "the record"
+    assert await answered() == first, "lost on the way: the same epoch gets the same answer again"
+    assert session.epoch == 2
 
 
 async def test_a_partition_written_on_in_sync_is_judged_once_a_lag_time_not_at_every_check(tmp_path: Path) -> None:

@@ -153,7 +153,8 @@ FIXED_LIMITS: Final[tuple[FixedLimit, ...]] = (
         "INTERRUPT_AFTER_S",
         0.05,
         "A follower cuts its fetch in flight short to list a partition newly ready only once it has waited this "
-        "long at the leader (a long poll over idle partitions); the leader takes the cancelled fetch back.",
+        "long at the leader (a long poll over idle partitions); the leader takes the cancelled fetch back "
+        "(ADR 0038).",
     ),
     FixedLimit(
         "tidelog.broker.producer_id_manager",
