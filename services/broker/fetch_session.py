@@ -118,8 +118,9 @@ class FetchSession:
     def taken_back(self, epoch: int, unanswered: set[Key]) -> None:
         """The incremental fetch that moved this session to `epoch` was cancelled by its sender
         before it was answered (a follower cuts a long poll short to list a partition newly ready):
-        its epoch is expected again, and the news it took is news still. Its partitions' positions
-        stay: the sender lists them again, as they are now."""
+        its epoch is expected again, and the news it took is news still. What it added, moved or
+        dropped stays: the sender lists (or drops) each of those again, as they are then
+        (replica_fetcher's UNKNOWN_POSITION)."""
         if self.epoch == epoch:
             self.epoch -= 1
         self.dirty.update(key for key in unanswered if key in self.partitions)

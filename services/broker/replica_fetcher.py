@@ -48,6 +48,9 @@ SESSION_ADDS_MAX: Final = 1000
 # (a busy leader answers every few milliseconds): cut, its answer would be thrown away and sent
 # again; it ends soon by itself.
 INTERRUPT_AFTER_S: Final = 0.05
+# A partition's position as the leader holds it, when a fetch cut short may or may not have moved
+# it: never equal to a real one, so the partition is listed again once ready (or dropped again).
+UNKNOWN_POSITION: Final = (-1, -1, -1)
 # Per-partition fetch errors that mean the leadership moved on (or has yet to reach the leader):
 # resolved by the next LeaderAndIsr, they hold back that partition alone.
 LEADERSHIP_ERRORS: Final = frozenset(
@@ -272,7 +275,13 @@ class ReplicaFetcherManager:
             # Interrupted (_interrupt): the next request goes at the same epoch with these
             # partitions again. The leader took this one back, or, had it answered just as we
             # cancelled, takes the next one in its place and answers it with the same news
-            # (FetchSession.taken_back, answer_lost).
+            # (FetchSession.taken_back, answer_lost). Whether it applied what this one listed is
+            # unknown: each partition it added, moved or dropped is listed (or dropped) again,
+            # whatever its position then. (A partition dropped here and ready again at the same
+            # position was not listed: the leader no longer held it, and its acks=all
+            # produces waited for the ISR to drop this follower, 30 s.)
+            for key in (*changes, *forgotten):
+                session.sent[key] = UNKNOWN_POSITION
             session.changed.update(looked_at)
             return
         if response.error_code:  # the session is unknown or out of step there: open a new one

@@ -343,6 +343,35 @@ async def test_a_partition_whose_leadership_moved_waits_alone_and_the_others_are
             partition_log.close()
 
 
+async def test_a_partition_forgotten_by_a_fetch_cut_short_is_listed_again_once_ready(
+    tmp_path: Path, io: StorageIo
+) -> None:
+    # Whether the leader applied a fetch cut short is unknown (it may have, then taken it back,
+    # or answered it just as it was cut): a partition that fetch dropped from the session, ready
+    # again at the very position it was dropped at, must be listed again. Not listed, the leader
+    # held it no more and the follower thought it did: no record of it came, and acks=all to it
+    # waited 30 s for the ISR to drop the follower (seen once in 30 rolling restarts).
+    source = _log(tmp_path, "source")
+    _write(source, 1, [b"x"])
+    manager = ReplicaFetcherManager(2, io, _patient())
+    leader = _MovedOn(bytes(source.read(0, 1 << 20)))
+    manager._stub = lambda leader_id: leader  # type: ignore[method-assign,assignment,return-value]
+    logs = [PartitionLog.open(tmp_path / f"t-{partition}", LogConfig.from_configs({})) for partition in (0, 1)]
+    try:
+        for partition in (0, 1):
+            manager.follow(FollowedPartition("t", partition, logs[partition], 1, 1))
+        await until(lambda: len(leader.fetches) >= 2)
+        assert leader.fetches[1] == ([1], [0])  # partition 0 dropped, long-polling
+        leader.answers[0] = (1, 0)  # partition 0's leader leads now: ready again, at the same position
+        await until(lambda: len(leader.fetches) >= 3)  # the poll is cut short for it
+        assert 0 in leader.fetches[2][0], "listed again: the leader may hold it no more"
+    finally:
+        async with asyncio.timeout(10):
+            await manager.close()
+        for partition_log in (*logs, source):
+            partition_log.close()
+
+
 async def test_a_follower_moves_its_log_start_after_the_leaders_within_its_own_high_watermark(
     tmp_path: Path, io: StorageIo
 ) -> None:
