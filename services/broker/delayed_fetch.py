@@ -82,8 +82,13 @@ async def session_reads(
         else {}
     )
     epoch = session.epoch
+    serving = session.serving = object()
     try:
         while True:
+            if session.serving is not serving:
+                # Its follower cut it short and sent the next: that one answers what this took.
+                session.mark_all(answer)
+                return []
             answer |= session.take_dirty()  # before the read: no lost wake-up
             wanted = [session.partitions[key] for key in answer if key in session.partitions and key not in refused]
             reads = await _read(replicas, wanted, max_bytes, follower, committed, kind=kind) if wanted else []
@@ -93,9 +98,14 @@ async def session_reads(
                 break
             await session.wait(remaining)
     except asyncio.CancelledError:
-        if request.session_id:  # (a new session's first fetch: its sender opens another)
+        if session.serving is not serving:
+            session.mark_all(answer)
+        elif request.session_id:  # (a new session's first fetch: its sender opens another)
             session.taken_back(epoch, answer)
         raise
+    if session.serving is not serving:  # superseded while reading: the next fetch answers it
+        session.mark_all(answer)
+        return []
     session.answered = frozenset((read.topic, read.partition) for read in reads)
     for read in reads:  # left out for the response's size: still news for the next fetch
         key = (read.topic, read.partition)

@@ -71,6 +71,9 @@ class FetchSession:
         # The partitions the last answer carried: news again if its follower says it never got it
         # (`FetchSessionCache.resolve`).
         self.answered: frozenset[Key] = frozenset()
+        # The fetch being served, the latest to arrive: one its follower cut short may still be in
+        # its long poll here when the next arrives, and must not take the news meant for it.
+        self.serving: object | None = None
         self._watchers = watchers  # the replica manager's: key → sessions holding it
 
     def fetched(self) -> None:
@@ -108,12 +111,16 @@ class FetchSession:
         dirty, self.dirty = self.dirty, set()
         return dirty
 
+    def mark_all(self, keys: Iterable[Key]) -> None:
+        """News for these (what a fetch took and will not answer)."""
+        self.dirty.update(key for key in keys if key in self.partitions)
+        if self.dirty:
+            self.woken.set()
+
     def answer_lost(self) -> None:
         """The follower never got the last answer (it cancelled the fetch as the answer left): what
         it carried is news again, for the same request sent again."""
-        self.dirty.update(key for key in self.answered if key in self.partitions)
-        if self.dirty:
-            self.woken.set()
+        self.mark_all(self.answered)
 
     def taken_back(self, epoch: int, unanswered: set[Key]) -> None:
         """The incremental fetch that moved this session to `epoch` was cancelled by its sender
@@ -123,9 +130,7 @@ class FetchSession:
         (replica_fetcher's UNKNOWN_POSITION)."""
         if self.epoch == epoch:
             self.epoch -= 1
-        self.dirty.update(key for key in unanswered if key in self.partitions)
-        if self.dirty:
-            self.woken.set()
+        self.mark_all(unanswered)
 
     async def wait(self, timeout_s: float) -> None:
         if timeout_s > 0 and not self.woken.is_set():

@@ -1233,6 +1233,39 @@ async def test_a_fetch_answered_as_its_follower_cut_it_short_is_answered_again_a
     assert session.epoch == 2
 
 
+async def test_a_fetch_cut_short_still_waiting_here_leaves_the_news_to_the_one_sent_after_it(
+    replicas: ReplicaManager,
+) -> None:
+    # The follower's cancellation of its long poll had not reached this leader when its next
+    # fetch came: both waited on the session, and a record written then went to whichever woke
+    # first. Taken by the cut one, its answer went nowhere, no later write came to mark the
+    # partition again, and acks=all to it waited 30 s for the ISR to drop the follower.
+    await _apply(replicas, leader=ME, leader_epoch=1, partition_epoch=1, isr=[ME, OTHER])
+    session = _fetching_in_a_session(replicas, OTHER, 0, "life-2")
+    fetch = broker_pb2.FetchRequest(
+        replica_id=OTHER, replica_incarnation="life-2", incremental=True, session_id=session.id, min_bytes=1
+    )
+    fetch.session_epoch = 1
+
+    def poll() -> asyncio.Task[list[Any]]:
+        assert replicas.followers.sessions.resolve(fetch) is session
+        deadline = time.monotonic() + 30
+        return asyncio.create_task(
+            session_reads(replicas, fetch, session, 1 << 20, deadline=deadline, kind="FetchFollower")
+        )
+
+    cut_short = poll()
+    await asyncio.sleep(0)  # in its long poll
+    sent_after = poll()  # the same epoch: the one before it never answered, as far as its follower knows
+    await asyncio.sleep(0)
+    await replicas.append(TOPIC, 0, encode_batch([b"x"]), acks=1)
+    async with asyncio.timeout(5):
+        reads = await sent_after
+        assert [(read.partition, bool(read.data)) for read in reads] == [(0, True)]
+        assert await cut_short == [], "superseded: it answers nothing"
+    assert session.epoch == 2
+
+
 async def test_a_partition_written_on_in_sync_is_judged_once_a_lag_time_not_at_every_check(tmp_path: Path) -> None:
     # Under a produce to every one of 10,000 partitions the ISR check judged them all every 0.5 s,
     # a quarter of a leader's event-loop time. With every replica in sync, no ISR change can come
