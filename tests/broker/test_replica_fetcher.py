@@ -4,9 +4,10 @@ is cut, and many partitions' truncations at once."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -315,42 +316,11 @@ class _MovedOn(_EpochAnswers):
         return response
 
 
-async def test_a_partition_whose_leadership_moved_waits_alone_and_the_others_are_fetched_on(
+@contextlib.asynccontextmanager
+async def _following_a_leader_that_moved_on(
     tmp_path: Path, io: StorageIo
-) -> None:
-    # A preferred election: the old leader hears first, refuses the partition it gave up, and the
-    # follower backed off its whole fetcher (replica.fetch.backoff.ms: a minute here), holding back
-    # every acks=all produce of the leader's other partitions (a 0.2 s gap in a rolling restart).
-    source = _log(tmp_path, "source")
-    _write(source, 1, [b"x"])
-    manager = ReplicaFetcherManager(2, io, _patient())
-    leader = _MovedOn(bytes(source.read(0, 1 << 20)))
-    manager._stub = lambda leader_id: leader  # type: ignore[method-assign,assignment,return-value]
-    logs = [PartitionLog.open(tmp_path / f"t-{partition}", LogConfig.from_configs({})) for partition in (0, 1)]
-    try:
-        for partition in (0, 1):
-            manager.follow(FollowedPartition("t", partition, logs[partition], 1, 1))
-        await until(lambda: len(leader.fetches) >= 2)  # the old code backed off for the minute here
-        assert sorted(leader.fetches[0][0]) == [0, 1]
-        assert leader.fetches[1] == ([1], [0])  # partition 1 from its new end, partition 0 left out
-        assert logs[1].log_end_offset == 1
-        await until(lambda: sum(0 in asked for asked in leader.asked) >= 3)  # partition 0's epoch asked again, soon
-        assert not manager.followed[("t", 0)].truncated
-    finally:
-        async with asyncio.timeout(10):
-            await manager.close()
-        for partition_log in (*logs, source):
-            partition_log.close()
-
-
-async def test_a_partition_forgotten_by_a_fetch_cut_short_is_listed_again_once_ready(
-    tmp_path: Path, io: StorageIo
-) -> None:
-    # Whether the leader applied a fetch cut short is unknown (it may have, then taken it back,
-    # or answered it just as it was cut): a partition that fetch dropped from the session, ready
-    # again at the very position it was dropped at, must be listed again. Not listed, the leader
-    # held it no more and the follower thought it did: no record of it came, and acks=all to it
-    # waited 30 s for the ISR to drop the follower (seen once in 30 rolling restarts).
+) -> AsyncIterator[tuple[ReplicaFetcherManager, _MovedOn, list[PartitionLog]]]:
+    """Partitions 0 and 1 followed from a `_MovedOn` leader, its first two fetches made."""
     source = _log(tmp_path, "source")
     _write(source, 1, [b"x"])
     manager = ReplicaFetcherManager(2, io, _patient())
@@ -361,15 +331,42 @@ async def test_a_partition_forgotten_by_a_fetch_cut_short_is_listed_again_once_r
         for partition in (0, 1):
             manager.follow(FollowedPartition("t", partition, logs[partition], 1, 1))
         await until(lambda: len(leader.fetches) >= 2)
-        assert leader.fetches[1] == ([1], [0])  # partition 0 dropped, long-polling
-        leader.answers[0] = (1, 0)  # partition 0's leader leads now: ready again, at the same position
-        await until(lambda: len(leader.fetches) >= 3)  # the poll is cut short for it
-        assert 0 in leader.fetches[2][0], "listed again: the leader may hold it no more"
+        yield manager, leader, logs
     finally:
         async with asyncio.timeout(10):
             await manager.close()
         for partition_log in (*logs, source):
             partition_log.close()
+
+
+async def test_a_partition_whose_leadership_moved_waits_alone_and_the_others_are_fetched_on(
+    tmp_path: Path, io: StorageIo
+) -> None:
+    # A preferred election: the old leader hears first, refuses the partition it gave up, and the
+    # follower backed off its whole fetcher (replica.fetch.backoff.ms: a minute here), holding back
+    # every acks=all produce of the leader's other partitions (a 0.2 s gap in a rolling restart).
+    async with _following_a_leader_that_moved_on(tmp_path, io) as (manager, leader, logs):
+        # (the old code backed off for the minute before the second fetch)
+        assert sorted(leader.fetches[0][0]) == [0, 1]
+        assert leader.fetches[1] == ([1], [0])  # partition 1 from its new end, partition 0 left out
+        assert logs[1].log_end_offset == 1
+        await until(lambda: sum(0 in asked for asked in leader.asked) >= 3)  # partition 0's epoch asked again, soon
+        assert not manager.followed[("t", 0)].truncated
+
+
+async def test_a_partition_forgotten_by_a_fetch_cut_short_is_listed_again_once_ready(
+    tmp_path: Path, io: StorageIo
+) -> None:
+    # Whether the leader applied a fetch cut short is unknown (it may have, then taken it back,
+    # or answered it just as it was cut): a partition that fetch dropped from the session, ready
+    # again at the very position it was dropped at, must be listed again. Not listed, the leader
+    # held it no more and the follower thought it did: no record of it came, and acks=all to it
+    # waited 30 s for the ISR to drop the follower (seen once in 30 rolling restarts).
+    async with _following_a_leader_that_moved_on(tmp_path, io) as (_, leader, _):
+        assert leader.fetches[1] == ([1], [0])  # partition 0 dropped, long-polling
+        leader.answers[0] = (1, 0)  # partition 0's leader leads now: ready again, at the same position
+        await until(lambda: len(leader.fetches) >= 3)  # the poll is cut short for it
+        assert 0 in leader.fetches[2][0], "listed again: the leader may hold it no more"
 
 
 async def test_a_follower_moves_its_log_start_after_the_leaders_within_its_own_high_watermark(
