@@ -17,6 +17,7 @@ from etcd3aio import Etcd3Client
 
 from tidelog.broker.coordinator_lookup import find_coordinator
 from tidelog.broker.delayed_fetch import READ_COMMITTED, full_reads, session_reads
+from tidelog.broker.epoch_waits import until_any_epoch_known
 from tidelog.broker.fetch_session import SessionError
 from tidelog.broker.metadata_cache import MetadataCache, newest_leader
 from tidelog.broker.produce_rounds import produce_rounds, refused_produce
@@ -300,6 +301,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     else ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 )
         REQUESTS.labels("OffsetsForLeaderEpoch", NONE if refusal is None else refusal.name).inc()
+        if refusal is None and request.replica_id >= 0:
+            await until_any_epoch_known(self.replicas, request.partitions)
         # A follower back from a restart asks for thousands at once (loop_slices.py).
         answers = []
         pacer = LoopSlices()

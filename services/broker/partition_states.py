@@ -11,6 +11,7 @@ same log. Each replica's role moves by replica_role.py's transition table.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -91,6 +92,24 @@ class PartitionStates:
         # descriptors and all, and the next push opened them again (10,000 partitions on a slow
         # disk: out of file descriptors). Changes run to their end; the next waits under the lock.
         self._changes = ToTheEnd(on_failure=_log_failure)
+        self._applied = asyncio.Event()  # set (and replaced) as states are applied while anyone waits
+        self._waiting = 0
+
+    async def next_states(self, timeout_s: float) -> None:
+        """Return once a LeaderAndIsr has applied more states (or after `timeout_s`)."""
+        if timeout_s <= 0:
+            return
+        self._waiting += 1
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._applied.wait(), timeout_s)
+        finally:
+            self._waiting -= 1
+
+    def _states_applied(self) -> None:
+        if self._waiting:
+            applied, self._applied = self._applied, asyncio.Event()
+            applied.set()
 
     def check_incarnation(self, incarnation: str) -> None:
         """Refuse controller requests meant for another life of this broker id (KIP-380)."""
@@ -161,6 +180,7 @@ class PartitionStates:
             wanted.add(key)
             try:
                 await self._apply_state(state, topic_configs[state.topic], opened.pop(key, None), new_leaders)
+                self._states_applied()
             except TidelogError as error:
                 errors.append(
                     broker_pb2.PartitionError(

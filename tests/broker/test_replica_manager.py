@@ -22,8 +22,9 @@ from tests.broker.storage.conftest import held_by_a_thread, read_all
 from tests.cluster.conftest import wait_until
 from tests.fake_clock import FakeClock
 from tests.waiting import until
-from tidelog.broker import storage_io
+from tidelog.broker import epoch_waits, storage_io
 from tidelog.broker.delayed_fetch import full_reads, session_reads
+from tidelog.broker.epoch_waits import until_any_epoch_known
 from tidelog.broker.fetch_session import FetchSession, SessionError
 from tidelog.broker.isr_manager import INELIGIBLE_RETRY_S, IsrManager
 from tidelog.broker.metadata_cache import MetadataCache
@@ -1037,6 +1038,33 @@ async def test_a_leader_and_isr_applies_the_partitions_written_to_lately_first(
     assert order[:2] == [3, 57], "written to lately: first, in the controller's order"
     assert order[2:] == [partition for partition in range(100) if partition not in (3, 57)]
     assert all(partition.state.leader == OTHER for partition in replicas.partitions.values())
+
+
+async def test_an_epoch_query_for_an_epoch_not_heard_of_yet_waits_for_the_state_that_brings_it(
+    replicas: ReplicaManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A leadership moved: the follower's push came first and its epoch query reached the new
+    # leader before the new leader's own. Refused at once, followers asked again and again
+    # (thousands of partitions a round) while it applied its push.
+    await _apply(replicas, leader=OTHER, leader_epoch=1, partition_epoch=1, isr=[OTHER, ME])
+    query = broker_pb2.EpochQuery(topic=TOPIC, partition=0, current_leader_epoch=2, leader_epoch=1)
+    waiting = asyncio.create_task(until_any_epoch_known(replicas, [query]))
+    await asyncio.sleep(0.05)
+    assert not waiting.done(), "epoch 2 is not heard of yet"
+    await _apply(replicas, leader=ME, leader_epoch=2, partition_epoch=2, isr=[ME, OTHER])
+    async with asyncio.timeout(1):
+        await waiting  # as soon as the state came
+    assert replicas.end_offset_for_epoch(query).error_code == 0
+    known = broker_pb2.EpochQuery(topic=TOPIC, partition=0, current_leader_epoch=2, leader_epoch=2)
+    unheard = broker_pb2.EpochQuery(topic=TOPIC, partition=1, current_leader_epoch=1, leader_epoch=1)
+    asked = time.monotonic()
+    await until_any_epoch_known(replicas, [unheard, known])  # one of them known: answered at once
+    assert time.monotonic() - asked < 0.25
+    monkeypatch.setattr(epoch_waits, "EPOCH_QUERY_WAIT_MAX_S", 0.1)
+    never = broker_pb2.EpochQuery(topic=TOPIC, partition=0, current_leader_epoch=9, leader_epoch=2)
+    async with asyncio.timeout(5):
+        await until_any_epoch_known(replicas, [never])  # bounded: then refused, as before
+    assert replicas.end_offset_for_epoch(never).error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
 
 
 def test_a_requests_entries_go_in_rounds_of_one_per_partition_each_in_its_order() -> None:

@@ -128,6 +128,13 @@ FIXED_LIMITS: Final[tuple[FixedLimit, ...]] = (
         "the high watermark); more go to the I/O threads (ADR 0036).",
     ),
     FixedLimit(
+        "tidelog.broker.epoch_waits",
+        "EPOCH_QUERY_WAIT_MAX_S",
+        0.5,
+        "A follower's epoch query naming only leader epochs this broker has yet to hear of waits this long at "
+        "most for the LeaderAndIsr that brings one, then is refused (the follower asks again).",
+    ),
+    FixedLimit(
         "tidelog.broker.follower_truncation",
         "EPOCH_QUERY_RETRY_FIRST_S",
         0.005,
