@@ -106,7 +106,8 @@ async def session_reads(
     if session.serving is not serving:  # superseded while reading: the next fetch answers it
         session.mark_all(answer)
         return []
-    session.answered = frozenset((read.topic, read.partition) for read in reads)
+    if follower:  # (answered again only to a follower's repeated epoch: FetchSessionCache.resolve)
+        session.answered = frozenset((read.topic, read.partition) for read in reads)
     for read in reads:  # left out for the response's size: still news for the next fetch
         key = (read.topic, read.partition)
         held = session.partitions.get(key)

@@ -54,6 +54,9 @@ INELIGIBLE_RETRY_S: Final = 5.0  # an ISR change refused as INELIGIBLE_REPLICA i
 ALTER_PER_CHANGE_S: Final = 0.002  # the deadline grows with the batch: the controller commits 100 per transaction
 CAUGHT_UP_GATHER_S: Final = 0.02  # a check of caught-up replicas waits this long for the rest of their fetches
 
+Change = tuple[Partition, list[int]]  # a partition and the ISR asked for it
+AlterPartition = controller_pb2.AlterPartitionRequest
+
 
 class IsrManager:
     def __init__(
@@ -239,13 +242,8 @@ class IsrManager:
         return controller_pb2_grpc.ControllerStub(self._channels.channel(endpoint))
 
     def _request(
-        self, batch: list[tuple[Partition, list[int]]]
-    ) -> (
-        tuple[
-            controller_pb2_grpc.ControllerStub, controller_pb2.AlterPartitionRequest, list[tuple[Partition, list[int]]]
-        ]
-        | None
-    ):
+        self, batch: list[Change]
+    ) -> tuple[controller_pb2_grpc.ControllerStub, AlterPartition, list[Change]] | None:
         """The AlterPartition for `batch`'s changes, each marked pending as it is (None: no
         controller known, nothing asked)."""
         stub = self._stub()
@@ -273,8 +271,8 @@ class IsrManager:
     async def _alter(
         self,
         stub: controller_pb2_grpc.ControllerStub,
-        request: controller_pb2.AlterPartitionRequest,
-        batch: list[tuple[Partition, list[int]]],
+        request: AlterPartition,
+        batch: list[Change],
     ) -> None:
         """Send one AlterPartition (`_request`); each answer applied as it came."""
         keys = [(partition.topic, partition.partition) for partition, _ in batch]

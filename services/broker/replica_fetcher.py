@@ -87,9 +87,9 @@ class ReplicaFetcherManager:
         self.followed: dict[tuple[str, int], FollowedPartition] = {}
         self._by_leader: dict[int, dict[tuple[str, int], FollowedPartition]] = {}  # the same, by leader
         self._wakeups: dict[int, asyncio.Event] = {}  # by leader: its partitions changed
-        self._polling: dict[int, asyncio.Future[broker_pb2.FetchResponse]] = {}  # by leader: the fetch in flight
+        # By leader: the fetch in flight, and when it left (loop time).
+        self._polling: dict[int, tuple[asyncio.Future[broker_pb2.FetchResponse], float]] = {}
         self._interrupted: set[int] = set()  # leaders whose fetch in flight _interrupt cancelled
-        self._poll_started: dict[int, float] = {}  # by leader: when the fetch in flight left (loop time)
         self._fetchers: dict[int, asyncio.Task[None]] = {}
         self._sessions: dict[int, FollowerSession] = {}  # by leader
         self._channels = channels or ChannelPool()
@@ -134,11 +134,12 @@ class ReplicaFetcherManager:
         partition waiting as long (a controlled shutdown moving leaderships to brokers we already
         fetch from). The session survives: the leader takes back a fetch its sender cancelled
         (`FetchSession.taken_back`), so the next request is incremental at the same epoch."""
-        polling = self._polling.get(leader)
-        if polling is None or polling.done():
+        in_flight = self._polling.get(leader)
+        if in_flight is None or in_flight[0].done():
             return
+        polling, started = in_flight
         loop = asyncio.get_running_loop()
-        waited = loop.time() - self._poll_started.get(leader, loop.time())
+        waited = loop.time() - started
         if waited < INTERRUPT_AFTER_S:  # maybe answering now: looked at again once it has waited
             loop.call_later(INTERRUPT_AFTER_S - waited, self._interrupt_if_polling, leader, polling)
             return
@@ -146,7 +147,8 @@ class ReplicaFetcherManager:
         polling.cancel()
 
     def _interrupt_if_polling(self, leader: int, polling: asyncio.Future[broker_pb2.FetchResponse]) -> None:
-        if self._polling.get(leader) is polling:
+        in_flight = self._polling.get(leader)
+        if in_flight is not None and in_flight[0] is polling:
             self._interrupt(leader)
 
     def unfollow(self, key: tuple[str, int]) -> None:
@@ -363,8 +365,7 @@ class ReplicaFetcherManager:
         polling: asyncio.Future[broker_pb2.FetchResponse] = asyncio.ensure_future(
             stub.Fetch(request, timeout=self.settings.replica_fetch_wait_max_ms / 1000 + 30)
         )
-        self._polling[leader] = polling
-        self._poll_started[leader] = asyncio.get_running_loop().time()
+        self._polling[leader] = (polling, asyncio.get_running_loop().time())
         try:
             return await polling
         except asyncio.CancelledError:

@@ -10,7 +10,7 @@ import contextlib
 import gc
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -332,11 +332,17 @@ def _endpoints(lives: dict[int, str]) -> list[common_pb2.BrokerEndpoint]:
     ]
 
 
-def _tell_live(metadata: MetadataCache, live: list[common_pb2.BrokerEndpoint]) -> None:
-    """An UpdateMetadata from controller epoch 1 naming `live` as the live brokers."""
+def _tell_live(
+    metadata: MetadataCache, live: list[common_pb2.BrokerEndpoint], shutting_down: Sequence[int] = ()
+) -> None:
+    """An UpdateMetadata from controller epoch 1 naming `live` as the live brokers (and
+    `shutting_down` as those in controlled shutdown)."""
     metadata.update(
         broker_pb2.UpdateMetadataRequest(
-            controller_epoch=1, controller_endpoint=metadata.controller_endpoint, live_brokers=live
+            controller_epoch=1,
+            controller_endpoint=metadata.controller_endpoint,
+            live_brokers=live,
+            shutting_down_brokers=shutting_down,
         )
     )
 
@@ -685,19 +691,13 @@ async def test_the_isr_check_lets_the_loop_go_and_asks_nothing_a_yield_made_inel
         replicas.followers.record_fetch(THIRD, "life-3", [at_start])  # broker 3 may join both ISRs
         live = _endpoints({broker: f"life-{broker}" for broker in (ME, OTHER, THIRD)})
         _tell_live(isr.metadata, live)
-        shutting_down = broker_pb2.UpdateMetadataRequest(
-            controller_epoch=1,
-            controller_endpoint=isr.metadata.controller_endpoint,
-            live_brokers=live,
-            shutting_down_brokers=[THIRD],
-        )
         judge = isr.wanted_isr
         judged: list[list[int]] = []
 
         def judged_then_shutdown_begins(partition: Partition, now: float) -> list[int]:
             judged.append(judge(partition, now))
             if len(judged) == 1:  # at the check's next yield, broker 3 begins its controlled shutdown
-                asyncio.get_running_loop().call_soon(isr.metadata.update, shutting_down)
+                asyncio.get_running_loop().call_soon(_tell_live, isr.metadata, live, [THIRD])
             return judged[-1]
 
         monkeypatch.setattr(isr, "wanted_isr", judged_then_shutdown_begins)
